@@ -1,0 +1,5 @@
+import sys
+
+from ddpbench.cli import main
+
+sys.exit(main())

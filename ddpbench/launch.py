@@ -1,0 +1,141 @@
+"""Start one run: torchrun for `ddp`, a plain process for `local`. No torch imported here.
+
+The launcher resolves what `auto` means on this machine, checks the output folder, starts the
+processes, and makes sure a record exists afterwards: the worker's own, or a `failed` one with
+the exit code and the end of the error output, so a failing run is never silently lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from ddpbench.environment import host_facts, usable_cores, visible_gpu_count
+from ddpbench.record import load_record, new_record, record_path, write_atomic, write_record
+from ddpbench.spec import RunSpec, SpecError
+from ddpbench.workload import check_workload_name, is_user_workload
+
+ERROR_TAIL_LINES = 40
+
+
+def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
+    """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
+    check_workload_name(spec.workload)
+    gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
+    cores = usable_cores() if cores is None else cores
+    device = spec.device
+    if device == "auto":
+        device = "cuda" if gpu_count > 0 else "cpu"
+    if device == "cuda" and spec.nproc > gpu_count:
+        raise SpecError(f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; "
+                        f"this machine has {gpu_count}")
+    changes = {
+        "device": device,
+        "size": spec.size or ("full" if device == "cuda" else "tiny"),
+        # A CPU "device" is a fixed slice of the cores, so N ranks never fight over them.
+        "threads_per_rank": spec.threads_per_rank or max(1, cores // spec.nproc),
+        "run_id": spec.run_id or make_run_id(spec),
+    }
+    return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+
+
+def make_run_id(spec: RunSpec) -> str:
+    workload = spec.workload.rpartition(":")[2] if is_user_workload(spec.workload) else spec.workload
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+    return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
+
+
+def check_output_folder(out_dir: str) -> None:
+    """Fail before launching if records could not be written there."""
+    runs = os.path.join(out_dir, "runs")
+    try:
+        os.makedirs(runs, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=runs, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise SpecError(f"output folder {out_dir!r} is not writable: {exc.strerror or exc}") from None
+
+
+def worker_module_args(spec: RunSpec) -> list[str]:
+    return ["-m", "ddpbench.worker", "--spec-json", spec.to_json()]
+
+
+def command_for(spec: RunSpec) -> list[str]:
+    if spec.strategy == "local":
+        return [sys.executable, *worker_module_args(spec)]
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}",
+               "--max-restarts=0"]
+    if spec.rdzv_endpoint:
+        command += [f"--nnodes={spec.nnodes}", f"--node-rank={spec.node_rank}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={spec.rdzv_endpoint}", f"--rdzv-id={spec.rdzv_id}"]
+    else:
+        # Standalone: a c10d rendezvous on localhost with a free port picked by torchrun.
+        command += ["--standalone"]
+    return command + worker_module_args(spec)
+
+
+def child_environment(spec: RunSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
+    env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
+    return env
+
+
+@dataclass
+class LaunchResult:
+    spec: RunSpec
+    exit_code: int
+    wall_s: float
+    record_path: str | None
+    """The record on this machine, or None when global rank 0 ran on another node."""
+
+
+def _tee_stderr(stream, tail: collections.deque) -> None:
+    """Show the children's error output live (progress bars included) and keep its end."""
+    for line in iter(stream.readline, ""):
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        tail.append(line.rstrip("\n").split("\r")[-1])
+
+
+def launch(spec: RunSpec) -> LaunchResult:
+    """Run a resolved spec to completion; always leaves a record on the node of rank 0."""
+    check_output_folder(spec.out_dir)
+    command = command_for(spec)
+    tail: collections.deque = collections.deque(maxlen=ERROR_TAIL_LINES)
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=child_environment(spec), stderr=subprocess.PIPE, text=True,
+                               errors="replace")
+    reader = threading.Thread(target=_tee_stderr, args=(process.stderr, tail), daemon=True)
+    reader.start()
+    exit_code = process.wait()
+    reader.join(timeout=5)
+    wall_s = time.perf_counter() - started
+
+    path = record_path(spec.out_dir, spec.run_id)
+    launch_info = {"command": command, "wall_s": wall_s, "exit_code": exit_code, "node_rank": spec.node_rank}
+    if os.path.exists(path):
+        record = load_record(path)
+        record["launch"] = launch_info
+        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    elif exit_code == 0 and spec.nnodes > 1:
+        return LaunchResult(spec, exit_code, wall_s, None)
+    else:
+        record = new_record(spec.to_dict(), "failed", env=host_facts())
+        record["error"] = {
+            "message": f"run ended with exit code {exit_code} and wrote no record",
+            "exit_code": exit_code,
+            "stderr_tail": list(tail),
+        }
+        record["launch"] = launch_info
+        write_record(record, spec.out_dir)
+    return LaunchResult(spec, exit_code, wall_s, path)

@@ -1,0 +1,186 @@
+"""What defines one benchmark run, validated before any process starts.
+
+Nothing here imports torch: the command line checks a spec in milliseconds, and a bad value
+fails with a message naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+STRATEGIES = ("ddp", "local")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cuda", "cpu")
+SIZES = ("tiny", "full")
+COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
+
+
+class SpecError(ValueError):
+    """A run was asked for with a value that is not allowed; the message says which and why."""
+
+
+def _one_of(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise SpecError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+def _at_least(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise SpecError(f"{name} must be an integer >= {minimum}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class DDPKnobs:
+    """DistributedDataParallel constructor options and the gradient communication hook."""
+
+    bucket_cap_mb: float = 25.0
+    """Size of a gradient bucket in MiB; DDP all-reduces one bucket at a time during backward."""
+    gradient_as_bucket_view: bool = False
+    """Let .grad alias the bucket memory, saving one copy and the memory of the gradients."""
+    static_graph: bool = False
+    """Promise DDP the set of used parameters never changes, enabling its static-graph optimisations."""
+    find_unused_parameters: bool = False
+    """Walk the autograd graph each step to find parameters that got no gradient."""
+    broadcast_buffers: bool = True
+    """Broadcast buffers (BatchNorm statistics) from rank 0 at every forward."""
+    comm_hook: str = "allreduce"
+    """Gradient communication: plain all-reduce, or all-reduce compressed to fp16/bf16."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bucket_cap_mb, (int, float)) or self.bucket_cap_mb <= 0:
+            raise SpecError(f"bucket_cap_mb must be a number > 0; got {self.bucket_cap_mb!r}")
+        _one_of("comm_hook", self.comm_hook, COMM_HOOKS)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run; stored whole in its record."""
+
+    workload: str
+    """A built-in workload name, or `path/to/file.py:factory` for a user's own."""
+    strategy: str = "ddp"
+    """`ddp`: DistributedDataParallel under torchrun; `local`: one process, no wrapper (the reference)."""
+    nproc: int = 1
+    """Processes per node, one per device."""
+    nnodes: int = 1
+    """Nodes in the job; world_size = nproc * nnodes."""
+    device: str = "auto"
+    """`cuda`, `cpu`, or `auto` (cuda when a GPU is visible)."""
+    size: str | None = None
+    """`tiny` or `full`; None picks full on GPUs and tiny on CPU."""
+    batch_size: int | None = None
+    """Samples per device per step; None takes the workload's default for its size."""
+    steps: int = 30
+    """Total steps per rank, warm-up included."""
+    warmup: int = 5
+    """Leading steps that are never timed. DDP needs at least one: its first iteration is special."""
+    precision: str = "fp32"
+    """fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler, GPU only)."""
+    threads_per_rank: int | None = None
+    """Intra-op CPU threads per process; None gives max(1, cores // nproc)."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank."""
+    data_dir: str | None = None
+    """An image folder (torchvision ImageFolder layout) instead of synthetic data."""
+    seed: int = 0
+    """Seed for model initialisation and synthetic data; the same on every rank."""
+    pg_timeout_s: float = 300.0
+    """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
+    ddp: DDPKnobs = field(default_factory=DDPKnobs)
+    """DDP options; ignored by `local`."""
+    node_rank: int = 0
+    """This node's rank, for multi-node jobs."""
+    rdzv_endpoint: str | None = None
+    """host:port of torchrun's c10d rendezvous; None runs single-node (standalone, localhost)."""
+    rdzv_id: str | None = None
+    """Job id shared by every node of a multi-node job."""
+    run_id: str = ""
+    """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
+    out_dir: str = "results/single"
+    """Folder that receives `runs/` (records) and later `traces/`."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workload, str) or not self.workload:
+            raise SpecError("workload must be a name or path/to/file.py:factory")
+        _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("device", self.device, DEVICES)
+        _one_of("precision", self.precision, PRECISIONS)
+        if self.size is not None:
+            _one_of("size", self.size, SIZES)
+        _at_least("nproc", self.nproc, 1)
+        _at_least("nnodes", self.nnodes, 1)
+        if self.batch_size is not None:
+            _at_least("batch_size", self.batch_size, 1)
+        _at_least("warmup", self.warmup, 0)
+        _at_least("steps", self.steps, 1)
+        if self.steps <= self.warmup:
+            raise SpecError(
+                f"steps must be above warmup (steps counts the warm-up too); "
+                f"got steps={self.steps}, warmup={self.warmup}"
+            )
+        if self.strategy == "ddp" and self.warmup < 1:
+            raise SpecError(
+                "warmup must be at least 1 for ddp: DDP's first iteration builds its buckets "
+                "and is never representative"
+            )
+        if self.strategy == "local" and self.world_size != 1:
+            raise SpecError(
+                f"strategy local is one process on one device; got nproc={self.nproc}, "
+                f"nnodes={self.nnodes} (use ddp for more)"
+            )
+        if self.threads_per_rank is not None:
+            _at_least("threads_per_rank", self.threads_per_rank, 1)
+        _at_least("num_workers", self.num_workers, 0)
+        if not isinstance(self.pg_timeout_s, (int, float)) or self.pg_timeout_s <= 0:
+            raise SpecError(f"pg_timeout_s must be a number > 0; got {self.pg_timeout_s!r}")
+        if self.device == "cpu" and self.precision == "fp16":
+            raise SpecError(
+                "precision fp16 needs a GPU (CPU autocast has no fp16 GradScaler path); "
+                "on cpu use fp32 or bf16"
+            )
+        if self.nnodes > 1:
+            if self.strategy != "ddp":
+                raise SpecError("nnodes > 1 needs strategy ddp")
+            if not self.rdzv_endpoint or not self.rdzv_id:
+                raise SpecError("nnodes > 1 needs rdzv_endpoint (host:port) and rdzv_id")
+        if self.rdzv_endpoint is not None:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise SpecError(f"rdzv_endpoint must be host:port; got {self.rdzv_endpoint!r}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise SpecError(f"node_rank must be in 0..{self.nnodes - 1}; got {self.node_rank}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def timed_steps(self) -> int:
+        return self.steps - self.warmup
+
+    @property
+    def backend(self) -> str:
+        """nccl on GPUs, gloo on CPU, as PyTorch recommends."""
+        return "nccl" if self.device == "cuda" else "gloo"
+
+    def replace(self, **changes: Any) -> "RunSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["world_size"] = self.world_size
+        data["backend"] = self.backend
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["ddp"] = DDPKnobs(**values.get("ddp", {}))
+        return cls(**values)
