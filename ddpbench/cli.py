@@ -10,6 +10,13 @@ from ddpbench.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DD
 USAGE_ERROR = 2
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong and where to look), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--workload", required=True, help="built-in name (resnet50, vit_b_16, gpt2, mlp) or path/to/file.py:factory")
@@ -75,8 +82,9 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=OneLineErrorParser)
     run = commands.add_parser("run", help="run one benchmark (ddp under torchrun, or local) and write its record")
     add_run_arguments(run)
     run.set_defaults(handler=command_run)

@@ -1,0 +1,29 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+
+
+def ddpbench(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line in a fresh process, as a user would."""
+    return subprocess.run([sys.executable, "-m", "ddpbench", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+requires_cuda = pytest.mark.skipif("not __import__('torch').cuda.is_available()",
+                                   reason="needs a CUDA GPU; this machine has none")
+
+
+@pytest.fixture
+def fixture_path():
+    return lambda name: os.path.join(FIXTURES, name)

@@ -1,0 +1,58 @@
+"""Bad command lines: one line on stderr naming the problem, exit code 2, nothing started."""
+import os
+import stat
+
+import pytest
+
+from conftest import ddpbench
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workload", "nope"], "unknown workload 'nope'; valid: gpt2, mlp, resnet50, vit_b_16"),
+    (["--workload", "mlp", "--batch-size", "0"], "batch_size must be an integer >= 1; got 0"),
+    (["--workload", "mlp", "--steps", "3", "--warmup", "3"], "steps must be above warmup"),
+    (["--workload", "mlp", "--device", "cpu", "--precision", "fp16"], "fp16 needs a GPU"),
+    (["--workload", "mlp", "--device", "cuda", "--nproc", "2"], "nproc 2 needs 2 GPUs per node with device cuda; this machine has 0"),
+    (["--workload", "tests/fixtures/user_workload.py:nothing"], "defines no 'nothing'"),
+])
+def test_bad_run_arguments_fail_fast_with_exit_code_2(args, message, tmp_path):
+    if "cuda" in args and __import__("ddpbench.environment").environment.visible_gpu_count() >= 2:
+        pytest.skip("this machine has the GPUs that this error is about")
+    done = ddpbench("run", *args, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # nothing was started or written
+
+
+def test_argparse_rejects_unknown_precision_with_the_choices():
+    done = ddpbench("run", "--workload", "mlp", "--precision", "fp8")
+    assert done.returncode == 2 and "'fp32', 'bf16', 'fp16'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere, so a read-only folder is no obstacle")
+def test_unwritable_output_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    done = ddpbench("run", "--workload", "mlp", "--out", str(locked / "x"))
+    assert done.returncode == 2 and "not writable" in done.stderr
+
+
+def test_output_path_that_is_a_file_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = ddpbench("run", "--workload", "mlp", "--out", str(blocker))
+    assert done.returncode == 2 and f"output folder '{blocker}' is not writable" in done.stderr
+
+
+def test_checking_input_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from ddpbench.launch import resolve; from ddpbench.spec import RunSpec;"
+            "resolve(RunSpec(workload='mlp', nproc=2), gpu_count=0, cores=2);"
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,27 @@
+from ddpbench.environment import REDACTED, captured_env, host_facts, redact_value
+
+
+def test_secret_looking_names_are_redacted():
+    env = captured_env({
+        "NCCL_DEBUG": "INFO",
+        "TORCH_HUB_TOKEN": "hf_abc",
+        "NCCL_IB_SECRET_KEY": "s3cr3t",
+        "CUDA_PASSWORD": "x",
+        "OMP_CREDENTIALS": "y",
+        "HOME": "/root",  # not a variable that changes how torch runs: not captured at all
+    })
+    assert env == {"NCCL_DEBUG": "INFO", "TORCH_HUB_TOKEN": REDACTED, "NCCL_IB_SECRET_KEY": REDACTED,
+                   "CUDA_PASSWORD": REDACTED, "OMP_CREDENTIALS": REDACTED}
+
+
+def test_passwords_inside_urls_are_redacted():
+    assert redact_value("etcd://alice:hunter2@host:2379/x") == f"etcd://alice:{REDACTED}@host:2379/x"
+    assert redact_value("http://host:8080/path") == "http://host:8080/path"
+    env = captured_env({"TORCH_STORE_URL": "https://bob:pw@store:443"})
+    assert env["TORCH_STORE_URL"] == f"https://bob:{REDACTED}@store:443"
+
+
+def test_host_facts_describe_this_machine():
+    facts = host_facts()
+    assert facts["cpu_cores"] >= 1 and facts["hostname"] and facts["python"]
+    assert "git_sha" in facts and "env_vars" in facts
