@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from ddpbench.spec import RunSpec, SpecError
 from ddpbench.workload import check_workload_name, is_user_workload
 
 ERROR_TAIL_LINES = 40
+_EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 
 
 def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
@@ -107,6 +109,15 @@ def _tee_stderr(stream, tail: collections.deque) -> None:
         tail.append(line.rstrip("\n").split("\r")[-1])
 
 
+def failure_message(exit_code: int, stderr_tail) -> str:
+    """The last exception named in the children's error output, if any, with the exit code."""
+    exceptions = [m.group(1) for m in map(_EXCEPTION_LINE.match, stderr_tail) if m]
+    # torchrun's own ChildFailedError comes last; the worker's exception before it says more.
+    own = [e for e in exceptions if not e.startswith(("torch.distributed.elastic", "ChildFailedError"))]
+    cause = (own or exceptions or ["no exception in the error output"])[-1]
+    return f"exit code {exit_code}, no record written: {cause}"
+
+
 def launch(spec: RunSpec) -> LaunchResult:
     """Run a resolved spec to completion; always leaves a record on the node of rank 0."""
     check_output_folder(spec.out_dir)
@@ -132,7 +143,7 @@ def launch(spec: RunSpec) -> LaunchResult:
     else:
         record = new_record(spec.to_dict(), "failed", env=host_facts())
         record["error"] = {
-            "message": f"run ended with exit code {exit_code} and wrote no record",
+            "message": failure_message(exit_code, tail),
             "exit_code": exit_code,
             "stderr_tail": list(tail),
         }

@@ -15,7 +15,7 @@ def format_summary(record: dict, path: str) -> str:
     spec = record["spec"]
     title = (f"{spec['strategy']} {spec['workload']}/{spec['size']}  world {spec['world_size']} "
              f"({spec['device']}, {spec['backend'] if spec['strategy'] == 'ddp' else 'no process group'}, "
-             f"{spec['threads_per_rank']} threads/rank)  {spec['precision']}  batch {spec['batch_size']}/device")
+             f"{spec['threads_per_rank']} threads/rank)  {spec['precision']}  batch {spec['batch_size'] or 'default'}/device")
     lines = [title]
     if record["status"] != "ok":
         error = record.get("error") or {}

@@ -1,0 +1,76 @@
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ddpbench import checks
+
+
+def test_shards_that_split_the_dataset_pass():
+    result = checks.shard_checks([[0, 2, 4], [1, 3, 5]], dataset_length=6)
+    assert result["shards_disjoint"]["ok"] and result["shards_cover_dataset"]["ok"]
+
+
+def test_overlapping_shards_fail():
+    result = checks.shard_checks([[0, 1, 2], [2, 3, 4]], dataset_length=5)
+    # 6 indices for 5 samples: one repeat is DistributedSampler's padding, allowed...
+    assert result["shards_disjoint"]["ok"] and result["shards_disjoint"]["padding_allowed"] == 1
+    result = checks.shard_checks([[0, 1, 2], [0, 1, 2]], dataset_length=6)
+    # ...but every rank reading the same samples is not.
+    assert not result["shards_disjoint"]["ok"] and result["shards_disjoint"]["repeated_indices"] == 3
+    assert not result["shards_cover_dataset"]["ok"] and result["shards_cover_dataset"]["covered"] == 3
+
+
+def test_reshuffle_needs_two_epochs_and_a_different_order():
+    assert checks.reshuffled_each_epoch([1, 2, 3], None)["ok"] is None
+    assert checks.reshuffled_each_epoch([1, 2, 3], [3, 1, 2])["ok"] is True
+    assert checks.reshuffled_each_epoch([1, 2, 3], [1, 2, 3])["ok"] is False
+
+
+def test_replicas_in_sync_names_the_odd_rank_out():
+    assert checks.replicas_in_sync(["a", "a", "a"])["ok"]
+    result = checks.replicas_in_sync(["a", "a", "b", "a"])
+    assert not result["ok"] and result["ranks_differing_from_rank0"] == [2]
+
+
+def test_parameter_digest_sees_a_one_ulp_change():
+    model = torch.nn.Linear(4, 4)
+    before = checks.parameter_digest(model)
+    with torch.no_grad():
+        model.weight[0, 0] = torch.nextafter(model.weight[0, 0], torch.tensor(10.0))
+    assert checks.parameter_digest(model) != before
+
+
+def _no_averaging_hook(state, bucket):
+    """A broken comm hook: every rank keeps its own gradient, nothing is all-reduced."""
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
+def _gradient_check_on_rank(rank, world_size, store_path, broken, results):
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 3))
+        if broken:
+            model.register_comm_hook(None, _no_averaging_hook)
+        torch.manual_seed(100 + rank)  # each rank gets different data, as with a real sampler
+        inputs, targets = torch.randn(4, 8), torch.randint(3, (4,))
+        results[rank] = checks.gradients_averaged(model, inputs, targets, torch.nn.functional.cross_entropy,
+                                                  world_size, "allreduce")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["real-ddp", "no-averaging-hook"])
+def test_gradient_check_tells_averaged_from_local_gradients(tmp_path, broken):
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_gradient_check_on_rank, args=(2, str(tmp_path / "store"), broken, results), nprocs=2)
+        results = dict(results)
+    assert all(r["ok"] is (not broken) for r in results.values()), results
+    if broken:
+        assert min(r["relative_error"] for r in results.values()) > 0.01

@@ -1,0 +1,139 @@
+"""Real runs on CPU: torchrun, gloo process groups, real workers. A handful, since each launch
+imports torch in every process."""
+import glob
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, ddpbench
+
+pytestmark = pytest.mark.launches
+
+REQUIRED_KEYS = {"schema_version", "run_id", "status", "spec", "env", "ranks", "metrics", "checks", "error",
+                 "started_at", "ended_at", "launch"}
+
+
+def only_record(out_dir) -> dict:
+    paths = glob.glob(str(out_dir / "runs" / "*.json"))
+    assert len(paths) == 1, paths
+    return json.load(open(paths[0]))
+
+
+def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> None:
+    assert REQUIRED_KEYS <= set(record)
+    assert record["status"] == "ok" and record["error"] is None
+    assert record["spec"]["world_size"] == world_size
+    env = record["env"]
+    for key in ("torch", "cuda", "nccl", "cudnn", "gpu_names", "gpu_count", "cpu_model", "cpu_cores",
+                "hostname", "git_sha", "env_vars"):
+        assert key in env
+    assert [r["rank"] for r in record["ranks"]] == list(range(world_size))
+    for rank in record["ranks"]:
+        assert len(rank["step_times_s"]) == timed_steps
+        assert all(t > 0 for t in rank["step_times_s"])
+        assert rank["peak_memory_bytes"] > 0
+        assert rank["threads"] == record["spec"]["threads_per_rank"]
+    # Every derived number is recomputed here from the raw per-rank step times.
+    metrics = record["metrics"]
+    iteration = np.max([r["step_times_s"] for r in record["ranks"]], axis=0)
+    assert metrics["iteration_time_s"]["p50"] == pytest.approx(np.percentile(iteration, 50))
+    assert metrics["iteration_time_s"]["p99"] == pytest.approx(np.percentile(iteration, 99))
+    samples = record["spec"]["batch_size"] * world_size * timed_steps
+    assert metrics["global_samples"] == samples
+    assert metrics["throughput_samples_per_s"] == pytest.approx(samples / metrics["window_s"])
+    # The barrier-aligned window holds the timed steps: it cannot be shorter than their sum on
+    # any rank (it also contains the final barrier).
+    assert metrics["window_s"] >= max(sum(r["step_times_s"]) for r in record["ranks"]) * 0.999
+    failed = [name for name, check in record["checks"].items() if check["ok"] is False]
+    assert not failed, record["checks"]
+
+
+def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
+    done = ddpbench("run", "--workload", "mlp", "--nproc", "2", "--steps", "25", "--warmup", "3",
+                    "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = only_record(tmp_path)
+    assert_valid_ok_record(record, world_size=2, timed_steps=22)
+    spec = record["spec"]
+    assert (spec["device"], spec["backend"], spec["size"], spec["threads_per_rank"]) == ("cpu", "gloo", "tiny", 1)
+    checks = record["checks"]
+    assert checks["replicas_in_sync"]["ok"] and checks["replicas_in_sync"]["distinct_digests"] == 1
+    assert checks["gradients_averaged"]["ok"]
+    assert checks["shards_disjoint"]["shard_sizes"] == [80, 80]
+    assert checks["shards_cover_dataset"]["covered"] == 160
+    assert checks["reshuffled_each_epoch"]["ok"] is True  # 25 steps of 10 per epoch: set_epoch ran
+    assert record["ranks"][0]["epochs_started"] == 3
+    assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
+    assert record["metrics"]["flops_per_sample"] > 0
+    assert "throughput" in done.stdout and "replicas_in_sync ok" in done.stdout
+
+
+def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
+    done = ddpbench("run", "--workload", "vit_b_16", "--strategy", "local", "--precision", "bf16",
+                    "--steps", "6", "--warmup", "1", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = only_record(tmp_path)
+    assert_valid_ok_record(record, world_size=1, timed_steps=5)
+    assert record["spec"]["threads_per_rank"] == record["env"]["cpu_cores"]  # one device: all cores
+    assert "replicas_in_sync" not in record["checks"]  # nothing to compare without replicas
+    assert record["metrics"]["sample_unit"] == "images"
+    assert "torch.distributed.run" not in record["launch"]["command"]
+
+
+def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
+    workload = f"{REPO}/tests/fixtures/user_workload.py:regression"
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
+                    "--comm-hook", "fp16_compress", "--bucket-cap-mb", "1", "--gradient-as-bucket-view",
+                    "--static-graph", "--no-broadcast-buffers", "--batch-size", "3", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = only_record(tmp_path)
+    assert_valid_ok_record(record, world_size=2, timed_steps=6)
+    assert record["run_id"].startswith("regression-ddp-n2-")
+    assert record["spec"]["ddp"] == {"bucket_cap_mb": 1.0, "gradient_as_bucket_view": True, "static_graph": True,
+                                     "find_unused_parameters": False, "broadcast_buffers": False,
+                                     "comm_hook": "fp16_compress"}
+    assert record["spec"]["batch_size"] == 3
+    assert record["metrics"]["sample_unit"] == "rows"
+    assert record["checks"]["gradients_averaged"]["tolerance"] == 5e-3
+
+
+def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
+    workload = f"{REPO}/tests/fixtures/failing_workload.py:broken"
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "4", "--warmup", "1",
+                    "--out", str(tmp_path))
+    assert done.returncode == 1
+    record = only_record(tmp_path)
+    assert record["status"] == "failed"
+    assert record["error"]["exit_code"] != 0
+    assert any("broken on purpose" in line for line in record["error"]["stderr_tail"])
+    assert "FAILED" in done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
+    """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = []
+    for node_rank in (0, 1):
+        command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
+                   "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
+                   "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--out", str(tmp_path / f"node{node_rank}")]
+        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
+    records = glob.glob(str(tmp_path / "node*" / "runs" / "*.json"))
+    assert len(records) == 1, "exactly one record: global rank 0 writes, no one else"
+    record = json.load(open(records[0]))
+    assert_valid_ok_record(record, world_size=2, timed_steps=5)
+    assert record["spec"]["nnodes"] == 2 and record["spec"]["nproc"] == 1
+    assert record["checks"]["replicas_in_sync"]["ok"]
+    assert sum("wrote the record there" in out for out, _ in outputs) == 1
