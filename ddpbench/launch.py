@@ -7,7 +7,6 @@ the exit code and the end of the error output, so a failing run is never silentl
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -89,6 +88,8 @@ def child_environment(spec: RunSpec) -> dict[str, str]:
     env = dict(os.environ)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
     env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
+    # The workers write into a pipe, so they cannot see that a person is watching: tell them.
+    env["DDPBENCH_PROGRESS"] = "1" if sys.stderr.isatty() else "0"
     return env
 
 
@@ -101,12 +102,29 @@ class LaunchResult:
     """The record on this machine, or None when global rank 0 ran on another node."""
 
 
-def _tee_stderr(stream, tail: collections.deque) -> None:
-    """Show the children's error output live (progress bars included) and keep its end."""
-    for line in iter(stream.readline, ""):
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        tail.append(line.rstrip("\n").split("\r")[-1])
+class StderrTee:
+    """Pass the children's error output through as it comes (progress bars redraw with \\r and
+    no newline, so it is read in chunks, not lines) and keep its last lines for the record."""
+
+    def __init__(self, stream, keep_lines: int = ERROR_TAIL_LINES):
+        self.stream = stream
+        self.keep_chars = keep_lines * 400
+        self.text = ""
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        fd = self.stream.fileno()
+        while chunk := os.read(fd, 65536):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+            self.text = (self.text + chunk.decode("utf-8", "replace"))[-self.keep_chars:]
+
+    def tail(self, timeout_s: float = 5.0) -> list[str]:
+        self.thread.join(timeout=timeout_s)
+        # A progress bar line holds many \r-separated redraws: keep only the last of each.
+        lines = [line.split("\r")[-1] for line in self.text.splitlines()]
+        return [line for line in lines if line.strip()][-ERROR_TAIL_LINES:]
 
 
 def failure_message(exit_code: int, stderr_tail) -> str:
@@ -122,14 +140,11 @@ def launch(spec: RunSpec) -> LaunchResult:
     """Run a resolved spec to completion; always leaves a record on the node of rank 0."""
     check_output_folder(spec.out_dir)
     command = command_for(spec)
-    tail: collections.deque = collections.deque(maxlen=ERROR_TAIL_LINES)
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=child_environment(spec), stderr=subprocess.PIPE, text=True,
-                               errors="replace")
-    reader = threading.Thread(target=_tee_stderr, args=(process.stderr, tail), daemon=True)
-    reader.start()
+    process = subprocess.Popen(command, env=child_environment(spec), stderr=subprocess.PIPE)
+    stderr = StderrTee(process.stderr)
     exit_code = process.wait()
-    reader.join(timeout=5)
+    tail = stderr.tail()
     wall_s = time.perf_counter() - started
 
     path = record_path(spec.out_dir, spec.run_id)
@@ -145,7 +160,7 @@ def launch(spec: RunSpec) -> LaunchResult:
         record["error"] = {
             "message": failure_message(exit_code, tail),
             "exit_code": exit_code,
-            "stderr_tail": list(tail),
+            "stderr_tail": tail,
         }
         record["launch"] = launch_info
         write_record(record, spec.out_dir)

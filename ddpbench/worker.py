@@ -99,9 +99,10 @@ def peak_memory(device: torch.device) -> tuple[int, str]:
 def progress_bar(spec: RunSpec, rank: Rank):
     from tqdm import tqdm
 
+    # Rank 0 only, and only when the launcher saw a terminal: no bar noise in logs and CI.
+    show = rank.is_writer and os.environ.get("DDPBENCH_PROGRESS") == "1"
     return tqdm(total=spec.steps, desc=f"{spec.strategy} {spec.workload} x{spec.world_size}",
-                unit="step", mininterval=0.5, disable=not rank.is_writer or None, file=sys.stderr,
-                leave=False)
+                unit="step", mininterval=0.5, disable=not show, file=sys.stderr, leave=False)
 
 
 def train_and_measure(spec: RunSpec, rank: Rank) -> tuple[RunSpec, dict, dict]:
