@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-# GPUS=N runs on N GPUs; unset, it uses every visible GPU, or the CPU (gloo) when there is none.
-GPU_COUNT := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-GPUS ?= $(filter-out 0,$(GPU_COUNT))
-BENCH_OUT ?= results/bench
+# GPUS=N sweeps world sizes 1, 2, 4, ... N on GPUs; unset, every visible GPU, or the CPU suite
+# (gloo, world sizes up to the core count) when there is none. BENCH_ARGS passes more options.
+GPUS ?=
+BENCH_ARGS ?=
 
 .PHONY: install bench test clean
 
@@ -19,13 +19,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# Until sweeps exist: one small DDP run, printing where its record is.
 bench: install
-ifneq ($(strip $(GPUS)),)
-	$(BIN)/ddpbench run --workload gpt2 --device cuda --nproc $(GPUS) --precision bf16 --out $(BENCH_OUT)
-else
-	$(BIN)/ddpbench run --workload mlp --device cpu --nproc 2 --out $(BENCH_OUT)
-endif
+	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) $(BENCH_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q tests

@@ -81,6 +81,131 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
+    return value
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    from ddpbench.plan import SCALING_MODES, SUITES
+
+    add = parser.add_argument
+    devices = parser.add_mutually_exclusive_group()
+    devices.add_argument("--gpus", type=positive_int, help="largest world size in GPUs (implies --device cuda)")
+    devices.add_argument("--nproc", type=positive_int,
+                         help="largest world size in processes (default: every GPU, or every CPU core)")
+    add("--device", choices=DEVICES, default="auto")
+    add("--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)")
+    add("--workloads", type=comma_list, default=(), help="comma-separated workloads instead of the suite's")
+    add("--size", choices=SIZES, default=None)
+    add("--strategies", type=comma_list, default=("local", "ddp", "dp"), help="subset of local,ddp,dp")
+    add("--steps", type=int, default=None, help="steps per run, warm-up included (default: the suite's)")
+    add("--warmup", type=int, default=None)
+    add("--batch-size", type=int, default=None, help="per-device batch for every workload (weak scaling)")
+    add("--scaling", choices=SCALING_MODES, default="weak",
+        help="weak: fixed per-device batch (default); strong: fixed global batch")
+    add("--global-batch", type=int, default=None, help="strong scaling's global batch")
+    add("--precision", choices=PRECISIONS, default=None)
+    add("--comm-hook", choices=COMM_HOOKS, default="allreduce")
+    add("--bucket-cap-mb", type=float, default=25.0)
+    add("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")
+    add("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
+    add("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
+    add("--run-timeout", type=float, default=None,
+        help="seconds before a run is ended as timeout (default: derived from the expected step time)")
+
+
+def sweep_options_from_args(args: argparse.Namespace):
+    from ddpbench.environment import usable_cores, visible_gpu_count
+    from ddpbench.plan import SweepOptions
+
+    gpu_count = visible_gpu_count()
+    device = "cuda" if args.gpus else args.device
+    if device == "auto":
+        device = "cuda" if gpu_count > 0 else "cpu"
+    cores = usable_cores()
+    if device == "cuda":
+        largest = args.gpus or args.nproc or gpu_count
+        if largest > gpu_count:
+            raise SpecError(f"asked for {largest} GPUs; this machine has {gpu_count}")
+        if largest < 1:
+            raise SpecError("no GPU is visible; use --device cpu (or leave --device auto)")
+    else:
+        largest = args.nproc or cores
+        if largest > cores:
+            raise SpecError(f"asked for {largest} CPU processes; this machine has {cores} usable cores "
+                            "(a CPU device is a slice of cores, so at most one process per core)")
+    return SweepOptions(
+        device=device, max_world_size=largest, cores=cores,
+        suite=args.suite or ("gpu" if device == "cuda" else "cpu"), workloads=args.workloads,
+        strategies=args.strategies, size=args.size, steps=args.steps, warmup=args.warmup,
+        batch_size=args.batch_size, scaling=args.scaling, global_batch=args.global_batch,
+        precision=args.precision, ddp=DDPKnobs(bucket_cap_mb=args.bucket_cap_mb, comm_hook=args.comm_hook),
+    )
+
+
+def command_sweep(args: argparse.Namespace) -> int:
+    import dataclasses
+    import os
+    import time
+
+    from ddpbench.plan import plan_sweep
+    from ddpbench.sweep import prepare, run_sweep
+
+    if args.resume and not args.sweep_id:
+        raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
+    options = None if args.resume else sweep_options_from_args(args)
+    sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{options.suite}"
+    sweep_dir = os.path.join(args.out, sweep_id)
+    plan = None if args.resume else plan_sweep(options, sweep_dir)
+    stored_options = None if args.resume else dataclasses.asdict(options)
+    if plan is not None:
+        for spec in plan:  # every planned run is valid on this machine before the first starts
+            from ddpbench.launch import resolve
+            resolve(spec)
+    manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
+    print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
+    manifest = run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout)
+    return print_table(sweep_dir, save=True, manifest=manifest)
+
+
+def print_table(sweep_dir: str, save: bool = False, manifest: dict | None = None) -> int:
+    import os
+
+    from ddpbench.results import format_side_by_side, load, scaling_table
+
+    runs = load(sweep_dir)
+    if runs.empty and not runs.attrs["unreadable"]:
+        raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
+    table = scaling_table(runs)
+    print(format_side_by_side(table))
+    problems = runs[runs["status"] != "ok"]
+    for _, run in problems.iterrows():
+        print(f"{run['status'].upper()}: {run['run_id']}: {run['error']}")
+    for path, reason in runs.attrs["unreadable"]:
+        print(f"UNREADABLE: {path}: {reason}")
+    if save:
+        csv_path = os.path.join(sweep_dir, "scaling.csv")
+        from ddpbench.record import write_atomic
+
+        write_atomic(csv_path, table.to_csv(index=False))
+        print(f"scaling table: {csv_path}")
+    return 1 if len(problems) or (runs["checks_failed"] != "").any() else 0
+
+
+def command_table(args: argparse.Namespace) -> int:
+    return print_table(args.sweep_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -88,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one benchmark (ddp under torchrun, or local) and write its record")
     add_run_arguments(run)
     run.set_defaults(handler=command_run)
+    sweep = commands.add_parser("sweep", help="run a scaling sweep: local, ddp and dp over world sizes 1, 2, 4, ...")
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(handler=command_sweep)
+    table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
+    table.add_argument("sweep_dir")
+    table.set_defaults(handler=command_table)
     return parser
 
 

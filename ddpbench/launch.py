@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,11 +40,13 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     if device == "cuda" and spec.nproc > gpu_count:
         raise SpecError(f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; "
                         f"this machine has {gpu_count}")
+    # A CPU "device" is a fixed slice of the cores, so N ranks never fight over them; DataParallel
+    # drives N devices from one process, so it gets the N slices.
+    threads = spec.threads_per_rank or max(1, cores // spec.nproc) * (spec.nproc if spec.strategy == "dp" else 1)
     changes = {
         "device": device,
         "size": spec.size or ("full" if device == "cuda" else "tiny"),
-        # A CPU "device" is a fixed slice of the cores, so N ranks never fight over them.
-        "threads_per_rank": spec.threads_per_rank or max(1, cores // spec.nproc),
+        "threads_per_rank": threads,
         "run_id": spec.run_id or make_run_id(spec),
     }
     return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
@@ -70,11 +73,14 @@ def worker_module_args(spec: RunSpec) -> list[str]:
     return ["-m", "ddpbench.worker", "--spec-json", spec.to_json()]
 
 
-def command_for(spec: RunSpec) -> list[str]:
-    if spec.strategy == "local":
+def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
+    if spec.strategy != "ddp":
         return [sys.executable, *worker_module_args(spec)]
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}",
                "--max-restarts=0"]
+    if log_dir:
+        # Per-rank stdout/stderr files (and @record error files), still shown on the console.
+        command += [f"--log-dir={log_dir}", "--tee=3"]
     if spec.rdzv_endpoint:
         command += [f"--nnodes={spec.nnodes}", f"--node-rank={spec.node_rank}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={spec.rdzv_endpoint}", f"--rdzv-id={spec.rdzv_id}"]
@@ -102,13 +108,14 @@ class LaunchResult:
     """The record on this machine, or None when global rank 0 ran on another node."""
 
 
-class StderrTee:
-    """Pass the children's error output through as it comes (progress bars redraw with \\r and
-    no newline, so it is read in chunks, not lines) and keep its last lines for the record."""
+class OutputTee:
+    """Pass the children's output on as it comes (progress bars redraw with \\r and no newline,
+    so it is read in chunks, not lines), copy it to a log file, and keep its last lines."""
 
-    def __init__(self, stream, keep_lines: int = ERROR_TAIL_LINES):
+    def __init__(self, stream, echo: bool, log_path: str):
         self.stream = stream
-        self.keep_chars = keep_lines * 400
+        self.echo = echo
+        self.log = open(log_path, "wb")
         self.text = ""
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
@@ -116,9 +123,12 @@ class StderrTee:
     def _pump(self) -> None:
         fd = self.stream.fileno()
         while chunk := os.read(fd, 65536):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.flush()
-            self.text = (self.text + chunk.decode("utf-8", "replace"))[-self.keep_chars:]
+            if self.echo:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            self.log.write(chunk)
+            self.text = (self.text + chunk.decode("utf-8", "replace"))[-ERROR_TAIL_LINES * 400:]
+        self.log.close()
 
     def tail(self, timeout_s: float = 5.0) -> list[str]:
         self.thread.join(timeout=timeout_s)
@@ -127,28 +137,60 @@ class StderrTee:
         return [line for line in lines if line.strip()][-ERROR_TAIL_LINES:]
 
 
-def failure_message(exit_code: int, stderr_tail) -> str:
-    """The last exception named in the children's error output, if any, with the exit code."""
-    exceptions = [m.group(1) for m in map(_EXCEPTION_LINE.match, stderr_tail) if m]
+def failure_message(exit_code: int, output_tail) -> str:
+    """The last exception named in the children's output, if any, with the exit code."""
+    exceptions = [m.group(1) for m in map(_EXCEPTION_LINE.match, output_tail) if m]
     # torchrun's own ChildFailedError comes last; the worker's exception before it says more.
     own = [e for e in exceptions if not e.startswith(("torch.distributed.elastic", "ChildFailedError"))]
-    cause = (own or exceptions or ["no exception in the error output"])[-1]
+    cause = (own or exceptions or ["no exception in the output"])[-1]
     return f"exit code {exit_code}, no record written: {cause}"
 
 
-def launch(spec: RunSpec) -> LaunchResult:
-    """Run a resolved spec to completion; always leaves a record on the node of rank 0."""
+def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the whole process group (torchrun's agent forwards it to every rank), then
+    SIGKILL whatever is left after the grace period: no orphan keeps a core or a GPU."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> LaunchResult:
+    """Run a resolved spec to completion; always leaves a record on the node of rank 0.
+
+    Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with `echo`,
+    to this terminal. After `timeout_s` the run is ended and recorded as `timeout`.
+    """
     check_output_folder(spec.out_dir)
-    command = command_for(spec)
+    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    os.makedirs(log_dir, exist_ok=True)
+    command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=child_environment(spec), stderr=subprocess.PIPE)
-    stderr = StderrTee(process.stderr)
-    exit_code = process.wait()
-    tail = stderr.tail()
+    # A session of its own, so the run can be ended as a group (and Ctrl-C reaches us first).
+    process = subprocess.Popen(command, env=child_environment(spec), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    output = OutputTee(process.stdout, echo, os.path.join(log_dir, "output.log"))
+    status = "failed"
+    try:
+        exit_code = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        end_process_group(process)
+        exit_code, status = process.returncode, "timeout"
+    except BaseException:
+        end_process_group(process)
+        raise
+    tail = output.tail()
     wall_s = time.perf_counter() - started
 
     path = record_path(spec.out_dir, spec.run_id)
-    launch_info = {"command": command, "wall_s": wall_s, "exit_code": exit_code, "node_rank": spec.node_rank}
+    launch_info = {"command": command, "wall_s": wall_s, "exit_code": exit_code, "node_rank": spec.node_rank,
+                   "timeout_s": timeout_s, "logs": log_dir}
     if os.path.exists(path):
         record = load_record(path)
         record["launch"] = launch_info
@@ -156,12 +198,10 @@ def launch(spec: RunSpec) -> LaunchResult:
     elif exit_code == 0 and spec.nnodes > 1:
         return LaunchResult(spec, exit_code, wall_s, None)
     else:
-        record = new_record(spec.to_dict(), "failed", env=host_facts())
-        record["error"] = {
-            "message": failure_message(exit_code, tail),
-            "exit_code": exit_code,
-            "stderr_tail": tail,
-        }
+        record = new_record(spec.to_dict(), status, env=host_facts())
+        message = (f"ended after the {timeout_s:.0f} s run timeout" if status == "timeout"
+                   else failure_message(exit_code, tail))
+        record["error"] = {"message": message, "exit_code": exit_code, "output_tail": tail}
         record["launch"] = launch_info
         write_record(record, spec.out_dir)
     return LaunchResult(spec, exit_code, wall_s, path)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-STRATEGIES = ("ddp", "local")
+STRATEGIES = ("ddp", "local", "dp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 SIZES = ("tiny", "full")
@@ -62,9 +62,10 @@ class RunSpec:
     workload: str
     """A built-in workload name, or `path/to/file.py:factory` for a user's own."""
     strategy: str = "ddp"
-    """`ddp`: DistributedDataParallel under torchrun; `local`: one process, no wrapper (the reference)."""
+    """`ddp`: DistributedDataParallel under torchrun; `local`: one process, no wrapper (the
+    reference); `dp`: nn.DataParallel, one process driving `nproc` devices with the global batch."""
     nproc: int = 1
-    """Processes per node, one per device."""
+    """Devices per node: one process each for ddp, all in one process for dp."""
     nnodes: int = 1
     """Nodes in the job; world_size = nproc * nnodes."""
     device: str = "auto"
@@ -80,7 +81,7 @@ class RunSpec:
     precision: str = "fp32"
     """fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler, GPU only)."""
     threads_per_rank: int | None = None
-    """Intra-op CPU threads per process; None gives max(1, cores // nproc)."""
+    """Intra-op CPU threads per process; None gives max(1, cores // nproc), times nproc for dp."""
     num_workers: int = 0
     """DataLoader worker processes per rank."""
     data_dir: str | None = None
@@ -90,7 +91,7 @@ class RunSpec:
     pg_timeout_s: float = 300.0
     """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
-    """DDP options; ignored by `local`."""
+    """DDP options; ignored by `local` and `dp`."""
     node_rank: int = 0
     """This node's rank, for multi-node jobs."""
     rdzv_endpoint: str | None = None
@@ -155,7 +156,12 @@ class RunSpec:
 
     @property
     def world_size(self) -> int:
+        """Devices in the run (for dp too, although it is one process)."""
         return self.nproc * self.nnodes
+
+    @property
+    def processes(self) -> int:
+        return self.world_size if self.strategy == "ddp" else 1
 
     @property
     def timed_steps(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ddpbench.labels import strategy_label
+
 
 def failed_checks(record: dict) -> list[str]:
     return [name for name, check in record.get("checks", {}).items() if check.get("ok") is False]
@@ -13,14 +15,14 @@ def _ms(seconds: float) -> str:
 
 def format_summary(record: dict, path: str) -> str:
     spec = record["spec"]
-    title = (f"{spec['strategy']} {spec['workload']}/{spec['size']}  world {spec['world_size']} "
-             f"({spec['device']}, {spec['backend'] if spec['strategy'] == 'ddp' else 'no process group'}, "
-             f"{spec['threads_per_rank']} threads/rank)  {spec['precision']}  batch {spec['batch_size'] or 'default'}/device")
+    title = (f"{spec['workload']}/{spec['size']}  {strategy_label(spec)}  world {spec['world_size']} on "
+             f"{spec['device']}, {spec['threads_per_rank']} threads/process  {spec['precision']}  "
+             f"batch {spec['batch_size'] or 'default'}/device")
     lines = [title]
     if record["status"] != "ok":
         error = record.get("error") or {}
         lines.append(f"  status       {record['status'].upper()}: {error.get('message', 'no message')}")
-        lines += [f"    | {line}" for line in (error.get("stderr_tail") or [])[-10:]]
+        lines += [f"    | {line}" for line in (error.get("output_tail") or [])[-10:]]
     else:
         metrics = record["metrics"]
         unit = metrics["sample_unit"]

@@ -49,6 +49,15 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> D
     return ddp_model
 
 
+def wrap_data_parallel(model: torch.nn.Module, device: torch.device, devices: int) -> torch.nn.Module:
+    """nn.DataParallel over the first `devices` GPUs: one process scatters each batch, replicates
+    the module every forward and gathers outputs on the first GPU. Without CUDA it has no devices
+    and simply calls the module, so on CPU its only parallelism is the intra-op threads."""
+    if device.type == "cuda":
+        return torch.nn.DataParallel(model, device_ids=list(range(devices)))
+    return torch.nn.DataParallel(model)
+
+
 @dataclass
 class Precision:
     """Autocast context and, for fp16, the GradScaler that keeps small gradients from vanishing."""

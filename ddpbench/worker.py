@@ -31,7 +31,8 @@ from ddpbench.environment import host_facts, torch_facts
 from ddpbench.metrics import run_metrics
 from ddpbench.record import new_record, utc_now, write_record
 from ddpbench.spec import RunSpec
-from ddpbench.training import flops_per_sample, make_precision, to_device, train_step, wrap_ddp
+from ddpbench.training import (flops_per_sample, make_precision, to_device, train_step,
+                               wrap_data_parallel, wrap_ddp)
 from ddpbench.workload import build_workload
 
 # Synthetic datasets hold this many steps of data per epoch, so runs cross epoch boundaries
@@ -59,6 +60,7 @@ class Rank:
 
     def __init__(self, spec: RunSpec):
         self.distributed = spec.strategy == "ddp"
+        self.data_parallel_devices = spec.nproc if spec.strategy == "dp" else 1
         if self.distributed and "RANK" not in os.environ:
             raise RuntimeError("strategy ddp must be launched by torchrun (RANK is not set)")
         self.rank = int(os.environ.get("RANK", 0))
@@ -66,6 +68,7 @@ class Rank:
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
         if spec.device == "cuda":
             # One process per GPU: the device comes from LOCAL_RANK, set before any CUDA work.
+            # (DataParallel's one process uses LOCAL_RANK 0 = its first device, where outputs gather.)
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
         else:
@@ -111,8 +114,10 @@ def train_and_measure(spec: RunSpec, rank: Rank) -> tuple[RunSpec, dict, dict]:
     workload = build_workload(spec.workload, spec.size, spec.data_dir)
     spec = spec.replace(batch_size=spec.batch_size or workload.batch_size)
 
-    dataset = workload.make_dataset(spec.batch_size * rank.world_size * SYNTHETIC_STEPS_PER_EPOCH)
-    loader, sampler = make_loader(dataset, spec.batch_size, rank.world_size, rank.rank, spec.seed,
+    # DataParallel takes the global batch in one forward and splits it across its devices.
+    loader_batch = spec.batch_size * rank.data_parallel_devices
+    dataset = workload.make_dataset(loader_batch * rank.world_size * SYNTHETIC_STEPS_PER_EPOCH)
+    loader, sampler = make_loader(dataset, loader_batch, rank.world_size, rank.rank, spec.seed,
                                   spec.num_workers, pin_memory=rank.device.type == "cuda",
                                   sampler_class=RecordingSampler)
     model = workload.model.to(rank.device)
@@ -120,6 +125,8 @@ def train_and_measure(spec: RunSpec, rank: Rank) -> tuple[RunSpec, dict, dict]:
     flops = flops_per_sample(model, workload.loss, flops_inputs, flops_targets)
     if rank.distributed:
         model = wrap_ddp(model, rank.device, spec.ddp)
+    elif spec.strategy == "dp":
+        model = wrap_data_parallel(model, rank.device, spec.nproc)
     optimizer = workload.make_optimizer(model.parameters())
     precision = make_precision(spec.precision, rank.device)
     epochs_seen: list[int] = []

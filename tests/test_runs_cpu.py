@@ -109,7 +109,7 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     record = only_record(tmp_path)
     assert record["status"] == "failed"
     assert record["error"]["exit_code"] != 0
-    assert any("broken on purpose" in line for line in record["error"]["stderr_tail"])
+    assert any("broken on purpose" in line for line in record["error"]["output_tail"])
     assert "FAILED" in done.stdout
 
 

@@ -1,0 +1,17 @@
+"""How runs are named wherever they are shown (terminal, tables, report). No torch, no pandas."""
+
+from __future__ import annotations
+
+
+def strategy_label(spec: dict) -> str:
+    """Say exactly what ran. On CPU, nn.DataParallel replicates nothing: it is one process whose
+    only parallelism is its intra-op threads, and the label says so."""
+    strategy, world_size = spec["strategy"], spec["world_size"]
+    if strategy == "local":
+        return "local (one device, no wrapper)"
+    if strategy == "ddp":
+        processes = "1 process" if world_size == 1 else f"{world_size} processes"
+        return f"DDP ({processes}, {spec.get('backend', '?')})"
+    if spec.get("device") == "cpu":
+        return f"DataParallel on CPU (one process, {spec.get('threads_per_rank')} threads, no replication)"
+    return f"DataParallel (one process, {world_size} GPU{'s' if world_size > 1 else ''})"

@@ -1,0 +1,144 @@
+"""Sweep plans: which runs a scaling study is made of. No torch.
+
+A plan is a list of RunSpec: for every workload, `local` once (the X(1) reference), then `ddp`
+and `dp` at world sizes 1, 2, 4, ... up to N (and N itself when it is not a power of two).
+Run ids are stable names inside a sweep (`mlp-ddp-n2`), which is what `--resume` matches on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ddpbench.spec import DDPKnobs, RunSpec, SpecError, STRATEGIES
+from ddpbench.workload import check_workload_name, is_user_workload
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of workloads with the settings that suit one kind of device."""
+
+    workloads: dict[str, int]
+    """workload name -> per-device batch size."""
+    size: str
+    precision: str
+    steps: int
+    warmup: int
+    description: str
+
+
+SUITES: dict[str, Suite] = {
+    "cpu": Suite(workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8}, size="tiny",
+                 precision="fp32", steps=40, warmup=5,
+                 description="tiny workloads on CPU processes over gloo"),
+    "gpu": Suite(workloads={"resnet50": 128, "vit_b_16": 64, "gpt2": 8, "mlp": 32}, size="full",
+                 precision="bf16", steps=60, warmup=10,
+                 description="full-size workloads on GPUs, bf16 autocast"),
+    "smoke": Suite(workloads={"mlp": 8}, size="tiny", precision="fp32", steps=12, warmup=2,
+                   description="one tiny workload, for a quick check that everything runs"),
+}
+SCALING_MODES = ("weak", "strong")
+
+
+def world_sizes(largest: int) -> list[int]:
+    """1, 2, 4, ... up to `largest`, plus `largest` itself when it is not a power of two."""
+    sizes, size = [], 1
+    while size <= largest:
+        sizes.append(size)
+        size *= 2
+    if sizes[-1] != largest:
+        sizes.append(largest)
+    return sizes
+
+
+def short_workload_name(workload: str) -> str:
+    return workload.rpartition(":")[2] if is_user_workload(workload) else workload
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the user asked of a sweep, already resolved to a device and a largest world size."""
+
+    device: str
+    """cuda or cpu (auto is resolved by the caller)."""
+    max_world_size: int
+    """Largest world size: GPUs, or CPU processes."""
+    cores: int
+    """CPU cores usable by the sweep; each rank gets cores // max_world_size threads."""
+    suite: str
+    workloads: tuple[str, ...] = ()
+    """Overrides the suite's workloads when given."""
+    strategies: tuple[str, ...] = ("local", "ddp", "dp")
+    size: str | None = None
+    steps: int | None = None
+    warmup: int | None = None
+    batch_size: int | None = None
+    """Per-device batch (weak scaling) for every workload, overriding the suite's."""
+    scaling: str = "weak"
+    """weak: fixed per-device batch; strong: fixed global batch split over the devices."""
+    global_batch: int | None = None
+    """Strong scaling's fixed global batch; default: per-device batch x max_world_size."""
+    precision: str | None = None
+    ddp: DDPKnobs = field(default_factory=DDPKnobs)
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise SpecError(f"unknown suite {self.suite!r}; valid: {', '.join(SUITES)}")
+        if not isinstance(self.max_world_size, int) or self.max_world_size < 1:
+            raise SpecError(f"the largest world size must be an integer >= 1; got {self.max_world_size!r}")
+        for strategy in self.strategies:
+            if strategy not in STRATEGIES:
+                raise SpecError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
+        if not self.strategies:
+            raise SpecError("strategies must name at least one of: " + ", ".join(STRATEGIES))
+        if self.scaling not in SCALING_MODES:
+            raise SpecError(f"scaling must be one of {', '.join(SCALING_MODES)}; got {self.scaling!r}")
+        for name in self.workloads:
+            check_workload_name(name)
+        if self.global_batch is not None and self.scaling != "strong":
+            raise SpecError("global_batch applies to strong scaling only (add --scaling strong)")
+
+
+def _per_device_batch(options: SweepOptions, default_batch: int | None, world_size: int) -> int | None:
+    per_device = options.batch_size or default_batch
+    if options.scaling == "weak":
+        return per_device
+    if options.global_batch is None and per_device is None:
+        raise SpecError("strong scaling of a user workload needs --global-batch or --batch-size")
+    global_batch = options.global_batch or per_device * options.max_world_size
+    if global_batch % world_size:
+        raise SpecError(f"strong scaling: global batch {global_batch} does not split evenly over "
+                        f"{world_size} devices; pick a multiple of every world size in the sweep")
+    return global_batch // world_size
+
+
+def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
+    """Every run of the sweep, in the order they run: per workload, the local reference first."""
+    suite = SUITES[options.suite]
+    workloads = {name: suite.workloads.get(name) for name in options.workloads} or dict(suite.workloads)
+    # A CPU "device" is the same slice of cores at every world size, so scaling numbers mean what
+    # they mean on GPUs; DataParallel's one process gets N slices (RunSpec-level rule in launch).
+    threads = max(1, options.cores // options.max_world_size)
+    common = dict(
+        device=options.device,
+        size=options.size or suite.size,
+        steps=options.steps or suite.steps,
+        warmup=options.warmup if options.warmup is not None else suite.warmup,
+        precision=options.precision or suite.precision,
+        ddp=options.ddp,
+        out_dir=out_dir,
+    )
+    plan: list[RunSpec] = []
+    for workload, default_batch in workloads.items():
+        name = short_workload_name(workload)
+        for strategy in [s for s in STRATEGIES_IN_ORDER if s in options.strategies]:
+            for world_size in ([1] if strategy == "local" else world_sizes(options.max_world_size)):
+                plan.append(RunSpec(
+                    workload=workload, strategy=strategy, nproc=world_size,
+                    batch_size=_per_device_batch(options, default_batch, world_size),
+                    threads_per_rank=threads * (world_size if strategy == "dp" else 1),
+                    run_id=f"{name}-{strategy}-n{world_size}", **common,
+                ))
+    return plan
+
+
+STRATEGIES_IN_ORDER = ("local", "ddp", "dp")

@@ -1,0 +1,143 @@
+"""Records -> pandas DataFrames, and the scaling table. No torch: results can be studied anywhere.
+
+Definitions (also in the README):
+- X(N): throughput at world size N, in the workload's unit per second.
+- speedup S(N) = X(N) / X(1), where X(1) is the `local` run (one device, no wrapper).
+- scaling efficiency E(N) = X(N) / (N * X(1)). With weak scaling (the default) every device keeps
+  its batch; with strong scaling the global batch is fixed and split over the devices.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import warnings
+
+import pandas as pd
+
+from ddpbench.labels import strategy_label
+from ddpbench.record import SCHEMA_VERSION
+
+RECORD_COLUMNS = [
+    "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
+    "precision", "batch_size", "global_batch", "threads_per_rank", "throughput", "throughput_per_device",
+    "sample_unit", "iteration_p50_s", "iteration_p90_s", "iteration_mean_s", "window_s", "timed_steps",
+    "checks_failed", "error", "started_at", "ended_at", "launch_wall_s", "path",
+]
+
+
+def record_paths(sweep_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(sweep_dir, "runs", "*.json")))
+
+
+def read_records(sweep_dir: str) -> tuple[list[dict], list[tuple[str, str]]]:
+    """All records of a sweep (or of a `ddpbench run --out` folder), plus (path, reason) for any
+    file that could not be read: one bad file never hides the others."""
+    if not os.path.isdir(sweep_dir):
+        raise FileNotFoundError(f"{sweep_dir!r} is not a folder")
+    records, unreadable = [], []
+    for path in record_paths(sweep_dir):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+            if record.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"schema_version {record.get('schema_version')!r}, "
+                                 f"this ddpbench reads {SCHEMA_VERSION}")
+        except (OSError, ValueError) as exc:
+            unreadable.append((path, str(exc)))
+            continue
+        record["_path"] = path
+        records.append(record)
+    return records, unreadable
+
+
+def record_row(record: dict) -> dict:
+    spec, metrics = record["spec"], record.get("metrics") or {}
+    iteration = metrics.get("iteration_time_s") or {}
+    batch = spec.get("batch_size")
+    return {
+        "run_id": record["run_id"],
+        "status": record["status"],
+        "workload": spec["workload"],
+        "size": spec.get("size"),
+        "strategy": spec["strategy"],
+        "strategy_label": strategy_label(spec),
+        "world_size": spec["world_size"],
+        "device": spec.get("device"),
+        "precision": spec.get("precision"),
+        "batch_size": batch,
+        "global_batch": batch * spec["world_size"] if batch else None,
+        "threads_per_rank": spec.get("threads_per_rank"),
+        "throughput": metrics.get("throughput_units_per_s"),
+        "throughput_per_device": metrics.get("throughput_units_per_s_per_device"),
+        "sample_unit": metrics.get("sample_unit"),
+        "iteration_p50_s": iteration.get("p50"),
+        "iteration_p90_s": iteration.get("p90"),
+        "iteration_mean_s": iteration.get("mean"),
+        "window_s": metrics.get("window_s"),
+        "timed_steps": metrics.get("timed_steps"),
+        "checks_failed": ",".join(n for n, c in (record.get("checks") or {}).items() if c.get("ok") is False),
+        "error": (record.get("error") or {}).get("message"),
+        "started_at": record.get("started_at"),
+        "ended_at": record.get("ended_at"),
+        "launch_wall_s": (record.get("launch") or {}).get("wall_s"),
+        "path": record.get("_path"),
+    }
+
+
+def load(sweep_dir: str) -> pd.DataFrame:
+    """One row per run record of a sweep folder. Unreadable files are skipped with a warning
+    naming them, and listed in `frame.attrs["unreadable"]`."""
+    records, unreadable = read_records(sweep_dir)
+    for path, reason in unreadable:
+        warnings.warn(f"skipped unreadable record {path}: {reason}", stacklevel=2)
+    frame = pd.DataFrame([record_row(r) for r in records], columns=RECORD_COLUMNS)
+    frame.attrs["unreadable"] = unreadable
+    return frame
+
+
+def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per workload, strategy and world size (ok runs only): throughput, speedup and
+    efficiency against the workload's `local` run. Without a local run they stay empty (NaN)."""
+    ok = runs[runs["status"] == "ok"]
+    columns = ["workload", "strategy", "strategy_label", "world_size", "batch_size", "global_batch",
+               "throughput", "sample_unit", "throughput_per_device", "speedup", "efficiency", "iteration_p50_s"]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    # If a configuration was run more than once, its latest record counts.
+    ok = ok.sort_values("ended_at").drop_duplicates(["workload", "strategy", "world_size"], keep="last")
+    reference = ok[ok["strategy"] == "local"].set_index("workload")["throughput"]
+    table = ok.assign(reference=ok["workload"].map(reference))
+    table["speedup"] = table["throughput"] / table["reference"]
+    table["efficiency"] = table["speedup"] / table["world_size"]
+    order = {"local": 0, "ddp": 1, "dp": 2}
+    table = table.sort_values(["workload", "world_size", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c)
+    return table[columns].reset_index(drop=True)
+
+
+def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """The scaling table with DDP and DataParallel next to each other, one row per workload and
+    world size: what a person reads at the end of a sweep."""
+    if table.empty:
+        return table
+    wide = table.pivot_table(index=["workload", "world_size"], columns="strategy",
+                             values=["throughput", "efficiency"], aggfunc="first")
+    wide.columns = [f"{strategy} {'X' if metric == 'throughput' else 'E'}" for metric, strategy in wide.columns]
+    ordered = [c for s in ("local", "ddp", "dp") for c in (f"{s} X", f"{s} E") if c in wide.columns]
+    wide = wide[ordered]
+    units = table.groupby("workload")["sample_unit"].first()
+    wide.insert(0, "unit", [f"{units[w]}/s" for w, _ in wide.index])
+    return wide
+
+
+def format_side_by_side(table: pd.DataFrame) -> str:
+    wide = side_by_side(table)
+    if wide.empty:
+        return "(no successful runs to tabulate)"
+    formatters = {c: "{:6.1%}".format for c in wide.columns if c.endswith(" E")}
+    formatters.update({c: "{:,.1f}".format for c in wide.columns if c.endswith(" X")})
+    note = ("X = throughput, E = efficiency X(N) / (N * X(1)) against local.")
+    if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
+        note += " dp on CPU = one process with N x the threads: nothing is replicated."
+    return wide.to_string(formatters=formatters, na_rep="") + "\n" + note

@@ -1,0 +1,182 @@
+"""Run a sweep plan: one run after another, a manifest that says where things stand, resume.
+
+Folder: `<out>/<sweep-id>/manifest.json`, `runs/<run-id>.json`, `logs/<run-id>/`, `scaling.csv`.
+A run that fails or times out is recorded with its status and the sweep goes on; `--resume`
+skips runs that have an ok record and reruns the rest, from the plan stored in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from ddpbench.environment import host_facts
+from ddpbench.launch import check_output_folder, launch, resolve
+from ddpbench.record import load_record, new_record, record_path, utc_now, write_atomic, write_record
+from ddpbench.spec import RunSpec, SpecError
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+# Per-run timeout: start-up allowance plus generous headroom over the expected step time, taken
+# from this workload's local run earlier in the sweep. Before any such run, a fixed ceiling.
+STARTUP_ALLOWANCE_S = 180.0
+STEP_TIME_HEADROOM = 20.0
+TIMEOUT_WITHOUT_REFERENCE_S = 1200.0
+
+
+def manifest_path(sweep_dir: str) -> str:
+    return os.path.join(sweep_dir, MANIFEST)
+
+
+def write_manifest(sweep_dir: str, manifest: dict) -> None:
+    write_atomic(manifest_path(sweep_dir), json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def read_manifest(sweep_dir: str) -> dict:
+    try:
+        with open(manifest_path(sweep_dir), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{sweep_dir!r} has no readable {MANIFEST}: {exc}") from None
+
+
+def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: bool) -> tuple[dict, list[RunSpec]]:
+    """A new sweep folder with its manifest, or (resume) the stored one with its stored plan.
+    Refuses to touch an existing sweep without `resume`, before anything runs."""
+    exists = os.path.exists(manifest_path(sweep_dir))
+    if exists and not resume:
+        raise SpecError(f"sweep folder {sweep_dir!r} already exists; add --resume to carry on with it, "
+                        "or choose another --sweep-id")
+    if resume and not exists:
+        raise SpecError(f"nothing to resume: {sweep_dir!r} holds no sweep")
+    if resume:
+        manifest = read_manifest(sweep_dir)
+        plan = [RunSpec.from_dict(spec) for spec in manifest["plan"]]
+        manifest["resumed_at"] = manifest.get("resumed_at", []) + [utc_now()]
+    else:
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "sweep_id": os.path.basename(os.path.normpath(sweep_dir)),
+            "options": options,
+            "plan": [spec.to_dict() for spec in plan],
+            "machine": host_facts(),
+            "started_at": utc_now(),
+            "runs": {},
+        }
+    check_output_folder(sweep_dir)
+    manifest.update(state="running", ended_at=None)
+    write_manifest(sweep_dir, manifest)
+    return manifest, plan
+
+
+def ok_record(sweep_dir: str, run_id: str) -> dict | None:
+    path = record_path(sweep_dir, run_id)
+    try:
+        record = load_record(path)
+    except (OSError, ValueError):
+        return None
+    return record if record.get("status") == "ok" else None
+
+
+def run_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: float | None) -> float:
+    if fixed:
+        return fixed
+    step_s = reference_step_s.get(spec.workload)
+    if step_s is None:
+        return TIMEOUT_WITHOUT_REFERENCE_S
+    # Weak scaling keeps work per device, and DP's N-times batch runs on N times the threads.
+    return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s * max(1, spec.world_size / 2)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+@dataclass
+class Progress:
+    """One status line per run (with done/total, elapsed and ETA), plus a live bar on terminals."""
+
+    total: int
+    started: float
+
+    def __post_init__(self):
+        from tqdm import tqdm
+
+        self.done = 0
+        self.run_seconds: list[float] = []
+        self.bar = tqdm(total=self.total, unit="run", desc="sweep", file=sys.stderr, leave=False,
+                        disable=not sys.stderr.isatty())
+
+    def finished(self, line: str, wall_s: float | None) -> None:
+        self.done += 1
+        if wall_s is not None:
+            self.run_seconds.append(wall_s)
+        elapsed = time.perf_counter() - self.started
+        remaining = self.total - self.done
+        mean = sum(self.run_seconds) / len(self.run_seconds) if self.run_seconds else 0.0
+        eta = f"ETA {_clock(mean * remaining)}" if remaining and self.run_seconds else ""
+        self.bar.update()
+        self.bar.write(f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _status_line(record: dict, wall_s: float) -> str:
+    spec = record["spec"]
+    what = f"{spec['workload']} {spec['strategy']} x{spec['world_size']}"
+    if record["status"] == "ok":
+        metrics = record["metrics"]
+        failed = [n for n, c in record["checks"].items() if c.get("ok") is False]
+        checks = f"  CHECKS FAILED: {', '.join(failed)}" if failed else ""
+        return (f"ok      {what:<28} {metrics['throughput_units_per_s']:>12,.1f} {metrics['sample_unit']}/s"
+                f"  {wall_s:5.1f} s{checks}")
+    return f"{record['status'].upper():<7} {what:<28} {(record.get('error') or {}).get('message', '')}"
+
+
+def _run_one(spec: RunSpec, timeout_s: float) -> tuple[dict, float]:
+    """Launch one planned run. A configuration this machine cannot run (say, a workload file
+    that has gone) becomes a failed record instead of stopping the sweep."""
+    started = time.perf_counter()
+    try:
+        resolved = resolve(spec)
+    except SpecError as exc:
+        record = new_record(spec.to_dict(), "failed", env=host_facts())
+        record["error"] = {"message": f"not started: {exc}"}
+        write_record(record, spec.out_dir)
+        return record, time.perf_counter() - started
+    result = launch(resolved, timeout_s=timeout_s, echo=False)
+    return load_record(result.record_path), result.wall_s
+
+
+def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout_s: float | None = None) -> dict:
+    """Run every planned run that has no ok record yet. Returns the final manifest."""
+    progress = Progress(total=len(plan), started=time.perf_counter())
+    reference_step_s: dict[str, float] = {}
+    try:
+        for spec in plan:
+            done = ok_record(sweep_dir, spec.run_id)
+            if done is not None:
+                manifest["runs"][spec.run_id] = "ok"
+                progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done['ended_at']}", None)
+            else:
+                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s))
+                manifest["runs"][spec.run_id] = done["status"]
+                progress.finished(_status_line(done, wall_s), wall_s)
+            if done["status"] == "ok" and done["spec"]["strategy"] == "local":
+                reference_step_s[spec.workload] = done["metrics"]["iteration_time_s"]["p50"]
+            write_manifest(sweep_dir, manifest)
+    except BaseException as exc:
+        state = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        manifest.update(state=state, ended_at=utc_now())
+        write_manifest(sweep_dir, manifest)
+        raise
+    finally:
+        progress.close()
+    manifest.update(state="finished", ended_at=utc_now())
+    write_manifest(sweep_dir, manifest)
+    return manifest
