@@ -54,7 +54,8 @@ def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: b
         raise SpecError(f"nothing to resume: {sweep_dir!r} holds no sweep")
     if resume:
         manifest = read_manifest(sweep_dir)
-        plan = [RunSpec.from_dict(spec) for spec in manifest["plan"]]
+        # The folder may have moved since it was planned: runs belong where the manifest is now.
+        plan = [RunSpec.from_dict(spec).replace(out_dir=sweep_dir) for spec in manifest["plan"]]
         manifest["resumed_at"] = manifest.get("resumed_at", []) + [utc_now()]
     else:
         manifest = {
@@ -120,7 +121,8 @@ class Progress:
         mean = sum(self.run_seconds) / len(self.run_seconds) if self.run_seconds else 0.0
         eta = f"ETA {_clock(mean * remaining)}" if remaining and self.run_seconds else ""
         self.bar.update()
-        self.bar.write(f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})")
+        self.bar.write(f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})",
+                       file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()

@@ -1,0 +1,60 @@
+import pytest
+
+from ddpbench.plan import SweepOptions, plan_sweep, world_sizes
+from ddpbench.spec import SpecError
+
+
+@pytest.mark.parametrize("largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]),
+                                            (12, [1, 2, 4, 8, 12])])
+def test_world_sizes_are_powers_of_two_plus_the_largest(largest, sizes):
+    assert world_sizes(largest) == sizes
+
+
+def options(**changes):
+    return SweepOptions(**{"device": "cpu", "max_world_size": 4, "cores": 8, "suite": "cpu", **changes})
+
+
+def test_plan_has_one_local_reference_then_ddp_and_dp_at_every_size():
+    plan = plan_sweep(options(workloads=("mlp",)), "results/x")
+    assert [s.run_id for s in plan] == ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2", "mlp-ddp-n4",
+                                        "mlp-dp-n1", "mlp-dp-n2", "mlp-dp-n4"]
+    assert all(s.out_dir == "results/x" and s.size == "tiny" and s.batch_size == 8 for s in plan)
+
+
+def test_a_cpu_device_is_the_same_slice_of_cores_everywhere():
+    plan = {s.run_id: s for s in plan_sweep(options(workloads=("mlp",)), "out")}
+    # 8 cores / largest world size 4 = 2 threads per device...
+    assert plan["mlp-local-n1"].threads_per_rank == 2
+    assert plan["mlp-ddp-n4"].threads_per_rank == 2
+    # ...and DataParallel's single process drives N devices' worth of threads.
+    assert plan["mlp-dp-n4"].threads_per_rank == 8
+
+
+def test_default_cpu_suite_and_strategy_subset():
+    plan = plan_sweep(options(max_world_size=2, strategies=("ddp",)), "out")
+    assert {s.workload for s in plan} == {"mlp", "gpt2", "vit_b_16", "resnet50"}
+    assert {s.strategy for s in plan} == {"ddp"} and len(plan) == 8
+
+
+def test_strong_scaling_splits_a_fixed_global_batch():
+    plan = plan_sweep(options(workloads=("mlp",), scaling="strong", global_batch=32), "out")
+    batches = {s.run_id: s.batch_size * s.world_size for s in plan}
+    assert set(batches.values()) == {32}
+    assert {s.run_id: s.batch_size for s in plan}["mlp-ddp-n4"] == 8
+
+
+def test_strong_scaling_refuses_a_batch_that_does_not_split():
+    with pytest.raises(SpecError, match="global batch 30 does not split evenly over 4 devices"):
+        plan_sweep(options(workloads=("mlp",), scaling="strong", global_batch=30), "out")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"suite": "nightly"}, "unknown suite 'nightly'; valid: cpu, gpu, smoke"),
+    ({"strategies": ("ddp", "fsdp")}, "unknown strategy 'fsdp'; valid: ddp, local, dp"),
+    ({"workloads": ("bert",)}, "unknown workload 'bert'"),
+    ({"global_batch": 64}, "global_batch applies to strong scaling only"),
+    ({"max_world_size": 0}, "largest world size must be an integer >= 1"),
+])
+def test_bad_sweep_options_are_named(changes, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        options(**changes)

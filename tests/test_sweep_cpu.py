@@ -1,0 +1,105 @@
+"""Real CPU sweeps: torchrun and plain workers, gloo, the smallest workload."""
+import json
+import os
+
+import pytest
+
+import ddpbench
+from conftest import REPO, ddpbench as run_cli
+from ddpbench.results import scaling_table
+
+pytestmark = pytest.mark.launches
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweeps")
+    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--steps", "8", "--warmup", "2",
+                   "--out", str(out), "--sweep-id", "s")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return out / "s", done
+
+
+def load_json(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def test_sweep_runs_local_ddp_and_dp_at_world_sizes_1_and_2(sweep):
+    folder, done = sweep
+    names = sorted(os.listdir(folder / "runs"))
+    assert names == ["mlp-ddp-n1.json", "mlp-ddp-n2.json", "mlp-dp-n1.json", "mlp-dp-n2.json", "mlp-local-n1.json"]
+    manifest = load_json(folder / "manifest.json")
+    assert manifest["state"] == "finished" and set(manifest["runs"].values()) == {"ok"}
+    assert [spec["run_id"] for spec in manifest["plan"]] == ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2",
+                                                             "mlp-dp-n1", "mlp-dp-n2"]
+    dp2 = load_json(folder / "runs" / "mlp-dp-n2.json")
+    ddp2 = load_json(folder / "runs" / "mlp-ddp-n2.json")
+    # Same per-device batch and the same cores per device: DP takes the global batch in one process.
+    assert ddp2["spec"]["batch_size"] == dp2["spec"]["batch_size"] == 8
+    assert dp2["metrics"]["global_samples"] == 8 * 2 * 6 and len(dp2["ranks"]) == 1
+    assert dp2["spec"]["threads_per_rank"] == 2 * ddp2["spec"]["threads_per_rank"]
+    assert "[5/5]" in done.stderr and "ETA" in done.stderr
+    assert os.path.exists(folder / "logs" / "mlp-ddp-n2" / "output.log")
+
+
+def test_printed_and_saved_table_match_the_records(sweep):
+    folder, done = sweep
+    saved = ddpbench.load(str(folder))
+    table = scaling_table(saved).set_index(["strategy", "world_size"])
+    local = load_json(folder / "runs" / "mlp-local-n1.json")["metrics"]
+    x1 = local["global_samples"] / local["window_s"]
+    for (strategy, world_size), row in table.iterrows():
+        metrics = load_json(folder / "runs" / f"mlp-{strategy}-n{world_size}.json")["metrics"]
+        x = metrics["global_samples"] / metrics["window_s"]
+        assert row["efficiency"] == pytest.approx(x / (world_size * x1))
+        assert f"{x:,.1f}" in done.stdout  # the printed table shows the same throughput
+    csv = (folder / "scaling.csv").read_text().splitlines()
+    assert csv[0].startswith("workload,strategy") and len(csv) == 6
+
+
+def test_an_existing_sweep_is_not_rewritten_without_resume(sweep):
+    folder, _ = sweep
+    before = sorted(os.listdir(folder / "runs"))
+    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s")
+    assert done.returncode == 2 and "already exists; add --resume" in done.stderr
+    assert sorted(os.listdir(folder / "runs")) == before
+
+
+def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
+    folder, _ = sweep
+    import shutil
+
+    copy = tmp_path / "s"
+    shutil.copytree(folder, copy)
+    kept = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
+    os.remove(copy / "runs" / "mlp-ddp-n2.json")
+    done = run_cli("sweep", "--resume", "--out", str(tmp_path), "--sweep-id", "s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
+    assert set(after) == set(kept), set(after) ^ set(kept)
+    rerun = [n for n in after if after[n] != kept[n]]
+    assert rerun == ["mlp-ddp-n2.json"]
+    assert done.stderr.count("kept the ok record") == 4
+    manifest = load_json(copy / "manifest.json")
+    assert manifest["state"] == "finished" and len(manifest["resumed_at"]) == 1
+
+
+def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
+    failing = f"{REPO}/tests/fixtures/failing_workload.py:broken"
+    done = run_cli("sweep", "--workloads", f"{failing},mlp", "--strategies", "local", "--nproc", "1",
+                   "--steps", "5", "--warmup", "1", "--out", str(tmp_path), "--sweep-id", "f")
+    assert done.returncode == 1  # the sweep finished, and says that not everything is ok
+    broken = load_json(tmp_path / "f" / "runs" / "broken-local-n1.json")
+    assert broken["status"] == "failed" and "broken on purpose" in broken["error"]["message"]
+    assert load_json(tmp_path / "f" / "runs" / "mlp-local-n1.json")["status"] == "ok"
+    assert load_json(tmp_path / "f" / "manifest.json")["state"] == "finished"
+    assert "FAILED: broken-local-n1" in done.stdout
+
+
+def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):
+    done = run_cli("sweep", "--workloads", "mlp", "--strategies", "ddp", "--nproc", "1", "--steps", "5",
+                   "--warmup", "1", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t")
+    record = load_json(tmp_path / "t" / "runs" / "mlp-ddp-n1.json")
+    assert record["status"] == "timeout" and "2 s run timeout" in record["error"]["message"]
+    assert done.returncode == 1 and "TIMEOUT" in done.stderr
