@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test clean
+.PHONY: install bench test clean hta-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,10 @@ test: install
 
 clean:
 	rm -rf $(VENV) *.egg-info
+
+# HolisticTraceAnalysis in an environment of its own, for benchmarks/trace_speed.py only.
+.venv-hta/bin/python:
+	$(PYTHON) -m venv .venv-hta
+	.venv-hta/bin/pip install --quiet holistictraceanalysis==0.5.0
+
+hta-venv: .venv-hta/bin/python

@@ -36,6 +36,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a collective may wait before the run fails (default 300)")
     add("--out", default="results/single", dest="out_dir", help="records go to OUT/runs/ (default results/single)")
     add("--run-id", default="", help="name of the run (default: workload-strategy-nN-time-random)")
+    add("--no-profile", dest="profile", action="store_false",
+        help="skip the profiled phase (by default each rank writes a trace after the timed steps)")
+    add("--profile-steps", type=int, default=3, help="profiler steps kept in each trace (default 3; GPU analysis drops the last)")
+    add("--no-sync-steps", type=int, default=None,
+        help="timed steps replayed under no_sync() to estimate exposed communication (default min(10, timed); 0 skips)")
     ddp = parser.add_argument_group("DDP options (recorded in the spec)")
     ddp.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ddp.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=False)
@@ -59,7 +64,8 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         device=args.device, size=args.size, batch_size=args.batch_size, steps=args.steps,
         warmup=args.warmup, precision=args.precision, threads_per_rank=args.threads_per_rank,
         num_workers=args.num_workers, data_dir=args.data_dir, seed=args.seed,
-        pg_timeout_s=args.pg_timeout_s, ddp=knobs, node_rank=args.node_rank,
+        pg_timeout_s=args.pg_timeout_s, ddp=knobs, node_rank=args.node_rank, profile=args.profile,
+        profile_active=args.profile_steps, no_sync_steps=args.no_sync_steps,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id, run_id=args.run_id, out_dir=args.out_dir,
     )
 
@@ -76,7 +82,7 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     record = load_record(result.record_path)
     print(format_summary(record, result.record_path))
-    if record["status"] != "ok" or failed_checks(record):
+    if record["status"] != "ok" or failed_checks(record) or record.get("error"):
         return 1
     return 0
 
@@ -120,6 +126,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")
     add("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
     add("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
+    add("--no-profile", dest="profile", action="store_false", help="skip the profiled phase of every run")
     add("--run-timeout", type=float, default=None,
         help="seconds before a run is ended as timeout (default: derived from the expected step time)")
 
@@ -150,6 +157,7 @@ def sweep_options_from_args(args: argparse.Namespace):
         strategies=args.strategies, size=args.size, steps=args.steps, warmup=args.warmup,
         batch_size=args.batch_size, scaling=args.scaling, global_batch=args.global_batch,
         precision=args.precision, ddp=DDPKnobs(bucket_cap_mb=args.bucket_cap_mb, comm_hook=args.comm_hook),
+        profile=args.profile,
     )
 
 
@@ -181,13 +189,16 @@ def command_sweep(args: argparse.Namespace) -> int:
 def print_table(sweep_dir: str, save: bool = False, manifest: dict | None = None) -> int:
     import os
 
-    from ddpbench.results import format_side_by_side, load, scaling_table
+    from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
 
     runs = load(sweep_dir)
     if runs.empty and not runs.attrs["unreadable"]:
         raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
     table = scaling_table(runs)
     print(format_side_by_side(table))
+    overlap = format_overlap(runs)
+    if overlap:
+        print("\n" + overlap)
     problems = runs[runs["status"] != "ok"]
     for _, run in problems.iterrows():
         print(f"{run['status'].upper()}: {run['run_id']}: {run['error']}")
@@ -206,6 +217,59 @@ def command_table(args: argparse.Namespace) -> int:
     return print_table(args.sweep_dir)
 
 
+def command_trace_analyze(args: argparse.Namespace) -> int:
+    import json
+
+    from ddpbench.trace_analysis import TraceError, analyze_trace, stragglers
+
+    analyses = []
+    for path in args.paths:
+        try:
+            analyses.append(analyze_trace(path, mode=args.mode))
+        except TraceError as exc:
+            raise SpecError(str(exc)) from None
+    lagging = stragglers(analyses)
+    if args.json:
+        print(json.dumps({"ranks": [a.summary() for a in analyses], "stragglers": lagging}, indent=1))
+        return 0
+    print(format_trace_table(analyses))
+    for row in lagging:
+        print(f"step {row['step']}: rank {row['latest_rank']} starts its collectives last, "
+              f"{row['lag_ms']:.3f} ms after the first rank")
+    return 0
+
+
+def format_trace_table(analyses) -> str:
+    def ms(us):
+        return f"{us / 1000:9.3f}"
+
+    lines = [f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
+             f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"]
+    for analysis in analyses:
+        summary = analysis.summary()
+        rank = "?" if summary["rank"] is None else str(summary["rank"])
+        if summary["rank_source"] == "file name":
+            rank += "*"
+        overlap = "n/a" if summary["overlap_pct"] is None else f"{summary['overlap_pct']:.2f}"
+        lines.append(f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
+                     f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
+                     f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}")
+        if summary["hta"]:
+            hta = summary["hta"]
+            overlap = "n/a" if hta["overlap_pct"] is None else f"{hta['overlap_pct']:.2f} %"
+            lines.append(f"{'':>6} HTA 0.5.0 view: overlap {overlap}, compute {hta['compute_us']:.0f} us, "
+                         f"non-compute {hta['non_compute_us']:.0f} us, idle {hta['idle_us']:.0f} us, "
+                         f"kernel span {hta['kernel_span_us']:.0f} us")
+    notes = ["totals over whole profiler steps; overlap = (communication and computation both active) / communication"]
+    if any(a.rank_source == "file name" for a in analyses):
+        notes.append("* rank taken from the file name: the trace has no distributedInfo")
+    if any(a.rank is None for a in analyses):
+        notes.append("? rank unknown: no distributedInfo and no rank in the file name")
+    if any(a.summary()["overlap_pct"] is None for a in analyses):
+        notes.append("n/a: no communication in the trace, so overlap does not apply")
+    return "\n".join(lines + notes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -219,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
     table.add_argument("sweep_dir")
     table.set_defaults(handler=command_table)
+    trace = commands.add_parser("trace", help="analyse torch.profiler traces")
+    trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
+                                          parser_class=OneLineErrorParser)
+    analyze = trace_commands.add_parser("analyze", help="communication/computation overlap per rank, any torch.profiler trace")
+    analyze.add_argument("paths", nargs="+", metavar="PATH", help="chrome trace files (.json or .json.gz), one per rank")
+    analyze.add_argument("--json", action="store_true", help="machine-readable output")
+    analyze.add_argument("--mode", choices=("ddpbench", "hta"), default="ddpbench",
+                         help="hta: reproduce HolisticTraceAnalysis 0.5.0's selection and rounding (GPU traces)")
+    analyze.set_defaults(handler=command_trace_analyze)
     return parser
 
 

@@ -194,6 +194,12 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     if os.path.exists(path):
         record = load_record(path)
         record["launch"] = launch_info
+        if exit_code != 0 and record.get("error") is None:
+            # The worker writes its record as soon as the timed steps are measured; a failure in
+            # a later phase (profiling, no_sync) keeps those measurements and says what broke.
+            cause = "ended by the run timeout" if status == "timeout" else failure_message(exit_code, tail)
+            record["error"] = {"message": f"measurements complete, then the run failed: {cause}",
+                               "exit_code": exit_code, "output_tail": tail}
         write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     elif exit_code == 0 and spec.nnodes > 1:
         return LaunchResult(spec, exit_code, wall_s, None)

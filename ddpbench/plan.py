@@ -28,7 +28,7 @@ class Suite:
 
 SUITES: dict[str, Suite] = {
     "cpu": Suite(workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8}, size="tiny",
-                 precision="fp32", steps=40, warmup=5,
+                 precision="fp32", steps=80, warmup=5,
                  description="tiny workloads on CPU processes over gloo"),
     "gpu": Suite(workloads={"resnet50": 128, "vit_b_16": 64, "gpt2": 8, "mlp": 32}, size="full",
                  precision="bf16", steps=60, warmup=10,
@@ -79,6 +79,8 @@ class SweepOptions:
     """Strong scaling's fixed global batch; default: per-device batch x max_world_size."""
     precision: str | None = None
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
+    profile: bool = True
+    """Every run gets a profiled phase and writes traces."""
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -125,6 +127,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         warmup=options.warmup if options.warmup is not None else suite.warmup,
         precision=options.precision or suite.precision,
         ddp=options.ddp,
+        profile=options.profile,
         out_dir=out_dir,
     )
     plan: list[RunSpec] = []

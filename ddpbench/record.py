@@ -23,6 +23,13 @@ def record_path(out_dir: str, run_id: str) -> str:
     return os.path.join(out_dir, "runs", f"{run_id}.json")
 
 
+def default_file_mode() -> int:
+    """What open() would give a new file: mkstemp's private 0600 would hide results from colleagues."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: str, text: str) -> None:
     """Write to a temporary file in the same folder, then rename: readers never see half a file."""
     folder = os.path.dirname(path) or "."
@@ -33,6 +40,7 @@ def write_atomic(path: str, text: str) -> None:
             tmp.write(text)
             tmp.flush()
             os.fsync(tmp.fileno())
+        os.chmod(tmp_path, default_file_mode())
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):

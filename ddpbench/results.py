@@ -23,8 +23,26 @@ RECORD_COLUMNS = [
     "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
     "precision", "batch_size", "global_batch", "threads_per_rank", "throughput", "throughput_per_device",
     "sample_unit", "iteration_p50_s", "iteration_p90_s", "iteration_mean_s", "window_s", "timed_steps",
+    "overlap_pct", "exposed_comm_trace_s", "exposed_comm_no_sync_s", "exposed_comm_reducer_s",
     "checks_failed", "error", "started_at", "ended_at", "launch_wall_s", "path",
 ]
+
+
+def overlap_columns(overlap: dict | None) -> dict:
+    """The three estimates of exposed communication per step, side by side (worst rank for each;
+    overlap % is the mean over ranks). Missing views stay None."""
+    overlap = overlap or {}
+    trace = [view for view in ((overlap.get("trace") or {}).get("by_rank") or []) if "comm_us" in view]
+    with_comm = [view["overlap_pct"] for view in trace if view.get("overlap_pct") is not None]
+    per_step = [view["exposed_comm_us_per_step"] for view in trace if view.get("exposed_comm_us_per_step") is not None]
+    reducer = [view["exposed_comm_s"] for view in ((overlap.get("reducer") or {}).get("by_rank") or [])
+               if "exposed_comm_s" in view]
+    return {
+        "overlap_pct": sum(with_comm) / len(with_comm) if with_comm else None,
+        "exposed_comm_trace_s": max(per_step) / 1e6 if per_step else None,
+        "exposed_comm_no_sync_s": (overlap.get("no_sync") or {}).get("exposed_comm_s_max"),
+        "exposed_comm_reducer_s": max(reducer) if reducer else None,
+    }
 
 
 def record_paths(sweep_dir: str) -> list[str]:
@@ -77,6 +95,7 @@ def record_row(record: dict) -> dict:
         "iteration_mean_s": iteration.get("mean"),
         "window_s": metrics.get("window_s"),
         "timed_steps": metrics.get("timed_steps"),
+        **overlap_columns(record.get("overlap")),
         "checks_failed": ",".join(n for n, c in (record.get("checks") or {}).items() if c.get("ok") is False),
         "error": (record.get("error") or {}).get("message"),
         "started_at": record.get("started_at"),
@@ -141,3 +160,23 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
+
+
+def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """DDP runs only: overlap % from the traces and exposed communication per step, three ways."""
+    ddp = runs[(runs["status"] == "ok") & (runs["strategy"] == "ddp")]
+    columns = ["workload", "world_size", "overlap_pct", "exposed_comm_trace_s", "exposed_comm_no_sync_s",
+               "exposed_comm_reducer_s", "iteration_p50_s"]
+    return ddp[columns].sort_values(["workload", "world_size"]).reset_index(drop=True)
+
+
+def format_overlap(runs: pd.DataFrame) -> str:
+    table = overlap_table(runs)
+    if table.empty:
+        return ""
+    shown = table.set_index(["workload", "world_size"])
+    shown.columns = ["overlap %", "exposed ms (trace)", "exposed ms (no_sync)", "exposed ms (reducer)", "iteration p50 ms"]
+    for column in shown.columns[1:]:
+        shown[column] = shown[column] * 1000
+    return ("DDP communication: overlap of all-reduce with computation, exposed communication per step\n"
+            + shown.to_string(float_format="{:,.2f}".format, na_rep="") )

@@ -92,6 +92,17 @@ class RunSpec:
     """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
     """DDP options; ignored by `local` and `dp`."""
+    profile: bool = True
+    """Run a profiled phase after the timed steps and write one trace per rank."""
+    profile_wait: int = 1
+    """Profiler schedule: steps run before the profiler starts."""
+    profile_warmup: int = 2
+    """Profiler schedule: steps traced but discarded (the profiler's own start-up is inflated)."""
+    profile_active: int = 3
+    """Profiler schedule: steps kept in the trace."""
+    no_sync_steps: int | None = None
+    """Timed steps replayed under DDP's no_sync() to estimate exposed communication; 0 skips
+    it; None replays min(10, timed steps)."""
     node_rank: int = 0
     """This node's rank, for multi-node jobs."""
     rdzv_endpoint: str | None = None
@@ -132,6 +143,14 @@ class RunSpec:
                 f"strategy local is one process on one device; got nproc={self.nproc}, "
                 f"nnodes={self.nnodes} (use ddp for more)"
             )
+        _at_least("profile_wait", self.profile_wait, 0)
+        _at_least("profile_warmup", self.profile_warmup, 0)
+        _at_least("profile_active", self.profile_active, 1)
+        if self.no_sync_steps is not None:
+            _at_least("no_sync_steps", self.no_sync_steps, 0)
+        if (self.no_sync_steps or 0) > self.timed_steps:
+            raise SpecError(f"no_sync_steps replays timed steps, so it can be at most steps - warmup = "
+                            f"{self.timed_steps}; got {self.no_sync_steps}")
         if self.threads_per_rank is not None:
             _at_least("threads_per_rank", self.threads_per_rank, 1)
         _at_least("num_workers", self.num_workers, 0)
@@ -166,6 +185,13 @@ class RunSpec:
     @property
     def timed_steps(self) -> int:
         return self.steps - self.warmup
+
+    @property
+    def no_sync_replays(self) -> int:
+        """How many timed steps the no_sync phase replays (ddp only)."""
+        if self.strategy != "ddp":
+            return 0
+        return min(10, self.timed_steps) if self.no_sync_steps is None else self.no_sync_steps
 
     @property
     def backend(self) -> str:

@@ -39,5 +39,7 @@ def format_summary(record: dict, path: str) -> str:
         lines.append("  checks       " + ", ".join(marks))
         for name in failed_checks(record):
             lines.append(f"  !! CHECK FAILED: {name}: {record['checks'][name]}")
+        if record.get("error"):
+            lines.append(f"  !! {record['error']['message']}")
     lines.append(f"  record       {path}")
     return "\n".join(lines)

@@ -135,8 +135,9 @@ def _status_line(record: dict, wall_s: float) -> str:
         metrics = record["metrics"]
         failed = [n for n, c in record["checks"].items() if c.get("ok") is False]
         checks = f"  CHECKS FAILED: {', '.join(failed)}" if failed else ""
+        late_error = f"  ({record['error']['message']})" if record.get("error") else ""
         return (f"ok      {what:<28} {metrics['throughput_units_per_s']:>12,.1f} {metrics['sample_unit']}/s"
-                f"  {wall_s:5.1f} s{checks}")
+                f"  {wall_s:5.1f} s{checks}{late_error}")
     return f"{record['status'].upper():<7} {what:<28} {(record.get('error') or {}).get('message', '')}"
 
 

@@ -24,7 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import record as record_er
 from torch.utils.data import DistributedSampler
 from torch.utils.data.dataloader import default_collate
 
-from ddpbench import checks
+from ddpbench import checks, phases
 from ddpbench.clock import StepClock
 from ddpbench.data import endless_batches, make_loader
 from ddpbench.environment import host_facts, torch_facts
@@ -108,70 +108,109 @@ def progress_bar(spec: RunSpec, rank: Rank):
                 unit="step", mininterval=0.5, disable=not show, file=sys.stderr, leave=False)
 
 
-def train_and_measure(spec: RunSpec, rank: Rank) -> tuple[RunSpec, dict, dict]:
-    torch.set_num_threads(spec.threads_per_rank)
-    torch.manual_seed(spec.seed)  # same initial weights everywhere; DDP also broadcasts rank 0's
-    workload = build_workload(spec.workload, spec.size, spec.data_dir)
-    spec = spec.replace(batch_size=spec.batch_size or workload.batch_size)
+class Trainer:
+    """One rank's model, optimizer and data, and the step that every phase runs."""
 
-    # DataParallel takes the global batch in one forward and splits it across its devices.
-    loader_batch = spec.batch_size * rank.data_parallel_devices
-    dataset = workload.make_dataset(loader_batch * rank.world_size * SYNTHETIC_STEPS_PER_EPOCH)
-    loader, sampler = make_loader(dataset, loader_batch, rank.world_size, rank.rank, spec.seed,
-                                  spec.num_workers, pin_memory=rank.device.type == "cuda",
-                                  sampler_class=RecordingSampler)
-    model = workload.model.to(rank.device)
-    flops_inputs, flops_targets = to_device(default_collate([dataset[0], dataset[1]]), rank.device)
-    flops = flops_per_sample(model, workload.loss, flops_inputs, flops_targets)
-    if rank.distributed:
-        model = wrap_ddp(model, rank.device, spec.ddp)
-    elif spec.strategy == "dp":
-        model = wrap_data_parallel(model, rank.device, spec.nproc)
-    optimizer = workload.make_optimizer(model.parameters())
-    precision = make_precision(spec.precision, rank.device)
-    epochs_seen: list[int] = []
-    batches = endless_batches(loader, sampler, epochs_seen)
+    def __init__(self, spec: RunSpec, rank: Rank):
+        torch.set_num_threads(spec.threads_per_rank)
+        torch.manual_seed(spec.seed)  # same initial weights everywhere; DDP also broadcasts rank 0's
+        self.workload = build_workload(spec.workload, spec.size, spec.data_dir)
+        self.spec = spec.replace(batch_size=spec.batch_size or self.workload.batch_size)
+        self.device = rank.device
+        # DataParallel takes the global batch in one forward and splits it across its devices.
+        loader_batch = self.spec.batch_size * rank.data_parallel_devices
+        self.dataset = self.workload.make_dataset(loader_batch * rank.world_size * SYNTHETIC_STEPS_PER_EPOCH)
+        loader, self.sampler = make_loader(self.dataset, loader_batch, rank.world_size, rank.rank, spec.seed,
+                                           spec.num_workers, pin_memory=rank.device.type == "cuda",
+                                           sampler_class=RecordingSampler)
+        model = self.workload.model.to(rank.device)
+        flops_inputs, flops_targets = to_device(default_collate([self.dataset[0], self.dataset[1]]), rank.device)
+        self.flops_per_sample = flops_per_sample(model, self.workload.loss, flops_inputs, flops_targets)
+        if rank.distributed:
+            model = wrap_ddp(model, rank.device, spec.ddp)
+        elif spec.strategy == "dp":
+            model = wrap_data_parallel(model, rank.device, spec.nproc)
+        self.model = model
+        self.optimizer = self.workload.make_optimizer(model.parameters())
+        self.precision = make_precision(spec.precision, rank.device)
+        self.epochs_seen: list[int] = []
+        self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
+
+    def step_on(self, batch) -> torch.Tensor:
+        inputs, targets = to_device(batch, self.device)
+        return train_step(self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets)
+
+    def step(self) -> torch.Tensor:
+        return self.step_on(next(self.batches))
+
+
+def measure(spec: RunSpec, rank: Rank, trainer: Trainer) -> tuple[dict, dict, list]:
+    """Warm-up, the timed window, and the checks. Returns this rank's results, what all ranks
+    share, and the first timed batches (for the no_sync replay)."""
     clock = StepClock(rank.device)
-
-    def step() -> torch.Tensor:
-        inputs, targets = to_device(next(batches), rank.device)
-        return train_step(model, optimizer, workload.loss, precision, inputs, targets)
-
+    replay: list = []
     with progress_bar(spec, rank) as bar:
         for _ in range(spec.warmup):
-            step()
+            trainer.step()
             bar.update()
         window_edge(rank)
         window_start = time.perf_counter()
         clock.mark()
         for _ in range(spec.timed_steps):
-            loss = step()
+            batch = next(trainer.batches)
+            if len(replay) < spec.no_sync_replays:
+                replay.append(batch)
+            loss = trainer.step_on(batch)
             clock.mark()
             bar.update()
         window_edge(rank)
         window_s = time.perf_counter() - window_start
 
-    step_times_s = clock.step_times_s()
     result = {
         "rank": rank.rank,
         "local_rank": rank.local_rank,
         "hostname": socket.gethostname(),
         "device": str(rank.device),
         "threads": torch.get_num_threads(),
-        "step_times_s": step_times_s,
+        "step_times_s": clock.step_times_s(),
         "final_loss": float(loss),  # sync point, after the window
-        "epochs_started": len(epochs_seen),
+        "epochs_started": len(trainer.epochs_seen),
     }
     if rank.distributed:
-        inputs, targets = to_device(next(batches), rank.device)
+        inputs, targets = to_device(next(trainer.batches), rank.device)
         result["gradients_averaged"] = checks.gradients_averaged(
-            model, inputs, targets, workload.loss, rank.world_size, spec.ddp.comm_hook)
-    result["param_digest"] = checks.parameter_digest(model)
+            trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook)
+        result["reducer"] = phases.reducer_statistics(trainer.model)
+    result["param_digest"] = checks.parameter_digest(trainer.model)
+    result["sampler_indices"] = [trainer.sampler.indices_by_epoch.get(e) for e in (0, 1)]
     result["peak_memory_bytes"], result["peak_memory_kind"] = peak_memory(rank.device)
-    result["sampler_indices"] = [sampler.indices_by_epoch.get(e) for e in (0, 1)]
-    shared = {"window_s": window_s, "dataset_length": len(dataset), "flops_per_sample": flops,
-              "sample_unit": workload.sample_unit, "units_per_sample": workload.units_per_sample}
-    return spec, result, shared
+    shared = {"window_s": window_s, "dataset_length": len(trainer.dataset),
+              "flops_per_sample": trainer.flops_per_sample, "sample_unit": trainer.workload.sample_unit,
+              "units_per_sample": trainer.workload.units_per_sample}
+    return result, shared, replay
+
+
+def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) -> dict:
+    """The profiled phase, then the no_sync replay (last: it lets replicas drift apart)."""
+    found: dict = {"rank": rank.rank}
+    if spec.profile:
+        path = phases.trace_path(spec.out_dir, spec.run_id, rank.rank)
+        found["trace_path"] = phases.profiled_phase(trainer.step, rank.device, spec.profile_wait,
+                                                    spec.profile_warmup, spec.profile_active, path)
+        found["trace_summary"] = summarize_own_trace(path)
+    if replay:
+        found["no_sync_step_times_s"] = phases.no_sync_phase(trainer.model, trainer.step_on, replay, rank.device)
+    return found
+
+
+def summarize_own_trace(path: str) -> dict:
+    """Overlap from this rank's trace, analysed right here so the record carries it."""
+    from ddpbench.trace_analysis import analyze_trace
+
+    try:
+        return analyze_trace(path).summary()
+    except Exception as exc:  # a trace we cannot read must not lose the run's measurements
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def gather_to_writer(result: dict, rank: Rank) -> list[dict]:
@@ -183,7 +222,6 @@ def gather_to_writer(result: dict, rank: Rank) -> list[dict]:
 
 
 def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: str) -> dict:
-    results = sorted(results, key=lambda r: r["rank"])
     step_times = [r["step_times_s"] for r in results]
     metrics = run_metrics(step_times, shared["window_s"], spec.batch_size, spec.world_size,
                           shared["units_per_sample"])
@@ -206,9 +244,41 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record["started_at"] = started_at
     record["metrics"] = metrics
     record["checks"] = run_checks
+    record["overlap"] = overlap_estimates(spec, results, None)
     record["ranks"] = [{key: value for key, value in r.items()
-                        if key not in ("sampler_indices", "gradients_averaged")} for r in results]
+                        if key not in ("sampler_indices", "gradients_averaged", "reducer")} for r in results]
     return record
+
+
+def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | None) -> dict:
+    """The three views of communication overlap, per rank, side by side. `found` holds what the
+    overlap phases measured; None while they have not run yet."""
+    estimates: dict = {"trace": None, "no_sync": None, "reducer": None}
+    if spec.strategy == "ddp":
+        estimates["reducer"] = {"by_rank": [r["reducer"] for r in results],
+                                "note": "DDP reducer timers: sampled iterations, one step behind, "
+                                        "overlap measured start-to-end rather than as an intersection"}
+    if found is None:
+        return estimates
+    found = sorted(found, key=lambda f: f["rank"])
+    if spec.profile:
+        estimates["trace"] = {"paths": [f["trace_path"] for f in found],
+                              "by_rank": [f["trace_summary"] for f in found]}
+    if spec.strategy == "ddp" and spec.no_sync_replays:
+        # Same ranks, same batches: the first timed steps against their no_sync() replay.
+        by_rank = [phases.exposed_from_no_sync(r["step_times_s"][:spec.no_sync_replays], f["no_sync_step_times_s"])
+                   for r, f in zip(results, found)]
+        estimates["no_sync"] = {"by_rank": by_rank, "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank)}
+    return estimates
+
+
+def add_overlap(record: dict, spec: RunSpec, results: list[dict], found: list[dict]) -> None:
+    record["overlap"] = overlap_estimates(spec, results, found)
+    record["ended_at"] = utc_now()
+    by_rank = {f["rank"]: f for f in found}
+    for entry in record["ranks"]:
+        extra = by_rank[entry["rank"]]
+        entry.update({key: extra[key] for key in ("trace_path", "no_sync_step_times_s") if key in extra})
 
 
 @record_errors_for_torchrun
@@ -221,10 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     if rank.distributed:
         dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s))
     try:
-        spec, result, shared = train_and_measure(spec, rank)
-        results = gather_to_writer(result, rank)
-        if rank.is_writer:  # only rank 0 writes files
-            write_record(build_record(spec, results, shared, started_at), spec.out_dir)
+        trainer = Trainer(spec, rank)
+        spec = trainer.spec
+        result, shared, replay = measure(spec, rank, trainer)
+        results = sorted(gather_to_writer(result, rank) or [], key=lambda r: r["rank"])
+        if rank.is_writer:  # only rank 0 writes files (and each rank its own trace)
+            record = build_record(spec, results, shared, started_at)
+            # On disk before the overlap phases: should they fail, the measurements are kept.
+            write_record(record, spec.out_dir)
+        found = gather_to_writer(overlap_phases(spec, rank, trainer, replay), rank)
+        if rank.is_writer:
+            add_overlap(record, spec, results, found)
+            write_record(record, spec.out_dir)
     finally:
         if rank.distributed:
             dist.destroy_process_group()

@@ -30,7 +30,7 @@ def test_step_clock_reads_cuda_events_after_the_window():
 def test_one_gpu_run(tmp_path, strategy, precision):
     done = ddpbench("run", "--workload", "gpt2", "--size", "tiny", "--device", "cuda", "--strategy", strategy,
                     "--precision", precision, "--steps", "20", "--warmup", "5", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = json.load(open(glob.glob(str(tmp_path / "runs" / "*.json"))[0]))
     assert record["status"] == "ok"
     assert record["spec"]["backend"] == "nccl" and record["spec"]["device"] == "cuda"

@@ -2,6 +2,7 @@
 imports torch in every process."""
 import glob
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
 def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     done = ddpbench("run", "--workload", "mlp", "--nproc", "2", "--steps", "25", "--warmup", "3",
                     "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=22)
     spec = record["spec"]
@@ -70,16 +71,31 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
     assert record["metrics"]["flops_per_sample"] > 0
     assert "throughput" in done.stdout and "replicas_in_sync ok" in done.stdout
+    # The three views of communication overlap, per rank.
+    overlap = record["overlap"]
+    assert [os.path.basename(p) for p in overlap["trace"]["paths"]] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]
+    assert all(os.path.exists(p) for p in overlap["trace"]["paths"])
+    for rank, view in enumerate(overlap["trace"]["by_rank"]):
+        assert (view["rank"], view["kind"], view["backend"], view["steps_analysed"]) == (rank, "cpu", "gloo", 3)
+        assert view["comm_us"] > 0 and 0 <= view["overlap_pct"] <= 100
+        assert view["exposed_comm_us"] == pytest.approx(view["comm_us"] - view["overlap_us"])
+    assert len(overlap["no_sync"]["by_rank"]) == 2 and overlap["no_sync"]["by_rank"][0]["steps"] == 10
+    assert all(len(r["no_sync_step_times_s"]) == 10 for r in record["ranks"])
+    for view in overlap["reducer"]["by_rank"]:
+        assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
 
 
 def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
     done = ddpbench("run", "--workload", "vit_b_16", "--strategy", "local", "--precision", "bf16",
                     "--steps", "6", "--warmup", "1", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=1, timed_steps=5)
     assert record["spec"]["threads_per_rank"] == record["env"]["cpu_cores"]  # one device: all cores
     assert "replicas_in_sync" not in record["checks"]  # nothing to compare without replicas
+    trace_view = record["overlap"]["trace"]["by_rank"][0]
+    assert trace_view["comm_us"] == 0 and trace_view["overlap_pct"] is None  # no communication: not applicable
+    assert record["overlap"]["no_sync"] is None and record["overlap"]["reducer"] is None
     assert record["metrics"]["sample_unit"] == "images"
     assert "torch.distributed.run" not in record["launch"]["command"]
 
@@ -88,8 +104,9 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     workload = f"{REPO}/tests/fixtures/user_workload.py:regression"
     done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
                     "--comm-hook", "fp16_compress", "--bucket-cap-mb", "1", "--gradient-as-bucket-view",
-                    "--static-graph", "--no-broadcast-buffers", "--batch-size", "3", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+                    "--static-graph", "--no-broadcast-buffers", "--batch-size", "3", "--no-profile",
+                    "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=6)
     assert record["run_id"].startswith("regression-ddp-n2-")
@@ -99,6 +116,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     assert record["spec"]["batch_size"] == 3
     assert record["metrics"]["sample_unit"] == "rows"
     assert record["checks"]["gradients_averaged"]["tolerance"] == 5e-3
+    assert record["overlap"]["trace"] is None and not (tmp_path / "traces").exists()
 
 
 def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
@@ -111,6 +129,20 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     assert record["error"]["exit_code"] != 0
     assert any("broken on purpose" in line for line in record["error"]["output_tail"])
     assert "FAILED" in done.stdout
+
+
+def test_a_crash_after_the_timed_steps_keeps_the_measurements(tmp_path):
+    workload = f"{REPO}/tests/fixtures/crash_when_profiled.py:crash_when_profiled"
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
+                    "--out", str(tmp_path))
+    assert done.returncode == 1
+    record = only_record(tmp_path)
+    assert record["status"] == "ok" and len(record["ranks"][0]["step_times_s"]) == 6
+    assert record["checks"]["replicas_in_sync"]["ok"]
+    assert record["error"]["message"].startswith("measurements complete, then the run failed")
+    assert record["error"]["exit_code"] != 0
+    assert record["overlap"]["trace"] is None  # the phase that crashed left nothing half-written
+    assert "measurements complete" in done.stdout
 
 
 def free_port() -> int:

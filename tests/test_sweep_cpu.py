@@ -75,7 +75,7 @@ def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
     kept = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
     os.remove(copy / "runs" / "mlp-ddp-n2.json")
     done = run_cli("sweep", "--resume", "--out", str(tmp_path), "--sweep-id", "s")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     after = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
     assert set(after) == set(kept), set(after) ^ set(kept)
     rerun = [n for n in after if after[n] != kept[n]]

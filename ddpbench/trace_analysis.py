@@ -1,0 +1,336 @@
+"""Communication/computation overlap from torch.profiler chrome traces, per rank and per step.
+
+Overlap follows HolisticTraceAnalysis, so numbers are comparable: merge communication intervals
+and computation intervals separately; overlap = time both are active / communication time.
+
+- GPU traces: events with a CUDA stream. Communication = kernels whose name starts with `nccl`
+  (only the prefix is reliable); computation = the other kernels; memcpy/memset are "other".
+  A kernel belongs to the profiler step in which the CPU launched it (linked by correlation id).
+  The last step is dropped: the profiler may stop before its kernels have all been recorded.
+- CPU traces (gloo): communication = `gloo:*` events, which run on gloo's own threads;
+  computation = the ops of the training thread (the one that carries `ProfilerStep#N`), with data
+  loading counted as "other". Every whole step counts.
+
+Temporal breakdown of a step: compute + exposed communication + other + idle = the step's span
+(GPU: first to last kernel of the step; CPU: the ProfilerStep annotation).
+
+`mode="hta"` reproduces HolisticTraceAnalysis 0.5.0 exactly on GPU traces: it keeps kernels
+launched before the last step starts, rounds timestamps as HTA does (start up, end down to whole
+microseconds) and reports one figure over all kept kernels. No torch, no pandas on this path.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+from isal import igzip
+
+from ddpbench import intervals as iv
+
+MODES = ("ddpbench", "hta")
+GPU_EVENT_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
+CPU_WORK_CATEGORIES = {"cpu_op", "user_annotation"}
+PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)")
+RANK_IN_FILE_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+class TraceError(ValueError):
+    """A file that cannot be analysed; the message names the file and what is wrong."""
+
+
+class _Args(msgspec.Struct):
+    stream: Any = None
+    correlation: Any = None
+
+
+class _Event(msgspec.Struct):
+    """The fields analysis needs; msgspec skips every other field without building it, which is
+    most of why loading is several times faster than json.loads."""
+
+    ph: str = ""
+    cat: Any = None
+    name: Any = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: Any = None
+    tid: Any = None
+    args: _Args | None = None
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event]
+    distributedInfo: dict | None = None
+    baseTimeNanoseconds: int | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Trace)
+
+
+def read_trace(path: str) -> _Trace:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = igzip.decompress(raw)  # ISA-L: the same gzip, about twice as fast as zlib
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(f"{path}: truncated or corrupt gzip: {exc}") from None
+    # Tens of thousands of small objects: the cyclic GC would stop to scan them several times.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise TraceError(f"{path}: not a torch.profiler chrome trace: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(f"{path}: not a JSON chrome trace: {exc}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+@dataclass
+class StepOverlap:
+    """One profiler step of one rank. Times in microseconds; overlap_pct is None when the step
+    has no communication at all (overlap is not applicable, not zero)."""
+
+    step: int
+    span_us: float
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    overlap_pct: float | None
+    exposed_comm_us: float
+    other_us: float
+    idle_us: float
+    first_comm_start_us: float | None
+    """Absolute start of the step's first collective (base time + ts), for straggler analysis."""
+
+
+@dataclass
+class TraceAnalysis:
+    path: str
+    rank: int | None
+    rank_source: str
+    world_size: int | None
+    backend: str | None
+    kind: str
+    """gpu or cpu."""
+    mode: str
+    steps: list[StepOverlap] = field(default_factory=list)
+    hta: dict | None = None
+    """mode hta: overlap_pct, compute_us, non_compute_us, idle_us, kernel_span_us over all kept kernels."""
+
+    def summary(self) -> dict:
+        """Totals over the analysed steps, and the steps themselves."""
+        totals = {key: sum(getattr(s, key) for s in self.steps)
+                  for key in ("span_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "idle_us")}
+        comm = totals["comm_us"]
+        return {
+            "path": self.path, "rank": self.rank, "rank_source": self.rank_source, "world_size": self.world_size,
+            "backend": self.backend, "kind": self.kind, "mode": self.mode, "steps_analysed": len(self.steps),
+            **totals,
+            "overlap_pct": 100.0 * totals["overlap_us"] / comm if comm > 0 else None,
+            "exposed_comm_us_per_step": totals["exposed_comm_us"] / len(self.steps) if self.steps else None,
+            "steps": [asdict(s) for s in self.steps],
+            "hta": self.hta,
+        }
+
+
+@dataclass
+class _Events:
+    """Interval arrays pulled out of a trace in one pass."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    role: np.ndarray  # 0 compute, 1 communication, 2 other
+    anchor: np.ndarray  # the time that decides the event's step (CPU launch time for GPU kernels)
+
+
+def _rank_of(trace: _Trace, path: str) -> tuple[int | None, str]:
+    info = trace.distributedInfo or {}
+    if isinstance(info.get("rank"), int):
+        return info["rank"], "distributedInfo"
+    match = RANK_IN_FILE_NAME.search(os.path.basename(path))
+    if match:
+        return int(match.group(1)), "file name"
+    return None, "unknown"
+
+
+@dataclass
+class _Scan:
+    """What one pass over the events finds."""
+
+    steps: dict  # step number -> (start, end)
+    step_threads: set  # (pid, tid) of the thread that runs the training loop
+    launches: dict  # correlation id -> CPU launch time
+    gpu_rows: list  # (ts, dur, name, category, correlation)
+
+
+def _scan(events: list[_Event]) -> _Scan:
+    scan = _Scan({}, set(), {}, [])
+    for event in events:
+        category = event.cat
+        if category in GPU_EVENT_CATEGORIES:
+            args = event.args
+            if args is not None and args.stream is not None:
+                scan.gpu_rows.append((event.ts, event.dur, event.name, category, args.correlation))
+        elif category in LAUNCH_CATEGORIES:
+            args = event.args
+            if args is not None and args.correlation is not None:
+                scan.launches[args.correlation] = event.ts
+        elif category in CPU_WORK_CATEGORIES and event.ph == "X" and event.name.startswith("ProfilerStep#"):
+            match = PROFILER_STEP.match(event.name)
+            if match:
+                scan.steps[int(match.group(1))] = (event.ts, event.ts + event.dur)
+                scan.step_threads.add((event.pid, event.tid))
+    return scan
+
+
+def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
+    if not scan.gpu_rows:
+        return _Events(*(np.zeros(0),) * 4)
+    ts, dur, names, categories, correlations = zip(*scan.gpu_rows)
+    starts = np.asarray(ts, dtype=float)
+    ends = starts + np.asarray(dur, dtype=float)
+    if hta_rounding:
+        # HTA 0.5.0 rounds microsecond timestamps: start up, end down (so short kernels may end
+        # up with zero or negative length, which HTA keeps; so do we, to agree with it).
+        starts, ends = np.ceil(starts), np.floor(ends)
+    role = np.array([1 if c == "kernel" and n.startswith("nccl") else 0 if c == "kernel" else 2
+                     for n, c in zip(names, categories)], dtype=int)
+    launches = scan.launches
+    anchor = np.array([launches.get(c, np.nan) for c in correlations], dtype=float)
+    return _Events(starts, ends, role, anchor)
+
+
+def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
+    rows = []
+    for event in events:
+        if event.ph != "X" or not isinstance(event.name, str):
+            continue
+        name = event.name
+        if name.startswith("gloo:"):
+            role = 1
+        elif event.cat in CPU_WORK_CATEGORIES and (event.pid, event.tid) in training_threads:
+            if name.startswith("ProfilerStep#"):
+                continue
+            role = 2 if name.startswith("enumerate(DataLoader)") else 0
+        else:
+            continue
+        rows.append((event.ts, event.ts + event.dur, role))
+    if not rows:
+        return _Events(*(np.zeros(0),) * 4)
+    starts, ends, role = (np.asarray(column) for column in zip(*rows))
+    return _Events(starts.astype(float), ends.astype(float), role.astype(int), starts.astype(float))
+
+
+def _sets(starts, ends, role, keep):
+    return tuple(iv.merge(starts[keep & (role == r)], ends[keep & (role == r)]) for r in (0, 1, 2))
+
+
+def _step_overlap(step: int, compute, comm, other, span_start: float, span_end: float, base_us: float) -> StepOverlap:
+    comm_us, compute_us = iv.total(comm), iv.total(compute)
+    overlap_us = iv.intersection(comm, compute)
+    busy_us = iv.total(iv.union(compute, comm, other))
+    span_us = float(span_end - span_start)
+    exposed = comm_us - overlap_us
+    return StepOverlap(
+        step=step, span_us=span_us, comm_us=comm_us, compute_us=compute_us, overlap_us=overlap_us,
+        overlap_pct=100.0 * overlap_us / comm_us if comm_us > 0 else None, exposed_comm_us=exposed,
+        other_us=busy_us - compute_us - exposed, idle_us=span_us - busy_us,
+        first_comm_start_us=float(comm[0][0]) + base_us if len(comm[0]) else None,
+    )
+
+
+def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    trace = read_trace(path)
+    rank, rank_source = _rank_of(trace, path)
+    info = trace.distributedInfo or {}
+    scan = _scan(trace.traceEvents)
+    numbers = np.array(sorted(scan.steps), dtype=int)
+    step_starts = np.array([scan.steps[n][0] for n in numbers], dtype=float)
+    step_ends = np.array([scan.steps[n][1] for n in numbers], dtype=float)
+    base_us = (trace.baseTimeNanoseconds or 0) / 1000.0
+    gpu = _gpu_events(scan, hta_rounding=mode == "hta")
+    kind = "gpu" if len(gpu.starts) else "cpu"
+    result = TraceAnalysis(path=path, rank=rank, rank_source=rank_source, world_size=info.get("world_size"),
+                           backend=info.get("backend"), kind=kind, mode=mode)
+    if len(numbers) == 0:
+        raise TraceError(f"{path}: no ProfilerStep#N annotations; profile with a schedule and call prof.step()")
+    if kind == "cpu":
+        if mode == "hta":
+            raise TraceError(f"{path}: mode hta applies to GPU traces (HTA analyses CUDA kernels only)")
+        found = _cpu_events(trace.traceEvents, scan.step_threads)
+        # An event belongs to the step during which it starts, and is cut at the step's end.
+        index = np.searchsorted(step_starts, found.anchor, side="right") - 1
+        for i, number in enumerate(numbers):
+            keep = index == i
+            compute, comm, other = (iv.clip(s, step_starts[i], step_ends[i])
+                                    for s in _sets(found.starts, found.ends, found.role, keep))
+            result.steps.append(_step_overlap(int(number), compute, comm, other, step_starts[i], step_ends[i], base_us))
+        return result
+
+    if mode == "hta":
+        keep = gpu.anchor < step_starts[-1]  # launched before the last step started (NaN: never)
+        compute, comm, other = _sets(gpu.starts, gpu.ends, gpu.role, keep)
+        everything = iv.union(compute, comm, other)
+        span = float(everything[1][-1] - everything[0][0]) if len(everything[0]) else 0.0
+        busy = iv.total(everything)
+        comm_us = iv.total(comm)
+        result.hta = {
+            "overlap_pct": 100.0 * iv.intersection(comm, compute) / comm_us if comm_us > 0 else None,
+            "compute_us": iv.total(compute), "non_compute_us": busy - iv.total(compute),
+            "idle_us": span - busy, "kernel_span_us": span,
+        }
+    index = np.searchsorted(step_starts, gpu.anchor, side="right") - 1
+    inside = (index >= 0) & (gpu.anchor < step_ends[np.clip(index, 0, None)])
+    for i, number in enumerate(numbers[:-1]):  # the last step's kernels may be cut off
+        keep = inside & (index == i)
+        if not keep.any():
+            continue
+        compute, comm, other = _sets(gpu.starts, gpu.ends, gpu.role, keep)
+        span_start, span_end = float(gpu.starts[keep].min()), float(gpu.ends[keep].max())
+        result.steps.append(_step_overlap(int(number), compute, comm, other, span_start, span_end, base_us))
+    return result
+
+
+def stragglers(analyses: list[TraceAnalysis]) -> list[dict]:
+    """Per step present in every trace: which rank started its first collective last, and by how
+    much after the earliest. (Timestamps are comparable across processes of one machine; across
+    machines only as far as their clocks agree.)"""
+    by_step: dict[int, dict] = {}
+    for analysis in analyses:
+        for step in analysis.steps:
+            if step.first_comm_start_us is not None:
+                by_step.setdefault(step.step, {})[analysis.rank] = step.first_comm_start_us
+    rows = []
+    for step, starts in sorted(by_step.items()):
+        if len(starts) < len(analyses) or len(starts) < 2:
+            continue
+        latest = max(starts, key=starts.get)
+        rows.append({"step": step, "latest_rank": latest,
+                     "lag_ms": (starts[latest] - min(starts.values())) / 1000.0})
+    return rows
+
+
+def overlap_frame(analyses: list[TraceAnalysis]):
+    """One row per rank and step, for notebooks and the report (imports pandas)."""
+    import pandas as pd
+
+    rows = [{"rank": a.rank, "kind": a.kind, **asdict(step)} for a in analyses for step in a.steps]
+    return pd.DataFrame(rows)
+
+
