@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ddpbench.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
@@ -182,11 +183,15 @@ def command_sweep(args: argparse.Namespace) -> int:
             resolve(spec)
     manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
-    manifest = run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout)
-    return print_table(sweep_dir, save=True, manifest=manifest)
+    run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout)
+    status = print_table(sweep_dir, save=True)
+    from ddpbench.report import build_report
+
+    print(f"report: {build_report(sweep_dir)}")
+    return status
 
 
-def print_table(sweep_dir: str, save: bool = False, manifest: dict | None = None) -> int:
+def print_table(sweep_dir: str, save: bool = False) -> int:
     import os
 
     from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
@@ -270,6 +275,16 @@ def format_trace_table(analyses) -> str:
     return "\n".join(lines + notes)
 
 
+def command_report(args: argparse.Namespace) -> int:
+    from ddpbench.report import build_report
+
+    if not os.path.isdir(args.sweep_dir):
+        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
+    path = build_report(args.sweep_dir, args.output)
+    print(f"report: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -283,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
     table.add_argument("sweep_dir")
     table.set_defaults(handler=command_table)
+    report = commands.add_parser("report", help="write the HTML scaling report of a sweep, from its records")
+    report.add_argument("sweep_dir")
+    report.add_argument("-o", "--output", default=None, help="HTML file (default reports/<sweep-id>/index.html)")
+    report.set_defaults(handler=command_report)
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)

@@ -13,5 +13,6 @@ def strategy_label(spec: dict) -> str:
         processes = "1 process" if world_size == 1 else f"{world_size} processes"
         return f"DDP ({processes}, {spec.get('backend', '?')})"
     if spec.get("device") == "cpu":
-        return f"DataParallel on CPU (one process, {spec.get('threads_per_rank')} threads, no replication)"
+        threads = spec.get("threads_per_rank")
+        return f"DataParallel on CPU (one process, {threads} thread{'s' if threads != 1 else ''}, no replication)"
     return f"DataParallel (one process, {world_size} GPU{'s' if world_size > 1 else ''})"

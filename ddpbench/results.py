@@ -180,3 +180,74 @@ def format_overlap(runs: pd.DataFrame) -> str:
         shown[column] = shown[column] * 1000
     return ("DDP communication: overlap of all-reduce with computation, exposed communication per step\n"
             + shown.to_string(float_format="{:,.2f}".format, na_rep="") )
+
+
+def step_time_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per ok run, rank and timed step: the raw step times, for distributions."""
+    rows = []
+    for record in records:
+        if record["status"] != "ok":
+            continue
+        spec = record["spec"]
+        for rank in record["ranks"]:
+            for step, seconds in enumerate(rank["step_times_s"]):
+                rows.append({"run_id": record["run_id"], "workload": spec["workload"], "strategy": spec["strategy"],
+                             "world_size": spec["world_size"], "rank": rank["rank"], "step": step,
+                             "step_time_s": seconds})
+    return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"])
+
+
+def iteration_frame(step_times: pd.DataFrame) -> pd.DataFrame:
+    """Iteration time per run and step: the slowest rank's step time."""
+    return (step_times.groupby(["run_id", "workload", "strategy", "world_size", "step"], as_index=False)["step_time_s"]
+            .max().rename(columns={"step_time_s": "iteration_time_s"}))
+
+
+BREAKDOWN_PARTS = ("compute_us", "exposed_comm_us", "other_us", "idle_us")
+
+
+def breakdown_frame(records: list[dict]) -> pd.DataFrame:
+    """Per ok run with a trace: the mean profiled step split into compute, exposed communication,
+    other and idle (microseconds), averaged over ranks and steps."""
+    rows = []
+    for record in records:
+        trace = ((record.get("overlap") or {}).get("trace") or {}) if record["status"] == "ok" else {}
+        steps = [step for view in trace.get("by_rank") or [] for step in view.get("steps") or []]
+        if not steps:
+            continue
+        spec = record["spec"]
+        row = {"run_id": record["run_id"], "workload": spec["workload"], "strategy": spec["strategy"],
+               "world_size": spec["world_size"]}
+        row.update({part: sum(step[part] for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", *BREAKDOWN_PARTS])
+
+
+def headlines(runs: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
+    """One sentence per workload: efficiency at the largest world size, DDP against DataParallel,
+    and how much of the all-reduce hides behind backward."""
+    sentences = {}
+    for workload, rows in table.groupby("workload"):
+        parts = []
+        ddp = rows[rows["strategy"] == "ddp"].sort_values("world_size")
+        dp = rows[rows["strategy"] == "dp"].sort_values("world_size")
+        device = runs[runs["workload"] == workload]["device"].iloc[0]
+        devices = "GPUs" if device == "cuda" else "CPU processes"
+        if not ddp.empty and ddp["efficiency"].notna().any():
+            last = ddp.iloc[-1]
+            parts.append(f"DDP reaches {last['efficiency']:.0%} scaling efficiency at {last['world_size']} {devices}")
+            same = dp[dp["world_size"] == last["world_size"]]
+            if not same.empty and pd.notna(same["efficiency"].iloc[0]):
+                note = " (on CPU: one process, nothing replicated)" if device == "cpu" else ""
+                parts.append(f"DataParallel {same['efficiency'].iloc[0]:.0%}{note}")
+        elif not ddp.empty:
+            parts.append(f"DDP runs at {ddp.iloc[-1]['world_size']} {devices}, but without a local run there is no efficiency")
+        overlap = runs[(runs["workload"] == workload) & (runs["strategy"] == "ddp") & (runs["status"] == "ok")]
+        overlap = overlap.sort_values("world_size")
+        overlap = overlap[overlap["world_size"] > 1] if (overlap["world_size"] > 1).any() else overlap
+        if not overlap.empty and pd.notna(overlap["overlap_pct"].iloc[-1]):
+            parts.append(f"all-reduce {overlap['overlap_pct'].iloc[-1]:.0f} % hidden behind computation "
+                         f"at {overlap['world_size'].iloc[-1]} {devices}")
+        if parts:
+            sentences[workload] = "; ".join(parts) + "."
+    return sentences

@@ -43,7 +43,7 @@ def test_scaling_table_numbers_are_recomputed_from_the_records():
 def test_cpu_data_parallel_is_labelled_for_what_it_is():
     table = scaling_table(ddpbench.load(SWEEP))
     labels = set(table[table["strategy"] == "dp"]["strategy_label"])
-    assert labels == {"DataParallel on CPU (one process, 1 threads, no replication)",
+    assert labels == {"DataParallel on CPU (one process, 1 thread, no replication)",
                       "DataParallel on CPU (one process, 2 threads, no replication)"}
     assert "nothing is replicated" in format_side_by_side(table)
 

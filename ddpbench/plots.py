@@ -1,0 +1,189 @@
+"""Figures for the report, drawn from the analysis DataFrames. One function per figure; each
+returns a matplotlib Figure with one panel per workload. No torch.
+
+Colour-blind-safe palette (seaborn "colorblind"); every axis says what it measures and in what unit.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display: works on servers and in CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+PALETTE = sns.color_palette("colorblind")
+STRATEGY_COLOURS = {"local": PALETTE[2], "ddp": PALETTE[0], "dp": PALETTE[1]}
+STRATEGY_NAMES = {"local": "local (reference)", "ddp": "DDP", "dp": "DataParallel"}
+SHORT_NAMES = {"local": "local", "ddp": "DDP", "dp": "DP"}
+PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 5.0, 3.4
+DPI = 110
+
+sns.set_theme(style="whitegrid", palette=PALETTE, font_scale=0.9)
+
+
+def panels(workloads: list[str]):
+    """A grid with one panel per workload, at most two across so it fits a laptop screen."""
+    columns = min(2, max(1, len(workloads)))
+    rows = math.ceil(len(workloads) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows),
+                                squeeze=False)
+    flat = list(axes.flat)
+    for unused in flat[len(workloads):]:
+        unused.set_visible(False)
+    return figure, dict(zip(workloads, flat))
+
+
+def _world_size_axis(axis, sizes) -> None:
+    sizes = sorted(set(int(s) for s in sizes))
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(sizes, [str(s) for s in sizes])
+    axis.minorticks_off()
+    axis.set_xlabel("world size (devices)")
+
+
+def throughput(table: pd.DataFrame) -> plt.Figure:
+    figure, axes = panels(sorted(table["workload"].unique()))
+    for workload, axis in axes.items():
+        rows = table[table["workload"] == workload]
+        unit = rows["sample_unit"].iloc[0]
+        for strategy in ("ddp", "dp"):
+            line = rows[rows["strategy"] == strategy].sort_values("world_size")
+            if not line.empty:
+                axis.plot(line["world_size"], line["throughput"], marker="o", color=STRATEGY_COLOURS[strategy],
+                          label=STRATEGY_NAMES[strategy])
+        local = rows[rows["strategy"] == "local"]
+        if not local.empty:
+            x1 = local["throughput"].iloc[0]
+            sizes = sorted(rows["world_size"].unique())
+            axis.plot(sizes, [x1 * n for n in sizes], linestyle="--", color="grey", label="ideal: N x local")
+            axis.plot([1], [x1], marker="s", color=STRATEGY_COLOURS["local"], linestyle="", label=STRATEGY_NAMES["local"])
+        _world_size_axis(axis, rows["world_size"])
+        axis.set_ylabel(f"throughput ({unit}/s)")
+        axis.set_ylim(bottom=0)
+        axis.set_title(workload)
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def efficiency(table: pd.DataFrame) -> plt.Figure:
+    figure, axes = panels(sorted(table["workload"].unique()))
+    for workload, axis in axes.items():
+        rows = table[table["workload"] == workload]
+        for strategy in ("ddp", "dp"):
+            line = rows[rows["strategy"] == strategy].dropna(subset=["efficiency"]).sort_values("world_size")
+            if not line.empty:
+                axis.plot(line["world_size"], 100 * line["efficiency"], marker="o",
+                          color=STRATEGY_COLOURS[strategy], label=STRATEGY_NAMES[strategy])
+        axis.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
+        _world_size_axis(axis, rows["world_size"])
+        axis.set_ylabel("scaling efficiency (%)")
+        axis.set_ylim(bottom=0)
+        axis.set_title(workload)
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def step_time_by_rank(step_times: pd.DataFrame) -> plt.Figure:
+    """DDP runs: each rank's step-time distribution at each world size, so a slow rank stands out."""
+    ddp = step_times[step_times["strategy"] == "ddp"].assign(step_time_ms=lambda f: f["step_time_s"] * 1000)
+    figure, axes = panels(sorted(ddp["workload"].unique()))
+    for workload, axis in axes.items():
+        rows = ddp[ddp["workload"] == workload]
+        ranks = rows["rank"].nunique()
+        with warnings.catch_warnings():
+            # seaborn 0.13 still passes matplotlib's deprecated `vert`; nothing for a reader to act on.
+            warnings.filterwarnings("ignore", message=".*vert.*", category=DeprecationWarning)
+            sns.boxplot(data=rows, x="world_size", y="step_time_ms", hue="rank", ax=axis, fliersize=2,
+                        palette=sns.color_palette("colorblind", ranks), legend=ranks <= 8)
+        axis.set_xlabel("world size (devices)")
+        axis.set_ylabel("step time (ms)")
+        axis.set_title(f"{workload}: DDP step time per rank")
+    figure.tight_layout()
+    return figure
+
+
+def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
+    figure, axes = panels(sorted(iterations["workload"].unique()))
+    for workload, axis in axes.items():
+        rows = iterations[iterations["workload"] == workload]
+        for (strategy, world_size), run in rows.groupby(["strategy", "world_size"]):
+            axis.plot(run["step"], run["iteration_time_s"] * 1000, color=STRATEGY_COLOURS[strategy],
+                      alpha=0.35 + 0.65 * world_size / rows["world_size"].max(), linewidth=1,
+                      label=f"{STRATEGY_NAMES[strategy]} x{world_size}")
+        axis.set_xlabel("timed step")
+        axis.set_ylabel("iteration time (ms)")
+        axis.set_ylim(bottom=0)
+        axis.set_title(workload)
+        axis.legend(fontsize="x-small", ncol=2)
+    figure.tight_layout()
+    return figure
+
+
+ESTIMATES = {"exposed_comm_trace_s": "profiler trace", "exposed_comm_no_sync_s": "no_sync() replay",
+             "exposed_comm_reducer_s": "DDP reducer timers"}
+
+
+def exposed_communication(overlap: pd.DataFrame) -> plt.Figure:
+    """DDP runs: exposed communication per step, three estimates side by side, and the overlap %."""
+    workloads = sorted(overlap["workload"].unique())
+    figure, axes = plt.subplots(len(workloads), 2, figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)),
+                                squeeze=False)
+    for row_axes, workload in zip(axes, workloads):
+        rows = overlap[overlap["workload"] == workload]
+        long = rows.melt(id_vars="world_size", value_vars=list(ESTIMATES), var_name="estimate", value_name="seconds")
+        long = long.dropna().assign(estimate=lambda f: f["estimate"].map(ESTIMATES), ms=lambda f: f["seconds"] * 1000)
+        if not long.empty:
+            sns.barplot(data=long, x="world_size", y="ms", hue="estimate", ax=row_axes[0],
+                        hue_order=[e for e in ESTIMATES.values() if e in set(long["estimate"])])
+        row_axes[0].set_xlabel("world size (devices)")
+        row_axes[0].set_ylabel("exposed communication per step (ms)")
+        row_axes[0].set_title(f"{workload}: exposed all-reduce, three estimates")
+        with_overlap = rows.dropna(subset=["overlap_pct"])
+        if not with_overlap.empty:
+            sns.barplot(data=with_overlap, x="world_size", y="overlap_pct", ax=row_axes[1], color=PALETTE[0])
+        row_axes[1].set_ylim(0, 100)
+        row_axes[1].set_xlabel("world size (devices)")
+        row_axes[1].set_ylabel("all-reduce hidden behind computation (%)")
+        row_axes[1].set_title(f"{workload}: overlap from the profiler trace")
+    figure.tight_layout()
+    return figure
+
+
+BREAKDOWN_LABELS = {"compute_us": "compute", "exposed_comm_us": "exposed communication", "other_us": "other",
+                    "idle_us": "idle"}
+
+
+def step_breakdown(breakdown: pd.DataFrame) -> plt.Figure:
+    """Where a profiled step's time goes, per run: stacked compute / exposed communication / other / idle."""
+    figure, axes = panels(sorted(breakdown["workload"].unique()))
+    colours = [PALETTE[0], PALETTE[3], PALETTE[7], PALETTE[5]]
+    for workload, axis in axes.items():
+        rows = breakdown[breakdown["workload"] == workload].sort_values(["strategy", "world_size"])
+        labels = [f"{SHORT_NAMES[s]} x{n}" for s, n in zip(rows["strategy"], rows["world_size"])]
+        bottom = pd.Series(0.0, index=rows.index)
+        for part, colour in zip(BREAKDOWN_LABELS, colours):
+            values = rows[part] / 1000
+            axis.bar(labels, values, bottom=bottom, color=colour, label=BREAKDOWN_LABELS[part])
+            bottom = bottom + values
+        axis.set_ylabel("time per profiled step (ms)")
+        axis.set_title(workload)
+        axis.tick_params(axis="x", labelsize="small", labelrotation=30)
+        axis.legend(fontsize="x-small")
+    figure.tight_layout()
+    return figure
+
+
+def png_bytes(figure: plt.Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    plt.close(figure)
+    return buffer.getvalue()
