@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
+from ddpbench.faults import parse_fault
 from ddpbench.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
 
 USAGE_ERROR = 2
@@ -54,6 +56,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     nodes.add_argument("--node-rank", type=int, default=0)
     nodes.add_argument("--rdzv-endpoint", default=None, help="host:port reachable from every node")
     nodes.add_argument("--rdzv-id", default=None, help="a job id shared by all nodes")
+    nodes.add_argument("--rdzv-port", type=int, default=None,
+                       help="single node: rendezvous port on localhost (default: a free one; a taken one is replaced)")
+    add_reliability_arguments(parser)
+
+
+def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("reliability")
+    group.add_argument("--oom-backoff", action="store_true",
+                       help="rerun a run that ran out of memory at half the batch, down to 1")
+    group.add_argument("--inject-fault", default=None, metavar="rank=R,kind=raise|kill|hang|oom,step=S",
+                       help="testing aid: make rank R raise, be killed, hang or run out of memory at step S")
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -66,18 +79,19 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         warmup=args.warmup, precision=args.precision, threads_per_rank=args.threads_per_rank,
         num_workers=args.num_workers, data_dir=args.data_dir, seed=args.seed,
         pg_timeout_s=args.pg_timeout_s, ddp=knobs, node_rank=args.node_rank, profile=args.profile,
-        profile_active=args.profile_steps, no_sync_steps=args.no_sync_steps,
+        profile_active=args.profile_steps, no_sync_steps=args.no_sync_steps, rdzv_port=args.rdzv_port,
+        fault=parse_fault(args.inject_fault).to_dict() if args.inject_fault else None,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id, run_id=args.run_id, out_dir=args.out_dir,
     )
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from ddpbench.launch import launch, resolve
+    from ddpbench.launch import launch_with_oom_backoff, resolve
     from ddpbench.record import load_record
     from ddpbench.summary import failed_checks, format_summary
 
     spec = resolve(spec_from_args(args))
-    result = launch(spec)
+    result = launch_with_oom_backoff(spec, oom_backoff=args.oom_backoff)
     if result.record_path is None:
         print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
         return 0
@@ -130,6 +144,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-profile", dest="profile", action="store_false", help="skip the profiled phase of every run")
     add("--run-timeout", type=float, default=None,
         help="seconds before a run is ended as timeout (default: derived from the expected step time)")
+    add("--pg-timeout", type=float, default=None, dest="pg_timeout_s",
+        help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)")
+    add_reliability_arguments(parser)
 
 
 def sweep_options_from_args(args: argparse.Namespace):
@@ -159,6 +176,7 @@ def sweep_options_from_args(args: argparse.Namespace):
         batch_size=args.batch_size, scaling=args.scaling, global_batch=args.global_batch,
         precision=args.precision, ddp=DDPKnobs(bucket_cap_mb=args.bucket_cap_mb, comm_hook=args.comm_hook),
         profile=args.profile,
+        fault=parse_fault(args.inject_fault).to_dict() if args.inject_fault else None,
     )
 
 
@@ -183,7 +201,10 @@ def command_sweep(args: argparse.Namespace) -> int:
             resolve(spec)
     manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
-    run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout)
+    if args.pg_timeout_s:
+        plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
+    run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
+              fixed_pg_timeout_s=args.pg_timeout_s)
     status = print_table(sweep_dir, save=True)
     from ddpbench.report import build_report
 
@@ -196,6 +217,8 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
 
     from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
 
+    if not os.path.isdir(sweep_dir):
+        raise SpecError(f"{sweep_dir!r} is not a folder")
     runs = load(sweep_dir)
     if runs.empty and not runs.attrs["unreadable"]:
         raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
@@ -314,17 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: end the running processes, keep what is written, mark the sweep."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.handler(args)
     except SpecError as exc:
         print(f"ddpbench {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt:
-        print("ddpbench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"ddpbench: {'terminated' if terminated else 'interrupted'}; runs in progress were ended, "
+              "finished records are kept", file=sys.stderr)
+        return 143 if terminated else 130
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +21,14 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from ddpbench.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.environment import host_facts, usable_cores, visible_gpu_count
+from ddpbench.heartbeat import HEARTBEAT_ENV, read_heartbeats
 from ddpbench.record import load_record, new_record, record_path, write_atomic, write_record
 from ddpbench.spec import RunSpec, SpecError
 from ddpbench.workload import check_workload_name, is_user_workload
 
 ERROR_TAIL_LINES = 40
-_EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 
 
 def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
@@ -58,8 +60,11 @@ def make_run_id(spec: RunSpec) -> str:
     return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
 
 
+MIN_FREE_BYTES = 200 * 1024 * 1024  # records are small, but traces and logs are not
+
+
 def check_output_folder(out_dir: str) -> None:
-    """Fail before launching if records could not be written there."""
+    """Fail before launching if records could not be written there, or the disk is nearly full."""
     runs = os.path.join(out_dir, "runs")
     try:
         os.makedirs(runs, exist_ok=True)
@@ -67,6 +72,10 @@ def check_output_folder(out_dir: str) -> None:
             pass
     except OSError as exc:
         raise SpecError(f"output folder {out_dir!r} is not writable: {exc.strerror or exc}") from None
+    free = shutil.disk_usage(runs).free
+    if free < MIN_FREE_BYTES:
+        raise SpecError(f"output folder {out_dir!r} has only {free / 2**20:.0f} MiB free; "
+                        f"ddpbench needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB for records, logs and traces")
 
 
 def worker_module_args(spec: RunSpec) -> list[str]:
@@ -84,18 +93,32 @@ def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
     if spec.rdzv_endpoint:
         command += [f"--nnodes={spec.nnodes}", f"--node-rank={spec.node_rank}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={spec.rdzv_endpoint}", f"--rdzv-id={spec.rdzv_id}"]
+    elif spec.rdzv_port:
+        # One node on a chosen port: the same c10d rendezvous, on localhost only.
+        command += ["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{spec.rdzv_port}",
+                    f"--rdzv-id={spec.run_id}"]
     else:
         # Standalone: a c10d rendezvous on localhost with a free port picked by torchrun.
         command += ["--standalone"]
     return command + worker_module_args(spec)
 
 
-def child_environment(spec: RunSpec) -> dict[str, str]:
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("localhost", port))
+        except OSError:
+            return False
+    return True
+
+
+def child_environment(spec: RunSpec, heartbeat_dir: str) -> dict[str, str]:
     env = dict(os.environ)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
     env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
     # The workers write into a pipe, so they cannot see that a person is watching: tell them.
     env["DDPBENCH_PROGRESS"] = "1" if sys.stderr.isatty() else "0"
+    env[HEARTBEAT_ENV] = heartbeat_dir
     return env
 
 
@@ -137,15 +160,6 @@ class OutputTee:
         return [line for line in lines if line.strip()][-ERROR_TAIL_LINES:]
 
 
-def failure_message(exit_code: int, output_tail) -> str:
-    """The last exception named in the children's output, if any, with the exit code."""
-    exceptions = [m.group(1) for m in map(_EXCEPTION_LINE.match, output_tail) if m]
-    # torchrun's own ChildFailedError comes last; the worker's exception before it says more.
-    own = [e for e in exceptions if not e.startswith(("torch.distributed.elastic", "ChildFailedError"))]
-    cause = (own or exceptions or ["no exception in the output"])[-1]
-    return f"exit code {exit_code}, no record written: {cause}"
-
-
 def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
     """SIGTERM the whole process group (torchrun's agent forwards it to every rank), then
     SIGKILL whatever is left after the grace period: no orphan keeps a core or a GPU."""
@@ -161,53 +175,120 @@ def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
             continue
 
 
-def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> LaunchResult:
-    """Run a resolved spec to completion; always leaves a record on the node of rank 0.
+RENDEZVOUS_ATTEMPTS = 3
 
-    Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with `echo`,
-    to this terminal. After `timeout_s` the run is ended and recorded as `timeout`.
-    """
-    check_output_folder(spec.out_dir)
-    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
-    os.makedirs(log_dir, exist_ok=True)
+
+def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, echo: bool) -> tuple[list, int, bool, list]:
+    """Start the run's processes and wait for them. Returns (command, exit code, timed out,
+    output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
+    for stale in ("ranks", "heartbeats"):
+        shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
-    started = time.perf_counter()
     # A session of its own, so the run can be ended as a group (and Ctrl-C reaches us first).
-    process = subprocess.Popen(command, env=child_environment(spec), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, env=child_environment(spec, os.path.join(log_dir, "heartbeats")),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     output = OutputTee(process.stdout, echo, os.path.join(log_dir, "output.log"))
-    status = "failed"
+    timed_out = False
     try:
         exit_code = process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         end_process_group(process)
-        exit_code, status = process.returncode, "timeout"
+        exit_code, timed_out = process.returncode, True
     except BaseException:
         end_process_group(process)
         raise
-    tail = output.tail()
+    kill_leftovers(process)
+    return command, exit_code, timed_out, output.tail()
+
+
+def kill_leftovers(process: subprocess.Popen) -> None:
+    """torchrun ends its workers when one fails, but a worker stuck in native code may survive its
+    agent: once the group's leader is gone, anything left in the group is an orphan."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> LaunchResult:
+    """Run a resolved spec to completion; always leaves a record on the node of rank 0.
+
+    Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with `echo`,
+    to this terminal. After `timeout_s` the run is ended and recorded as `timeout`. A rendezvous
+    that fails (port taken, store unreachable) is retried on a fresh port.
+    """
+    check_output_folder(spec.out_dir)
+    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    os.makedirs(log_dir, exist_ok=True)
+    path = record_path(spec.out_dir, spec.run_id)
+    notes = []
+    if spec.strategy == "ddp" and spec.rdzv_port and not spec.rdzv_endpoint and not port_is_free(spec.rdzv_port):
+        notes.append(f"port {spec.rdzv_port} was taken; torchrun picked a free one")
+        spec = spec.replace(rdzv_port=None)
+    started = time.perf_counter()
+    for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
+        command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, echo)
+        retry = (exit_code != 0 and not timed_out and not os.path.exists(path) and spec.strategy == "ddp"
+                 and not spec.rdzv_endpoint
+                 and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
+        if not retry:
+            break
+        notes.append(f"attempt {attempt}: the rendezvous failed; retrying on a fresh port")
+        spec = spec.replace(rdzv_port=None)  # standalone: torchrun picks a free port
     wall_s = time.perf_counter() - started
 
-    path = record_path(spec.out_dir, spec.run_id)
     launch_info = {"command": command, "wall_s": wall_s, "exit_code": exit_code, "node_rank": spec.node_rank,
-                   "timeout_s": timeout_s, "logs": log_dir}
+                   "timeout_s": timeout_s, "logs": log_dir, "attempts": attempt, "notes": notes}
+    diagnosis = None
+    if exit_code != 0 or timed_out:
+        diagnosis = diagnose(exit_code, timed_out, timeout_s, log_dir, spec.node_rank, spec.nproc, tail)
     if os.path.exists(path):
         record = load_record(path)
         record["launch"] = launch_info
-        if exit_code != 0 and record.get("error") is None:
+        if diagnosis and record.get("error") is None:
             # The worker writes its record as soon as the timed steps are measured; a failure in
             # a later phase (profiling, no_sync) keeps those measurements and says what broke.
-            cause = "ended by the run timeout" if status == "timeout" else failure_message(exit_code, tail)
-            record["error"] = {"message": f"measurements complete, then the run failed: {cause}",
-                               "exit_code": exit_code, "output_tail": tail}
+            status, error = diagnosis
+            error["message"] = f"measurements complete, then the run failed ({status}): {error['message']}"
+            record["error"] = error
         write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     elif exit_code == 0 and spec.nnodes > 1:
         return LaunchResult(spec, exit_code, wall_s, None)
     else:
+        status, error = diagnosis or ("failed", {"message": "the run exited cleanly but wrote no record",
+                                                 "exit_code": exit_code, "output_tail": tail})
+        if attempt > 1 and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))):
+            error["message"] = (f"the rendezvous failed {attempt} times (port in use or store unreachable): "
+                                f"{error['message']}")
         record = new_record(spec.to_dict(), status, env=host_facts())
-        message = (f"ended after the {timeout_s:.0f} s run timeout" if status == "timeout"
-                   else failure_message(exit_code, tail))
-        record["error"] = {"message": message, "exit_code": exit_code, "output_tail": tail}
+        record["error"] = error
         record["launch"] = launch_info
         write_record(record, spec.out_dir)
     return LaunchResult(spec, exit_code, wall_s, path)
+
+
+def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, echo: bool = True,
+                            oom_backoff: bool = False) -> LaunchResult:
+    """Launch; with `oom_backoff`, rerun a run that ran out of memory at half the batch (down to
+    1), and record the attempts that ran out of memory in the final record's `oom_backoff`."""
+    result = launch(spec, timeout_s, echo)
+    attempts = []
+    while oom_backoff and result.record_path:
+        record = load_record(result.record_path)
+        batch = record["spec"].get("batch_size") or last_batch_size(spec)
+        if record["status"] != "oom" or not batch or batch <= 1:
+            break
+        attempts.append({"batch_size": batch, "status": "oom", "message": record["error"]["message"]})
+        spec = spec.replace(batch_size=batch // 2)
+        result = launch(spec, timeout_s, echo)
+    if attempts and result.record_path:
+        record = load_record(result.record_path)
+        record["oom_backoff"] = attempts
+        write_atomic(result.record_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return result
+
+
+def last_batch_size(spec: RunSpec) -> int | None:
+    """The batch the workers resolved (the workload's default when none was given), from their heartbeats."""
+    beats = read_heartbeats(os.path.join(spec.out_dir, "logs", spec.run_id, "heartbeats"))
+    return next((beat.get("batch_size") for beat in beats.values() if beat.get("batch_size")), None)

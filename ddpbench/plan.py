@@ -81,6 +81,8 @@ class SweepOptions:
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
     profile: bool = True
     """Every run gets a profiled phase and writes traces."""
+    fault: dict | None = None
+    """Testing aid: injected into every run that has the fault's rank and step."""
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -135,7 +137,11 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         name = short_workload_name(workload)
         for strategy in [s for s in STRATEGIES_IN_ORDER if s in options.strategies]:
             for world_size in ([1] if strategy == "local" else world_sizes(options.max_world_size)):
+                processes = world_size if strategy == "ddp" else 1
+                fault = options.fault if options.fault and options.fault["rank"] < processes \
+                    and options.fault["step"] < common["steps"] else None
                 plan.append(RunSpec(
+                    fault=fault,
                     workload=workload, strategy=strategy, nproc=world_size,
                     batch_size=_per_device_batch(options, default_batch, world_size),
                     threads_per_rank=threads * (world_size if strategy == "dp" else 1),

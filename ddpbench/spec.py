@@ -109,6 +109,11 @@ class RunSpec:
     """host:port of torchrun's c10d rendezvous; None runs single-node (standalone, localhost)."""
     rdzv_id: str | None = None
     """Job id shared by every node of a multi-node job."""
+    rdzv_port: int | None = None
+    """Single node: the rendezvous port on localhost; None lets torchrun pick a free one. A port
+    that is taken is replaced by a free one (and the record says so)."""
+    fault: dict | None = None
+    """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom, "step": S}."""
     run_id: str = ""
     """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
     out_dir: str = "results/single"
@@ -170,6 +175,12 @@ class RunSpec:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise SpecError(f"rdzv_endpoint must be host:port; got {self.rdzv_endpoint!r}")
+        if self.fault is not None:
+            from ddpbench.faults import Fault, check_fault_fits
+
+            check_fault_fits(Fault(**self.fault), self.processes, self.steps)
+        if self.rdzv_port is not None and not (isinstance(self.rdzv_port, int) and 0 < self.rdzv_port < 65536):
+            raise SpecError(f"rdzv_port must be a port number 1..65535; got {self.rdzv_port!r}")
         if not 0 <= self.node_rank < self.nnodes:
             raise SpecError(f"node_rank must be in 0..{self.nnodes - 1}; got {self.node_rank}")
 

@@ -16,7 +16,7 @@ def _ms(seconds: float) -> str:
 def format_summary(record: dict, path: str) -> str:
     spec = record["spec"]
     title = (f"{spec['workload']}/{spec['size']}  {strategy_label(spec)}  world {spec['world_size']} on "
-             f"{spec['device']}, {spec['threads_per_rank']} threads/process  {spec['precision']}  "
+             f"{spec['device']}, {spec['threads_per_rank']} thread{'s' if spec['threads_per_rank'] != 1 else ''}/process  {spec['precision']}  "
              f"batch {spec['batch_size'] or 'default'}/device")
     lines = [title]
     if record["status"] != "ok":
@@ -41,5 +41,8 @@ def format_summary(record: dict, path: str) -> str:
             lines.append(f"  !! CHECK FAILED: {name}: {record['checks'][name]}")
         if record.get("error"):
             lines.append(f"  !! {record['error']['message']}")
+        for attempt in record.get("oom_backoff") or []:
+            lines.append(f"  oom backoff  batch {attempt['batch_size']}/device ran out of memory; "
+                         f"measured at batch {spec['batch_size']}/device instead")
     lines.append(f"  record       {path}")
     return "\n".join(lines)

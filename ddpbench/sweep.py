@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from ddpbench.environment import host_facts
-from ddpbench.launch import check_output_folder, launch, resolve
+from ddpbench.launch import check_output_folder, launch_with_oom_backoff, resolve
 from ddpbench.record import load_record, new_record, record_path, utc_now, write_atomic, write_record
 from ddpbench.spec import RunSpec, SpecError
 
@@ -25,6 +25,10 @@ MANIFEST_VERSION = 1
 STARTUP_ALLOWANCE_S = 180.0
 STEP_TIME_HEADROOM = 20.0
 TIMEOUT_WITHOUT_REFERENCE_S = 1200.0
+# Process-group timeout: how long a collective may wait before a hang is declared. Generous over
+# the expected step time (the first iteration and DDP's bucket rebuild are slower), never tiny.
+PG_TIMEOUT_STEPS = 50
+MIN_PG_TIMEOUT_S = 60.0
 
 
 def manifest_path(sweep_dir: str) -> str:
@@ -92,6 +96,13 @@ def run_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: floa
     return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s * max(1, spec.world_size / 2)
 
 
+def pg_timeout_s(spec: RunSpec, reference_step_s: dict[str, float]) -> float:
+    step_s = reference_step_s.get(spec.workload)
+    if step_s is None:
+        return spec.pg_timeout_s
+    return max(MIN_PG_TIMEOUT_S, PG_TIMEOUT_STEPS * step_s * max(1, spec.world_size / 2))
+
+
 def _clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes}:{seconds:02d}"
@@ -141,7 +152,7 @@ def _status_line(record: dict, wall_s: float) -> str:
     return f"{record['status'].upper():<7} {what:<28} {(record.get('error') or {}).get('message', '')}"
 
 
-def _run_one(spec: RunSpec, timeout_s: float) -> tuple[dict, float]:
+def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool) -> tuple[dict, float]:
     """Launch one planned run. A configuration this machine cannot run (say, a workload file
     that has gone) becomes a failed record instead of stopping the sweep."""
     started = time.perf_counter()
@@ -152,11 +163,12 @@ def _run_one(spec: RunSpec, timeout_s: float) -> tuple[dict, float]:
         record["error"] = {"message": f"not started: {exc}"}
         write_record(record, spec.out_dir)
         return record, time.perf_counter() - started
-    result = launch(resolved, timeout_s=timeout_s, echo=False)
+    result = launch_with_oom_backoff(resolved, timeout_s=timeout_s, echo=False, oom_backoff=oom_backoff)
     return load_record(result.record_path), result.wall_s
 
 
-def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout_s: float | None = None) -> dict:
+def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout_s: float | None = None,
+              oom_backoff: bool = False, fixed_pg_timeout_s: float | None = None) -> dict:
     """Run every planned run that has no ok record yet. Returns the final manifest."""
     progress = Progress(total=len(plan), started=time.perf_counter())
     reference_step_s: dict[str, float] = {}
@@ -167,7 +179,9 @@ def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout
                 manifest["runs"][spec.run_id] = "ok"
                 progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done['ended_at']}", None)
             else:
-                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s))
+                if fixed_pg_timeout_s is None:
+                    spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s))
+                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff)
                 manifest["runs"][spec.run_id] = done["status"]
                 progress.finished(_status_line(done, wall_s), wall_s)
             if done["status"] == "ok" and done["spec"]["strategy"] == "local":

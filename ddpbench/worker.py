@@ -28,6 +28,8 @@ from ddpbench import checks, phases
 from ddpbench.clock import StepClock
 from ddpbench.data import endless_batches, make_loader
 from ddpbench.environment import host_facts, torch_facts
+from ddpbench.faults import maybe_inject
+from ddpbench.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.metrics import run_metrics
 from ddpbench.record import new_record, utc_now, write_record
 from ddpbench.spec import RunSpec
@@ -144,20 +146,29 @@ class Trainer:
         return self.step_on(next(self.batches))
 
 
-def measure(spec: RunSpec, rank: Rank, trainer: Trainer) -> tuple[dict, dict, list]:
+def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tuple[dict, dict, list]:
     """Warm-up, the timed window, and the checks. Returns this rank's results, what all ranks
     share, and the first timed batches (for the no_sync replay)."""
     clock = StepClock(rank.device)
     replay: list = []
     with progress_bar(spec, rank) as bar:
-        for _ in range(spec.warmup):
-            trainer.step()
+        beat.enter("warm-up", batch_size=spec.batch_size)
+        for step in range(spec.warmup):
+            if spec.fault:
+                maybe_inject(spec.fault, rank.rank, step)
+            batch = next(trainer.batches)
+            beat.step = step
+            trainer.step_on(batch)
             bar.update()
         window_edge(rank)
         window_start = time.perf_counter()
         clock.mark()
-        for _ in range(spec.timed_steps):
+        beat.enter("timed")
+        for step in range(spec.warmup, spec.steps):
+            if spec.fault:
+                maybe_inject(spec.fault, rank.rank, step)
             batch = next(trainer.batches)
+            beat.step = step  # a plain assignment: the heartbeat thread does the writing
             if len(replay) < spec.no_sync_replays:
                 replay.append(batch)
             loss = trainer.step_on(batch)
@@ -166,6 +177,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer) -> tuple[dict, dict, li
         window_edge(rank)
         window_s = time.perf_counter() - window_start
 
+    beat.enter("checks")
     result = {
         "rank": rank.rank,
         "local_rank": rank.local_rank,
@@ -288,21 +300,24 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_dict(json.loads(parser.parse_args(argv).spec_json))
     started_at = utc_now()
     rank = Rank(spec)
+    beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank.rank)
     if rank.distributed:
         dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s))
     try:
         trainer = Trainer(spec, rank)
         spec = trainer.spec
-        result, shared, replay = measure(spec, rank, trainer)
+        result, shared, replay = measure(spec, rank, trainer, beat)
         results = sorted(gather_to_writer(result, rank) or [], key=lambda r: r["rank"])
         if rank.is_writer:  # only rank 0 writes files (and each rank its own trace)
             record = build_record(spec, results, shared, started_at)
             # On disk before the overlap phases: should they fail, the measurements are kept.
             write_record(record, spec.out_dir)
+        beat.enter("overlap phases")
         found = gather_to_writer(overlap_phases(spec, rank, trainer, replay), rank)
         if rank.is_writer:
             add_overlap(record, spec, results, found)
             write_record(record, spec.out_dir)
+        beat.stop("done")
     finally:
         if rank.distributed:
             dist.destroy_process_group()

@@ -56,3 +56,38 @@ def test_checking_input_does_not_import_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
+    import shutil as real_shutil
+
+    from ddpbench import launch
+    from ddpbench.spec import SpecError
+
+    full = real_shutil.disk_usage(tmp_path)._replace(free=50 * 2**20)
+    monkeypatch.setattr(launch.shutil, "disk_usage", lambda path: full)
+    with pytest.raises(SpecError, match="has only 50 MiB free; ddpbench needs at least 200 MiB"):
+        launch.check_output_folder(str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "--gpus", "0"], "--gpus: must be a whole number >= 1; got '0'"),
+    (["sweep", "--gpus", "eight"], "must be a whole number >= 1; got 'eight'"),
+    (["sweep", "--suite", "nightly"], "unknown suite 'nightly'"),
+    (["sweep", "--strategies", "ddp,fsdp"], "unknown strategy 'fsdp'"),
+    (["sweep", "--resume"], "--resume needs --sweep-id"),
+    (["sweep", "--resume", "--sweep-id", "never-made"], "nothing to resume"),
+    (["sweep", "--inject-fault", "kind=raise"], "needs rank, kind and step"),
+    (["table", "/nonexistent/sweep"], "is not a folder"),
+    (["report", "/nonexistent/sweep"], "is not a sweep folder"),
+    (["trace", "analyze", "/nonexistent/trace.json.gz"], "cannot read"),
+    (["trace", "analyze"], "the following arguments are required: PATH"),
+    (["trace", "explain", "x"], "invalid choice: 'explain'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["run"], "the following arguments are required: --workload"),
+])
+def test_bad_command_lines_across_subcommands(args, message):
+    done = ddpbench(*args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

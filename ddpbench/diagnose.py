@@ -1,0 +1,136 @@
+"""What went wrong in a run that did not finish: which rank, how, and what status to record.
+
+Evidence, read after the processes have ended: torchrun's per-rank error files (written by the
+worker's `@record`), torchrun's failure summary in the run's output (exit codes and signals per
+rank), the per-rank heartbeats, and whether the launcher had to end the run at its timeout.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+
+from ddpbench.heartbeat import hung_ranks, read_heartbeats
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
+_RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+_COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective", re.IGNORECASE)
+# What a rank reports when *another* rank died or stopped: the consequence, not the cause.
+_PEER_FAILURE = re.compile(r"by peer|remote worker|timed out|timeout|Watchdog caught collective", re.IGNORECASE)
+_RENDEZVOUS_FAILURE = re.compile(r"EADDRINUSE|address already in use|RendezvousConnectionError|"
+                                 r"RendezvousTimeoutError|The server socket has failed to listen", re.IGNORECASE)
+OUTPUT_READ_BYTES = 256 * 1024
+
+
+def read_output(log_path: str) -> str:
+    """The end of the run's output log (torchrun's summary is at the end)."""
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - OUTPUT_READ_BYTES))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def error_files(ranks_dir: str, node_rank: int, nproc: int) -> dict[int, dict]:
+    """Global rank -> {"message", "traceback"} from torchrun's error files."""
+    found = {}
+    for path in glob.glob(os.path.join(ranks_dir, "*", "attempt_*", "*", "error.json")):
+        try:
+            local_rank = int(os.path.basename(os.path.dirname(path)))
+            with open(path, encoding="utf-8") as handle:
+                content = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        message = content.get("message", {})
+        extra = (message.get("extraInfo") or {}) if isinstance(message, dict) else {}
+        text = message.get("message", "") if isinstance(message, dict) else str(message)
+        try:
+            timestamp = float(extra.get("timestamp", "inf"))
+        except (TypeError, ValueError):
+            timestamp = float("inf")
+        found[node_rank * nproc + local_rank] = {"message": text, "traceback": extra.get("py_callstack"),
+                                                 "timestamp": timestamp}
+    return found
+
+
+def root_cause(errors: dict[int, dict]) -> int:
+    """The rank whose error caused the others: not one reporting a dead or silent peer, and
+    among the rest the earliest."""
+    return min(errors, key=lambda rank: (bool(_PEER_FAILURE.search(errors[rank]["message"])),
+                                         errors[rank]["timestamp"], rank))
+
+
+def exits_by_rank(output: str) -> dict[int, int]:
+    """Global rank -> exit code, from torchrun's failure summary (negative: killed by that signal)."""
+    return {int(rank): int(code) for rank, _, code in _RANK_EXIT.findall(output)}
+
+
+def signal_name(exit_code: int) -> str | None:
+    if exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def last_exception(output: str) -> str | None:
+    """The last exception named in the output, skipping torchrun's own wrapper error."""
+    lines = [line.split("\r")[-1] for line in output.splitlines()]
+    found = [m.group(1) for m in map(_EXCEPTION_LINE.match, lines) if m]
+    own = [e for e in found if not e.startswith(("torch.distributed.elastic", "ChildFailedError"))]
+    return (own or found or [None])[-1]
+
+
+def rendezvous_failed(output: str) -> bool:
+    return bool(_RENDEZVOUS_FAILURE.search(output))
+
+
+def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: str, node_rank: int = 0,
+             nproc: int = 1, output_tail: list[str] | None = None) -> tuple[str, dict]:
+    """(status, error) for a run that wrote no record or failed after writing it."""
+    output = read_output(os.path.join(log_dir, "output.log"))
+    errors = error_files(os.path.join(log_dir, "ranks"), node_rank, nproc)
+    exits = exits_by_rank(output)
+    behind, hang_reason = hung_ranks(read_heartbeats(os.path.join(log_dir, "heartbeats")))
+    error: dict = {"exit_code": exit_code, "output_tail": output_tail or []}
+    killed = {rank: signal_name(code) for rank, code in exits.items() if code < 0 and signal_name(code) != "SIGTERM"}
+    texts = [e["message"] for e in errors.values()] + [last_exception(output) or ""]
+
+    if timed_out:
+        status = "timeout"
+        error["message"] = f"ended after the {timeout_s:.0f} s run timeout"
+    elif any("OutOfMemoryError" in t for t in texts):
+        status = "oom"
+        ranks = sorted(r for r, e in errors.items() if "OutOfMemoryError" in e["message"])
+        error["message"] = f"out of memory{' on rank ' + ', '.join(map(str, ranks)) if ranks else ''}: " \
+                           f"{next(t for t in texts if 'OutOfMemoryError' in t)}"
+    elif killed:
+        status = "failed"
+        error["message"] = "; ".join(f"rank {rank} was killed by {name}" for rank, name in sorted(killed.items()))
+    elif behind and (any(_COLLECTIVE_TIMEOUT.search(t) for t in texts) or not errors):
+        # Victims fail first (their collective times out) and torchrun blames them; the rank
+        # that fell behind is the cause.
+        status = "timeout"
+        error["message"] = f"hang: rank {', '.join(map(str, behind))} stopped making progress ({hang_reason})"
+        error["hung_ranks"] = behind
+        error["hang_evidence"] = hang_reason
+    elif errors:
+        status = "failed"
+        cause = root_cause(errors)
+        error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+    else:
+        status = "failed"
+        error["message"] = f"exit code {exit_code}: {last_exception(output) or 'no exception in the output'}"
+
+    if errors:
+        error["failed_ranks"] = sorted(errors)
+        error["tracebacks"] = {str(rank): e["traceback"] for rank, e in sorted(errors.items()) if e["traceback"]}
+    if killed:
+        error["signals"] = {str(rank): name for rank, name in sorted(killed.items())}
+    return status, error
