@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test clean hta-venv
+.PHONY: install bench test gate clean hta-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ install: $(STAMP)
 
 bench: install
 	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) $(BENCH_ARGS)
+
+# The suite again, compared with the stored baseline of this machine class and suite
+# (store one first: ddpbench baseline save results/<sweep-id>). GATE_ARGS go to `ddpbench gate`.
+GATE_ID := gate-$(shell date +%Y%m%d-%H%M%S)
+GATE_ARGS ?=
+gate: install
+	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
+	$(BIN)/ddpbench gate --baseline auto --candidate results/$(GATE_ID) $(GATE_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q tests

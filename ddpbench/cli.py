@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import signal
 import sys
+import time
 
 from ddpbench.faults import parse_fault
 from ddpbench.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
@@ -67,6 +70,8 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
                        help="rerun a run that ran out of memory at half the batch, down to 1")
     group.add_argument("--inject-fault", default=None, metavar="rank=R,kind=raise|kill|hang|oom,step=S",
                        help="testing aid: make rank R raise, be killed, hang or run out of memory at step S")
+    group.add_argument("--slowdown", type=float, default=0.0, metavar="FRACTION",
+                       help="testing aid for the gate: add real work worth FRACTION of a step (0.1 = 10 %%) to every timed step")
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -82,6 +87,7 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         profile_active=args.profile_steps, no_sync_steps=args.no_sync_steps, rdzv_port=args.rdzv_port,
         fault=parse_fault(args.inject_fault).to_dict() if args.inject_fault else None,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id, run_id=args.run_id, out_dir=args.out_dir,
+        slowdown=args.slowdown,
     )
 
 
@@ -144,6 +150,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-profile", dest="profile", action="store_false", help="skip the profiled phase of every run")
     add("--run-timeout", type=float, default=None,
         help="seconds before a run is ended as timeout (default: derived from the expected step time)")
+    add("--repeat", type=positive_int, default=1,
+        help="run every configuration K times (the gate then resamples whole runs too)")
     add("--pg-timeout", type=float, default=None, dest="pg_timeout_s",
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)")
     add_reliability_arguments(parser)
@@ -175,17 +183,15 @@ def sweep_options_from_args(args: argparse.Namespace):
         strategies=args.strategies, size=args.size, steps=args.steps, warmup=args.warmup,
         batch_size=args.batch_size, scaling=args.scaling, global_batch=args.global_batch,
         precision=args.precision, ddp=DDPKnobs(bucket_cap_mb=args.bucket_cap_mb, comm_hook=args.comm_hook),
-        profile=args.profile,
+        profile=args.profile, repeat=args.repeat,
         fault=parse_fault(args.inject_fault).to_dict() if args.inject_fault else None,
     )
 
 
 def command_sweep(args: argparse.Namespace) -> int:
-    import dataclasses
-    import os
-    import time
-
+    from ddpbench.launch import resolve
     from ddpbench.plan import plan_sweep
+    from ddpbench.report import build_report
     from ddpbench.sweep import prepare, run_sweep
 
     if args.resume and not args.sweep_id:
@@ -195,10 +201,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     sweep_dir = os.path.join(args.out, sweep_id)
     plan = None if args.resume else plan_sweep(options, sweep_dir)
     stored_options = None if args.resume else dataclasses.asdict(options)
-    if plan is not None:
-        for spec in plan:  # every planned run is valid on this machine before the first starts
-            from ddpbench.launch import resolve
-            resolve(spec)
+    for spec in plan or []:  # every planned run is valid on this machine before the first starts
+        resolve(spec)
     manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
     if args.pg_timeout_s:
@@ -206,8 +210,6 @@ def command_sweep(args: argparse.Namespace) -> int:
     run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
               fixed_pg_timeout_s=args.pg_timeout_s)
     status = print_table(sweep_dir, save=True)
-    from ddpbench.report import build_report
-
     print(f"report: {build_report(sweep_dir)}")
     return status
 
@@ -215,6 +217,7 @@ def command_sweep(args: argparse.Namespace) -> int:
 def print_table(sweep_dir: str, save: bool = False) -> int:
     import os
 
+    from ddpbench.record import write_atomic
     from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
 
     if not os.path.isdir(sweep_dir):
@@ -234,8 +237,6 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         print(f"UNREADABLE: {path}: {reason}")
     if save:
         csv_path = os.path.join(sweep_dir, "scaling.csv")
-        from ddpbench.record import write_atomic
-
         write_atomic(csv_path, table.to_csv(index=False))
         print(f"scaling table: {csv_path}")
     return 1 if len(problems) or (runs["checks_failed"] != "").any() else 0
@@ -248,7 +249,7 @@ def command_table(args: argparse.Namespace) -> int:
 def command_trace_analyze(args: argparse.Namespace) -> int:
     import json
 
-    from ddpbench.trace_analysis import TraceError, analyze_trace, stragglers
+    from ddpbench.trace_analysis import TraceError, analyze_trace, format_trace_table, stragglers
 
     analyses = []
     for path in args.paths:
@@ -267,37 +268,6 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_trace_table(analyses) -> str:
-    def ms(us):
-        return f"{us / 1000:9.3f}"
-
-    lines = [f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
-             f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"]
-    for analysis in analyses:
-        summary = analysis.summary()
-        rank = "?" if summary["rank"] is None else str(summary["rank"])
-        if summary["rank_source"] == "file name":
-            rank += "*"
-        overlap = "n/a" if summary["overlap_pct"] is None else f"{summary['overlap_pct']:.2f}"
-        lines.append(f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
-                     f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
-                     f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}")
-        if summary["hta"]:
-            hta = summary["hta"]
-            overlap = "n/a" if hta["overlap_pct"] is None else f"{hta['overlap_pct']:.2f} %"
-            lines.append(f"{'':>6} HTA 0.5.0 view: overlap {overlap}, compute {hta['compute_us']:.0f} us, "
-                         f"non-compute {hta['non_compute_us']:.0f} us, idle {hta['idle_us']:.0f} us, "
-                         f"kernel span {hta['kernel_span_us']:.0f} us")
-    notes = ["totals over whole profiler steps; overlap = (communication and computation both active) / communication"]
-    if any(a.rank_source == "file name" for a in analyses):
-        notes.append("* rank taken from the file name: the trace has no distributedInfo")
-    if any(a.rank is None for a in analyses):
-        notes.append("? rank unknown: no distributedInfo and no rank in the file name")
-    if any(a.summary()["overlap_pct"] is None for a in analyses):
-        notes.append("n/a: no communication in the trace, so overlap does not apply")
-    return "\n".join(lines + notes)
-
-
 def command_report(args: argparse.Namespace) -> int:
     from ddpbench.report import build_report
 
@@ -305,6 +275,78 @@ def command_report(args: argparse.Namespace) -> int:
         raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
     path = build_report(args.sweep_dir, args.output)
     print(f"report: {path}")
+    return 0
+
+
+EXIT_REGRESSION, EXIT_INCONCLUSIVE = 1, 3
+
+
+def command_gate(args: argparse.Namespace) -> int:
+    from ddpbench.baselines import baseline_dir
+    from ddpbench.gate import (GateError, as_json, compare, env_differences, format_table, load_side,
+                               markdown_summary, overall_verdict)
+    from ddpbench.gate_stats import RUN_NOISE_DEFAULT, GateSettings, parse_noise, parse_threshold
+    from ddpbench.record import write_atomic
+
+    try:
+        settings = GateSettings(max_regression=parse_threshold(args.max_regression), resamples=args.resamples,
+                                block_steps=args.block_steps, seed=args.seed,
+                                run_noise=RUN_NOISE_DEFAULT if args.run_noise is None else parse_noise(args.run_noise))
+        metrics = tuple(args.metrics)
+        unknown = [m for m in metrics if m not in ("throughput", "efficiency", "exposed_comm")]
+        if unknown:
+            raise GateError(f"unknown metric {unknown[0]!r}; valid: throughput, efficiency, exposed_comm")
+        baseline_path = args.baseline
+        if baseline_path == "auto":
+            baseline_path = baseline_dir(args.candidate)
+            if not os.path.isdir(baseline_path):
+                raise GateError(f"no stored baseline for this machine class and suite at {baseline_path}; "
+                                f"save one with: ddpbench baseline save SWEEP_DIR")
+        baseline, candidate = load_side(baseline_path), load_side(args.candidate)
+        env_notes = env_differences(baseline, candidate)
+        if env_notes and not args.allow_env_mismatch:
+            raise GateError("baseline and candidate ran on different machines or software ("
+                            + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
+        comparisons, unmatched = compare(baseline, candidate, settings, metrics)
+    except (GateError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    print(format_table(comparisons, settings))
+    for note in (env_notes if args.allow_env_mismatch else []) + unmatched:
+        print(f"note: {note}")
+    result = overall_verdict(comparisons)
+    print(f"verdict: {result.upper()} (baseline {baseline_path}, candidate {args.candidate})")
+    if args.summary_md:
+        write_atomic(args.summary_md, markdown_summary(comparisons, settings, unmatched, env_notes))
+    if args.json:
+        write_atomic(args.json, json.dumps(as_json(comparisons, settings, unmatched, env_notes), indent=1) + "\n")
+    if result == "regression":
+        return EXIT_REGRESSION
+    if result == "inconclusive":
+        return {"pass": 0, "fail": EXIT_REGRESSION, "exit": EXIT_INCONCLUSIVE}[args.inconclusive]
+    return 0
+
+
+def command_baseline_save(args: argparse.Namespace) -> int:
+    from ddpbench.baselines import save_baseline
+
+    if not os.path.isdir(args.sweep_dir):
+        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
+    try:
+        print(f"baseline saved: {save_baseline(args.sweep_dir, args.baselines)}")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return 0
+
+
+def command_export(args: argparse.Namespace) -> int:
+    from ddpbench.exporting import export
+
+    if not os.path.isdir(args.sweep_dir):
+        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
+    try:
+        print(f"exported: {export(args.sweep_dir, args.output, args.format)}")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     return 0
 
 
@@ -325,6 +367,40 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("sweep_dir")
     report.add_argument("-o", "--output", default=None, help="HTML file (default reports/<sweep-id>/index.html)")
     report.set_defaults(handler=command_report)
+    gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
+    gate.add_argument("--baseline", required=True, help="sweep folder, record file, or 'auto' (the stored baseline "
+                                                         "for the candidate's machine class and suite)")
+    gate.add_argument("--candidate", required=True, help="sweep folder or record file")
+    gate.add_argument("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
+    gate.add_argument("--metrics", type=comma_list, default=("throughput", "efficiency", "exposed_comm"),
+                      help="subset of throughput,efficiency,exposed_comm")
+    gate.add_argument("--allow-env-mismatch", action="store_true",
+                      help="compare even when GPU, CPU, torch, CUDA or NCCL differ")
+    gate.add_argument("--inconclusive", choices=("exit", "pass", "fail"), default="exit",
+                      help="exit code for an inconclusive verdict: exit (3, default), pass (0) or fail (1)")
+    gate.add_argument("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
+    gate.add_argument("--json", default=None, help="write the verdicts as JSON")
+    gate.add_argument("--resamples", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
+    gate.add_argument("--block-steps", type=positive_int, default=5,
+                      help="consecutive steps per bootstrap block (default 5)")
+    gate.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: verdicts are repeatable)")
+    gate.add_argument("--run-noise", default=None,
+                      help="run-to-run spread of a run's median step time on your machines, as 3, 3%% or 0.03; "
+                           "0 turns it off (default: the spread measured on ddpbench's CPU machine; "
+                           "benchmarks/gate_calibration.py measures yours)")
+    gate.set_defaults(handler=command_gate)
+    baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
+    baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True, metavar="BASELINE_COMMAND",
+                                                parser_class=OneLineErrorParser)
+    save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
+    save.add_argument("sweep_dir")
+    save.add_argument("--baselines", default="results/baselines", help="where baselines live")
+    save.set_defaults(handler=command_baseline_save)
+    export = commands.add_parser("export", help="write a sweep in another tool's format")
+    export.add_argument("sweep_dir")
+    export.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
+    export.add_argument("-o", "--output", required=True)
+    export.set_defaults(handler=command_export)
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)

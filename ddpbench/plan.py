@@ -83,6 +83,8 @@ class SweepOptions:
     """Every run gets a profiled phase and writes traces."""
     fault: dict | None = None
     """Testing aid: injected into every run that has the fault's rank and step."""
+    repeat: int = 1
+    """Runs of every configuration (run ids end in -r1, -r2, ... when above 1)."""
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -98,6 +100,8 @@ class SweepOptions:
             raise SpecError(f"scaling must be one of {', '.join(SCALING_MODES)}; got {self.scaling!r}")
         for name in self.workloads:
             check_workload_name(name)
+        if not isinstance(self.repeat, int) or self.repeat < 1:
+            raise SpecError(f"repeat must be an integer >= 1; got {self.repeat!r}")
         if self.global_batch is not None and self.scaling != "strong":
             raise SpecError("global_batch applies to strong scaling only (add --scaling strong)")
 
@@ -140,13 +144,15 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                 processes = world_size if strategy == "ddp" else 1
                 fault = options.fault if options.fault and options.fault["rank"] < processes \
                     and options.fault["step"] < common["steps"] else None
-                plan.append(RunSpec(
-                    fault=fault,
-                    workload=workload, strategy=strategy, nproc=world_size,
-                    batch_size=_per_device_batch(options, default_batch, world_size),
-                    threads_per_rank=threads * (world_size if strategy == "dp" else 1),
-                    run_id=f"{name}-{strategy}-n{world_size}", **common,
-                ))
+                for repeat in range(1, options.repeat + 1):
+                    suffix = f"-r{repeat}" if options.repeat > 1 else ""
+                    plan.append(RunSpec(
+                        fault=fault,
+                        workload=workload, strategy=strategy, nproc=world_size,
+                        batch_size=_per_device_batch(options, default_batch, world_size),
+                        threads_per_rank=threads * (world_size if strategy == "dp" else 1),
+                        run_id=f"{name}-{strategy}-n{world_size}{suffix}", **common,
+                    ))
     return plan
 
 

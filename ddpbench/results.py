@@ -124,8 +124,11 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
                "throughput", "sample_unit", "throughput_per_device", "speedup", "efficiency", "iteration_p50_s"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
-    # If a configuration was run more than once, its latest record counts.
-    ok = ok.sort_values("ended_at").drop_duplicates(["workload", "strategy", "world_size"], keep="last")
+    # A configuration run several times (--repeat) counts with the median of its runs.
+    numeric = ["throughput", "throughput_per_device", "iteration_p50_s"]
+    ok = (ok.groupby(["workload", "strategy", "world_size"], as_index=False)
+          .agg({**{c: "median" for c in numeric},
+                **{c: "first" for c in ok.columns if c not in numeric + ["workload", "strategy", "world_size"]}}))
     reference = ok[ok["strategy"] == "local"].set_index("workload")["throughput"]
     table = ok.assign(reference=ok["workload"].map(reference))
     table["speedup"] = table["throughput"] / table["reference"]

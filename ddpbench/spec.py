@@ -114,6 +114,8 @@ class RunSpec:
     that is taken is replaced by a free one (and the record says so)."""
     fault: dict | None = None
     """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom, "step": S}."""
+    slowdown: float = 0.0
+    """Testing aid for the gate: extra real work per timed step, as a fraction of a warm-up step."""
     run_id: str = ""
     """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
     out_dir: str = "results/single"
@@ -175,6 +177,8 @@ class RunSpec:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise SpecError(f"rdzv_endpoint must be host:port; got {self.rdzv_endpoint!r}")
+        if not isinstance(self.slowdown, (int, float)) or not 0 <= self.slowdown <= 1:
+            raise SpecError(f"slowdown must be a fraction between 0 and 1; got {self.slowdown!r}")
         if self.fault is not None:
             from ddpbench.faults import Fault, check_fault_fits
 

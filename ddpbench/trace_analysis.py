@@ -334,3 +334,33 @@ def overlap_frame(analyses: list[TraceAnalysis]):
     return pd.DataFrame(rows)
 
 
+def format_trace_table(analyses: list[TraceAnalysis]) -> str:
+    """The per-rank table that `ddpbench trace analyze` prints."""
+    def ms(us):
+        return f"{us / 1000:9.3f}"
+
+    lines = [f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
+             f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"]
+    for analysis in analyses:
+        summary = analysis.summary()
+        rank = "?" if summary["rank"] is None else str(summary["rank"])
+        if summary["rank_source"] == "file name":
+            rank += "*"
+        overlap = "n/a" if summary["overlap_pct"] is None else f"{summary['overlap_pct']:.2f}"
+        lines.append(f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
+                     f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
+                     f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}")
+        if summary["hta"]:
+            hta = summary["hta"]
+            overlap = "n/a" if hta["overlap_pct"] is None else f"{hta['overlap_pct']:.2f} %"
+            lines.append(f"{'':>6} HTA 0.5.0 view: overlap {overlap}, compute {hta['compute_us']:.0f} us, "
+                         f"non-compute {hta['non_compute_us']:.0f} us, idle {hta['idle_us']:.0f} us, "
+                         f"kernel span {hta['kernel_span_us']:.0f} us")
+    notes = ["totals over whole profiler steps; overlap = (communication and computation both active) / communication"]
+    if any(a.rank_source == "file name" for a in analyses):
+        notes.append("* rank taken from the file name: the trace has no distributedInfo")
+    if any(a.rank is None for a in analyses):
+        notes.append("? rank unknown: no distributedInfo and no rank in the file name")
+    if any(a.summary()["overlap_pct"] is None for a in analyses):
+        notes.append("n/a: no communication in the trace, so overlap does not apply")
+    return "\n".join(lines + notes)

@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import socket
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -138,12 +139,38 @@ class Trainer:
         self.epochs_seen: list[int] = []
         self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
 
+        self.extra_work_units = 0  # --slowdown: real matrix products added to every timed step
+
     def step_on(self, batch) -> torch.Tensor:
         inputs, targets = to_device(batch, self.device)
+        if self.extra_work_units:
+            extra_work(self.extra_work_units, self.device)
         return train_step(self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets)
+
+    def calibrate_slowdown(self, fraction: float, warmup_step_s: list[float]) -> None:
+        """Size the extra work to `fraction` of a warm-up step, measured here, on this device."""
+        if fraction <= 0 or not warmup_step_s:
+            return
+        extra_work(20, self.device)  # warm the kernel up
+        sync_device(self.device)
+        started = time.perf_counter()
+        extra_work(100, self.device)
+        sync_device(self.device)
+        per_unit_s = (time.perf_counter() - started) / 100
+        self.extra_work_units = max(1, round(fraction * statistics.median(warmup_step_s) / per_unit_s))
 
     def step(self) -> torch.Tensor:
         return self.step_on(next(self.batches))
+
+
+EXTRA_WORK_SIZE = 128
+
+
+def extra_work(units: int, device: torch.device) -> None:
+    """Real work that takes time the way training does: matrix products on the training device."""
+    matrix = torch.full((EXTRA_WORK_SIZE, EXTRA_WORK_SIZE), 1.0 / EXTRA_WORK_SIZE, device=device)
+    for _ in range(units):
+        matrix = matrix @ matrix
 
 
 def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tuple[dict, dict, list]:
@@ -153,13 +180,19 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     replay: list = []
     with progress_bar(spec, rank) as bar:
         beat.enter("warm-up", batch_size=spec.batch_size)
+        warmup_step_s = []
         for step in range(spec.warmup):
             if spec.fault:
                 maybe_inject(spec.fault, rank.rank, step)
+            started = time.perf_counter()
             batch = next(trainer.batches)
             beat.step = step
             trainer.step_on(batch)
+            if spec.slowdown:
+                sync_device(rank.device)  # warm-up only: a wall time per step to size --slowdown's work
+                warmup_step_s.append(time.perf_counter() - started)
             bar.update()
+        trainer.calibrate_slowdown(spec.slowdown, warmup_step_s[1:] or warmup_step_s)
         window_edge(rank)
         window_start = time.perf_counter()
         clock.mark()

@@ -1,0 +1,60 @@
+"""Stored baselines, one per machine class and suite: `results/baselines/<machine-class>/<suite>/`.
+
+The machine class names what makes numbers comparable: GPU model and count (or CPU model and
+cores), not the OS. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+from ddpbench.results import read_records
+
+DEFAULT_BASELINES = os.path.join("results", "baselines")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
+
+
+def machine_class(record: dict) -> str:
+    env = record.get("env") or {}
+    if env.get("gpu_count"):
+        return f"{env['gpu_count']}x-{slug((env.get('gpu_names') or ['gpu'])[0])}"
+    return f"cpu-{slug(env.get('cpu_model'))}-{env.get('cpu_cores')}c"
+
+
+def suite_of(sweep_dir: str) -> str:
+    try:
+        with open(os.path.join(sweep_dir, "manifest.json"), encoding="utf-8") as handle:
+            options = json.load(handle).get("options") or {}
+    except (OSError, ValueError):
+        return "custom"
+    return options.get("suite", "custom") if not options.get("workloads") else "custom"
+
+
+def baseline_dir(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
+    records = [r for r in read_records(sweep_dir)[0] if r["status"] == "ok"]
+    if not records:
+        raise ValueError(f"{sweep_dir!r} holds no successful run records")
+    return os.path.join(root, machine_class(records[0]), suite_of(sweep_dir))
+
+
+def save_baseline(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
+    """Copy the sweep's manifest and records (not its logs and traces) as the baseline of its class."""
+    target = baseline_dir(sweep_dir, root)
+    staging = target + ".new"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(os.path.join(staging, "runs"))
+    for name in os.listdir(os.path.join(sweep_dir, "runs")):
+        if name.endswith(".json"):
+            shutil.copy2(os.path.join(sweep_dir, "runs", name), os.path.join(staging, "runs", name))
+    if os.path.exists(os.path.join(sweep_dir, "manifest.json")):
+        shutil.copy2(os.path.join(sweep_dir, "manifest.json"), staging)
+    # Replace the old baseline only once the new one is complete.
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    return target

@@ -1,0 +1,262 @@
+"""The regression gate: compare a candidate sweep with a baseline, metric by metric. No torch.
+
+Runs are matched by what defines them (workload, size, strategy, world size, per-device batch,
+precision, device kind, DDP options). Machines that differ (GPU model or count, CPU, torch, CUDA,
+NCCL) are refused unless allowed: a comparison across them measures the machines, not the code.
+
+Metrics, each as a ratio candidate/baseline oriented so that above 1 is better:
+- throughput: from the per-step iteration times (median), so one slow step cannot decide;
+- scaling efficiency: E(N) = t(1) / t(N) with t the median iteration time (weak scaling keeps the
+  per-device batch), from the run at N and the workload's local run;
+- exposed communication (DDP runs with a no_sync replay): median step time with all-reduce minus
+  without, lower is better; not gated when the baseline exposes less than 2 % of a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ddpbench.gate_stats import GateSettings, interval, rank_test, time_ratio, verdict
+from ddpbench.record import load_record
+from ddpbench.results import read_records
+
+METRICS = ("throughput", "efficiency", "exposed_comm")
+ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
+EXPOSED_MIN_SHARE = 0.02
+
+
+class GateError(ValueError):
+    """Bad input to the gate (exit code 2)."""
+
+
+@dataclass
+class Comparison:
+    configuration: str
+    metric: str
+    baseline: float | None
+    candidate: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+    """pass, regression, improvement, inconclusive, or n/a."""
+    baseline_runs: int
+    candidate_runs: int
+    p_value: float | None = None
+    note: str = ""
+
+
+def load_side(path: str) -> list[dict]:
+    """Records of a sweep folder, or one record file; only ok runs take part."""
+    if os.path.isfile(path):
+        try:
+            records = [load_record(path)]
+        except (OSError, ValueError) as exc:
+            raise GateError(f"{path}: not a readable record: {exc}") from None
+    elif os.path.isdir(path):
+        records, unreadable = read_records(path)
+        for bad, reason in unreadable:
+            print(f"ddpbench gate: skipped unreadable record {bad}: {reason}")
+    else:
+        raise GateError(f"{path!r} is neither a sweep folder nor a record file")
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        raise GateError(f"{path!r} holds no successful run records")
+    return ok
+
+
+def run_key(record: dict) -> tuple:
+    spec = record["spec"]
+    ddp = json.dumps(spec.get("ddp"), sort_keys=True) if spec["strategy"] == "ddp" else ""
+    return (spec["workload"], spec.get("size"), spec["strategy"], spec["world_size"], spec.get("batch_size"),
+            spec.get("precision"), spec.get("device"), ddp)
+
+
+def describe(key: tuple) -> str:
+    workload, size, strategy, world_size, batch, precision, device, ddp = key
+    return f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+
+
+def env_differences(baseline: list[dict], candidate: list[dict]) -> list[str]:
+    def values(records, field):
+        return sorted({json.dumps(r.get("env", {}).get(field)) for r in records})
+
+    differences = []
+    for field in ENV_FIELDS:
+        before, after = values(baseline, field), values(candidate, field)
+        if before != after:
+            differences.append(f"{field}: baseline {', '.join(before)} / candidate {', '.join(after)}")
+    return differences
+
+
+def iteration_times(record: dict) -> np.ndarray:
+    return np.max(np.asarray([rank["step_times_s"] for rank in record["ranks"]], dtype=float), axis=0)
+
+
+def exposed_series(record: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """(step times with all-reduce, the same batches under no_sync) of the rank exposing most."""
+    replays = (record.get("overlap") or {}).get("no_sync")
+    if not replays:
+        return None
+    worst = max(range(len(replays["by_rank"])), key=lambda r: replays["by_rank"][r]["exposed_comm_s"])
+    rank = record["ranks"][worst]
+    steps = len(rank.get("no_sync_step_times_s") or [])
+    if not steps:
+        return None
+    return np.asarray(rank["step_times_s"][:steps]), np.asarray(rank["no_sync_step_times_s"])
+
+
+def group_by_key(records: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(run_key(record), []).append(record)
+    return groups
+
+
+def _ratio_comparison(configuration, metric, baseline_runs, candidate_runs, point, samples, settings,
+                      baseline_value, candidate_value, run_values=None) -> Comparison:
+    low, high = interval(samples, settings.confidence)
+    p_value = rank_test(*run_values) if run_values else None
+    return Comparison(configuration, metric, baseline_value, candidate_value, point, low, high,
+                      verdict(low, high, settings.max_regression), len(baseline_runs), len(candidate_runs), p_value)
+
+
+def compare(baseline: list[dict], candidate: list[dict], settings: GateSettings,
+            metrics: tuple[str, ...] = METRICS) -> tuple[list[Comparison], list[str]]:
+    """Every matched configuration and metric, and the configurations only one side has."""
+    rng = np.random.default_rng(settings.seed)
+    before, after = group_by_key(baseline), group_by_key(candidate)
+    matched = sorted(set(before) & set(after), key=describe)
+    unmatched = [f"only in baseline: {describe(k)}" for k in sorted(set(before) - set(after), key=describe)]
+    unmatched += [f"only in candidate: {describe(k)}" for k in sorted(set(after) - set(before), key=describe)]
+    if not matched:
+        raise GateError("no run of the candidate matches a run of the baseline (same workload, size, strategy, "
+                        "world size, batch, precision, device and DDP options)")
+    comparisons = []
+    speed: dict[tuple, np.ndarray] = {}
+    for key in matched:
+        base_series = [iteration_times(r) for r in before[key]]
+        cand_series = [iteration_times(r) for r in after[key]]
+        point, samples = time_ratio(base_series, cand_series, settings, rng)
+        speed[key] = samples
+        if "throughput" in metrics:
+            units = before[key][0]["metrics"]["sample_unit"]
+            base_x = [r["metrics"]["throughput_units_per_s"] for r in before[key]]
+            cand_x = [r["metrics"]["throughput_units_per_s"] for r in after[key]]
+            comparisons.append(_ratio_comparison(
+                describe(key), f"throughput ({units}/s)", before[key], after[key], point, samples, settings,
+                float(np.median(base_x)), float(np.median(cand_x)), (base_x, cand_x)))
+    for key in matched:
+        if "efficiency" not in metrics or key[2] == "local" or key[3] == 1:
+            continue
+        local = next((k for k in matched if k[0] == key[0] and k[1] == key[1] and k[2] == "local"
+                      and k[5] == key[5] and k[6] == key[6]), None)
+        if local is None:
+            comparisons.append(Comparison(describe(key), "scaling efficiency", None, None, None, None, None, "n/a",
+                                          len(before[key]), len(after[key]), note="no local run on both sides"))
+            continue
+        efficiency = {side: float(np.median(np.concatenate([iteration_times(r) for r in runs[local]])) /
+                      np.median(np.concatenate([iteration_times(r) for r in runs[key]])))
+                      for side, runs in (("baseline", before), ("candidate", after))}
+        samples = speed[key] / speed[local]
+        comparisons.append(_ratio_comparison(
+            describe(key), "scaling efficiency", before[key], after[key],
+            efficiency["candidate"] / efficiency["baseline"], samples, settings,
+            efficiency["baseline"], efficiency["candidate"]))
+    for key in matched:
+        if "exposed_comm" not in metrics or key[2] != "ddp":
+            continue
+        comparisons.append(_exposed_comparison(key, before[key], after[key], settings, rng))
+    return comparisons, unmatched
+
+
+def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
+    from ddpbench.gate_stats import bootstrap_medians
+
+    sides = []
+    for runs in (base_runs, cand_runs):
+        series = [exposed_series(r) for r in runs]
+        if any(s is None for s in series):
+            return Comparison(describe(key), "exposed communication (s)", None, None, None, None, None, "n/a",
+                              len(base_runs), len(cand_runs), note="no no_sync replay on both sides")
+        with_allreduce = [s[0] for s in series]
+        without = [s[1] for s in series]
+        point = float(np.median(np.concatenate(with_allreduce)) - np.median(np.concatenate(without)))
+        samples = bootstrap_medians(with_allreduce, settings, rng) - bootstrap_medians(without, settings, rng)
+        step = float(np.median(np.concatenate(with_allreduce)))
+        sides.append((point, samples, step))
+    (base_point, base_samples, base_step), (cand_point, cand_samples, _) = sides
+    if base_point < EXPOSED_MIN_SHARE * base_step:
+        return Comparison(describe(key), "exposed communication (s)", base_point, cand_point, None, None, None,
+                          "n/a", len(base_runs), len(cand_runs),
+                          note=f"baseline exposes under {EXPOSED_MIN_SHARE:.0%} of a step: too small to gate")
+    # Lower is better: the ratio baseline/candidate is above 1 when the candidate exposes less.
+    samples = base_samples / np.maximum(cand_samples, 1e-12)
+    return _ratio_comparison(describe(key), "exposed communication (s)", base_runs, cand_runs,
+                             base_point / max(cand_point, 1e-12), samples, settings, base_point, cand_point)
+
+
+def overall_verdict(comparisons: list[Comparison]) -> str:
+    verdicts = {c.verdict for c in comparisons}
+    if "regression" in verdicts:
+        return "regression"
+    if "inconclusive" in verdicts:
+        return "inconclusive"
+    return "pass"
+
+
+def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
+    lines = [f"{'configuration':<44} {'metric':<28} {'baseline':>12} {'candidate':>12} {'ratio':>7} "
+             f"{'95% interval':>17}  verdict"]
+    for c in comparisons:
+        ratio = f"{c.ratio:.3f}" if c.ratio is not None else ""
+        span = f"[{c.low:.3f}, {c.high:.3f}]" if c.low is not None else ""
+        base = f"{c.baseline:,.4g}" if c.baseline is not None else ""
+        cand = f"{c.candidate:,.4g}" if c.candidate is not None else ""
+        note = f"  ({c.note})" if c.note else ""
+        p = f"  p={c.p_value:.3f}" if c.p_value is not None else ""
+        lines.append(f"{c.configuration:<44} {c.metric:<28} {base:>12} {cand:>12} {ratio:>7} {span:>17}  "
+                     f"{c.verdict.upper() if c.verdict == 'regression' else c.verdict}{p}{note}")
+    lines.append(f"ratio = candidate / baseline, above 1 is better; regression when the whole interval is below "
+                 f"{1 - settings.max_regression:.2f} ({settings.max_regression:.0%} allowed)")
+    return "\n".join(lines)
+
+
+def markdown_summary(comparisons: list[Comparison], settings: GateSettings, unmatched: list[str],
+                     env_notes: list[str]) -> str:
+    result = overall_verdict(comparisons)
+    regressed = [c for c in comparisons if c.verdict == "regression"]
+    lines = [f"## ddpbench gate: {result.upper()}", ""]
+    if regressed:
+        lines.append(f"{len(regressed)} of {len(comparisons)} comparisons regressed by more than "
+                     f"{settings.max_regression:.0%}:")
+        lines.append("")
+        for c in regressed:
+            lines.append(f"- **{c.configuration}**, {c.metric}: {(1 - c.ratio):.1%} worse "
+                         f"(ratio {c.ratio:.3f}, 95 % interval {c.low:.3f} to {c.high:.3f})")
+        lines.append("")
+    lines += ["| configuration | metric | baseline | candidate | ratio | 95 % interval | verdict |",
+              "|---|---|---:|---:|---:|---|---|"]
+    for c in comparisons:
+        cells = [c.configuration, c.metric,
+                 f"{c.baseline:,.4g}" if c.baseline is not None else "",
+                 f"{c.candidate:,.4g}" if c.candidate is not None else "",
+                 f"{c.ratio:.3f}" if c.ratio is not None else "",
+                 f"{c.low:.3f} to {c.high:.3f}" if c.low is not None else c.note,
+                 f"**{c.verdict}**" if c.verdict == "regression" else c.verdict]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += ["", f"Ratio = candidate / baseline, above 1 is better. Regression: the whole 95 % bootstrap interval "
+                  f"is below {1 - settings.max_regression:.2f}; pass: it is all above; inconclusive: it straddles."]
+    for note in env_notes + unmatched:
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(comparisons: list[Comparison], settings: GateSettings, unmatched: list[str], env_notes: list[str]) -> dict:
+    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings),
+            "comparisons": [asdict(c) for c in comparisons], "unmatched": unmatched,
+            "environment_differences": env_notes}
