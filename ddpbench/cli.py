@@ -41,6 +41,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--pg-timeout", type=float, default=300.0, dest="pg_timeout_s",
         help="seconds a collective may wait before the run fails (default 300)")
     add("--out", default="results/single", dest="out_dir", help="records go to OUT/runs/ (default results/single)")
+    add("--run-timeout", type=float, default=None,
+        help="seconds before the run is ended and recorded as timeout (default: none)")
     add("--run-id", default="", help="name of the run (default: workload-strategy-nN-time-random)")
     add("--no-profile", dest="profile", action="store_false",
         help="skip the profiled phase (by default each rank writes a trace after the timed steps)")
@@ -97,7 +99,7 @@ def command_run(args: argparse.Namespace) -> int:
     from ddpbench.summary import failed_checks, format_summary
 
     spec = resolve(spec_from_args(args))
-    result = launch_with_oom_backoff(spec, oom_backoff=args.oom_backoff)
+    result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff)
     if result.record_path is None:
         print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
         return 0
@@ -271,10 +273,7 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     from ddpbench.report import build_report
 
-    if not os.path.isdir(args.sweep_dir):
-        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
-    path = build_report(args.sweep_dir, args.output)
-    print(f"report: {path}")
+    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output))}")
     return 0
 
 
@@ -326,27 +325,29 @@ def command_gate(args: argparse.Namespace) -> int:
     return 0
 
 
+def on_sweep_folder(sweep_dir: str, action):
+    """Run `action()` on an existing sweep folder; what it finds wrong with the input is a usage error."""
+    if not os.path.isdir(sweep_dir):
+        raise SpecError(f"{sweep_dir!r} is not a sweep folder")
+    try:
+        return action()
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
 def command_baseline_save(args: argparse.Namespace) -> int:
     from ddpbench.baselines import save_baseline
 
-    if not os.path.isdir(args.sweep_dir):
-        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
-    try:
-        print(f"baseline saved: {save_baseline(args.sweep_dir, args.baselines)}")
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
+    saved = on_sweep_folder(args.sweep_dir, lambda: save_baseline(args.sweep_dir, args.baselines))
+    print(f"baseline saved: {saved}")
     return 0
 
 
 def command_export(args: argparse.Namespace) -> int:
     from ddpbench.exporting import export
 
-    if not os.path.isdir(args.sweep_dir):
-        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
-    try:
-        print(f"exported: {export(args.sweep_dir, args.output, args.format)}")
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
+    written = on_sweep_folder(args.sweep_dir, lambda: export(args.sweep_dir, args.output, args.format))
+    print(f"exported: {written}")
     return 0
 
 

@@ -64,13 +64,17 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
             sizes = sorted(rows["world_size"].unique())
             axis.plot(sizes, [x1 * n for n in sizes], linestyle="--", color="grey", label="ideal: N x local")
             axis.plot([1], [x1], marker="s", color=STRATEGY_COLOURS["local"], linestyle="", label=STRATEGY_NAMES["local"])
-        _world_size_axis(axis, rows["world_size"])
-        axis.set_ylabel(f"throughput ({unit}/s)")
-        axis.set_ylim(bottom=0)
-        axis.set_title(workload)
-        axis.legend(fontsize="small")
+        _finish_scaling_axis(axis, rows, workload, f"throughput ({unit}/s)")
     figure.tight_layout()
     return figure
+
+
+def _finish_scaling_axis(axis, rows: pd.DataFrame, workload: str, ylabel: str) -> None:
+    _world_size_axis(axis, rows["world_size"])
+    axis.set_ylabel(ylabel)
+    axis.set_ylim(bottom=0)
+    axis.set_title(workload)
+    axis.legend(fontsize="small")
 
 
 def efficiency(table: pd.DataFrame) -> plt.Figure:
@@ -83,11 +87,7 @@ def efficiency(table: pd.DataFrame) -> plt.Figure:
                 axis.plot(line["world_size"], 100 * line["efficiency"], marker="o",
                           color=STRATEGY_COLOURS[strategy], label=STRATEGY_NAMES[strategy])
         axis.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
-        _world_size_axis(axis, rows["world_size"])
-        axis.set_ylabel("scaling efficiency (%)")
-        axis.set_ylim(bottom=0)
-        axis.set_title(workload)
-        axis.legend(fontsize="small")
+        _finish_scaling_axis(axis, rows, workload, "scaling efficiency (%)")
     figure.tight_layout()
     return figure
 

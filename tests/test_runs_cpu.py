@@ -3,6 +3,7 @@ imports torch in every process."""
 import glob
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -158,9 +159,16 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
-                   "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--out", str(tmp_path / f"node{node_rank}")]
+                   "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--run-timeout", "180",
+                   "--out", str(tmp_path / f"node{node_rank}")]
         nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [node.communicate(timeout=240) for node in nodes]
+    try:
+        outputs = [node.communicate(timeout=240) for node in nodes]
+    finally:
+        for node in nodes:  # a node whose partner died must not wait out the rendezvous timeout
+            if node.poll() is None:
+                node.send_signal(signal.SIGTERM)
+                node.wait(timeout=60)
     assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
     records = glob.glob(str(tmp_path / "node*" / "runs" / "*.json"))
     assert len(records) == 1, "exactly one record: global rank 0 writes, no one else"
