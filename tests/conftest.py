@@ -8,9 +8,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 
 
-def ddpbench(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real command line in a fresh process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "ddpbench", *args], cwd=REPO, capture_output=True,
+def ddpbench(*args: str, timeout: float = 240, env: dict | None = None, cwd=REPO) -> subprocess.CompletedProcess:
+    """Run the real command line in a fresh process, as a user would. Commands that write to the
+    working folder (a sweep's report goes to ./reports/) get a temporary `cwd` from their test."""
+    return subprocess.run([sys.executable, "-m", "ddpbench", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 

@@ -54,7 +54,7 @@ def test_fault_option_is_checked_before_anything_starts(tmp_path):
 def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tmp_path):
     done = ddpbench("sweep", "--workloads", "mlp", "--strategies", "local,ddp", "--nproc", "2", "--steps", "8",
                     "--warmup", "2", "--no-profile", "--inject-fault", "rank=1,kind=raise,step=4",
-                    "--out", str(tmp_path), "--sweep-id", "s")
+                    "--out", str(tmp_path), "--sweep-id", "s", cwd=tmp_path)
     assert done.returncode == 1
     runs = tmp_path / "s" / "runs"
     statuses = {name[:-5]: json.load(open(runs / name))["status"] for name in os.listdir(runs)}
@@ -123,7 +123,7 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
     command = [sys.executable, "-m", "ddpbench", "sweep", "--workloads", "mlp", "--strategies", "local,ddp",
                "--nproc", "2", "--steps", "60", "--warmup", "2", "--no-profile", "--out", str(tmp_path),
                "--sweep-id", "s"]
-    sweep = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = tmp_path / "s" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (runs.exists() and any(n.endswith(".json") for n in os.listdir(runs))):
@@ -137,7 +137,7 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
     finished = [json.load(open(runs / n)) for n in os.listdir(runs) if n.endswith(".json")]
     assert finished and all(r["status"] == "ok" for r in finished)  # intact, nothing half-written
     assert processes_mentioning(str(tmp_path)) == []
-    done = ddpbench("sweep", "--resume", "--sweep-id", "s", "--out", str(tmp_path))
+    done = ddpbench("sweep", "--resume", "--sweep-id", "s", "--out", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.load(open(tmp_path / "s" / "manifest.json"))["state"] == "finished"
     assert sorted(os.listdir(runs)) == ["mlp-ddp-n1.json", "mlp-ddp-n2.json", "mlp-local-n1.json"]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.launches
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweeps")
     done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--steps", "8", "--warmup", "2",
-                   "--out", str(out), "--sweep-id", "s")
+                   "--out", str(out), "--sweep-id", "s", cwd=out)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     return out / "s", done
 
@@ -61,7 +61,8 @@ def test_printed_and_saved_table_match_the_records(sweep):
 def test_an_existing_sweep_is_not_rewritten_without_resume(sweep):
     folder, _ = sweep
     before = sorted(os.listdir(folder / "runs"))
-    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s")
+    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s",
+                   cwd=folder.parent)
     assert done.returncode == 2 and "already exists; add --resume" in done.stderr
     assert sorted(os.listdir(folder / "runs")) == before
 
@@ -74,7 +75,7 @@ def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
     shutil.copytree(folder, copy)
     kept = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
     os.remove(copy / "runs" / "mlp-ddp-n2.json")
-    done = run_cli("sweep", "--resume", "--out", str(tmp_path), "--sweep-id", "s")
+    done = run_cli("sweep", "--resume", "--out", str(tmp_path), "--sweep-id", "s", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     after = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
     assert set(after) == set(kept), set(after) ^ set(kept)
@@ -88,7 +89,7 @@ def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
 def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
     failing = f"{REPO}/tests/fixtures/failing_workload.py:broken"
     done = run_cli("sweep", "--workloads", f"{failing},mlp", "--strategies", "local", "--nproc", "1",
-                   "--steps", "5", "--warmup", "1", "--out", str(tmp_path), "--sweep-id", "f")
+                   "--steps", "5", "--warmup", "1", "--out", str(tmp_path), "--sweep-id", "f", cwd=tmp_path)
     assert done.returncode == 1  # the sweep finished, and says that not everything is ok
     broken = load_json(tmp_path / "f" / "runs" / "broken-local-n1.json")
     assert broken["status"] == "failed" and "broken on purpose" in broken["error"]["message"]
@@ -99,7 +100,7 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
 
 def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):
     done = run_cli("sweep", "--workloads", "mlp", "--strategies", "ddp", "--nproc", "1", "--steps", "5",
-                   "--warmup", "1", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t")
+                   "--warmup", "1", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t", cwd=tmp_path)
     record = load_json(tmp_path / "t" / "runs" / "mlp-ddp-n1.json")
     assert record["status"] == "timeout" and "2 s run timeout" in record["error"]["message"]
     assert done.returncode == 1 and "TIMEOUT" in done.stderr
