@@ -25,7 +25,8 @@ def parameter_digest(model: torch.nn.Module) -> str:
     """sha256 over every parameter's bytes, in registration order."""
     digest = hashlib.sha256()
     for param in model.parameters():
-        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        # reshape(-1) first: a 0-dimensional parameter cannot be viewed as bytes directly.
+        digest.update(param.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -35,6 +35,12 @@ def test_replicas_in_sync_names_the_odd_rank_out():
     assert not result["ok"] and result["ranks_differing_from_rank0"] == [2]
 
 
+def test_parameter_digest_handles_scalar_parameters():
+    module = torch.nn.Module()
+    module.scale = torch.nn.Parameter(torch.tensor(2.0))
+    assert len(checks.parameter_digest(module)) == 64
+
+
 def test_parameter_digest_sees_a_one_ulp_change():
     model = torch.nn.Linear(4, 4)
     before = checks.parameter_digest(model)
