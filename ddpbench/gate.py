@@ -8,8 +8,10 @@ Metrics, each as a ratio candidate/baseline oriented so that above 1 is better:
 - throughput: from the per-step iteration times (median), so one slow step cannot decide;
 - scaling efficiency: E(N) = t(1) / t(N) with t the median iteration time (weak scaling keeps the
   per-device batch), from the run at N and the workload's local run;
-- exposed communication (DDP runs with a no_sync replay): median step time with all-reduce minus
-  without, lower is better; not gated when the baseline exposes less than 2 % of a step.
+- exposed communication (DDP runs of 2 or more ranks with a no_sync replay): median step time with
+  all-reduce minus without. Judged by what the change costs a step: ratio = 1 - (exposed now -
+  exposed before) / baseline step time, so 0.95 means the all-reduce now exposes 5 % of a step more.
+  (A plain ratio of exposed times explodes when either is near zero.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from ddpbench.results import read_records
 
 METRICS = ("throughput", "efficiency", "exposed_comm")
 ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
-EXPOSED_MIN_SHARE = 0.02
 
 
 class GateError(ValueError):
@@ -168,14 +169,14 @@ def compare(baseline: list[dict], candidate: list[dict], settings: GateSettings,
             efficiency["candidate"] / efficiency["baseline"], samples, settings,
             efficiency["baseline"], efficiency["candidate"]))
     for key in matched:
-        if "exposed_comm" not in metrics or key[2] != "ddp":
-            continue
+        if "exposed_comm" not in metrics or key[2] != "ddp" or key[3] < 2:
+            continue  # one rank has nobody to communicate with
         comparisons.append(_exposed_comparison(key, before[key], after[key], settings, rng))
     return comparisons, unmatched
 
 
 def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
-    from ddpbench.gate_stats import bootstrap_medians
+    from ddpbench.gate_stats import bootstrap_medians, run_effect
 
     sides = []
     for runs in (base_runs, cand_runs):
@@ -187,17 +188,13 @@ def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
         without = [s[1] for s in series]
         point = float(np.median(np.concatenate(with_allreduce)) - np.median(np.concatenate(without)))
         samples = bootstrap_medians(with_allreduce, settings, rng) - bootstrap_medians(without, settings, rng)
-        step = float(np.median(np.concatenate(with_allreduce)))
-        sides.append((point, samples, step))
-    (base_point, base_samples, base_step), (cand_point, cand_samples, _) = sides
-    if base_point < EXPOSED_MIN_SHARE * base_step:
-        return Comparison(describe(key), "exposed communication (s)", base_point, cand_point, None, None, None,
-                          "n/a", len(base_runs), len(cand_runs),
-                          note=f"baseline exposes under {EXPOSED_MIN_SHARE:.0%} of a step: too small to gate")
-    # Lower is better: the ratio baseline/candidate is above 1 when the candidate exposes less.
-    samples = base_samples / np.maximum(cand_samples, 1e-12)
+        sides.append((point, samples, with_allreduce))
+    (base_point, base_samples, base_steps), (cand_point, cand_samples, _) = sides
+    step_samples = bootstrap_medians(base_steps, settings, rng)
+    step = float(np.median(np.concatenate(base_steps)))
+    samples = (1 - (cand_samples - base_samples) / step_samples) * run_effect(len(base_runs), len(cand_runs), settings, rng)
     return _ratio_comparison(describe(key), "exposed communication (s)", base_runs, cand_runs,
-                             base_point / max(cand_point, 1e-12), samples, settings, base_point, cand_point)
+                             1 - (cand_point - base_point) / step, samples, settings, base_point, cand_point)
 
 
 def overall_verdict(comparisons: list[Comparison]) -> str:
@@ -221,7 +218,8 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
         p = f"  p={c.p_value:.3f}" if c.p_value is not None else ""
         lines.append(f"{c.configuration:<44} {c.metric:<28} {base:>12} {cand:>12} {ratio:>7} {span:>17}  "
                      f"{c.verdict.upper() if c.verdict == 'regression' else c.verdict}{p}{note}")
-    lines.append(f"ratio = candidate / baseline, above 1 is better; regression when the whole interval is below "
+    lines.append(f"ratio = candidate / baseline, above 1 is better (exposed communication: 1 - its growth / the "
+                 f"baseline step time); regression when the whole interval is below "
                  f"{1 - settings.max_regression:.2f} ({settings.max_regression:.0%} allowed)")
     return "\n".join(lines)
 

@@ -106,6 +106,14 @@ def test_spec_matching_and_a_regression_on_real_records(tmp_path):
     # Everything slowed alike: efficiency is unchanged, so it must not be called a regression.
     efficiency = [c for c in comparisons if c.metric == "scaling efficiency"]
     assert efficiency and all(c.ratio == pytest.approx(1.0) and c.verdict != "regression" for c in efficiency)
+    # Exposed communication: only where there is communication (2 ranks), judged per step.
+    exposed = [c for c in comparisons if c.metric.startswith("exposed")]
+    assert [c.configuration for c in exposed] == ["mlp/tiny ddp x2 b8 fp32 cpu"]
+    record = next(r for r in baseline if r["run_id"] == "mlp-ddp-n2")
+    worst = max(record["overlap"]["no_sync"]["by_rank"], key=lambda v: v["exposed_comm_s"])
+    step = worst["step_time_median_s"]
+    assert exposed[0].candidate == pytest.approx(1.6 * exposed[0].baseline)
+    assert exposed[0].ratio == pytest.approx(1 - 0.6 * exposed[0].baseline / step)
     assert overall_verdict(comparisons) == "regression"
     summary = markdown_summary(comparisons, GateSettings(), unmatched, [])
     assert summary.startswith("## ddpbench gate: REGRESSION") and "37.5% worse" in summary
