@@ -5,7 +5,6 @@ Prints one JSON line on rank 0: {"throughput_samples_per_s": ...}, measured as d
 (global samples in a barrier-aligned window / its wall time).
 """
 import json
-import os
 import sys
 import time
 
