@@ -207,8 +207,6 @@ def command_sweep(args: argparse.Namespace) -> int:
         resolve(spec)
     manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
-    if args.pg_timeout_s:
-        plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
     run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
               fixed_pg_timeout_s=args.pg_timeout_s)
     status = print_table(sweep_dir, save=True)
@@ -217,8 +215,6 @@ def command_sweep(args: argparse.Namespace) -> int:
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
-    import os
-
     from ddpbench.record import write_atomic
     from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
 
@@ -249,8 +245,6 @@ def command_table(args: argparse.Namespace) -> int:
 
 
 def command_trace_analyze(args: argparse.Namespace) -> int:
-    import json
-
     from ddpbench.trace_analysis import TraceError, analyze_trace, format_trace_table, stragglers
 
     analyses = []

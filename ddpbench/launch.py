@@ -228,10 +228,11 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     started = time.perf_counter()
     for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
         command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, echo)
-        retry = (exit_code != 0 and not timed_out and not os.path.exists(path) and spec.strategy == "ddp"
-                 and not spec.rdzv_endpoint
-                 and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
-        if not retry:
+        rendezvous_broke = (exit_code != 0 and not timed_out and not os.path.exists(path)
+                            and spec.strategy == "ddp"
+                            and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
+        # Another node's endpoint cannot be moved: only a single-node rendezvous is retried.
+        if not rendezvous_broke or spec.rdzv_endpoint:
             break
         notes.append(f"attempt {attempt}: the rendezvous failed; retrying on a fresh port")
         spec = spec.replace(rdzv_port=None)  # standalone: torchrun picks a free port
@@ -257,8 +258,9 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     else:
         status, error = diagnosis or ("failed", {"message": "the run exited cleanly but wrote no record",
                                                  "exit_code": exit_code, "output_tail": tail})
-        if attempt > 1 and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))):
-            error["message"] = (f"the rendezvous failed {attempt} times (port in use or store unreachable): "
+        if rendezvous_broke:
+            tries = "once" if attempt == 1 else f"{attempt} times"
+            error["message"] = (f"the rendezvous failed {tries} (port in use or store unreachable): "
                                 f"{error['message']}")
         record = new_record(spec.to_dict(), status, env=host_facts())
         record["error"] = error

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ddpbench.labels import strategy_label
 from ddpbench.record import SCHEMA_VERSION
+from ddpbench.summary import failed_checks
 
 RECORD_COLUMNS = [
     "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
@@ -96,7 +97,7 @@ def record_row(record: dict) -> dict:
         "window_s": metrics.get("window_s"),
         "timed_steps": metrics.get("timed_steps"),
         **overlap_columns(record.get("overlap")),
-        "checks_failed": ",".join(n for n, c in (record.get("checks") or {}).items() if c.get("ok") is False),
+        "checks_failed": ",".join(failed_checks(record)),
         "error": (record.get("error") or {}).get("message"),
         "started_at": record.get("started_at"),
         "ended_at": record.get("ended_at"),

@@ -6,7 +6,7 @@ from ddpbench.labels import strategy_label
 
 
 def failed_checks(record: dict) -> list[str]:
-    return [name for name, check in record.get("checks", {}).items() if check.get("ok") is False]
+    return [name for name, check in (record.get("checks") or {}).items() if check.get("ok") is False]
 
 
 def _ms(seconds: float) -> str:

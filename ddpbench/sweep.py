@@ -17,6 +17,7 @@ from ddpbench.environment import host_facts
 from ddpbench.launch import check_output_folder, launch_with_oom_backoff, resolve
 from ddpbench.record import load_record, new_record, record_path, utc_now, write_atomic, write_record
 from ddpbench.spec import RunSpec, SpecError
+from ddpbench.summary import failed_checks
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -86,21 +87,29 @@ def ok_record(sweep_dir: str, run_id: str) -> dict | None:
     return record if record.get("status") == "ok" else None
 
 
+def expected_step_s(spec: RunSpec, reference_step_s: dict[str, float]) -> float | None:
+    """A generous guess of this run's step time from the workload's local run (None before it).
+    Weak scaling keeps the work per device; communication grows with the world size."""
+    step_s = reference_step_s.get(spec.workload)
+    return None if step_s is None else step_s * max(1, spec.world_size / 2)
+
+
 def run_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: float | None) -> float:
     if fixed:
         return fixed
-    step_s = reference_step_s.get(spec.workload)
+    step_s = expected_step_s(spec, reference_step_s)
     if step_s is None:
         return TIMEOUT_WITHOUT_REFERENCE_S
-    # Weak scaling keeps work per device, and DP's N-times batch runs on N times the threads.
-    return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s * max(1, spec.world_size / 2)
+    return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s
 
 
-def pg_timeout_s(spec: RunSpec, reference_step_s: dict[str, float]) -> float:
-    step_s = reference_step_s.get(spec.workload)
+def pg_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: float | None) -> float:
+    if fixed:
+        return fixed
+    step_s = expected_step_s(spec, reference_step_s)
     if step_s is None:
         return spec.pg_timeout_s
-    return max(MIN_PG_TIMEOUT_S, PG_TIMEOUT_STEPS * step_s * max(1, spec.world_size / 2))
+    return max(MIN_PG_TIMEOUT_S, PG_TIMEOUT_STEPS * step_s)
 
 
 def _clock(seconds: float) -> str:
@@ -144,7 +153,7 @@ def _status_line(record: dict, wall_s: float) -> str:
     what = f"{spec['workload']} {spec['strategy']} x{spec['world_size']}"
     if record["status"] == "ok":
         metrics = record["metrics"]
-        failed = [n for n, c in record["checks"].items() if c.get("ok") is False]
+        failed = failed_checks(record)
         checks = f"  CHECKS FAILED: {', '.join(failed)}" if failed else ""
         late_error = f"  ({record['error']['message']})" if record.get("error") else ""
         return (f"ok      {what:<28} {metrics['throughput_units_per_s']:>12,.1f} {metrics['sample_unit']}/s"
@@ -179,8 +188,7 @@ def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout
                 manifest["runs"][spec.run_id] = "ok"
                 progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done['ended_at']}", None)
             else:
-                if fixed_pg_timeout_s is None:
-                    spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s))
+                spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s, fixed_pg_timeout_s))
                 done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff)
                 manifest["runs"][spec.run_id] = done["status"]
                 progress.finished(_status_line(done, wall_s), wall_s)
