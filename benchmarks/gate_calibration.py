@@ -27,8 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from ddpbench.gate import compare, iteration_times  # noqa: E402
-from ddpbench.gate_stats import GateSettings, parse_threshold  # noqa: E402
+from ddpbench.gate.compare import compare, iteration_times  # noqa: E402
+from ddpbench.gate.stats import GateSettings, parse_threshold  # noqa: E402
 
 
 def run(out: str, slowdown: float, args) -> dict:

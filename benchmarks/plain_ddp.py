@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddpbench.workload import build_workload
+from ddpbench.worker.workload import build_workload
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from ddpbench.trace_analysis import analyze_trace  # noqa: E402
+from ddpbench.analysis.traces import analyze_trace  # noqa: E402
 
 DEFAULT_TRACE = os.path.join(REPO, "tests", "fixtures", "traces", "nccl-ddp-2gpu-rank0.json.gz")
 

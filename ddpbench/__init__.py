@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 
 def load(sweep_dir: str):
-    """One row per run record in `sweep_dir` (see ddpbench.results.load)."""
-    from ddpbench.results import load as load_records
+    """One row per run record in `sweep_dir` (see ddpbench.analysis.frames.load)."""
+    from ddpbench.analysis.frames import load as load_records
 
     return load_records(sweep_dir)

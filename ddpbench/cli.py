@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 
-from ddpbench.faults import parse_fault
-from ddpbench.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
+from ddpbench.config.faults import parse_fault
+from ddpbench.config.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
 
 USAGE_ERROR = 2
 
@@ -94,9 +94,10 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from ddpbench.launch import launch_with_oom_backoff, resolve
-    from ddpbench.record import load_record
-    from ddpbench.summary import failed_checks, format_summary
+    from ddpbench.running.launch import launch_with_oom_backoff, resolve
+    from ddpbench.records.store import load_record
+    from ddpbench.records.store import failed_checks
+    from ddpbench.report.summary import format_summary
 
     spec = resolve(spec_from_args(args))
     result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff)
@@ -125,7 +126,7 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    from ddpbench.plan import SCALING_MODES, SUITES
+    from ddpbench.config.plan import SCALING_MODES, SUITES
 
     add = parser.add_argument
     devices = parser.add_mutually_exclusive_group()
@@ -160,8 +161,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sweep_options_from_args(args: argparse.Namespace):
-    from ddpbench.environment import usable_cores, visible_gpu_count
-    from ddpbench.plan import SweepOptions
+    from ddpbench.running.environment import usable_cores, visible_gpu_count
+    from ddpbench.config.plan import SweepOptions
 
     gpu_count = visible_gpu_count()
     device = "cuda" if args.gpus else args.device
@@ -191,10 +192,10 @@ def sweep_options_from_args(args: argparse.Namespace):
 
 
 def command_sweep(args: argparse.Namespace) -> int:
-    from ddpbench.launch import resolve
-    from ddpbench.plan import plan_sweep
-    from ddpbench.report import build_report
-    from ddpbench.sweep import prepare, run_sweep
+    from ddpbench.running.launch import resolve
+    from ddpbench.config.plan import plan_sweep
+    from ddpbench.report.html import build_report
+    from ddpbench.running.sweep import prepare, run_sweep
 
     if args.resume and not args.sweep_id:
         raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
@@ -215,8 +216,8 @@ def command_sweep(args: argparse.Namespace) -> int:
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
-    from ddpbench.record import write_atomic
-    from ddpbench.results import format_overlap, format_side_by_side, load, scaling_table
+    from ddpbench.records.store import write_atomic
+    from ddpbench.analysis.frames import format_overlap, format_side_by_side, load, scaling_table
 
     if not os.path.isdir(sweep_dir):
         raise SpecError(f"{sweep_dir!r} is not a folder")
@@ -245,7 +246,7 @@ def command_table(args: argparse.Namespace) -> int:
 
 
 def command_trace_analyze(args: argparse.Namespace) -> int:
-    from ddpbench.trace_analysis import TraceError, analyze_trace, format_trace_table, stragglers
+    from ddpbench.analysis.traces import TraceError, analyze_trace, format_trace_table, stragglers
 
     analyses = []
     for path in args.paths:
@@ -265,7 +266,7 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    from ddpbench.report import build_report
+    from ddpbench.report.html import build_report
 
     print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output))}")
     return 0
@@ -275,11 +276,11 @@ EXIT_REGRESSION, EXIT_INCONCLUSIVE = 1, 3
 
 
 def command_gate(args: argparse.Namespace) -> int:
-    from ddpbench.baselines import baseline_dir
-    from ddpbench.gate import (GateError, as_json, compare, env_differences, format_table, load_side,
+    from ddpbench.gate.baselines import baseline_dir
+    from ddpbench.gate.compare import (GateError, as_json, compare, env_differences, format_table, load_side,
                                markdown_summary, overall_verdict)
-    from ddpbench.gate_stats import RUN_NOISE_DEFAULT, GateSettings, parse_noise, parse_threshold
-    from ddpbench.record import write_atomic
+    from ddpbench.gate.stats import RUN_NOISE_DEFAULT, GateSettings, parse_noise, parse_threshold
+    from ddpbench.records.store import write_atomic
 
     try:
         settings = GateSettings(max_regression=parse_threshold(args.max_regression), resamples=args.resamples,
@@ -330,7 +331,7 @@ def on_sweep_folder(sweep_dir: str, action):
 
 
 def command_baseline_save(args: argparse.Namespace) -> int:
-    from ddpbench.baselines import save_baseline
+    from ddpbench.gate.baselines import save_baseline
 
     saved = on_sweep_folder(args.sweep_dir, lambda: save_baseline(args.sweep_dir, args.baselines))
     print(f"baseline saved: {saved}")
@@ -338,7 +339,7 @@ def command_baseline_save(args: argparse.Namespace) -> int:
 
 
 def command_export(args: argparse.Namespace) -> int:
-    from ddpbench.exporting import export
+    from ddpbench.report.export import export
 
     written = on_sweep_folder(args.sweep_dir, lambda: export(args.sweep_dir, args.output, args.format))
     print(f"exported: {written}")

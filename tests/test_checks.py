@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddpbench import checks
+from ddpbench.worker import checks
 
 
 def test_shards_that_split_the_dataset_pass():

@@ -16,7 +16,7 @@ from conftest import ddpbench
     (["--workload", "tests/fixtures/user_workload.py:nothing"], "defines no 'nothing'"),
 ])
 def test_bad_run_arguments_fail_fast_with_exit_code_2(args, message, tmp_path):
-    if "cuda" in args and __import__("ddpbench.environment").environment.visible_gpu_count() >= 2:
+    if "cuda" in args and __import__("ddpbench.running.environment").running.environment.visible_gpu_count() >= 2:
         pytest.skip("this machine has the GPUs that this error is about")
     done = ddpbench("run", *args, "--out", str(tmp_path / "out"))
     assert done.returncode == 2
@@ -51,7 +51,7 @@ def test_checking_input_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from ddpbench.launch import resolve; from ddpbench.spec import RunSpec;"
+    code = ("import sys; from ddpbench.running.launch import resolve; from ddpbench.config.spec import RunSpec;"
             "resolve(RunSpec(workload='mlp', nproc=2), gpu_count=0, cores=2);"
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -61,8 +61,8 @@ def test_checking_input_does_not_import_torch():
 def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
     import shutil as real_shutil
 
-    from ddpbench import launch
-    from ddpbench.spec import SpecError
+    from ddpbench.running import launch
+    from ddpbench.config.spec import SpecError
 
     full = real_shutil.disk_usage(tmp_path)._replace(free=50 * 2**20)
     monkeypatch.setattr(launch.shutil, "disk_usage", lambda path: full)

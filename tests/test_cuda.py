@@ -12,7 +12,7 @@ pytestmark = [requires_cuda, pytest.mark.cuda]
 def test_step_clock_reads_cuda_events_after_the_window():
     import torch
 
-    from ddpbench.clock import StepClock
+    from ddpbench.worker.clock import StepClock
 
     clock = StepClock(torch.device("cuda", 0))
     matrix = torch.randn(2048, 2048, device="cuda")

@@ -1,4 +1,4 @@
-from ddpbench.environment import REDACTED, captured_env, host_facts, redact_value
+from ddpbench.running.environment import REDACTED, captured_env, host_facts, redact_value
 
 
 def test_secret_looking_names_are_redacted():

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import REPO, ddpbench
-from ddpbench.faults import parse_fault
-from ddpbench.spec import SpecError
+from ddpbench.config.faults import parse_fault
+from ddpbench.config.spec import SpecError
 
 pytestmark = pytest.mark.launches
 QUICK = ["--nproc", "2", "--steps", "8", "--warmup", "2", "--no-profile"]

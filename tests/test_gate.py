@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ddpbench
-from ddpbench.gate import compare, env_differences, load_side, markdown_summary, overall_verdict, run_key
-from ddpbench.gate_stats import GateSettings, block_resample_medians, interval, parse_threshold, time_ratio, verdict
+from ddpbench.gate.compare import compare, env_differences, load_side, markdown_summary, overall_verdict, run_key
+from ddpbench.gate.stats import GateSettings, block_resample_medians, interval, parse_threshold, time_ratio, verdict
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 

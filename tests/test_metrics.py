@@ -1,6 +1,6 @@
 import pytest
 
-from ddpbench.metrics import distribution, iteration_times_s, run_metrics
+from ddpbench.analysis.metrics import distribution, iteration_times_s, run_metrics
 
 
 def test_iteration_time_is_the_slowest_rank_at_each_step():

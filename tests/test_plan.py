@@ -1,7 +1,7 @@
 import pytest
 
-from ddpbench.plan import SweepOptions, plan_sweep, world_sizes
-from ddpbench.spec import SpecError
+from ddpbench.config.plan import SweepOptions, plan_sweep, world_sizes
+from ddpbench.config.spec import SpecError
 
 
 @pytest.mark.parametrize("largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]),

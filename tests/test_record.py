@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ddpbench.record import SCHEMA_VERSION, load_record, new_record, write_atomic, write_record
+from ddpbench.records.store import SCHEMA_VERSION, load_record, new_record, write_atomic, write_record
 
 
 def test_record_is_written_atomically_and_loads(tmp_path):

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES, ddpbench
-from ddpbench.report import build_report
+from ddpbench.report.html import build_report
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 

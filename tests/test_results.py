@@ -7,7 +7,7 @@ import pytest
 
 import ddpbench
 from conftest import FIXTURES, ddpbench as run_cli
-from ddpbench.results import format_side_by_side, scaling_table
+from ddpbench.analysis.frames import format_side_by_side, scaling_table
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 

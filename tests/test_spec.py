@@ -1,7 +1,7 @@
 import pytest
 
-from ddpbench.launch import resolve
-from ddpbench.spec import DDPKnobs, RunSpec, SpecError
+from ddpbench.running.launch import resolve
+from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
 
 
 def test_defaults_are_valid_and_world_size_multiplies_nodes():

@@ -6,7 +6,7 @@ import pytest
 
 import ddpbench
 from conftest import REPO, ddpbench as run_cli
-from ddpbench.results import scaling_table
+from ddpbench.analysis.frames import scaling_table
 
 pytestmark = pytest.mark.launches
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ddpbench
-from ddpbench import intervals as iv
-from ddpbench.trace_analysis import TraceError, analyze_trace, stragglers
+from ddpbench.analysis import intervals as iv
+from ddpbench.analysis.traces import TraceError, analyze_trace, stragglers
 
 REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
 

@@ -2,8 +2,9 @@ import pytest
 import torch
 from torch.utils.data.dataloader import default_collate
 
-from ddpbench.spec import SpecError
-from ddpbench.workload import BUILTIN_WORKLOADS, Workload, build_workload, check_workload_name
+from ddpbench.config.spec import SpecError
+from ddpbench.config.workloads import BUILTIN_WORKLOADS, check_workload_name
+from ddpbench.worker.workload import Workload, build_workload
 
 
 def test_unknown_name_lists_the_valid_ones():

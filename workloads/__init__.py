@@ -1,2 +1,2 @@
 """Built-in workloads. Each module defines factories `name(size, data_dir) -> Workload`;
-`ddpbench.workload.BUILTIN_WORKLOADS` maps names to them."""
+`ddpbench.worker.workload.BUILTIN_WORKLOADS` maps names to them."""

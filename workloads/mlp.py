@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpbench.data import SyntheticDataset
-from ddpbench.workload import Workload
+from ddpbench.worker.data import SyntheticDataset
+from ddpbench.worker.workload import Workload
 
 SIZES = {
     # size: (width, hidden layers, default batch)

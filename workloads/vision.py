@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torchvision.models import ResNet, VisionTransformer, resnet50 as tv_resnet50
 from torchvision.models.resnet import Bottleneck
 
-from ddpbench.data import image_folder, random_images
-from ddpbench.workload import Workload
+from ddpbench.worker.data import image_folder, random_images
+from ddpbench.worker.workload import Workload
 
 
 def _image_workload(model, size: str, data_dir: str | None, image_size: int, num_classes: int,

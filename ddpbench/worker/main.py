@@ -25,18 +25,19 @@ from torch.distributed.elastic.multiprocessing.errors import record as record_er
 from torch.utils.data import DistributedSampler
 from torch.utils.data.dataloader import default_collate
 
-from ddpbench import checks, phases
-from ddpbench.clock import StepClock
-from ddpbench.data import endless_batches, make_loader
-from ddpbench.environment import host_facts, torch_facts
-from ddpbench.faults import maybe_inject
-from ddpbench.heartbeat import HEARTBEAT_ENV, Heartbeat
-from ddpbench.metrics import run_metrics
-from ddpbench.record import new_record, utc_now, write_record
-from ddpbench.spec import RunSpec
-from ddpbench.training import (flops_per_sample, make_precision, to_device, train_step,
+from ddpbench.worker import checks, phases
+from ddpbench.worker.clock import StepClock
+from ddpbench.worker.data import endless_batches, make_loader
+from ddpbench.running.environment import host_facts
+from ddpbench.worker.environment import torch_facts
+from ddpbench.worker.faults import maybe_inject
+from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
+from ddpbench.analysis.metrics import run_metrics
+from ddpbench.records.store import new_record, utc_now, write_record
+from ddpbench.config.spec import RunSpec
+from ddpbench.worker.training import (flops_per_sample, make_precision, to_device, train_step,
                                wrap_data_parallel, wrap_ddp)
-from ddpbench.workload import build_workload
+from ddpbench.worker.workload import build_workload
 
 # Synthetic datasets hold this many steps of data per epoch, so runs cross epoch boundaries
 # and set_epoch reshuffling is exercised and checked.
@@ -250,7 +251,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
 
 def summarize_own_trace(path: str) -> dict:
     """Overlap from this rank's trace, analysed right here so the record carries it."""
-    from ddpbench.trace_analysis import analyze_trace
+    from ddpbench.analysis.traces import analyze_trace
 
     try:
         return analyze_trace(path).summary()
@@ -356,6 +357,3 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -80,3 +80,7 @@ def new_record(spec: dict[str, Any], status: str, env: dict | None = None) -> di
         "started_at": None,
         "ended_at": utc_now(),
     }
+
+
+def failed_checks(record: dict) -> list[str]:
+    return [name for name, check in (record.get("checks") or {}).items() if check.get("ok") is False]

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from ddpbench import plots
-from ddpbench.record import write_atomic
-from ddpbench.results import (breakdown_frame, headlines, iteration_frame, overlap_table, read_records,
+from ddpbench.report import plots
+from ddpbench.records.store import write_atomic
+from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_frame, overlap_table, read_records,
                               record_row, scaling_table, step_time_frame)
-from ddpbench.spec import SpecError
+from ddpbench.config.spec import SpecError
 
 GLOSSARY = [
     ("step time", "On one rank, from the start of step i to the start of step i+1, data loading included. "

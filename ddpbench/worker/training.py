@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddpbench.spec import DDPKnobs
+from ddpbench.config.spec import DDPKnobs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -1,5 +1,5 @@
-"""What machine and software a run used, with secrets redacted. Host facts need no torch;
-`torch_facts` is called only inside the worker, where torch is already imported."""
+"""What machine and software a run used, with secrets redacted. No torch at import: the
+software facts that need it are in `ddpbench.worker.environment`."""
 
 from __future__ import annotations
 
@@ -79,29 +79,6 @@ def host_facts() -> dict:
         **project_git(),
         "env_vars": captured_env(os.environ),
     }
-
-
-def torch_facts() -> dict:
-    import torch
-    import torchvision
-
-    facts = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "nccl": None,
-        "gpu_count": 0,
-        "gpu_names": [],
-    }
-    if torch.cuda.is_available():
-        facts["gpu_count"] = torch.cuda.device_count()
-        facts["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(facts["gpu_count"])]
-        try:
-            facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except (AttributeError, RuntimeError):
-            pass
-    return facts
 
 
 def visible_gpu_count() -> int:

@@ -9,17 +9,14 @@ out-of-memory errors is exercised for real:
 - hang:  sleeps forever before the step, so the other ranks wait in that step's all-reduce;
 - oom:   raises torch.OutOfMemoryError, as CUDA (or a test workload on CPU) would.
 
-Parsing needs no torch; only `maybe_inject` (called in the worker) does.
+Parsing needs no torch; the injection itself lives in `ddpbench.worker.faults`.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from dataclasses import asdict, dataclass
 
-from ddpbench.spec import SpecError
+from ddpbench.config.errors import SpecError
 
 FAULT_KINDS = ("raise", "kill", "hang", "oom")
 USAGE = "rank=R,kind=raise|kill|hang|oom,step=S"
@@ -62,21 +59,3 @@ def check_fault_fits(fault: Fault, world_size: int, steps: int) -> None:
         raise SpecError(f"--inject-fault rank {fault.rank} does not exist: world size is {world_size}")
     if fault.step >= steps:
         raise SpecError(f"--inject-fault step {fault.step} is never reached: the run has {steps} steps (0..{steps - 1})")
-
-
-def maybe_inject(fault: dict | None, rank: int, step: int) -> None:
-    """Called at the start of every step; does nothing unless this is the fault's rank and step."""
-    if fault is None or fault["rank"] != rank or fault["step"] != step:
-        return
-    kind = fault["kind"]
-    if kind == "raise":
-        raise RuntimeError(f"injected fault: rank {rank} raises at step {step}")
-    if kind == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if kind == "oom":
-        import torch
-
-        raise torch.OutOfMemoryError(f"injected fault: out of memory on rank {rank} at step {step}")
-    if kind == "hang":
-        while True:  # until the harness ends the run
-            time.sleep(3600)

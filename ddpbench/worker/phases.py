@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from ddpbench.clock import StepClock
-from ddpbench.record import default_file_mode
+from ddpbench.worker.clock import StepClock
+from ddpbench.records.store import default_file_mode
 
 
 def trace_path(out_dir: str, run_id: str, rank: int) -> str:

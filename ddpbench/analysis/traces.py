@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 from isal import igzip
 
-from ddpbench import intervals as iv
+from ddpbench.analysis import intervals as iv
 
 MODES = ("ddpbench", "hta")
 GPU_EVENT_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -11,8 +11,8 @@ import json
 import platform
 from datetime import datetime, timezone
 
-from ddpbench.gate import iteration_times
-from ddpbench.results import read_records
+from ddpbench.gate.compare import iteration_times
+from ddpbench.analysis.frames import read_records
 
 FORMATS = ("pytest-benchmark",)
 
@@ -69,7 +69,7 @@ def pytest_benchmark_json(sweep_dir: str) -> dict:
 
 
 def export(sweep_dir: str, output: str, fmt: str) -> str:
-    from ddpbench.record import write_atomic
+    from ddpbench.records.store import write_atomic
 
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {fmt!r}")

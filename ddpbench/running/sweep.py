@@ -13,11 +13,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ddpbench.environment import host_facts
-from ddpbench.launch import check_output_folder, launch_with_oom_backoff, resolve
-from ddpbench.record import load_record, new_record, record_path, utc_now, write_atomic, write_record
-from ddpbench.spec import RunSpec, SpecError
-from ddpbench.summary import failed_checks
+from ddpbench.running.environment import host_facts
+from ddpbench.running.launch import check_output_folder, launch_with_oom_backoff, resolve
+from ddpbench.records.store import load_record, new_record, record_path, utc_now, write_atomic, write_record
+from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.records.store import failed_checks
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

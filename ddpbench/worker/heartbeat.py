@@ -11,15 +11,13 @@ The training loop only assigns an integer (`beat.step = i`); the file writing ha
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import threading
 import time
 
-from ddpbench.record import write_atomic
-
-HEARTBEAT_ENV = "DDPBENCH_HEARTBEAT_DIR"
+from ddpbench.records.store import write_atomic
+from ddpbench.running.heartbeats import HEARTBEAT_ENV  # noqa: F401 (the worker reads it from here)
 INTERVAL_S = 1.0
 
 
@@ -60,28 +58,3 @@ class Heartbeat:
         self._stop.set()
         if self.folder:
             self._write()
-
-
-def read_heartbeats(folder: str) -> dict[int, dict]:
-    beats = {}
-    for path in glob.glob(os.path.join(folder, "rank-*.json")):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                beat = json.load(handle)
-            beats[int(beat["rank"])] = beat
-        except (OSError, ValueError, KeyError):
-            continue
-    return beats
-
-
-def hung_ranks(beats: dict[int, dict]) -> tuple[list[int], str]:
-    """The ranks that fell behind, and a sentence saying how that was decided."""
-    running = {rank: beat for rank, beat in beats.items() if beat.get("phase") != "done"}
-    if not running:
-        return [], "every rank finished its steps"
-    furthest = max(beat["step"] for beat in running.values())
-    behind = sorted(rank for rank, beat in running.items() if beat["step"] < furthest)
-    if behind:
-        steps = ", ".join(f"rank {r} at step {running[r]['step']}" for r in behind)
-        return behind, f"{steps}, while other ranks had entered step {furthest} and waited for them"
-    return [], f"all ranks had entered step {furthest}: the hang is inside that step on every rank"

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 
-from ddpbench.results import read_records
+from ddpbench.analysis.frames import read_records
 
 DEFAULT_BASELINES = os.path.join("results", "baselines")
 

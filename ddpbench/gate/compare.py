@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ddpbench.gate_stats import GateSettings, interval, rank_test, time_ratio, verdict
-from ddpbench.record import load_record
-from ddpbench.results import read_records
+from ddpbench.gate.stats import GateSettings, interval, rank_test, time_ratio, verdict
+from ddpbench.records.store import load_record
+from ddpbench.analysis.frames import read_records
 
 METRICS = ("throughput", "efficiency", "exposed_comm")
 ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
@@ -176,7 +176,7 @@ def compare(baseline: list[dict], candidate: list[dict], settings: GateSettings,
 
 
 def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
-    from ddpbench.gate_stats import bootstrap_medians, run_effect
+    from ddpbench.gate.stats import bootstrap_medians, run_effect
 
     sides = []
     for runs in (base_runs, cand_runs):

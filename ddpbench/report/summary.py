@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from ddpbench.labels import strategy_label
-
-
-def failed_checks(record: dict) -> list[str]:
-    return [name for name, check in (record.get("checks") or {}).items() if check.get("ok") is False]
+from ddpbench.analysis.labels import strategy_label
+from ddpbench.records.store import failed_checks
 
 
 def _ms(seconds: float) -> str:

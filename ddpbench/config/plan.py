@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddpbench.spec import DDPKnobs, RunSpec, SpecError, STRATEGIES
-from ddpbench.workload import check_workload_name, is_user_workload
+from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError, STRATEGIES
+from ddpbench.config.workloads import check_workload_name, is_user_workload
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,20 @@
-"""The workload interface and the registry that finds built-in and user workloads.
+"""The workload interface, and building a workload from its name inside the worker.
 
 A workload factory is a function `factory(size: str, data_dir: str | None) -> Workload`.
 Built-ins live in the top-level `workloads` package; a user's own file plugs in with
-`--workload path/to/file.py:factory` and goes through exactly the same code.
-
-Finding and checking a name needs no torch (the command line validates before launching);
-only `build_workload`, called inside the worker, imports the factory and so torch.
+`--workload path/to/file.py:factory` and goes through exactly the same code. Names are checked
+(without importing anything) in `ddpbench.config.workloads`.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ddpbench.spec import SpecError
-
-# name -> "module:factory". Kept as strings so listing and checking names imports nothing heavy.
-BUILTIN_WORKLOADS: dict[str, str] = {
-    "resnet50": "workloads.vision:resnet50",
-    "vit_b_16": "workloads.vision:vit_b_16",
-    "gpt2": "workloads.gpt:gpt2",
-    "mlp": "workloads.mlp:mlp",
-}
+from ddpbench.config.workloads import BUILTIN_WORKLOADS, check_workload_name, is_user_workload
 
 
 def default_optimizer(params: Any) -> Any:
@@ -52,35 +41,6 @@ class Workload:
     """Units in one dataset sample (tokens per sequence; 1 for an image)."""
     make_optimizer: Callable[[Any], Any] = field(default=default_optimizer)
     """parameters -> optimizer. Default: SGD with momentum."""
-
-
-def is_user_workload(name: str) -> bool:
-    path, sep, _ = name.rpartition(":")
-    return bool(sep) and path.endswith(".py")
-
-
-def check_workload_name(name: str) -> None:
-    """Fail with a helpful message unless `name` can be built; imports nothing."""
-    if is_user_workload(name):
-        path, _, factory = name.rpartition(":")
-        if not os.path.isfile(path):
-            raise SpecError(f"workload file {path!r} does not exist")
-        try:
-            tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
-        except SyntaxError as exc:
-            raise SpecError(f"workload file {path!r} is not valid Python: {exc}") from None
-        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                    if isinstance(t, ast.Name)}
-        if factory not in defined:
-            choices = ", ".join(sorted(defined)) or "nothing at top level"
-            raise SpecError(f"workload file {path!r} defines no {factory!r} (it defines: {choices})")
-        return
-    if name not in BUILTIN_WORKLOADS:
-        raise SpecError(
-            f"unknown workload {name!r}; valid: {', '.join(sorted(BUILTIN_WORKLOADS))}, "
-            "or path/to/file.py:factory"
-        )
 
 
 def _load_factory(name: str) -> Callable[..., Workload]:

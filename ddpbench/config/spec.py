@@ -11,15 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpbench.config.errors import SpecError
+from ddpbench.config.faults import Fault, check_fault_fits
+
 STRATEGIES = ("ddp", "local", "dp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 SIZES = ("tiny", "full")
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
-
-
-class SpecError(ValueError):
-    """A run was asked for with a value that is not allowed; the message says which and why."""
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
@@ -180,8 +179,6 @@ class RunSpec:
         if not isinstance(self.slowdown, (int, float)) or not 0 <= self.slowdown <= 1:
             raise SpecError(f"slowdown must be a fraction between 0 and 1; got {self.slowdown!r}")
         if self.fault is not None:
-            from ddpbench.faults import Fault, check_fault_fits
-
             check_fault_fits(Fault(**self.fault), self.processes, self.steps)
         if self.rdzv_port is not None and not (isinstance(self.rdzv_port, int) and 0 < self.rdzv_port < 65536):
             raise SpecError(f"rdzv_port must be a port number 1..65535; got {self.rdzv_port!r}")

@@ -13,7 +13,7 @@ import os
 import re
 import signal
 
-from ddpbench.heartbeat import hung_ranks, read_heartbeats
+from ddpbench.running.heartbeats import hung_ranks, read_heartbeats
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")

@@ -16,9 +16,9 @@ import warnings
 
 import pandas as pd
 
-from ddpbench.labels import strategy_label
-from ddpbench.record import SCHEMA_VERSION
-from ddpbench.summary import failed_checks
+from ddpbench.analysis.labels import strategy_label
+from ddpbench.records.store import SCHEMA_VERSION
+from ddpbench.records.store import failed_checks
 
 RECORD_COLUMNS = [
     "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",

@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from ddpbench.diagnose import diagnose, read_output, rendezvous_failed
-from ddpbench.environment import host_facts, usable_cores, visible_gpu_count
-from ddpbench.heartbeat import HEARTBEAT_ENV, read_heartbeats
-from ddpbench.record import load_record, new_record, record_path, write_atomic, write_record
-from ddpbench.spec import RunSpec, SpecError
-from ddpbench.workload import check_workload_name, is_user_workload
+from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
+from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
+from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
+from ddpbench.records.store import load_record, new_record, record_path, write_atomic, write_record
+from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.config.workloads import check_workload_name, is_user_workload
 
 ERROR_TAIL_LINES = 40
 

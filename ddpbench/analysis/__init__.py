@@ -1,0 +1,1 @@
+"""Records and traces into numbers and DataFrames. No torch: results can be studied anywhere."""

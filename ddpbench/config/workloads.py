@@ -1,0 +1,50 @@
+"""Workload names: the built-in registry and `path/to/file.py:factory` for a user's own file.
+
+Finding and checking a name imports nothing heavy (the command line validates before launching);
+only `ddpbench.worker.workload.build_workload`, called inside the worker, imports the factory
+and so torch. Adding a built-in workload is its module under `workloads/` plus one line here.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from ddpbench.config.errors import SpecError
+
+# name -> "module:factory". Kept as strings so listing and checking names imports nothing heavy.
+BUILTIN_WORKLOADS: dict[str, str] = {
+    "resnet50": "workloads.vision:resnet50",
+    "vit_b_16": "workloads.vision:vit_b_16",
+    "gpt2": "workloads.gpt:gpt2",
+    "mlp": "workloads.mlp:mlp",
+}
+
+
+def is_user_workload(name: str) -> bool:
+    path, sep, _ = name.rpartition(":")
+    return bool(sep) and path.endswith(".py")
+
+
+def check_workload_name(name: str) -> None:
+    """Fail with a helpful message unless `name` can be built; imports nothing."""
+    if is_user_workload(name):
+        path, _, factory = name.rpartition(":")
+        if not os.path.isfile(path):
+            raise SpecError(f"workload file {path!r} does not exist")
+        try:
+            tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+        except SyntaxError as exc:
+            raise SpecError(f"workload file {path!r} is not valid Python: {exc}") from None
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                    if isinstance(t, ast.Name)}
+        if factory not in defined:
+            choices = ", ".join(sorted(defined)) or "nothing at top level"
+            raise SpecError(f"workload file {path!r} defines no {factory!r} (it defines: {choices})")
+        return
+    if name not in BUILTIN_WORKLOADS:
+        raise SpecError(
+            f"unknown workload {name!r}; valid: {', '.join(sorted(BUILTIN_WORKLOADS))}, "
+            "or path/to/file.py:factory"
+        )

@@ -1,0 +1,1 @@
+"""The regression gate: compare a candidate sweep with a baseline. No torch."""

@@ -1,0 +1,5 @@
+import sys
+
+from ddpbench.worker.main import main
+
+sys.exit(main())
