@@ -1,2 +1,2 @@
 """Built-in workloads. Each module defines factories `name(size, data_dir) -> Workload`;
-`ddpbench.worker.workload.BUILTIN_WORKLOADS` maps names to them."""
+`ddpbench.config.workloads.BUILTIN_WORKLOADS` maps names to them."""
