@@ -96,7 +96,6 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
 def command_run(args: argparse.Namespace) -> int:
     from ddpbench.running.launch import launch_with_oom_backoff, resolve
     from ddpbench.records.store import load_record
-    from ddpbench.records.store import failed_checks
     from ddpbench.report.summary import format_summary
 
     spec = resolve(spec_from_args(args))
@@ -106,7 +105,7 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     record = load_record(result.record_path)
     print(format_summary(record, result.record_path))
-    if record["status"] != "ok" or failed_checks(record) or record.get("error"):
+    if record.status != "ok" or record.failed_checks() or record.error:
         return 1
     return 0
 
@@ -137,7 +136,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)")
     add("--workloads", type=comma_list, default=(), help="comma-separated workloads instead of the suite's")
     add("--size", choices=SIZES, default=None)
-    add("--strategies", type=comma_list, default=("local", "ddp", "dp"), help="subset of local,ddp,dp")
+    add("--strategies", type=comma_list, default=STRATEGIES, help=f"subset of {','.join(STRATEGIES)}")
     add("--steps", type=int, default=None, help="steps per run, warm-up included (default: the suite's)")
     add("--warmup", type=int, default=None)
     add("--batch-size", type=int, default=None, help="per-device batch for every workload (weak scaling)")
@@ -277,8 +276,8 @@ EXIT_REGRESSION, EXIT_INCONCLUSIVE = 1, 3
 
 def command_gate(args: argparse.Namespace) -> int:
     from ddpbench.gate.baselines import baseline_dir
-    from ddpbench.gate.compare import (GateError, as_json, compare, env_differences, format_table, load_side,
-                               markdown_summary, overall_verdict)
+    from ddpbench.gate.compare import (MEASURE_NAMES, GateError, as_json, compare, env_differences, format_table,
+                                       load_side, markdown_summary, overall_verdict)
     from ddpbench.gate.stats import RUN_NOISE_DEFAULT, GateSettings, parse_noise, parse_threshold
     from ddpbench.records.store import write_atomic
 
@@ -286,10 +285,10 @@ def command_gate(args: argparse.Namespace) -> int:
         settings = GateSettings(max_regression=parse_threshold(args.max_regression), resamples=args.resamples,
                                 block_steps=args.block_steps, seed=args.seed,
                                 run_noise=RUN_NOISE_DEFAULT if args.run_noise is None else parse_noise(args.run_noise))
-        metrics = tuple(args.metrics)
-        unknown = [m for m in metrics if m not in ("throughput", "efficiency", "exposed_comm")]
+        metrics = tuple(args.metrics or MEASURE_NAMES)
+        unknown = [m for m in metrics if m not in MEASURE_NAMES]
         if unknown:
-            raise GateError(f"unknown metric {unknown[0]!r}; valid: throughput, efficiency, exposed_comm")
+            raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
         baseline_path = args.baseline
         if baseline_path == "auto":
             baseline_path = baseline_dir(args.candidate)
@@ -368,8 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "for the candidate's machine class and suite)")
     gate.add_argument("--candidate", required=True, help="sweep folder or record file")
     gate.add_argument("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
-    gate.add_argument("--metrics", type=comma_list, default=("throughput", "efficiency", "exposed_comm"),
-                      help="subset of throughput,efficiency,exposed_comm")
+    gate.add_argument("--metrics", type=comma_list, default=None,
+                      help="comma-separated subset of the gate's measures (default: all; an unknown name lists them)")
     gate.add_argument("--allow-env-mismatch", action="store_true",
                       help="compare even when GPU, CPU, torch, CUDA or NCCL differ")
     gate.add_argument("--inconclusive", choices=("exit", "pass", "fail"), default="exit",

@@ -15,11 +15,11 @@ def test_shards_that_split_the_dataset_pass():
 def test_overlapping_shards_fail():
     result = checks.shard_checks([[0, 1, 2], [2, 3, 4]], dataset_length=5)
     # 6 indices for 5 samples: one repeat is DistributedSampler's padding, allowed...
-    assert result["shards_disjoint"]["ok"] and result["shards_disjoint"]["padding_allowed"] == 1
+    assert result["shards_disjoint"]["ok"] and result["shards_disjoint"]["details"]["padding_allowed"] == 1
     result = checks.shard_checks([[0, 1, 2], [0, 1, 2]], dataset_length=6)
     # ...but every rank reading the same samples is not.
-    assert not result["shards_disjoint"]["ok"] and result["shards_disjoint"]["repeated_indices"] == 3
-    assert not result["shards_cover_dataset"]["ok"] and result["shards_cover_dataset"]["covered"] == 3
+    assert not result["shards_disjoint"]["ok"] and result["shards_disjoint"]["details"]["repeated_indices"] == 3
+    assert not result["shards_cover_dataset"]["ok"] and result["shards_cover_dataset"]["details"]["covered"] == 3
 
 
 def test_reshuffle_needs_two_epochs_and_a_different_order():
@@ -31,7 +31,7 @@ def test_reshuffle_needs_two_epochs_and_a_different_order():
 def test_replicas_in_sync_names_the_odd_rank_out():
     assert checks.replicas_in_sync(["a", "a", "a"])["ok"]
     result = checks.replicas_in_sync(["a", "a", "b", "a"])
-    assert not result["ok"] and result["ranks_differing_from_rank0"] == [2]
+    assert not result["ok"] and result["details"]["ranks_differing_from_rank0"] == [2]
 
 
 def test_parameter_digest_handles_scalar_parameters():
@@ -78,4 +78,4 @@ def test_gradient_check_tells_averaged_from_local_gradients(tmp_path, broken):
         results = dict(results)
     assert all(r["ok"] is (not broken) for r in results.values()), results
     if broken:
-        assert min(r["relative_error"] for r in results.values()) > 0.01
+        assert min(r["details"]["relative_error"] for r in results.values()) > 0.01

@@ -109,9 +109,9 @@ def test_spec_matching_and_a_regression_on_real_records(tmp_path):
     # Exposed communication: only where there is communication (2 ranks), judged per step.
     exposed = [c for c in comparisons if c.metric.startswith("exposed")]
     assert [c.configuration for c in exposed] == ["mlp/tiny ddp x2 b8 fp32 cpu"]
-    record = next(r for r in baseline if r["run_id"] == "mlp-ddp-n2")
-    worst = max(record["overlap"]["no_sync"]["by_rank"], key=lambda v: v["exposed_comm_s"])
-    step = worst["step_time_median_s"]
+    record = next(r for r in baseline if r.run_id == "mlp-ddp-n2")
+    worst = max(record.overlap.no_sync.by_rank, key=lambda v: v.exposed_comm_s)
+    step = worst.step_time_median_s
     assert exposed[0].candidate == pytest.approx(1.6 * exposed[0].baseline)
     assert exposed[0].ratio == pytest.approx(1 - 0.6 * exposed[0].baseline / step)
     assert overall_verdict(comparisons) == "regression"
@@ -124,7 +124,7 @@ def test_runs_are_matched_by_what_defines_them():
     keys = {run_key(r) for r in records}
     assert len(keys) == len(records)  # local, ddp x1, ddp x2, dp x1, dp x2 are all different runs
     other_batch = copy.deepcopy(records[0])
-    other_batch["spec"]["batch_size"] = 16
+    other_batch.spec = other_batch.spec.replace(batch_size=16)
     assert run_key(other_batch) != run_key(records[0])
 
 

@@ -50,7 +50,7 @@ def test_strong_scaling_refuses_a_batch_that_does_not_split():
 
 @pytest.mark.parametrize("changes, message", [
     ({"suite": "nightly"}, "unknown suite 'nightly'; valid: cpu, gpu, smoke"),
-    ({"strategies": ("ddp", "fsdp")}, "unknown strategy 'fsdp'; valid: ddp, local, dp"),
+    ({"strategies": ("ddp", "fsdp")}, "unknown strategy 'fsdp'; valid: local, ddp, dp"),
     ({"workloads": ("bert",)}, "unknown workload 'bert'"),
     ({"global_batch": 64}, "global_batch applies to strong scaling only"),
     ({"max_world_size": 0}, "largest world size must be an integer >= 1"),

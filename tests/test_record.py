@@ -1,22 +1,49 @@
+"""The run record: one writer that checks the types, one loader that converts schema 1, and a
+published JSON Schema that must match the types."""
 import json
 import os
+import shutil
 
+import msgspec
 import pytest
 
-from ddpbench.records.store import SCHEMA_VERSION, load_record, new_record, write_atomic, write_record
+from conftest import FIXTURES, REPO
+from ddpbench.config.spec import RunSpec
+from ddpbench.records.schema import SCHEMA_FILE, SCHEMA_VERSION, Check, json_schema_text
+from ddpbench.records.store import UnreadableRecord, load_record, new_record, read_records, write_atomic, write_record
+
+SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+BASELINE = os.path.join(REPO, "results", "baselines", "cpu-amd-epyc-2c", "cpu")
+
+
+def spec(**changes) -> RunSpec:
+    return RunSpec(workload="mlp", run_id="r1", **changes)
 
 
 def test_record_is_written_atomically_and_loads(tmp_path):
-    record = new_record({"run_id": "r1"}, "failed")
-    path = write_record(record, str(tmp_path))
+    path = write_record(new_record(spec(), "failed"), str(tmp_path))
     assert path == str(tmp_path / "runs" / "r1.json")
-    assert load_record(path)["schema_version"] == SCHEMA_VERSION
+    loaded = load_record(path)
+    assert loaded.schema_version == SCHEMA_VERSION and loaded.spec == spec()
+    assert json.load(open(path))["spec"]["world_size"] == 1  # derived fields are in the file for readers
     assert [n for n in os.listdir(tmp_path / "runs")] == ["r1.json"]  # no temp file left behind
 
 
 def test_unknown_status_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="status must be one of"):
-        write_record(new_record({"run_id": "r1"}, "great"), str(tmp_path))
+    with pytest.raises(ValueError, match="status"):
+        write_record(new_record(spec(), "great"), str(tmp_path))
+    assert not os.path.exists(tmp_path / "runs" / "r1.json")
+
+
+def test_a_part_of_the_wrong_type_is_refused_when_written_not_when_read(tmp_path):
+    record = new_record(spec(), "ok")
+    # The old flat shape: details beside "ok" are unknown fields of a Check.
+    record.checks = {"replicas_in_sync": {"ok": True, "distinct_digests": 1}}
+    with pytest.raises(ValueError, match="does not fit its schema"):
+        write_record(record, str(tmp_path))
+    record.checks = {"replicas_in_sync": Check(ok="yes")}
+    with pytest.raises(ValueError, match="checks"):
+        write_record(record, str(tmp_path))
 
 
 def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
@@ -28,8 +55,51 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     assert os.listdir(tmp_path) == ["x.json"]
 
 
-def test_other_schema_versions_are_named(tmp_path):
-    path = tmp_path / "old.json"
-    path.write_text(json.dumps({"schema_version": 0}))
-    with pytest.raises(ValueError, match="schema_version 0"):
+@pytest.mark.parametrize("content, reason", [
+    ({"schema_version": 0}, "schema_version 0"),
+    ({"schema_version": 3, "run_id": "x"}, "schema_version 3"),
+    ({"schema_version": 2, "run_id": "x", "status": "ok"}, "not a valid run record"),
+    ([1, 2], "not a run record"),
+])
+def test_other_schema_versions_and_non_records_are_named(tmp_path, content, reason):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(UnreadableRecord, match=reason) as error:
         load_record(str(path))
+    assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("folder", [SWEEP, BASELINE], ids=["fixture-sweep", "stored-baseline"])
+def test_schema_1_records_load_and_convert(folder):
+    records, unreadable = read_records(folder)
+    assert unreadable == [] and records
+    for path, record in records:
+        raw = json.load(open(path))
+        assert raw["schema_version"] == 1 and record.schema_version == SCHEMA_VERSION
+        for name, check in raw.get("checks", {}).items():
+            details = {k: v for k, v in check.items() if k not in ("ok", "reason")}
+            assert record.checks[name].ok == check["ok"] and record.checks[name].details == details
+
+
+def test_a_converted_record_survives_a_write_and_a_load(tmp_path):
+    shutil.copytree(SWEEP, tmp_path / "sweep")
+    path, record = next((p, r) for p, r in read_records(str(tmp_path / "sweep"))[0] if r.run_id == "mlp-ddp-n2")
+    write_record(record, str(tmp_path / "sweep"))
+    assert json.load(open(path))["schema_version"] == SCHEMA_VERSION
+    assert load_record(path) == record
+
+
+def test_the_published_json_schema_matches_the_types():
+    # Regenerate with: python -m ddpbench.records.schema
+    with open(SCHEMA_FILE, encoding="utf-8") as handle:
+        assert handle.read() == json_schema_text()
+
+
+def test_the_json_schema_describes_a_real_record():
+    schema = json.loads(json_schema_text())
+    record_schema = schema["$defs"]["Record"]
+    assert {"run_id", "status", "spec"} <= set(record_schema["required"])
+    assert "world_size" in schema["$defs"]["RunSpec"]["properties"]
+    # Every field of a real record is described by the schema (no undocumented keys).
+    raw = msgspec.to_builtins(load_record(os.path.join(SWEEP, "runs", "mlp-ddp-n2.json")))
+    assert set(raw) <= set(record_schema["properties"])

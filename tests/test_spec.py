@@ -11,7 +11,7 @@ def test_defaults_are_valid_and_world_size_multiplies_nodes():
 
 
 @pytest.mark.parametrize("changes, words", [
-    ({"strategy": "fsdp"}, ["strategy", "ddp, local", "'fsdp'"]),
+    ({"strategy": "fsdp"}, ["strategy", "local, ddp, dp", "'fsdp'"]),
     ({"precision": "fp8"}, ["precision", "fp32, bf16, fp16"]),
     ({"device": "tpu"}, ["device", "auto, cuda, cpu"]),
     ({"batch_size": 0}, ["batch_size", ">= 1"]),

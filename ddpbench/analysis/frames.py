@@ -9,101 +9,67 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
-import glob
+import dataclasses
 import json
-import os
 import warnings
 
 import pandas as pd
 
+from ddpbench.analysis import registry
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.records.store import SCHEMA_VERSION
-from ddpbench.records.store import failed_checks
+from ddpbench.config.spec import STRATEGIES
+from ddpbench.config.workloads import short_workload_name
+from ddpbench.records.schema import Record
+from ddpbench.records.store import read_records
 
-RECORD_COLUMNS = [
+# What defines a run, beside its metrics: the columns every runs frame has.
+RUN_COLUMNS = [
     "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
-    "precision", "batch_size", "global_batch", "threads_per_rank", "throughput", "throughput_per_device",
-    "sample_unit", "iteration_p50_s", "iteration_p90_s", "iteration_mean_s", "window_s", "timed_steps",
-    "overlap_pct", "exposed_comm_trace_s", "exposed_comm_no_sync_s", "exposed_comm_reducer_s",
-    "checks_failed", "error", "started_at", "ended_at", "launch_wall_s", "path",
+    "precision", "scaling", "batch_size", "global_batch", "threads_per_rank", "threads_per_device", "ddp_options",
+    "sample_unit", "timed_steps", "checks_failed", "checks_not_decided", "error", "started_at", "ended_at",
+    "launch_wall_s", "path",
 ]
+# Runs that differ in any of these are never combined into one row, and X(1) must match them.
+CONFIGURATION = ["workload", "size", "precision", "device", "scaling", "threads_per_device"]
 
 
-def overlap_columns(overlap: dict | None) -> dict:
-    """The three estimates of exposed communication per step, side by side (worst rank for each;
-    overlap % is the mean over ranks). Missing views stay None."""
-    overlap = overlap or {}
-    trace = [view for view in ((overlap.get("trace") or {}).get("by_rank") or []) if "comm_us" in view]
-    with_comm = [view["overlap_pct"] for view in trace if view.get("overlap_pct") is not None]
-    per_step = [view["exposed_comm_us_per_step"] for view in trace if view.get("exposed_comm_us_per_step") is not None]
-    reducer = [view["exposed_comm_s"] for view in ((overlap.get("reducer") or {}).get("by_rank") or [])
-               if "exposed_comm_s" in view]
-    return {
-        "overlap_pct": sum(with_comm) / len(with_comm) if with_comm else None,
-        "exposed_comm_trace_s": max(per_step) / 1e6 if per_step else None,
-        "exposed_comm_no_sync_s": (overlap.get("no_sync") or {}).get("exposed_comm_s_max"),
-        "exposed_comm_reducer_s": max(reducer) if reducer else None,
-    }
+def runs_columns() -> list[str]:
+    return RUN_COLUMNS + [metric.name for metric in registry.METRICS]
 
 
-def record_paths(sweep_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(sweep_dir, "runs", "*.json")))
-
-
-def read_records(sweep_dir: str) -> tuple[list[dict], list[tuple[str, str]]]:
-    """All records of a sweep (or of a `ddpbench run --out` folder), plus (path, reason) for any
-    file that could not be read: one bad file never hides the others."""
-    if not os.path.isdir(sweep_dir):
-        raise FileNotFoundError(f"{sweep_dir!r} is not a folder")
-    records, unreadable = [], []
-    for path in record_paths(sweep_dir):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                record = json.load(handle)
-            if record.get("schema_version") != SCHEMA_VERSION:
-                raise ValueError(f"schema_version {record.get('schema_version')!r}, "
-                                 f"this ddpbench reads {SCHEMA_VERSION}")
-        except (OSError, ValueError) as exc:
-            unreadable.append((path, str(exc)))
-            continue
-        record["_path"] = path
-        records.append(record)
-    return records, unreadable
-
-
-def record_row(record: dict) -> dict:
-    spec, metrics = record["spec"], record.get("metrics") or {}
-    iteration = metrics.get("iteration_time_s") or {}
-    batch = spec.get("batch_size")
-    return {
-        "run_id": record["run_id"],
-        "status": record["status"],
-        "workload": spec["workload"],
-        "size": spec.get("size"),
-        "strategy": spec["strategy"],
+def record_row(record: Record, path: str | None = None) -> dict:
+    spec, metrics = record.spec, record.metrics
+    batch = spec.batch_size
+    threads = spec.threads_per_rank
+    row = {
+        "run_id": record.run_id,
+        "status": record.status,
+        "workload": short_workload_name(spec.workload),
+        "size": spec.size,
+        "strategy": spec.strategy,
         "strategy_label": strategy_label(spec),
-        "world_size": spec["world_size"],
-        "device": spec.get("device"),
-        "precision": spec.get("precision"),
+        "world_size": spec.world_size,
+        "device": spec.device,
+        "precision": spec.precision,
+        "scaling": spec.scaling,
         "batch_size": batch,
-        "global_batch": batch * spec["world_size"] if batch else None,
-        "threads_per_rank": spec.get("threads_per_rank"),
-        "throughput": metrics.get("throughput_units_per_s"),
-        "throughput_per_device": metrics.get("throughput_units_per_s_per_device"),
-        "sample_unit": metrics.get("sample_unit"),
-        "iteration_p50_s": iteration.get("p50"),
-        "iteration_p90_s": iteration.get("p90"),
-        "iteration_mean_s": iteration.get("mean"),
-        "window_s": metrics.get("window_s"),
-        "timed_steps": metrics.get("timed_steps"),
-        **overlap_columns(record.get("overlap")),
-        "checks_failed": ",".join(failed_checks(record)),
-        "error": (record.get("error") or {}).get("message"),
-        "started_at": record.get("started_at"),
-        "ended_at": record.get("ended_at"),
-        "launch_wall_s": (record.get("launch") or {}).get("wall_s"),
-        "path": record.get("_path"),
+        "global_batch": batch * spec.world_size if batch else None,
+        "threads_per_rank": threads,
+        # DataParallel's one process drives N devices with N slices of cores.
+        "threads_per_device": threads // spec.nproc if threads and spec.strategy == "dp" else threads,
+        "ddp_options": json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else "",
+        "sample_unit": metrics.sample_unit if metrics else None,
+        "timed_steps": metrics.timed_steps if metrics else None,
+        "checks_failed": ",".join(record.failed_checks()),
+        "checks_not_decided": ",".join(name for name, check in record.checks.items() if check.ok is None),
+        "error": record.error.message if record.error else None,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "launch_wall_s": record.launch.wall_s if record.launch else None,
+        "path": path,
     }
+    row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
+    return row
 
 
 def load(sweep_dir: str) -> pd.DataFrame:
@@ -112,45 +78,83 @@ def load(sweep_dir: str) -> pd.DataFrame:
     records, unreadable = read_records(sweep_dir)
     for path, reason in unreadable:
         warnings.warn(f"skipped unreadable record {path}: {reason}", stacklevel=2)
-    frame = pd.DataFrame([record_row(r) for r in records], columns=RECORD_COLUMNS)
+    frame = runs_frame(records)
     frame.attrs["unreadable"] = unreadable
     return frame
 
 
+def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
+    return pd.DataFrame([record_row(record, path) for path, record in records], columns=runs_columns())
+
+
+def _reference_batch(row: pd.Series) -> float:
+    """The local run that is this row's X(1) has the per-device batch (weak scaling) or the
+    global batch (strong scaling: one device takes it all)."""
+    return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
+
+
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per workload, strategy and world size (ok runs only): throughput, speedup and
-    efficiency against the workload's `local` run. Without a local run they stay empty (NaN)."""
-    ok = runs[runs["status"] == "ok"]
+    """One row per configuration, strategy and world size (ok runs only): the table's metrics,
+    speedup and efficiency against X(1), the local run of the same configuration. Runs that differ
+    in size, precision, device, batch, threads per device, scaling mode or DDP options are never
+    combined; a configuration run several times (--repeat) counts with the median of its runs.
+    Without a matching local run, speedup and efficiency stay empty and `reference` says why."""
+    numeric = [metric.name for metric in registry.METRICS if metric.in_scaling_table]
+    keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
     columns = ["workload", "strategy", "strategy_label", "world_size", "batch_size", "global_batch",
-               "throughput", "sample_unit", "throughput_per_device", "speedup", "efficiency", "iteration_p50_s"]
+               "size", "precision", "scaling", "threads_per_device", "sample_unit", *numeric,
+               "speedup", "efficiency", "runs", "reference"]
+    ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
-    # A configuration run several times (--repeat) counts with the median of its runs.
-    numeric = ["throughput", "throughput_per_device", "iteration_p50_s"]
-    ok = (ok.groupby(["workload", "strategy", "world_size"], as_index=False)
-          .agg({**{c: "median" for c in numeric},
-                **{c: "first" for c in ok.columns if c not in numeric + ["workload", "strategy", "world_size"]}}))
-    reference = ok[ok["strategy"] == "local"].set_index("workload")["throughput"]
-    table = ok.assign(reference=ok["workload"].map(reference))
-    table["speedup"] = table["throughput"] / table["reference"]
+    grouped = (ok.groupby(keys, as_index=False, dropna=False)
+               .agg(**{name: (name, "median") for name in numeric},
+                    strategy_label=("strategy_label", "first"), sample_unit=("sample_unit", "first"),
+                    runs=("run_id", "count")))
+    local = grouped[grouped["strategy"] == "local"].set_index(CONFIGURATION + ["batch_size"])["throughput"]
+    local = local[~local.index.duplicated()]
+    references, notes = [], []
+    for _, row in grouped.iterrows():
+        key = tuple(row[c] for c in CONFIGURATION) + (_reference_batch(row),)
+        found = local.get(key) if key in local.index else None
+        references.append(found)
+        notes.append("" if found is not None else
+                     f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
+                     f"thread(s) per device")
+    table = grouped.assign(reference=notes)
+    table["speedup"] = table["throughput"] / pd.Series(references, index=table.index, dtype=float)
     table["efficiency"] = table["speedup"] / table["world_size"]
-    order = {"local": 0, "ddp": 1, "dp": 2}
-    table = table.sort_values(["workload", "world_size", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c)
+    order = {strategy: position for position, strategy in enumerate(STRATEGIES)}
+    table = table.sort_values(["workload", "size", "precision", "batch_size", "world_size", "strategy"],
+                              key=lambda c: c.map(order) if c.name == "strategy" else c)
     return table[columns].reset_index(drop=True)
+
+
+def configuration_label(table: pd.DataFrame) -> pd.Series:
+    """Words for what else defines a row (its X(1) must match them): size, precision, the batch
+    that stays fixed (per device for weak scaling, global for strong) and the thread slice."""
+    batch = table.apply(lambda row: f"batch {row['batch_size']:.0f}/device" if row["scaling"] == "weak"
+                        else f"global batch {row['global_batch']:.0f}", axis=1)
+    return (table["size"].astype(str) + " " + table["precision"].astype(str) + ", " + batch + ", "
+            + table["threads_per_device"].astype(str) + " thread(s)/device")
 
 
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with DDP and DataParallel next to each other, one row per workload and
-    world size: what a person reads at the end of a sweep."""
+    world size: what a person reads at the end of a sweep. Where one workload was run in more
+    than one configuration, each configuration gets its own rows."""
     if table.empty:
         return table
-    wide = table.pivot_table(index=["workload", "world_size"], columns="strategy",
-                             values=["throughput", "efficiency"], aggfunc="first")
+    table = table.assign(configuration=configuration_label(table))
+    mixed = table.groupby("workload")["configuration"].nunique().max() > 1
+    index = ["workload", "configuration", "world_size"] if mixed else ["workload", "world_size"]
+    wide = table.pivot_table(index=index, columns="strategy", values=["throughput", "efficiency"],
+                             aggfunc="first", dropna=False)
     wide.columns = [f"{strategy} {'X' if metric == 'throughput' else 'E'}" for metric, strategy in wide.columns]
-    ordered = [c for s in ("local", "ddp", "dp") for c in (f"{s} X", f"{s} E") if c in wide.columns]
-    wide = wide[ordered]
+    ordered = [c for s in STRATEGIES for c in (f"{s} X", f"{s} E") if c in wide.columns]
+    wide = wide[ordered].dropna(how="all")
     units = table.groupby("workload")["sample_unit"].first()
-    wide.insert(0, "unit", [f"{units[w]}/s" for w, _ in wide.index])
+    wide.insert(0, "unit", [f"{units[key[0]]}/s" for key in wide.index])
     return wide
 
 
@@ -186,43 +190,48 @@ def format_overlap(runs: pd.DataFrame) -> str:
             + shown.to_string(float_format="{:,.2f}".format, na_rep="") )
 
 
-def step_time_frame(records: list[dict]) -> pd.DataFrame:
+def step_time_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     """One row per ok run, rank and timed step: the raw step times, for distributions."""
     rows = []
-    for record in records:
-        if record["status"] != "ok":
+    for _, record in records:
+        if record.status != "ok":
             continue
-        spec = record["spec"]
-        for rank in record["ranks"]:
-            for step, seconds in enumerate(rank["step_times_s"]):
-                rows.append({"run_id": record["run_id"], "workload": spec["workload"], "strategy": spec["strategy"],
-                             "world_size": spec["world_size"], "rank": rank["rank"], "step": step,
+        spec = record.spec
+        workload = short_workload_name(spec.workload)
+        for rank in record.ranks:
+            for step, seconds in enumerate(rank.step_times_s):
+                rows.append({"run_id": record.run_id, "workload": workload, "strategy": spec.strategy,
+                             "world_size": spec.world_size, "rank": rank.rank, "step": step,
                              "step_time_s": seconds})
     return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"])
 
 
-def iteration_frame(step_times: pd.DataFrame) -> pd.DataFrame:
-    """Iteration time per run and step: the slowest rank's step time."""
-    return (step_times.groupby(["run_id", "workload", "strategy", "world_size", "step"], as_index=False)["step_time_s"]
-            .max().rename(columns={"step_time_s": "iteration_time_s"}))
+def iteration_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
+    """Iteration time per ok run and step, from the one definition (the slowest rank's step)."""
+    rows = [{"run_id": record.run_id, "workload": short_workload_name(record.spec.workload),
+             "strategy": record.spec.strategy, "world_size": record.spec.world_size, "step": step,
+             "iteration_time_s": seconds}
+            for _, record in records if record.status == "ok"
+            for step, seconds in enumerate(registry.record_iteration_times_s(record))]
+    return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", "step", "iteration_time_s"])
 
 
 BREAKDOWN_PARTS = ("compute_us", "exposed_comm_us", "other_us", "idle_us")
 
 
-def breakdown_frame(records: list[dict]) -> pd.DataFrame:
+def breakdown_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     """Per ok run with a trace: the mean profiled step split into compute, exposed communication,
     other and idle (microseconds), averaged over ranks and steps."""
     rows = []
-    for record in records:
-        trace = ((record.get("overlap") or {}).get("trace") or {}) if record["status"] == "ok" else {}
-        steps = [step for view in trace.get("by_rank") or [] for step in view.get("steps") or []]
+    for _, record in records:
+        trace = record.overlap.trace if record.status == "ok" and record.overlap else None
+        steps = [step for view in (trace.by_rank if trace else []) for step in view.steps]
         if not steps:
             continue
-        spec = record["spec"]
-        row = {"run_id": record["run_id"], "workload": spec["workload"], "strategy": spec["strategy"],
-               "world_size": spec["world_size"]}
-        row.update({part: sum(step[part] for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
+        spec = record.spec
+        row = {"run_id": record.run_id, "workload": short_workload_name(spec.workload), "strategy": spec.strategy,
+               "world_size": spec.world_size}
+        row.update({part: sum(getattr(step, part) for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
         rows.append(row)
     return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", *BREAKDOWN_PARTS])
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from ddpbench.config.spec import RunSpec
 
-def strategy_label(spec: dict) -> str:
+
+def strategy_label(spec: RunSpec) -> str:
     """Say exactly what ran. On CPU, nn.DataParallel replicates nothing: it is one process whose
     only parallelism is its intra-op threads, and the label says so."""
-    strategy, world_size = spec["strategy"], spec["world_size"]
+    strategy, world_size = spec.strategy, spec.world_size
     if strategy == "local":
         return "local (one device, no wrapper)"
     if strategy == "ddp":
         processes = "1 process" if world_size == 1 else f"{world_size} processes"
-        return f"DDP ({processes}, {spec.get('backend', '?')})"
-    if spec.get("device") == "cpu":
-        threads = spec.get("threads_per_rank")
+        return f"DDP ({processes}, {spec.backend})"
+    if spec.device == "cpu":
+        threads = spec.threads_per_rank
         return f"DataParallel on CPU (one process, {threads} thread{'s' if threads != 1 else ''}, no replication)"
     return f"DataParallel (one process, {world_size} GPU{'s' if world_size > 1 else ''})"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError, STRATEGIES
-from ddpbench.config.workloads import check_workload_name, is_user_workload
+from ddpbench.config.spec import SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError
+from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ SUITES: dict[str, Suite] = {
     "smoke": Suite(workloads={"mlp": 8}, size="tiny", precision="fp32", steps=12, warmup=2,
                    description="one tiny workload, for a quick check that everything runs"),
 }
-SCALING_MODES = ("weak", "strong")
 
 
 def world_sizes(largest: int) -> list[int]:
@@ -48,10 +47,6 @@ def world_sizes(largest: int) -> list[int]:
     if sizes[-1] != largest:
         sizes.append(largest)
     return sizes
-
-
-def short_workload_name(workload: str) -> str:
-    return workload.rpartition(":")[2] if is_user_workload(workload) else workload
 
 
 @dataclass(frozen=True)
@@ -139,7 +134,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
-        for strategy in [s for s in STRATEGIES_IN_ORDER if s in options.strategies]:
+        for strategy in [s for s in STRATEGIES if s in options.strategies]:
             for world_size in ([1] if strategy == "local" else world_sizes(options.max_world_size)):
                 processes = world_size if strategy == "ddp" else 1
                 fault = options.fault if options.fault and options.fault["rank"] < processes \
@@ -147,7 +142,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                 for repeat in range(1, options.repeat + 1):
                     suffix = f"-r{repeat}" if options.repeat > 1 else ""
                     plan.append(RunSpec(
-                        fault=fault,
+                        fault=fault, scaling=options.scaling,
                         workload=workload, strategy=strategy, nproc=world_size,
                         batch_size=_per_device_batch(options, default_batch, world_size),
                         threads_per_rank=threads * (world_size if strategy == "dp" else 1),
@@ -155,5 +150,3 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                     ))
     return plan
 
-
-STRATEGIES_IN_ORDER = ("local", "ddp", "dp")

@@ -14,11 +14,13 @@ from typing import Any
 from ddpbench.config.errors import SpecError
 from ddpbench.config.faults import Fault, check_fault_fits
 
-STRATEGIES = ("ddp", "local", "dp")
+STRATEGIES = ("local", "ddp", "dp")
+"""In the order sweeps run them and tables show them: the local reference first."""
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 SIZES = ("tiny", "full")
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
+SCALING_MODES = ("weak", "strong")
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
@@ -115,17 +117,29 @@ class RunSpec:
     """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom, "step": S}."""
     slowdown: float = 0.0
     """Testing aid for the gate: extra real work per timed step, as a fraction of a warm-up step."""
+    scaling: str = "weak"
+    """How the sweep that planned this run sized its batch: weak (fixed per-device batch) or strong
+    (fixed global batch split over the devices). Decides which local run is its X(1)."""
     run_id: str = ""
     """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
     out_dir: str = "results/single"
     """Folder that receives `runs/` (records) and later `traces/`."""
+    world_size: int = field(init=False, default=1)
+    """Devices in the run, nproc * nnodes (for dp too, although it is one process). Derived;
+    stored so that a record says it without arithmetic."""
+    backend: str = field(init=False, default="gloo")
+    """Process-group backend: nccl on GPUs, gloo on CPU, as PyTorch recommends. Derived."""
 
     def __post_init__(self) -> None:
+        # Derived fields first: the checks below use them. (Frozen, hence object.__setattr__.)
+        object.__setattr__(self, "world_size", self.nproc * self.nnodes)
+        object.__setattr__(self, "backend", "nccl" if self.device == "cuda" else "gloo")
         if not isinstance(self.workload, str) or not self.workload:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
+        _one_of("scaling", self.scaling, SCALING_MODES)
         if self.size is not None:
             _one_of("size", self.size, SIZES)
         _at_least("nproc", self.nproc, 1)
@@ -186,11 +200,6 @@ class RunSpec:
             raise SpecError(f"node_rank must be in 0..{self.nnodes - 1}; got {self.node_rank}")
 
     @property
-    def world_size(self) -> int:
-        """Devices in the run (for dp too, although it is one process)."""
-        return self.nproc * self.nnodes
-
-    @property
     def processes(self) -> int:
         return self.world_size if self.strategy == "ddp" else 1
 
@@ -205,26 +214,18 @@ class RunSpec:
             return 0
         return min(10, self.timed_steps) if self.no_sync_steps is None else self.no_sync_steps
 
-    @property
-    def backend(self) -> str:
-        """nccl on GPUs, gloo on CPU, as PyTorch recommends."""
-        return "nccl" if self.device == "cuda" else "gloo"
-
     def replace(self, **changes: Any) -> "RunSpec":
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["world_size"] = self.world_size
-        data["backend"] = self.backend
-        return data
+        return dataclasses.asdict(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls) if f.init}  # world_size, backend are derived
         values = {k: v for k, v in data.items() if k in known}
         values["ddp"] = DDPKnobs(**values.get("ddp", {}))
         return cls(**values)

@@ -26,6 +26,11 @@ def is_user_workload(name: str) -> bool:
     return bool(sep) and path.endswith(".py")
 
 
+def short_workload_name(workload: str) -> str:
+    """How a workload is named in run ids and tables: a user's file by its factory's name."""
+    return workload.rpartition(":")[2] if is_user_workload(workload) else workload
+
+
 def check_workload_name(name: str) -> None:
     """Fail with a helpful message unless `name` can be built; imports nothing."""
     if is_user_workload(name):

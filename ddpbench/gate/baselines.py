@@ -11,7 +11,8 @@ import os
 import re
 import shutil
 
-from ddpbench.analysis.frames import read_records
+from ddpbench.records.schema import Record
+from ddpbench.records.store import read_records
 
 DEFAULT_BASELINES = os.path.join("results", "baselines")
 
@@ -20,11 +21,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
 
 
-def machine_class(record: dict) -> str:
-    env = record.get("env") or {}
-    if env.get("gpu_count"):
-        return f"{env['gpu_count']}x-{slug((env.get('gpu_names') or ['gpu'])[0])}"
-    return f"cpu-{slug(env.get('cpu_model'))}-{env.get('cpu_cores')}c"
+def machine_class(record: Record) -> str:
+    env = record.env
+    if env.gpu_count:
+        return f"{env.gpu_count}x-{slug((env.gpu_names or ['gpu'])[0])}"
+    return f"cpu-{slug(env.cpu_model)}-{env.cpu_cores}c"
 
 
 def suite_of(sweep_dir: str) -> str:
@@ -37,7 +38,7 @@ def suite_of(sweep_dir: str) -> str:
 
 
 def baseline_dir(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
-    records = [r for r in read_records(sweep_dir)[0] if r["status"] == "ok"]
+    records = [record for _, record in read_records(sweep_dir)[0] if record.status == "ok"]
     if not records:
         raise ValueError(f"{sweep_dir!r} holds no successful run records")
     return os.path.join(root, machine_class(records[0]), suite_of(sweep_dir))

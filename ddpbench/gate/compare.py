@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from ddpbench.gate.stats import GateSettings, interval, rank_test, time_ratio, verdict
-from ddpbench.records.store import load_record
-from ddpbench.analysis.frames import read_records
+from ddpbench.analysis.registry import record_iteration_times_s
+from ddpbench.gate.stats import GateSettings, bootstrap_medians, interval, rank_test, run_effect, time_ratio, verdict
+from ddpbench.records.schema import Record
+from ddpbench.records.store import UnreadableRecord, load_record, read_records
 
-METRICS = ("throughput", "efficiency", "exposed_comm")
 ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
 
 
@@ -51,30 +52,31 @@ class Comparison:
     note: str = ""
 
 
-def load_side(path: str) -> list[dict]:
+def load_side(path: str) -> list[Record]:
     """Records of a sweep folder, or one record file; only ok runs take part."""
     if os.path.isfile(path):
         try:
             records = [load_record(path)]
-        except (OSError, ValueError) as exc:
-            raise GateError(f"{path}: not a readable record: {exc}") from None
+        except UnreadableRecord as exc:
+            raise GateError(f"not a readable record: {exc}") from None
     elif os.path.isdir(path):
-        records, unreadable = read_records(path)
+        found, unreadable = read_records(path)
+        records = [record for _, record in found]
         for bad, reason in unreadable:
             print(f"ddpbench gate: skipped unreadable record {bad}: {reason}")
     else:
         raise GateError(f"{path!r} is neither a sweep folder nor a record file")
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if r.status == "ok"]
     if not ok:
         raise GateError(f"{path!r} holds no successful run records")
     return ok
 
 
-def run_key(record: dict) -> tuple:
-    spec = record["spec"]
-    ddp = json.dumps(spec.get("ddp"), sort_keys=True) if spec["strategy"] == "ddp" else ""
-    return (spec["workload"], spec.get("size"), spec["strategy"], spec["world_size"], spec.get("batch_size"),
-            spec.get("precision"), spec.get("device"), ddp)
+def run_key(record: Record) -> tuple:
+    spec = record.spec
+    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else ""
+    return (spec.workload, spec.size, spec.strategy, spec.world_size, spec.batch_size, spec.precision, spec.device,
+            ddp)
 
 
 def describe(key: tuple) -> str:
@@ -84,7 +86,7 @@ def describe(key: tuple) -> str:
 
 def env_differences(baseline: list[dict], candidate: list[dict]) -> list[str]:
     def values(records, field):
-        return sorted({json.dumps(r.get("env", {}).get(field)) for r in records})
+        return sorted({json.dumps(getattr(r.env, field)) for r in records})
 
     differences = []
     for field in ENV_FIELDS:
@@ -94,24 +96,24 @@ def env_differences(baseline: list[dict], candidate: list[dict]) -> list[str]:
     return differences
 
 
-def iteration_times(record: dict) -> np.ndarray:
-    return np.max(np.asarray([rank["step_times_s"] for rank in record["ranks"]], dtype=float), axis=0)
+def iteration_times(record: Record) -> np.ndarray:
+    return np.asarray(record_iteration_times_s(record), dtype=float)
 
 
-def exposed_series(record: dict) -> tuple[np.ndarray, np.ndarray] | None:
+def exposed_series(record: Record) -> tuple[np.ndarray, np.ndarray] | None:
     """(step times with all-reduce, the same batches under no_sync) of the rank exposing most."""
-    replays = (record.get("overlap") or {}).get("no_sync")
+    replays = record.overlap.no_sync if record.overlap else None
     if not replays:
         return None
-    worst = max(range(len(replays["by_rank"])), key=lambda r: replays["by_rank"][r]["exposed_comm_s"])
-    rank = record["ranks"][worst]
-    steps = len(rank.get("no_sync_step_times_s") or [])
+    worst = max(range(len(replays.by_rank)), key=lambda r: replays.by_rank[r].exposed_comm_s)
+    rank = record.ranks[worst]
+    steps = len(rank.no_sync_step_times_s or [])
     if not steps:
         return None
-    return np.asarray(rank["step_times_s"][:steps]), np.asarray(rank["no_sync_step_times_s"])
+    return np.asarray(rank.step_times_s[:steps]), np.asarray(rank.no_sync_step_times_s)
 
 
-def group_by_key(records: list[dict]) -> dict[tuple, list[dict]]:
+def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault(run_key(record), []).append(record)
@@ -126,10 +128,89 @@ def _ratio_comparison(configuration, metric, baseline_runs, candidate_runs, poin
                       verdict(low, high, settings.max_regression), len(baseline_runs), len(candidate_runs), p_value)
 
 
-def compare(baseline: list[dict], candidate: list[dict], settings: GateSettings,
-            metrics: tuple[str, ...] = METRICS) -> tuple[list[Comparison], list[str]]:
-    """Every matched configuration and metric, and the configurations only one side has."""
-    rng = np.random.default_rng(settings.seed)
+@dataclass
+class Matched:
+    """The configurations both sides ran, and what several measures share."""
+
+    before: dict[tuple, list[Record]]
+    after: dict[tuple, list[Record]]
+    keys: list[tuple]
+    settings: GateSettings
+    rng: np.random.Generator
+    _speed: dict[tuple, np.ndarray] = field(default_factory=dict)
+
+    def speed(self, key: tuple) -> tuple[float, np.ndarray]:
+        """Candidate/baseline speed from the iteration times: point estimate and bootstrap samples."""
+        if key not in self._speed:
+            self._speed[key] = time_ratio([iteration_times(r) for r in self.before[key]],
+                                          [iteration_times(r) for r in self.after[key]], self.settings, self.rng)
+        return self._speed[key]
+
+
+def _throughput(matched: Matched) -> list[Comparison]:
+    comparisons = []
+    for key in matched.keys:
+        before, after = matched.before[key], matched.after[key]
+        point, samples = matched.speed(key)
+        units = before[0].metrics.sample_unit
+        base_x = [r.metrics.throughput_units_per_s for r in before]
+        cand_x = [r.metrics.throughput_units_per_s for r in after]
+        comparisons.append(_ratio_comparison(
+            describe(key), f"throughput ({units}/s)", before, after, point, samples, matched.settings,
+            float(np.median(base_x)), float(np.median(cand_x)), (base_x, cand_x)))
+    return comparisons
+
+
+def _efficiency(matched: Matched) -> list[Comparison]:
+    comparisons = []
+    for key in matched.keys:
+        if key[2] == "local" or key[3] == 1:
+            continue
+        before, after = matched.before[key], matched.after[key]
+        local = next((k for k in matched.keys if k[0] == key[0] and k[1] == key[1] and k[2] == "local"
+                      and k[5] == key[5] and k[6] == key[6]), None)
+        if local is None:
+            comparisons.append(Comparison(describe(key), "scaling efficiency", None, None, None, None, None, "n/a",
+                                          len(before), len(after), note="no local run on both sides"))
+            continue
+        efficiency = {side: float(np.median(np.concatenate([iteration_times(r) for r in runs[local]])) /
+                      np.median(np.concatenate([iteration_times(r) for r in runs[key]])))
+                      for side, runs in (("baseline", matched.before), ("candidate", matched.after))}
+        samples = matched.speed(key)[1] / matched.speed(local)[1]
+        comparisons.append(_ratio_comparison(
+            describe(key), "scaling efficiency", before, after, efficiency["candidate"] / efficiency["baseline"],
+            samples, matched.settings, efficiency["baseline"], efficiency["candidate"]))
+    return comparisons
+
+
+def _exposed_communication(matched: Matched) -> list[Comparison]:
+    # One rank has nobody to communicate with: only DDP runs of 2 or more ranks.
+    return [_exposed_comparison(key, matched.before[key], matched.after[key], matched.settings, matched.rng)
+            for key in matched.keys if key[2] == "ddp" and key[3] >= 2]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One thing the gate judges; `--metrics` picks measures by name."""
+
+    name: str
+    judge: Callable[[Matched], list[Comparison]]
+
+
+MEASURES = [
+    Measure("throughput", _throughput),
+    Measure("efficiency", _efficiency),
+    Measure("exposed_comm", _exposed_communication),
+]
+MEASURE_NAMES = tuple(measure.name for measure in MEASURES)
+
+
+def compare(baseline: list[Record], candidate: list[Record], settings: GateSettings,
+            metrics: tuple[str, ...] = MEASURE_NAMES) -> tuple[list[Comparison], list[str]]:
+    """Every matched configuration and measure, and the configurations only one side has."""
+    unknown = [name for name in metrics if name not in MEASURE_NAMES]
+    if unknown:
+        raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
     before, after = group_by_key(baseline), group_by_key(candidate)
     matched = sorted(set(before) & set(after), key=describe)
     unmatched = [f"only in baseline: {describe(k)}" for k in sorted(set(before) - set(after), key=describe)]
@@ -137,47 +218,15 @@ def compare(baseline: list[dict], candidate: list[dict], settings: GateSettings,
     if not matched:
         raise GateError("no run of the candidate matches a run of the baseline (same workload, size, strategy, "
                         "world size, batch, precision, device and DDP options)")
+    context = Matched(before, after, matched, settings, np.random.default_rng(settings.seed))
     comparisons = []
-    speed: dict[tuple, np.ndarray] = {}
-    for key in matched:
-        base_series = [iteration_times(r) for r in before[key]]
-        cand_series = [iteration_times(r) for r in after[key]]
-        point, samples = time_ratio(base_series, cand_series, settings, rng)
-        speed[key] = samples
-        if "throughput" in metrics:
-            units = before[key][0]["metrics"]["sample_unit"]
-            base_x = [r["metrics"]["throughput_units_per_s"] for r in before[key]]
-            cand_x = [r["metrics"]["throughput_units_per_s"] for r in after[key]]
-            comparisons.append(_ratio_comparison(
-                describe(key), f"throughput ({units}/s)", before[key], after[key], point, samples, settings,
-                float(np.median(base_x)), float(np.median(cand_x)), (base_x, cand_x)))
-    for key in matched:
-        if "efficiency" not in metrics or key[2] == "local" or key[3] == 1:
-            continue
-        local = next((k for k in matched if k[0] == key[0] and k[1] == key[1] and k[2] == "local"
-                      and k[5] == key[5] and k[6] == key[6]), None)
-        if local is None:
-            comparisons.append(Comparison(describe(key), "scaling efficiency", None, None, None, None, None, "n/a",
-                                          len(before[key]), len(after[key]), note="no local run on both sides"))
-            continue
-        efficiency = {side: float(np.median(np.concatenate([iteration_times(r) for r in runs[local]])) /
-                      np.median(np.concatenate([iteration_times(r) for r in runs[key]])))
-                      for side, runs in (("baseline", before), ("candidate", after))}
-        samples = speed[key] / speed[local]
-        comparisons.append(_ratio_comparison(
-            describe(key), "scaling efficiency", before[key], after[key],
-            efficiency["candidate"] / efficiency["baseline"], samples, settings,
-            efficiency["baseline"], efficiency["candidate"]))
-    for key in matched:
-        if "exposed_comm" not in metrics or key[2] != "ddp" or key[3] < 2:
-            continue  # one rank has nobody to communicate with
-        comparisons.append(_exposed_comparison(key, before[key], after[key], settings, rng))
+    for measure in MEASURES:
+        if measure.name in metrics:
+            comparisons += measure.judge(context)
     return comparisons, unmatched
 
 
 def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
-    from ddpbench.gate.stats import bootstrap_medians, run_effect
-
     sides = []
     for runs in (base_runs, cand_runs):
         series = [exposed_series(r) for r in runs]

@@ -73,7 +73,11 @@ def host_facts() -> dict:
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
         "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
         "cpu_model": cpu_model(),
         "cpu_cores": usable_cores(),
         **project_git(),

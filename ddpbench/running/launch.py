@@ -7,7 +7,6 @@ the exit code and the end of the error output, so a failing run is never silentl
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -21,12 +20,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+import msgspec
+
 from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
 from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
-from ddpbench.records.store import load_record, new_record, record_path, write_atomic, write_record
+from ddpbench.records.schema import Launch, OomAttempt, RunError
+from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.config.spec import RunSpec, SpecError
-from ddpbench.config.workloads import check_workload_name, is_user_workload
+from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 ERROR_TAIL_LINES = 40
 
@@ -55,7 +57,7 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
 
 
 def make_run_id(spec: RunSpec) -> str:
-    workload = spec.workload.rpartition(":")[2] if is_user_workload(spec.workload) else spec.workload
+    workload = short_workload_name(spec.workload)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
     return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
 
@@ -238,21 +240,21 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
         spec = spec.replace(rdzv_port=None)  # standalone: torchrun picks a free port
     wall_s = time.perf_counter() - started
 
-    launch_info = {"command": command, "wall_s": wall_s, "exit_code": exit_code, "node_rank": spec.node_rank,
-                   "timeout_s": timeout_s, "logs": log_dir, "attempts": attempt, "notes": notes}
+    launch_info = Launch(command=command, wall_s=wall_s, exit_code=exit_code, node_rank=spec.node_rank,
+                         timeout_s=timeout_s, logs=log_dir, attempts=attempt, notes=notes)
     diagnosis = None
     if exit_code != 0 or timed_out:
         diagnosis = diagnose(exit_code, timed_out, timeout_s, log_dir, spec.node_rank, spec.nproc, tail)
     if os.path.exists(path):
         record = load_record(path)
-        record["launch"] = launch_info
-        if diagnosis and record.get("error") is None:
+        record.launch = launch_info
+        if diagnosis and record.error is None:
             # The worker writes its record as soon as the timed steps are measured; a failure in
             # a later phase (profiling, no_sync) keeps those measurements and says what broke.
             status, error = diagnosis
             error["message"] = f"measurements complete, then the run failed ({status}): {error['message']}"
-            record["error"] = error
-        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            record.error = msgspec.convert(error, RunError)
+        write_record(record, spec.out_dir)
     elif exit_code == 0 and spec.nnodes > 1:
         return LaunchResult(spec, exit_code, wall_s, None)
     else:
@@ -262,9 +264,9 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
             tries = "once" if attempt == 1 else f"{attempt} times"
             error["message"] = (f"the rendezvous failed {tries} (port in use or store unreachable): "
                                 f"{error['message']}")
-        record = new_record(spec.to_dict(), status, env=host_facts())
-        record["error"] = error
-        record["launch"] = launch_info
+        record = new_record(spec, status, env=host_facts())
+        record.error = msgspec.convert(error, RunError)
+        record.launch = launch_info
         write_record(record, spec.out_dir)
     return LaunchResult(spec, exit_code, wall_s, path)
 
@@ -277,18 +279,17 @@ def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, echo:
     attempts = []
     while oom_backoff and result.record_path:
         record = load_record(result.record_path)
-        batch = record["spec"].get("batch_size") or last_batch_size(spec)
-        if record["status"] != "oom" or not batch or batch <= 1:
+        batch = record.spec.batch_size or last_batch_size(spec)
+        if record.status != "oom" or not batch or batch <= 1:
             break
-        attempts.append({"batch_size": batch, "status": "oom", "message": record["error"]["message"]})
+        attempts.append(OomAttempt(batch_size=batch, status="oom", message=record.error.message))
         spec = spec.replace(batch_size=batch // 2)
         result = launch(spec, timeout_s, echo)
     if attempts and result.record_path:
         record = load_record(result.record_path)
-        record["oom_backoff"] = attempts
-        write_atomic(result.record_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        record.oom_backoff = attempts
+        write_record(record, spec.out_dir)
     return result
-
 
 def last_batch_size(spec: RunSpec) -> int | None:
     """The batch the workers resolved (the workload's default when none was given), from their heartbeats."""

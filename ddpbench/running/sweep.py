@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from ddpbench.running.environment import host_facts
 from ddpbench.running.launch import check_output_folder, launch_with_oom_backoff, resolve
-from ddpbench.records.store import load_record, new_record, record_path, utc_now, write_atomic, write_record
+from ddpbench.records.schema import Record, RunError
+from ddpbench.records.store import (UnreadableRecord, load_record, new_record, record_path, utc_now, write_atomic,
+                                     write_record)
 from ddpbench.config.spec import RunSpec, SpecError
-from ddpbench.records.store import failed_checks
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -78,13 +79,15 @@ def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: b
     return manifest, plan
 
 
-def ok_record(sweep_dir: str, run_id: str) -> dict | None:
+def ok_record(sweep_dir: str, run_id: str) -> Record | None:
     path = record_path(sweep_dir, run_id)
+    if not os.path.exists(path):
+        return None
     try:
         record = load_record(path)
-    except (OSError, ValueError):
+    except UnreadableRecord:
         return None
-    return record if record.get("status") == "ok" else None
+    return record if record.status == "ok" else None
 
 
 def expected_step_s(spec: RunSpec, reference_step_s: dict[str, float]) -> float | None:
@@ -148,28 +151,28 @@ class Progress:
         self.bar.close()
 
 
-def _status_line(record: dict, wall_s: float) -> str:
-    spec = record["spec"]
-    what = f"{spec['workload']} {spec['strategy']} x{spec['world_size']}"
-    if record["status"] == "ok":
-        metrics = record["metrics"]
-        failed = failed_checks(record)
+def _status_line(record: Record, wall_s: float) -> str:
+    spec = record.spec
+    what = f"{spec.workload} {spec.strategy} x{spec.world_size}"
+    if record.status == "ok":
+        metrics = record.metrics
+        failed = record.failed_checks()
         checks = f"  CHECKS FAILED: {', '.join(failed)}" if failed else ""
-        late_error = f"  ({record['error']['message']})" if record.get("error") else ""
-        return (f"ok      {what:<28} {metrics['throughput_units_per_s']:>12,.1f} {metrics['sample_unit']}/s"
+        late_error = f"  ({record.error.message})" if record.error else ""
+        return (f"ok      {what:<28} {metrics.throughput_units_per_s:>12,.1f} {metrics.sample_unit}/s"
                 f"  {wall_s:5.1f} s{checks}{late_error}")
-    return f"{record['status'].upper():<7} {what:<28} {(record.get('error') or {}).get('message', '')}"
+    return f"{record.status.upper():<7} {what:<28} {record.error.message if record.error else ''}"
 
 
-def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool) -> tuple[dict, float]:
+def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool) -> tuple[Record, float]:
     """Launch one planned run. A configuration this machine cannot run (say, a workload file
     that has gone) becomes a failed record instead of stopping the sweep."""
     started = time.perf_counter()
     try:
         resolved = resolve(spec)
     except SpecError as exc:
-        record = new_record(spec.to_dict(), "failed", env=host_facts())
-        record["error"] = {"message": f"not started: {exc}"}
+        record = new_record(spec, "failed", env=host_facts())
+        record.error = RunError(message=f"not started: {exc}")
         write_record(record, spec.out_dir)
         return record, time.perf_counter() - started
     result = launch_with_oom_backoff(resolved, timeout_s=timeout_s, echo=False, oom_backoff=oom_backoff)
@@ -186,14 +189,14 @@ def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout
             done = ok_record(sweep_dir, spec.run_id)
             if done is not None:
                 manifest["runs"][spec.run_id] = "ok"
-                progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done['ended_at']}", None)
+                progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done.ended_at}", None)
             else:
                 spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s, fixed_pg_timeout_s))
                 done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff)
-                manifest["runs"][spec.run_id] = done["status"]
+                manifest["runs"][spec.run_id] = done.status
                 progress.finished(_status_line(done, wall_s), wall_s)
-            if done["status"] == "ok" and done["spec"]["strategy"] == "local":
-                reference_step_s[spec.workload] = done["metrics"]["iteration_time_s"]["p50"]
+            if done.status == "ok" and done.spec.strategy == "local":
+                reference_step_s[spec.workload] = done.metrics.iteration_time_s.p50
             write_manifest(sweep_dir, manifest)
     except BaseException as exc:
         state = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"

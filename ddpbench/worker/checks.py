@@ -1,4 +1,5 @@
-"""Correctness checks that prove a run was real DDP. Each returns {"ok": bool, ...details}.
+"""Correctness checks that prove a run was real DDP. Each returns a check in the record's shape
+(`ddpbench.records.schema.Check`): {"ok": True/False/None, "reason": words or None, "details": {...}}.
 
 - replicas_in_sync: after the window every rank's parameters hash to the same digest.
 - shards_disjoint / shards_cover_dataset: DistributedSampler gave each rank its own indices.
@@ -21,6 +22,17 @@ import torch.distributed as dist
 GRADIENT_TOLERANCE = {"allreduce": 1e-4, "fp16_compress": 5e-3, "bf16_compress": 3e-2}
 
 
+def verdict(ok: bool | None, reason: str | None = None, **details) -> dict:
+    return {"ok": ok, "reason": reason, "details": details}
+
+
+def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
+    """One check from every rank's own: ok only if every rank's is, with the worst `worst` detail."""
+    return verdict(all(c["ok"] for c in per_rank),
+                   **{f"max_{worst}": max(c["details"][worst] for c in per_rank),
+                      "tolerance": per_rank[0]["details"]["tolerance"]})
+
+
 def parameter_digest(model: torch.nn.Module) -> str:
     """sha256 over every parameter's bytes, in registration order."""
     digest = hashlib.sha256()
@@ -33,7 +45,7 @@ def parameter_digest(model: torch.nn.Module) -> str:
 def replicas_in_sync(digests: Sequence[str]) -> dict:
     distinct = sorted(set(digests))
     out_of_sync = [rank for rank, digest in enumerate(digests) if digest != digests[0]]
-    return {"ok": len(distinct) == 1, "distinct_digests": len(distinct), "ranks_differing_from_rank0": out_of_sync}
+    return verdict(len(distinct) == 1, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
 
 
 def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int) -> dict:
@@ -45,17 +57,17 @@ def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int) 
     repeats = sum(c - 1 for c in counts.values() if c > 1)
     covered = set(counts)
     return {
-        "shards_disjoint": {"ok": repeats <= padding, "repeated_indices": repeats,
-                            "padding_allowed": padding, "shard_sizes": [len(s) for s in indices_by_rank]},
-        "shards_cover_dataset": {"ok": covered == set(range(dataset_length)),
-                                 "covered": len(covered), "dataset_length": dataset_length},
+        "shards_disjoint": verdict(repeats <= padding, repeated_indices=repeats, padding_allowed=padding,
+                                   shard_sizes=[len(s) for s in indices_by_rank]),
+        "shards_cover_dataset": verdict(covered == set(range(dataset_length)), covered=len(covered),
+                                        dataset_length=dataset_length),
     }
 
 
 def reshuffled_each_epoch(first_epoch: Sequence[int], second_epoch: Sequence[int] | None) -> dict:
     if second_epoch is None:
-        return {"ok": None, "reason": "the run did not reach a second epoch"}
-    return {"ok": list(first_epoch) != list(second_epoch)}
+        return verdict(None, "the run did not reach a second epoch")
+    return verdict(list(first_epoch) != list(second_epoch))
 
 
 def _flat_gradients(model: torch.nn.Module) -> torch.Tensor:
@@ -88,4 +100,4 @@ def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, com
         ddp_model.train(was_training)
     relative_error = float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
     tolerance = GRADIENT_TOLERANCE[comm_hook]
-    return {"ok": relative_error <= tolerance, "relative_error": relative_error, "tolerance": tolerance}
+    return verdict(relative_error <= tolerance, relative_error=relative_error, tolerance=tolerance)

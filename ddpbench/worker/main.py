@@ -19,6 +19,7 @@ import sys
 import time
 from datetime import timedelta
 
+import msgspec
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
@@ -33,6 +34,7 @@ from ddpbench.worker.environment import torch_facts
 from ddpbench.worker.faults import maybe_inject
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
+from ddpbench.records.schema import Check, Metrics, Overlap, RankResult, Record
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.config.spec import RunSpec
 from ddpbench.worker.training import (flops_per_sample, make_precision, to_device, train_step,
@@ -267,7 +269,7 @@ def gather_to_writer(result: dict, rank: Rank) -> list[dict]:
     return gathered
 
 
-def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: str) -> dict:
+def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: str) -> Record:
     step_times = [r["step_times_s"] for r in results]
     metrics = run_metrics(step_times, shared["window_s"], spec.batch_size, spec.world_size,
                           shared["units_per_sample"])
@@ -279,24 +281,23 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(*results[0]["sampler_indices"])
     if spec.strategy == "ddp":
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
-        per_rank = [r["gradients_averaged"] for r in results]
-        run_checks["gradients_averaged"] = {
-            "ok": all(c["ok"] for c in per_rank),
-            "max_relative_error": max(c["relative_error"] for c in per_rank),
-            "tolerance": per_rank[0]["tolerance"],
-        }
+        run_checks["gradients_averaged"] = checks.all_ranks(
+            [r["gradients_averaged"] for r in results], worst="relative_error")
 
-    record = new_record(spec.to_dict(), "ok", env={**host_facts(), **torch_facts()})
-    record["started_at"] = started_at
-    record["metrics"] = metrics
-    record["checks"] = run_checks
-    record["overlap"] = overlap_estimates(spec, results, None)
-    record["ranks"] = [{key: value for key, value in r.items()
-                        if key not in ("sampler_indices", "gradients_averaged", "reducer")} for r in results]
+    record = new_record(spec, "ok", env={**host_facts(), **torch_facts()})
+    record.started_at = started_at
+    record.metrics = msgspec.convert(metrics, Metrics)
+    record.checks = msgspec.convert(run_checks, dict[str, Check])
+    record.overlap = overlap_estimates(spec, results, None)
+    record.ranks = [msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult)
+                    for r in results]
     return record
 
 
-def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | None) -> dict:
+RANK_FIELDS = set(RankResult.__struct_fields__)
+
+
+def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | None) -> Overlap:
     """The three views of communication overlap, per rank, side by side. `found` holds what the
     overlap phases measured; None while they have not run yet."""
     estimates: dict = {"trace": None, "no_sync": None, "reducer": None}
@@ -304,27 +305,28 @@ def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | No
         estimates["reducer"] = {"by_rank": [r["reducer"] for r in results],
                                 "note": "DDP reducer timers: sampled iterations, one step behind, "
                                         "overlap measured start-to-end rather than as an intersection"}
-    if found is None:
-        return estimates
-    found = sorted(found, key=lambda f: f["rank"])
-    if spec.profile:
-        estimates["trace"] = {"paths": [f["trace_path"] for f in found],
-                              "by_rank": [f["trace_summary"] for f in found]}
-    if spec.strategy == "ddp" and spec.no_sync_replays:
-        # Same ranks, same batches: the first timed steps against their no_sync() replay.
-        by_rank = [phases.exposed_from_no_sync(r["step_times_s"][:spec.no_sync_replays], f["no_sync_step_times_s"])
-                   for r, f in zip(results, found)]
-        estimates["no_sync"] = {"by_rank": by_rank, "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank)}
-    return estimates
+    if found is not None:
+        found = sorted(found, key=lambda f: f["rank"])
+        if spec.profile:
+            estimates["trace"] = {"paths": [f["trace_path"] for f in found],
+                                  "by_rank": [f["trace_summary"] for f in found]}
+        if spec.strategy == "ddp" and spec.no_sync_replays:
+            # Same ranks, same batches: the first timed steps against their no_sync() replay.
+            by_rank = [phases.exposed_from_no_sync(r["step_times_s"][:spec.no_sync_replays], f["no_sync_step_times_s"])
+                       for r, f in zip(results, found)]
+            estimates["no_sync"] = {"by_rank": by_rank,
+                                    "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank)}
+    return msgspec.convert(estimates, Overlap)
 
 
-def add_overlap(record: dict, spec: RunSpec, results: list[dict], found: list[dict]) -> None:
-    record["overlap"] = overlap_estimates(spec, results, found)
-    record["ended_at"] = utc_now()
+def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[dict]) -> None:
+    record.overlap = overlap_estimates(spec, results, found)
+    record.ended_at = utc_now()
     by_rank = {f["rank"]: f for f in found}
-    for entry in record["ranks"]:
-        extra = by_rank[entry["rank"]]
-        entry.update({key: extra[key] for key in ("trace_path", "no_sync_step_times_s") if key in extra})
+    for entry in record.ranks:
+        extra = by_rank[entry.rank]
+        entry.trace_path = extra.get("trace_path")
+        entry.no_sync_step_times_s = extra.get("no_sync_step_times_s")
 
 
 @record_errors_for_torchrun

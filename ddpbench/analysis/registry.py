@@ -1,0 +1,125 @@
+"""The metrics a person reads, each defined once: how it is read from a record, its label, unit,
+format and which direction is better. The runs frame, the scaling table, the HTML report, the
+pytest-benchmark export and the gate all take their metrics from `METRICS`.
+
+Adding a metric is one `Metric(...)` entry here (or `register(Metric(...))` from your own code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from ddpbench.analysis.metrics import iteration_times_s
+from ddpbench.records.schema import Record
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    """Column name in the runs frame and the scaling table, key in exports: snake_case, unit-suffixed."""
+    label: str
+    """What the report and the terminal call it."""
+    read: Callable[[Record], float | None]
+    """The value of one ok record; None where it does not apply (e.g. no trace)."""
+    unit: str
+    """Unit of the value as read, e.g. "s", "%", or "unit/s" for the workload's own unit per second."""
+    fmt: str = "{:,.2f}"
+    """How to show one value (after `scale`)."""
+    better: Literal["higher", "lower"] | None = None
+    """Which direction is an improvement; None for descriptive metrics."""
+    scale: float = 1.0
+    """Multiplier for display (1000 shows seconds as milliseconds)."""
+    shown_unit: str | None = None
+    """Unit after scaling, for labels; defaults to `unit`."""
+    in_scaling_table: bool = True
+    """Part of the scaling table (median over repeats) and its CSV."""
+
+    def heading(self) -> str:
+        unit = self.shown_unit or self.unit
+        return f"{self.label} ({unit})" if unit else self.label
+
+    def show(self, value: float | None) -> str:
+        return "" if value is None or value != value else self.fmt.format(value * self.scale)
+
+
+def _trace_ranks(record: Record) -> list:
+    trace = record.overlap.trace if record.overlap else None
+    return [view for view in (trace.by_rank if trace else []) if view.comm_us is not None]
+
+
+def overlap_pct(record: Record) -> float | None:
+    """Mean over ranks of the trace's overlap %; None when no rank's trace has communication."""
+    values = [view.overlap_pct for view in _trace_ranks(record) if view.overlap_pct is not None]
+    return sum(values) / len(values) if values else None
+
+
+def exposed_comm_trace_s(record: Record) -> float | None:
+    """The worst rank's exposed communication per profiled step, from its trace."""
+    values = [view.exposed_comm_us_per_step for view in _trace_ranks(record)
+              if view.exposed_comm_us_per_step is not None]
+    return max(values) / 1e6 if values else None
+
+
+def exposed_comm_no_sync_s(record: Record) -> float | None:
+    view = record.overlap.no_sync if record.overlap else None
+    return view.exposed_comm_s_max if view else None
+
+
+def exposed_comm_reducer_s(record: Record) -> float | None:
+    view = record.overlap.reducer if record.overlap else None
+    values = [rank.exposed_comm_s for rank in (view.by_rank if view else []) if rank.exposed_comm_s is not None]
+    return max(values) if values else None
+
+
+def iteration_p50_s(record: Record) -> float | None:
+    return record.metrics.iteration_time_s.p50 if record.metrics else None
+
+
+def _metric(field: str) -> Callable[[Record], float | None]:
+    return lambda record: getattr(record.metrics, field) if record.metrics else None
+
+
+METRICS: list[Metric] = [
+    Metric("throughput", "throughput", _metric("throughput_units_per_s"), "unit/s", "{:,.1f}", "higher"),
+    Metric("throughput_per_device", "per device", _metric("throughput_units_per_s_per_device"), "unit/s",
+           "{:,.1f}", "higher"),
+    Metric("iteration_p50_s", "iteration p50", iteration_p50_s, "s", "{:,.2f}", "lower", 1000, "ms"),
+    Metric("iteration_p90_s", "iteration p90", lambda r: r.metrics.iteration_time_s.p90 if r.metrics else None,
+           "s", "{:,.2f}", "lower", 1000, "ms", in_scaling_table=False),
+    Metric("iteration_mean_s", "iteration mean",
+           lambda r: r.metrics.iteration_time_s.mean if r.metrics else None, "s", "{:,.2f}", "lower", 1000, "ms",
+           in_scaling_table=False),
+    Metric("window_s", "timed window", _metric("window_s"), "s", "{:,.2f}", in_scaling_table=False),
+    Metric("overlap_pct", "overlap", overlap_pct, "%", "{:,.1f}", "higher", in_scaling_table=False),
+    Metric("exposed_comm_trace_s", "exposed, trace", exposed_comm_trace_s, "s", "{:,.2f}", "lower", 1000, "ms",
+           in_scaling_table=False),
+    Metric("exposed_comm_no_sync_s", "exposed, no_sync", exposed_comm_no_sync_s, "s", "{:,.2f}", "lower", 1000,
+           "ms", in_scaling_table=False),
+    Metric("exposed_comm_reducer_s", "exposed, reducer", exposed_comm_reducer_s, "s", "{:,.2f}", "lower", 1000,
+           "ms", in_scaling_table=False),
+]
+
+
+def register(metric: Metric) -> Metric:
+    """Add a metric everywhere (runs frame, scaling table, report, export); names are unique."""
+    if any(existing.name == metric.name for existing in METRICS):
+        raise ValueError(f"a metric named {metric.name!r} is already registered")
+    METRICS.append(metric)
+    return metric
+
+
+def unregister(name: str) -> None:
+    METRICS[:] = [metric for metric in METRICS if metric.name != name]
+
+
+def metric(name: str) -> Metric:
+    for candidate in METRICS:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no metric named {name!r}; registered: {', '.join(m.name for m in METRICS)}")
+
+
+def record_iteration_times_s(record: Record) -> list[float]:
+    """Per timed step, the slowest rank's step time (see `ddpbench.analysis.metrics`)."""
+    return iteration_times_s([rank.step_times_s for rank in record.ranks]) if record.ranks else []
