@@ -1,23 +1,31 @@
 """The HTML scaling report: one self-contained file built only from a sweep's stored records.
 
-Images are embedded as PNG data URIs and there is no script and no external resource, so the
-page opens from file:// with no network. Every string that comes from a record is escaped.
+The page is `templates/report.html.j2` (Jinja2, autoescaped) filled with a list of sections;
+tables are pandas Stylers with their cells and headings HTML-escaped. Images are embedded as PNG
+data URIs and there is no script and no external resource, so the page opens from file:// with no
+network. Adding a section is one entry in `SECTIONS`; a metric added to
+`ddpbench.analysis.registry` appears in the scaling and runs tables by itself.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup, escape
 
+from ddpbench.analysis import registry
+from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_frame, overlap_table, runs_frame,
+                                      scaling_table, step_time_frame)
+from ddpbench.config.errors import SpecError
+from ddpbench.records.schema import Record
+from ddpbench.records.store import read_records, write_atomic
 from ddpbench.report import plots
-from ddpbench.records.store import write_atomic
-from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_frame, overlap_table, read_records,
-                              record_row, scaling_table, step_time_frame)
-from ddpbench.config.spec import SpecError
 
 GLOSSARY = [
     ("step time", "On one rank, from the start of step i to the start of step i+1, data loading included. "
@@ -41,64 +49,38 @@ GLOSSARY = [
                             "threads and the global batch. Nothing is replicated."),
 ]
 
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1100px;
-       padding: 1rem 1.5rem 3rem; color: #1a1a1a; line-height: 1.45; }
-h1 { font-size: 1.6rem; margin-bottom: 0.2rem; }
-h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bottom: 1px solid #ccc; padding-bottom: 0.2rem; }
-.meta { color: #555; font-size: 0.9rem; }
-.headline li { margin: 0.3rem 0; }
-figure { margin: 1rem 0; }
-figure img { width: 100%; height: auto; border: 1px solid #eee; }
-figcaption { font-size: 0.85rem; color: #444; }
-.table-wrap { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.6rem 0; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; vertical-align: top; }
-th { background: #f3f3f3; }
-td.text, th.text { text-align: left; }
-.status-failed, .status-timeout, .status-oom, .status-unreadable { color: #a40000; font-weight: 600; }
-.status-ok { color: #1a5e20; }
-.note { font-size: 0.85rem; color: #444; }
-dt { font-weight: 600; margin-top: 0.5rem; }
-dd { margin-left: 1.2rem; }
-code { font-size: 0.85rem; }
-pre { font-size: 0.75rem; background: #f6f6f6; padding: 0.5rem; overflow-x: auto; max-height: 20rem; }
-"""
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")),
+    autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value))
+def table_html(frame: pd.DataFrame, formats: dict[str, str] | None = None, text_columns: tuple = ()) -> Markup:
+    """A DataFrame as a table through pandas' Styler: numbers formatted per column, blanks for
+    missing values, every cell and heading HTML-escaped, status cells coloured by class."""
+    formats = {column: fmt for column, fmt in (formats or {}).items() if column in frame.columns}
+    classes = pd.DataFrame("", index=frame.index, columns=frame.columns)
+    for column in frame.columns:
+        if column in text_columns:
+            classes[column] = "text"
+        if column == "status":
+            classes[column] = "text status-" + frame[column].astype(str).map(lambda v: str(escape(v)))
+    styler = (frame.style.format(formats, na_rep="", escape="html")
+              .format_index(escape="html", axis=1)
+              .hide(axis="index").set_td_classes(classes))
+    return Markup(f'<div class="table-wrap">{styler.to_html()}</div>')
 
 
-def frame_html(frame: pd.DataFrame, formats: dict[str, str] | None = None, text_columns: tuple = ()) -> str:
-    """A DataFrame as an escaped HTML table; numbers formatted per column, blanks for missing."""
-    formats = formats or {}
-    head = "".join(f'<th class="{"text" if c in text_columns else ""}">{esc(c)}</th>' for c in frame.columns)
-    body = []
-    for _, row in frame.iterrows():
-        cells = []
-        for column in frame.columns:
-            value = row[column]
-            if value is None or (isinstance(value, float) and pd.isna(value)):
-                shown = ""
-            elif column in formats:
-                shown = formats[column].format(value)
-            else:
-                shown = str(value)
-            css = "text" if column in text_columns else ""
-            if column == "status":
-                css += f" status-{esc(value)}"
-            cells.append(f'<td class="{css.strip()}">{esc(shown)}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
-
-
-def figure_html(figure, alt: str, caption: str) -> str:
+def figure_html(figure, alt: str, caption: str) -> Markup:
     # Never wider than drawn: a one-panel figure stays panel-sized instead of filling the page.
     width_px = int(figure.get_figwidth() * plots.DPI)
     data = base64.b64encode(plots.png_bytes(figure)).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}" style="max-width: {width_px}px">'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return Markup(f'<figure><img src="data:image/png;base64,{data}" alt="{escape(alt)}" '
+                  f'style="max-width: {width_px}px"><figcaption>{escape(caption)}</figcaption></figure>')
+
+
+def note(text: str) -> Markup:
+    return Markup(f'<p class="note">{escape(text)}</p>')
 
 
 def default_report_path(sweep_dir: str) -> str:
@@ -106,38 +88,184 @@ def default_report_path(sweep_dir: str) -> str:
     return os.path.join("reports", sweep_id, "index.html")
 
 
-def environment_rows(records: list[dict]) -> list[tuple[str, str]]:
-    env = next((r["env"] for r in records if r["status"] == "ok" and r.get("env")), None) or \
-        next((r["env"] for r in records if r.get("env")), {})
-    keys = [("hostname", "host"), ("gpu_count", "GPUs"), ("gpu_names", "GPU models"), ("cpu_model", "CPU"),
-            ("cpu_cores", "usable CPU cores"), ("torch", "torch"), ("torchvision", "torchvision"), ("cuda", "CUDA"),
-            ("cudnn", "cuDNN"), ("nccl", "NCCL"), ("python", "Python"), ("platform", "platform"),
-            ("git_sha", "ddpbench commit"), ("git_dirty", "uncommitted changes")]
-    rows = [(label, ", ".join(map(str, env[key])) if isinstance(env.get(key), list) else env.get(key))
-            for key, label in keys if key in env]
-    rows += [(name, value) for name, value in sorted((env.get("env_vars") or {}).items())]
-    return rows
+@dataclass
+class ReportData:
+    """Everything a section may draw from, computed once."""
+
+    records: list[tuple[str, Record]]
+    unreadable: list[tuple[str, str]]
+    runs: pd.DataFrame
+    table: pd.DataFrame
+    report_dir: str
 
 
-def trace_links(records: list[dict], report_dir: str) -> str:
+def metric_columns(frame: pd.DataFrame, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The registry's metrics among `names`, scaled for display and renamed to their headings."""
+    shown, formats = frame.copy(), {}
+    for metric in registry.METRICS:
+        if metric.name in names and metric.name in shown.columns:
+            heading = metric.heading().replace("unit/s", "/s")
+            shown[heading] = shown.pop(metric.name) * metric.scale
+            formats[heading] = metric.fmt
+    return shown, formats
+
+
+def scaling_section(data: ReportData) -> list[Markup]:
+    if data.table.empty:
+        return []
+    table = data.table
+    blocks = [
+        figure_html(plots.throughput(table),
+                    "Line charts of throughput against world size for DDP and DataParallel, one per workload, with "
+                    "the ideal linear line from the local run.",
+                    "Throughput against world size; the dashed line is perfect linear scaling of the local run."),
+        figure_html(plots.efficiency(table),
+                    "Line charts of scaling efficiency in percent against world size for DDP and DataParallel, one "
+                    "per workload, with a dashed line at 100 percent.",
+                    "Scaling efficiency E(N) = X(N) / (N x X(1)); 100 % is perfect."),
+    ]
+    metrics = [m.name for m in registry.METRICS if m.in_scaling_table]
+    shown = table[["workload", "strategy_label", "world_size", "batch_size", "global_batch", "sample_unit",
+                   *metrics, "speedup", "efficiency", "reference"]]
+    shown, formats = metric_columns(shown, metrics)
+    shown = shown.rename(columns={"strategy_label": "strategy", "world_size": "world size",
+                                  "batch_size": "batch / device", "global_batch": "global batch",
+                                  "sample_unit": "unit", "reference": "X(1)"})
+    shown["X(1)"] = shown["X(1)"].replace("", "local run")
+    formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x",
+                    "efficiency": "{:.1%}"})
+    blocks.append(table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)")))
+    return blocks
+
+
+def step_times_section(data: ReportData) -> list[Markup]:
+    step_times = step_time_frame(data.records)
+    if step_times.empty:
+        return []
+    blocks = []
+    if (step_times["strategy"] == "ddp").any():
+        blocks.append(figure_html(plots.step_time_by_rank(step_times),
+                                  "Box plots of DDP step time in milliseconds for each rank at each world size, "
+                                  "one chart per workload.",
+                                  "Each rank's step-time distribution (DDP): a rank whose box sits higher is slow."))
+    blocks.append(figure_html(plots.iteration_over_steps(iteration_frame(data.records)),
+                              "Line charts of iteration time in milliseconds over the timed steps of every run, "
+                              "one chart per workload.",
+                              "Iteration time (slowest rank) over the timed steps of each run."))
+    return blocks
+
+
+def communication_section(data: ReportData) -> list[Markup]:
+    overlap = overlap_table(data.runs) if not data.runs.empty else pd.DataFrame()
+    breakdown = breakdown_frame(data.records)
+    blocks = []
+    if not overlap.empty:
+        blocks.append(figure_html(plots.exposed_communication(overlap),
+                                  "Grouped bar charts of exposed communication per step in milliseconds from three "
+                                  "estimates, and bar charts of overlap percent, per world size and workload.",
+                                  "Exposed all-reduce per step, estimated three ways, and the share of it hidden "
+                                  "behind computation."))
+        shown, formats = metric_columns(overlap, list(overlap.columns))
+        blocks.append(table_html(shown.rename(columns={"world_size": "world size"}), formats,
+                                 text_columns=("workload",)))
+    if not breakdown.empty:
+        blocks.append(figure_html(plots.step_breakdown(breakdown),
+                                  "Stacked bar charts of the time of a profiled step split into compute, exposed "
+                                  "communication, other and idle, for every run with a trace.",
+                                  "Where a profiled step's time goes (mean over ranks and profiled steps)."))
+    return blocks
+
+
+def runs_section(data: ReportData) -> list[Markup]:
+    blocks = []
+    if not data.runs.empty:
+        metrics = ["throughput", "iteration_p50_s"]
+        shown = data.runs[["run_id", "status", "workload", "strategy_label", "world_size", "batch_size",
+                           "threads_per_rank", "sample_unit", *metrics, "checks_failed", "checks_not_decided"]]
+        shown, formats = metric_columns(shown, metrics)
+        shown = shown.rename(columns={
+            "run_id": "run", "strategy_label": "strategy", "world_size": "world size", "batch_size": "batch / device",
+            "threads_per_rank": "threads / process", "sample_unit": "unit", "checks_failed": "failed checks",
+            "checks_not_decided": "checks not decided"})
+        formats["batch / device"] = "{:.0f}"
+        blocks.append(table_html(shown, formats, text_columns=(
+            "run", "status", "workload", "strategy", "unit", "failed checks", "checks not decided")))
+    problems = [record for _, record in data.records if record.error]
+    if problems:
+        items = []
+        for record in problems:
+            tail = "\n".join(record.error.output_tail)
+            details = Markup("<details><summary>output</summary><pre>{}</pre></details>").format(tail) if tail else ""
+            items.append(Markup('<li><code>{}</code> <span class="status-{}">{}</span>: {}{}</li>').format(
+                record.run_id, record.status, record.status, record.error.message, details))
+        blocks.append(Markup("<p>Errors, with the last lines the run printed:</p><ul>")
+                      + Markup("").join(items) + Markup("</ul>"))
+    if data.unreadable:
+        rows = pd.DataFrame([(path, "unreadable", reason) for path, reason in data.unreadable],
+                            columns=["file", "status", "reason"])
+        blocks.append(Markup("<p>Record files that could not be read (left out of everything above):</p>"))
+        blocks.append(table_html(rows, text_columns=("file", "status", "reason")))
+    return blocks
+
+
+def traces_section(data: ReportData) -> list[Markup]:
     items = []
-    for record in records:
-        trace = (record.get("overlap") or {}).get("trace") or {}
+    for _, record in data.records:
+        trace = record.overlap.trace if record.overlap else None
         links = []
-        for path in trace.get("paths") or []:
+        for path in (trace.paths if trace else []):
             if not path:
                 continue
             absolute = os.path.abspath(path)
-            relative = os.path.relpath(absolute, os.path.abspath(report_dir))
+            relative = os.path.relpath(absolute, os.path.abspath(data.report_dir))
             missing = "" if os.path.exists(absolute) else " (missing)"
-            links.append(f'<a href="{esc(relative)}">{esc(os.path.basename(path))}</a>{missing}')
+            links.append(Markup('<a href="{}">{}</a>{}').format(relative, os.path.basename(path), missing))
         if links:
-            items.append(f"<li><code>{esc(record['run_id'])}</code>: {' '.join(links)}</li>")
+            items.append(Markup("<li><code>{}</code>: {}</li>").format(record.run_id, Markup(" ").join(links)))
     if not items:
-        return '<p class="note">No traces (runs were made with --no-profile, or failed before profiling).</p>'
-    return ('<p class="note">Chrome traces, one per rank: open them in Perfetto (ui.perfetto.dev) or with '
-            "TensorBoard's profiler plugin, or summarise them with <code>ddpbench trace analyze</code>.</p><ul>"
-            + "".join(items) + "</ul>")
+        return [note("No traces (runs were made with --no-profile, or failed before profiling).")]
+    return [Markup('<p class="note">Chrome traces, one per rank: open them in Perfetto (ui.perfetto.dev) or with '
+                   "TensorBoard's profiler plugin, or summarise them with <code>ddpbench trace analyze</code>.</p>"),
+            Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]
+
+
+ENVIRONMENT_ROWS = [("hostname", "host"), ("gpu_count", "GPUs"), ("gpu_names", "GPU models"), ("cpu_model", "CPU"),
+                    ("cpu_cores", "usable CPU cores"), ("torch", "torch"), ("torchvision", "torchvision"),
+                    ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"), ("python", "Python"),
+                    ("platform", "platform"), ("git_sha", "ddpbench commit"), ("git_dirty", "uncommitted changes")]
+
+
+def environment_section(data: ReportData) -> list[Markup]:
+    with_env = [record for _, record in data.records if record.env.hostname]
+    env = next((r.env for r in with_env if r.status == "ok"), None) or (with_env[0].env if with_env else None)
+    if env is None:
+        return [note("No environment recorded.")]
+    rows = []
+    for key, label in ENVIRONMENT_ROWS:
+        value = getattr(env, key)
+        if value is not None and value != []:
+            rows.append((label, ", ".join(map(str, value)) if isinstance(value, list) else value))
+    rows += sorted(env.env_vars.items())
+    return [table_html(pd.DataFrame(rows, columns=["what", "value"]).astype(str), text_columns=("what", "value"))]
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    build: Callable[[ReportData], list[Markup]]
+    """The section's blocks; an empty list leaves the section out."""
+    always: bool = False
+    """Shown even when empty (with a note), so a reader knows it was looked for."""
+
+
+SECTIONS = [
+    Section("Scaling", scaling_section),
+    Section("Step times", step_times_section),
+    Section("Communication", communication_section),
+    Section("Runs", runs_section, always=True),
+    Section("Traces", traces_section, always=True),
+    Section("Environment", environment_section, always=True),
+]
 
 
 def build_report(sweep_dir: str, out_path: str | None = None) -> str:
@@ -146,129 +274,21 @@ def build_report(sweep_dir: str, out_path: str | None = None) -> str:
     if not records and not unreadable:
         raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
     out_path = out_path or default_report_path(sweep_dir)
-    report_dir = os.path.dirname(os.path.abspath(out_path))
-    runs = pd.DataFrame([record_row(r) for r in records])
-    sweep_id = os.path.basename(os.path.normpath(sweep_dir))
-    sections = [f"<h1>Scaling report: {esc(sweep_id)}</h1>", _meta_line(runs, sweep_dir)]
-
-    ok = runs[runs["status"] == "ok"] if not runs.empty else runs
-    table = scaling_table(runs) if not runs.empty else pd.DataFrame()
-    sentences = headlines(runs, table) if not table.empty else {}
-    if sentences:
-        sections.append('<ul class="headline">' + "".join(
-            f"<li><strong>{esc(w)}</strong>: {esc(s)}</li>" for w, s in sentences.items()) + "</ul>")
-    elif ok.empty:
-        sections.append('<p class="status-failed">No run of this sweep succeeded; see "Runs" below.</p>')
-
-    if not table.empty:
-        sections.append("<h2>Scaling</h2>")
-        sections.append(figure_html(plots.throughput(table),
-                                    "Line charts of throughput against world size for DDP and DataParallel, one per "
-                                    "workload, with the ideal linear line from the local run.",
-                                    "Throughput against world size; the dashed line is perfect linear scaling of the local run."))
-        sections.append(figure_html(plots.efficiency(table),
-                                    "Line charts of scaling efficiency in percent against world size for DDP and "
-                                    "DataParallel, one per workload, with a dashed line at 100 percent.",
-                                    "Scaling efficiency E(N) = X(N) / (N x X(1)); 100 % is perfect."))
-        shown = table.drop(columns=["strategy"]).rename(columns={
-            "strategy_label": "strategy", "world_size": "world size", "batch_size": "batch / device",
-            "global_batch": "global batch", "throughput": "throughput (/s)", "sample_unit": "unit",
-            "throughput_per_device": "per device (/s)", "iteration_p50_s": "iteration p50 (ms)"})
-        shown["iteration p50 (ms)"] = shown["iteration p50 (ms)"] * 1000
-        sections.append(frame_html(shown, {"batch / device": "{:.0f}", "global batch": "{:.0f}",
-                                           "throughput (/s)": "{:,.1f}", "per device (/s)": "{:,.1f}",
-                                           "speedup": "{:.2f}x", "efficiency": "{:.1%}", "iteration p50 (ms)": "{:,.2f}"},
-                                   text_columns=("workload", "strategy", "unit")))
-
-    step_times = step_time_frame(records)
-    if not step_times.empty:
-        sections.append("<h2>Step times</h2>")
-        if (step_times["strategy"] == "ddp").any():
-            sections.append(figure_html(plots.step_time_by_rank(step_times),
-                                        "Box plots of DDP step time in milliseconds for each rank at each world size, "
-                                        "one chart per workload.",
-                                        "Each rank's step-time distribution (DDP): a rank whose box sits higher is slow."))
-        sections.append(figure_html(plots.iteration_over_steps(iteration_frame(step_times)),
-                                    "Line charts of iteration time in milliseconds over the timed steps of every run, "
-                                    "one chart per workload.",
-                                    "Iteration time (slowest rank) over the timed steps of each run."))
-
-    overlap = overlap_table(runs) if not runs.empty else pd.DataFrame()
-    breakdown = breakdown_frame(records)
-    if not overlap.empty or not breakdown.empty:
-        sections.append("<h2>Communication</h2>")
-    if not overlap.empty:
-        sections.append(figure_html(plots.exposed_communication(overlap),
-                                    "Grouped bar charts of exposed communication per step in milliseconds from three "
-                                    "estimates, and bar charts of overlap percent, per world size and workload.",
-                                    "Exposed all-reduce per step, estimated three ways, and the share of it hidden behind computation."))
-        shown = overlap.rename(columns={"world_size": "world size", "overlap_pct": "overlap (%)",
-                                        "exposed_comm_trace_s": "exposed, trace (ms)",
-                                        "exposed_comm_no_sync_s": "exposed, no_sync (ms)",
-                                        "exposed_comm_reducer_s": "exposed, reducer (ms)",
-                                        "iteration_p50_s": "iteration p50 (ms)"})
-        for column in shown.columns[3:]:
-            shown[column] = shown[column] * 1000
-        sections.append(frame_html(shown, {c: "{:,.2f}" for c in shown.columns[2:]}, text_columns=("workload",)))
-    if not breakdown.empty:
-        sections.append(figure_html(plots.step_breakdown(breakdown),
-                                    "Stacked bar charts of the time of a profiled step split into compute, exposed "
-                                    "communication, other and idle, for every run with a trace.",
-                                    "Where a profiled step's time goes (mean over ranks and profiled steps)."))
-
-    sections.append("<h2>Runs</h2>")
-    sections.append(_runs_table(runs, records, unreadable))
-    sections.append("<h2>Traces</h2>")
-    sections.append(trace_links(records, report_dir))
-    sections.append("<h2>Environment</h2>")
-    env_rows = environment_rows(records)
-    sections.append(frame_html(pd.DataFrame(env_rows, columns=["what", "value"]), text_columns=("what", "value"))
-                    if env_rows else '<p class="note">No environment recorded.</p>')
-    sections.append("<h2>Glossary</h2><dl>" + "".join(
-        f"<dt>{esc(term)}</dt><dd>{esc(text)}</dd>" for term, text in GLOSSARY) + "</dl>")
-
-    page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>ddpbench: {esc(sweep_id)}</title><style>{CSS}</style></head><body>"
-            + "\n".join(sections) + "</body></html>\n")
+    runs = runs_frame(records)
+    table = scaling_table(runs)
+    data = ReportData(records, unreadable, runs, table, os.path.dirname(os.path.abspath(out_path)))
+    sections = []
+    for section in SECTIONS:
+        blocks = section.build(data)
+        if blocks or section.always:
+            sections.append({"title": section.title, "blocks": blocks})
+    counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
+    page = _TEMPLATES.get_template("report.html.j2").render(
+        sweep_id=os.path.basename(os.path.normpath(sweep_dir)), sweep_dir=sweep_dir, run_count=len(runs),
+        status_counts=", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
+        made=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        headlines=headlines(runs, table) if not table.empty else {},
+        nothing_ok=runs.empty or not (runs["status"] == "ok").any(),
+        sections=sections, glossary=GLOSSARY)
     write_atomic(out_path, page)
     return out_path
-
-
-def _meta_line(runs: pd.DataFrame, sweep_dir: str) -> str:
-    counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<p class="meta">{esc(len(runs))} runs ({esc(summary)}) from <code>{esc(sweep_dir)}</code>; '
-            f"report made {esc(made)} from the stored records.</p>")
-
-
-def _runs_table(runs: pd.DataFrame, records: list[dict], unreadable: list[tuple[str, str]]) -> str:
-    parts = []
-    if not runs.empty:
-        shown = runs[["run_id", "status", "workload", "strategy_label", "world_size", "batch_size", "threads_per_rank",
-                      "throughput", "sample_unit", "iteration_p50_s", "checks_failed"]].copy()
-        shown["iteration_p50_s"] = shown["iteration_p50_s"] * 1000
-        shown = shown.rename(columns={"run_id": "run", "strategy_label": "strategy", "world_size": "world size",
-                                      "batch_size": "batch / device", "threads_per_rank": "threads / process",
-                                      "throughput": "throughput (/s)", "sample_unit": "unit",
-                                      "iteration_p50_s": "iteration p50 (ms)", "checks_failed": "failed checks"})
-        parts.append(frame_html(shown, {"throughput (/s)": "{:,.1f}", "iteration p50 (ms)": "{:,.2f}",
-                                        "batch / device": "{:.0f}"},
-                                text_columns=("run", "status", "workload", "strategy", "unit", "failed checks")))
-    problems = [r for r in records if r.get("error")]
-    if problems:
-        parts.append("<p>Errors, with the last lines the run printed:</p><ul>")
-        for record in problems:
-            error = record["error"]
-            tail = "\n".join(error.get("output_tail") or [])
-            details = f"<details><summary>output</summary><pre>{esc(tail)}</pre></details>" if tail else ""
-            parts.append(f'<li><code>{esc(record["run_id"])}</code> <span class="status-{esc(record["status"])}">'
-                         f'{esc(record["status"])}</span>: {esc(error.get("message"))}{details}</li>')
-        parts.append("</ul>")
-    if unreadable:
-        rows = pd.DataFrame([(path, "unreadable", reason) for path, reason in unreadable],
-                            columns=["file", "status", "reason"])
-        parts.append("<p>Record files that could not be read (left out of everything above):</p>")
-        parts.append(frame_html(rows, text_columns=("file", "status", "reason")))
-    return "\n".join(parts)
