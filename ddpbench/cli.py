@@ -11,7 +11,8 @@ import sys
 import time
 
 from ddpbench.config.faults import parse_fault
-from ddpbench.config.spec import COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError
+from ddpbench.config.spec import (COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError,
+                                  resolve_device)
 
 USAGE_ERROR = 2
 
@@ -164,9 +165,7 @@ def sweep_options_from_args(args: argparse.Namespace):
     from ddpbench.config.plan import SweepOptions
 
     gpu_count = visible_gpu_count()
-    device = "cuda" if args.gpus else args.device
-    if device == "auto":
-        device = "cuda" if gpu_count > 0 else "cpu"
+    device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
     cores = usable_cores()
     if device == "cuda":
         largest = args.gpus or args.nproc or gpu_count

@@ -25,13 +25,14 @@ import gc
 import os
 import re
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
 from isal import igzip
 
+from ddpbench.records.schema import TraceStep  # one profiler step of one rank, as records store it
 from ddpbench.analysis import intervals as iv
 
 MODES = ("ddpbench", "hta")
@@ -100,24 +101,6 @@ def read_trace(path: str) -> _Trace:
 
 
 @dataclass
-class StepOverlap:
-    """One profiler step of one rank. Times in microseconds; overlap_pct is None when the step
-    has no communication at all (overlap is not applicable, not zero)."""
-
-    step: int
-    span_us: float
-    comm_us: float
-    compute_us: float
-    overlap_us: float
-    overlap_pct: float | None
-    exposed_comm_us: float
-    other_us: float
-    idle_us: float
-    first_comm_start_us: float | None
-    """Absolute start of the step's first collective (base time + ts), for straggler analysis."""
-
-
-@dataclass
 class TraceAnalysis:
     path: str
     rank: int | None
@@ -127,7 +110,7 @@ class TraceAnalysis:
     kind: str
     """gpu or cpu."""
     mode: str
-    steps: list[StepOverlap] = field(default_factory=list)
+    steps: list[TraceStep] = field(default_factory=list)
     hta: dict | None = None
     """mode hta: overlap_pct, compute_us, non_compute_us, idle_us, kernel_span_us over all kept kernels."""
 
@@ -142,7 +125,7 @@ class TraceAnalysis:
             **totals,
             "overlap_pct": 100.0 * totals["overlap_us"] / comm if comm > 0 else None,
             "exposed_comm_us_per_step": totals["exposed_comm_us"] / len(self.steps) if self.steps else None,
-            "steps": [asdict(s) for s in self.steps],
+            "steps": [msgspec.structs.asdict(s) for s in self.steps],
             "hta": self.hta,
         }
 
@@ -239,13 +222,13 @@ def _sets(starts, ends, role, keep):
     return tuple(iv.merge(starts[keep & (role == r)], ends[keep & (role == r)]) for r in (0, 1, 2))
 
 
-def _step_overlap(step: int, compute, comm, other, span_start: float, span_end: float, base_us: float) -> StepOverlap:
+def _step_overlap(step: int, compute, comm, other, span_start: float, span_end: float, base_us: float) -> TraceStep:
     comm_us, compute_us = iv.total(comm), iv.total(compute)
     overlap_us = iv.intersection(comm, compute)
     busy_us = iv.total(iv.union(compute, comm, other))
     span_us = float(span_end - span_start)
     exposed = comm_us - overlap_us
-    return StepOverlap(
+    return TraceStep(
         step=step, span_us=span_us, comm_us=comm_us, compute_us=compute_us, overlap_us=overlap_us,
         overlap_pct=100.0 * overlap_us / comm_us if comm_us > 0 else None, exposed_comm_us=exposed,
         other_us=busy_us - compute_us - exposed, idle_us=span_us - busy_us,
@@ -330,7 +313,7 @@ def overlap_frame(analyses: list[TraceAnalysis]):
     """One row per rank and step, for notebooks and the report (imports pandas)."""
     import pandas as pd
 
-    rows = [{"rank": a.rank, "kind": a.kind, **asdict(step)} for a in analyses for step in a.steps]
+    rows = [{"rank": a.rank, "kind": a.kind, **msgspec.structs.asdict(step)} for a in analyses for step in a.steps]
     return pd.DataFrame(rows)
 
 

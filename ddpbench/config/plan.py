@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddpbench.config.spec import SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError
+from ddpbench.config.spec import SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, threads_per_process
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 
@@ -118,9 +118,8 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     """Every run of the sweep, in the order they run: per workload, the local reference first."""
     suite = SUITES[options.suite]
     workloads = {name: suite.workloads.get(name) for name in options.workloads} or dict(suite.workloads)
-    # A CPU "device" is the same slice of cores at every world size, so scaling numbers mean what
-    # they mean on GPUs; DataParallel's one process gets N slices (RunSpec-level rule in launch).
-    threads = max(1, options.cores // options.max_world_size)
+    # Every run of the sweep gets the same slice of cores per device, the one its largest world
+    # size allows, so X(1) and X(N) are measured on equal devices.
     common = dict(
         device=options.device,
         size=options.size or suite.size,
@@ -145,7 +144,8 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                         fault=fault, scaling=options.scaling,
                         workload=workload, strategy=strategy, nproc=world_size,
                         batch_size=_per_device_batch(options, default_batch, world_size),
-                        threads_per_rank=threads * (world_size if strategy == "dp" else 1),
+                        threads_per_rank=threads_per_process(strategy, world_size, options.cores,
+                                                             options.max_world_size),
                         run_id=f"{name}-{strategy}-n{world_size}{suffix}", **common,
                     ))
     return plan

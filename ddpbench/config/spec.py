@@ -33,6 +33,21 @@ def _at_least(name: str, value: Any, minimum: int) -> None:
         raise SpecError(f"{name} must be an integer >= {minimum}; got {value!r}")
 
 
+def resolve_device(device: str, gpu_count: int) -> str:
+    """What `auto` means: cuda when a GPU is visible, else cpu."""
+    if device == "auto":
+        return "cuda" if gpu_count > 0 else "cpu"
+    return device
+
+
+def threads_per_process(strategy: str, nproc: int, cores: int, devices_sharing_cores: int) -> int:
+    """A CPU "device" is a fixed slice of the cores (cores // the devices that share them), so N
+    ranks never fight over them and scaling means what it means on GPUs; DataParallel's one
+    process drives nproc devices, so it gets nproc slices."""
+    per_device = max(1, cores // devices_sharing_cores)
+    return per_device * (nproc if strategy == "dp" else 1)
+
+
 @dataclass(frozen=True)
 class DDPKnobs:
     """DistributedDataParallel constructor options and the gradient communication hook."""

@@ -125,7 +125,8 @@ class Check(Part):
 
 
 class TraceStep(Part):
-    """One profiler step of one rank, in microseconds (see `ddpbench.analysis.traces.StepOverlap`)."""
+    """One profiler step of one rank, in microseconds, as `ddpbench.analysis.traces` measures it.
+    overlap_pct is None when the step has no communication (overlap does not apply, it is not 0)."""
 
     step: int
     span_us: float
@@ -137,6 +138,7 @@ class TraceStep(Part):
     other_us: float
     idle_us: float
     first_comm_start_us: float | None = None
+    """Absolute start of the step's first collective (base time + ts), for straggler analysis."""
 
 
 class TraceSummary(Part):

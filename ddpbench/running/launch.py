@@ -27,7 +27,7 @@ from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_c
 from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
 from ddpbench.records.schema import Launch, OomAttempt, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
-from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.config.spec import RunSpec, SpecError, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 ERROR_TAIL_LINES = 40
@@ -38,15 +38,11 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     check_workload_name(spec.workload)
     gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
     cores = usable_cores() if cores is None else cores
-    device = spec.device
-    if device == "auto":
-        device = "cuda" if gpu_count > 0 else "cpu"
+    device = resolve_device(spec.device, gpu_count)
     if device == "cuda" and spec.nproc > gpu_count:
         raise SpecError(f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; "
                         f"this machine has {gpu_count}")
-    # A CPU "device" is a fixed slice of the cores, so N ranks never fight over them; DataParallel
-    # drives N devices from one process, so it gets the N slices.
-    threads = spec.threads_per_rank or max(1, cores // spec.nproc) * (spec.nproc if spec.strategy == "dp" else 1)
+    threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
     changes = {
         "device": device,
         "size": spec.size or ("full" if device == "cuda" else "tiny"),
