@@ -2,8 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.records.store import failed_checks
+
+TAIL_LINES = 10
+_NAMED_RANK = re.compile(r"\brank (\d+)")
+
+
+def relevant_tail(error: dict) -> tuple[str, list[str]]:
+    """(where from, last lines) that explain a failure: the end of the failing rank's own
+    traceback when torchrun kept one (the combined output ends with torchrun's wrapper error
+    instead), else the end of what the processes printed."""
+    tracebacks = error.get("tracebacks") or {}
+    if tracebacks:
+        named = _NAMED_RANK.search(error.get("message") or "")
+        rank = named.group(1) if named and named.group(1) in tracebacks else next(iter(tracebacks))
+        # Python's ^^^^ markers under each frame take room and say nothing in a short tail.
+        lines = [line for line in tracebacks[rank].splitlines() if line.strip(" ^~")]
+        return f"rank {rank}'s traceback", lines[-TAIL_LINES:]
+    lines = [line for line in error.get("output_tail") or [] if line.strip()]
+    return "end of the output", lines[-TAIL_LINES:]
 
 
 def _ms(seconds: float) -> str:
@@ -19,7 +39,10 @@ def format_summary(record: dict, path: str) -> str:
     if record["status"] != "ok":
         error = record.get("error") or {}
         lines.append(f"  status       {record['status'].upper()}: {error.get('message', 'no message')}")
-        lines += [f"    | {line}" for line in (error.get("output_tail") or [])[-10:]]
+        source, tail = relevant_tail(error)
+        if tail:
+            lines.append(f"  {source}:")
+            lines += [f"    | {line}" for line in tail]
     else:
         metrics = record["metrics"]
         unit = metrics["sample_unit"]
@@ -41,5 +64,12 @@ def format_summary(record: dict, path: str) -> str:
         for attempt in record.get("oom_backoff") or []:
             lines.append(f"  oom backoff  batch {attempt['batch_size']}/device ran out of memory; "
                          f"measured at batch {spec['batch_size']}/device instead")
+    if record.get("oversubscribed"):
+        figures = record["oversubscribed"]
+        lines.append(f"  !! oversubscribed: {figures['threads']} threads on {figures['usable_cores']} usable cores; "
+                     "these numbers describe time-sharing, not scaling")
     lines.append(f"  record       {path}")
+    logs = (record.get("launch") or {}).get("logs")
+    if logs and (record["status"] != "ok" or record.get("error")):
+        lines.append(f"  logs         {logs}  (everything the processes printed; per-rank files under ranks/)")
     return "\n".join(lines)
