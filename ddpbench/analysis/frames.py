@@ -25,7 +25,7 @@ RECORD_COLUMNS = [
     "precision", "batch_size", "global_batch", "threads_per_rank", "throughput", "throughput_per_device",
     "sample_unit", "iteration_p50_s", "iteration_p90_s", "iteration_mean_s", "window_s", "timed_steps",
     "overlap_pct", "exposed_comm_trace_s", "exposed_comm_no_sync_s", "exposed_comm_reducer_s",
-    "checks_failed", "error", "started_at", "ended_at", "launch_wall_s", "path",
+    "checks_failed", "error", "started_at", "ended_at", "launch_wall_s", "oversubscribed", "path",
 ]
 
 
@@ -102,6 +102,8 @@ def record_row(record: dict) -> dict:
         "started_at": record.get("started_at"),
         "ended_at": record.get("ended_at"),
         "launch_wall_s": (record.get("launch") or {}).get("wall_s"),
+        # More threads than usable cores: the point measures time-sharing, not scaling.
+        "oversubscribed": bool(record.get("oversubscribed")),
         "path": record.get("_path"),
     }
 
@@ -122,14 +124,16 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     efficiency against the workload's `local` run. Without a local run they stay empty (NaN)."""
     ok = runs[runs["status"] == "ok"]
     columns = ["workload", "strategy", "strategy_label", "world_size", "batch_size", "global_batch",
-               "throughput", "sample_unit", "throughput_per_device", "speedup", "efficiency", "iteration_p50_s"]
+               "throughput", "sample_unit", "throughput_per_device", "speedup", "efficiency", "iteration_p50_s",
+               "oversubscribed"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
     # A configuration run several times (--repeat) counts with the median of its runs.
     numeric = ["throughput", "throughput_per_device", "iteration_p50_s"]
     ok = (ok.groupby(["workload", "strategy", "world_size"], as_index=False)
           .agg({**{c: "median" for c in numeric},
-                **{c: "first" for c in ok.columns if c not in numeric + ["workload", "strategy", "world_size"]}}))
+                **{c: "first" for c in ok.columns if c not in numeric + ["workload", "strategy", "world_size"]},
+                "oversubscribed": "max"}))
     reference = ok[ok["strategy"] == "local"].set_index("workload")["throughput"]
     table = ok.assign(reference=ok["workload"].map(reference))
     table["speedup"] = table["throughput"] / table["reference"]
@@ -151,6 +155,10 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     wide = wide[ordered]
     units = table.groupby("workload")["sample_unit"].first()
     wide.insert(0, "unit", [f"{units[w]}/s" for w, _ in wide.index])
+    if "oversubscribed" in table and table["oversubscribed"].any():
+        marked = table[table["oversubscribed"]]
+        marked = marked.groupby(["workload", "world_size"])["strategy"].agg(",".join)
+        wide["oversubscribed"] = [marked.get(point, "") for point in wide.index]
     return wide
 
 
@@ -163,6 +171,9 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     note = ("X = throughput, E = efficiency X(N) / (N * X(1)) against local.")
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
+    if "oversubscribed" in wide:
+        note += ("\noversubscribed: those strategies ran more threads than usable cores;"
+                 " their X and E describe time-sharing, not scaling.")
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
 
 

@@ -175,10 +175,14 @@ def build_report(sweep_dir: str, out_path: str | None = None) -> str:
             "global_batch": "global batch", "throughput": "throughput (/s)", "sample_unit": "unit",
             "throughput_per_device": "per device (/s)", "iteration_p50_s": "iteration p50 (ms)"})
         shown["iteration p50 (ms)"] = shown["iteration p50 (ms)"] * 1000
+        shown["oversubscribed"] = shown["oversubscribed"].map({True: "yes"}).fillna("")
         sections.append(frame_html(shown, {"batch / device": "{:.0f}", "global batch": "{:.0f}",
                                            "throughput (/s)": "{:,.1f}", "per device (/s)": "{:,.1f}",
                                            "speedup": "{:.2f}x", "efficiency": "{:.1%}", "iteration p50 (ms)": "{:,.2f}"},
-                                   text_columns=("workload", "strategy", "unit")))
+                                   text_columns=("workload", "strategy", "unit", "oversubscribed")))
+        if (shown["oversubscribed"] == "yes").any():
+            sections.append('<p class="status-failed">Points marked oversubscribed ran more threads than usable '
+                            "cores: their throughput and efficiency describe time-sharing, not scaling.</p>")
 
     step_times = step_time_frame(records)
     if not step_times.empty:
