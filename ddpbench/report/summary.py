@@ -11,6 +11,11 @@ TAIL_LINES = 10
 _NAMED_RANK = re.compile(r"\brank (\d+)")
 
 
+def _last_lines(lines: list[str]) -> list[str]:
+    # Python's ^^^^ markers under each frame take room and say nothing in a short tail.
+    return [line for line in lines if line.strip(" ^~")][-TAIL_LINES:]
+
+
 def relevant_tail(error: dict) -> tuple[str, list[str]]:
     """(where from, last lines) that explain a failure: the end of the failing rank's own
     traceback when torchrun kept one (the combined output ends with torchrun's wrapper error
@@ -19,11 +24,8 @@ def relevant_tail(error: dict) -> tuple[str, list[str]]:
     if tracebacks:
         named = _NAMED_RANK.search(error.get("message") or "")
         rank = named.group(1) if named and named.group(1) in tracebacks else next(iter(tracebacks))
-        # Python's ^^^^ markers under each frame take room and say nothing in a short tail.
-        lines = [line for line in tracebacks[rank].splitlines() if line.strip(" ^~")]
-        return f"rank {rank}'s traceback", lines[-TAIL_LINES:]
-    lines = [line for line in error.get("output_tail") or [] if line.strip()]
-    return "end of the output", lines[-TAIL_LINES:]
+        return f"rank {rank}'s traceback", _last_lines(tracebacks[rank].splitlines())
+    return "end of the output", _last_lines(error.get("output_tail") or [])
 
 
 def _ms(seconds: float) -> str:
@@ -71,5 +73,6 @@ def format_summary(record: dict, path: str) -> str:
     lines.append(f"  record       {path}")
     logs = (record.get("launch") or {}).get("logs")
     if logs and (record["status"] != "ok" or record.get("error")):
-        lines.append(f"  logs         {logs}  (everything the processes printed; per-rank files under ranks/)")
+        per_rank = "; per-rank files under ranks/" if spec["strategy"] == "ddp" else ""
+        lines.append(f"  logs         {logs}  (output.log: everything the processes printed{per_rank})")
     return "\n".join(lines)
