@@ -45,6 +45,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--run-timeout", type=float, default=None,
         help="seconds before the run is ended and recorded as timeout (default: none)")
     add("--run-id", default="", help="name of the run (default: workload-strategy-nN-time-random)")
+    add_verbose_argument(parser)
     add("--no-profile", dest="profile", action="store_false",
         help="skip the profiled phase (by default each rank writes a trace after the timed steps)")
     add("--profile-steps", type=int, default=3, help="profiler steps kept in each trace (default 3; GPU analysis drops the last)")
@@ -65,6 +66,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     nodes.add_argument("--rdzv-port", type=int, default=None,
                        help="single node: rendezvous port on localhost (default: a free one; a taken one is replaced)")
     add_reliability_arguments(parser)
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="stream everything the processes print (torchrun, profiler, workload) as it comes; "
+                             "by default it goes only to the run's logs folder")
 
 
 def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,12 +102,16 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from ddpbench.running.launch import launch_with_oom_backoff, resolve
+    from ddpbench.running.launch import launch_with_oom_backoff, oversubscription, oversubscription_warning, resolve
     from ddpbench.records.store import load_record
     from ddpbench.report.summary import format_summary
 
     spec = resolve(spec_from_args(args))
-    result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff)
+    figures = oversubscription(spec)
+    if figures:
+        print(f"ddpbench run: {oversubscription_warning(figures)}", file=sys.stderr)
+    result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
+                                     verbose=args.verbose)
     if result.record_path is None:
         print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
         return 0
@@ -157,6 +168,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="run every configuration K times (the gate then resamples whole runs too)")
     add("--pg-timeout", type=float, default=None, dest="pg_timeout_s",
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)")
+    add_verbose_argument(parser)
     add_reliability_arguments(parser)
 
 
@@ -207,7 +219,7 @@ def command_sweep(args: argparse.Namespace) -> int:
     manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
     run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
-              fixed_pg_timeout_s=args.pg_timeout_s)
+              fixed_pg_timeout_s=args.pg_timeout_s, verbose=args.verbose)
     status = print_table(sweep_dir, save=True)
     print(f"report: {build_report(sweep_dir)}")
     return status

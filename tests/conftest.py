@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 
@@ -28,3 +29,13 @@ requires_cuda = pytest.mark.skipif("not __import__('torch').cuda.is_available()"
 @pytest.fixture
 def fixture_path():
     return lambda name: os.path.join(FIXTURES, name)
+
+
+# Lines that come from torchrun, the profiler (Kineto) or c10's logging, not from ddpbench.
+_FOREIGN = re.compile(r"^\[(default|rank)\d+\]:|USDT:|^(ERROR|WARNING|INFO):|^[EWI]\d{4} \d\d:\d\d|"
+                      r"torch\.distributed|gpuGetDeviceCount|ChildFailedError")
+
+
+def foreign_lines(text: str) -> list[str]:
+    """The lines of a terminal transcript that ddpbench did not write itself."""
+    return [line for line in text.splitlines() if _FOREIGN.search(line)]

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, ddpbench
+from conftest import REPO, ddpbench, foreign_lines
 
 pytestmark = pytest.mark.launches
 
@@ -72,6 +72,8 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
     assert record["metrics"]["flops_per_sample"] > 0
     assert "throughput" in done.stdout and "replicas_in_sync ok" in done.stdout
+    # A healthy run (profiled, so Kineto ran on every rank) shows ddpbench's summary and nothing else.
+    assert done.stderr == "" and not foreign_lines(done.stdout), done.stdout + done.stderr
     # The three views of communication overlap, per rank.
     overlap = record["overlap"]
     assert [os.path.basename(p) for p in overlap["trace"]["paths"]] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]
@@ -130,6 +132,11 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     assert record["error"]["exit_code"] != 0
     assert any("broken on purpose" in line for line in record["error"]["output_tail"])
     assert "FAILED" in done.stdout
+    # The failing rank's own error reaches the terminal, and where the full logs are.
+    assert "RuntimeError: this workload is broken on purpose" in done.stdout.split("record ")[0]
+    assert "'s traceback:" in done.stdout and 'failing_workload.py", line' in done.stdout
+    assert f"logs         {record['launch']['logs']}" in done.stdout
+    assert os.path.getsize(os.path.join(record["launch"]["logs"], "output.log")) > 0
 
 
 def test_a_crash_after_the_timed_steps_keeps_the_measurements(tmp_path):

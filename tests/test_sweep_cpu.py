@@ -5,7 +5,7 @@ import os
 import pytest
 
 import ddpbench
-from conftest import REPO, ddpbench as run_cli
+from conftest import REPO, ddpbench as run_cli, foreign_lines
 from ddpbench.analysis.frames import scaling_table
 
 pytestmark = pytest.mark.launches
@@ -17,6 +17,8 @@ def sweep(tmp_path_factory):
     done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--steps", "8", "--warmup", "2",
                    "--out", str(out), "--sweep-id", "s", cwd=out)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    # Five healthy runs, profiled: the terminal holds ddpbench's lines only.
+    assert not foreign_lines(done.stdout + done.stderr), done.stdout + done.stderr
     return out / "s", done
 
 
@@ -96,6 +98,7 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
     assert load_json(tmp_path / "f" / "runs" / "mlp-local-n1.json")["status"] == "ok"
     assert load_json(tmp_path / "f" / "manifest.json")["state"] == "finished"
     assert "FAILED: broken-local-n1" in done.stdout
+    assert f"logs: {broken['launch']['logs']}" in done.stderr  # where the full output is
 
 
 def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):

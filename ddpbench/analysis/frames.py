@@ -27,7 +27,7 @@ RUN_COLUMNS = [
     "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
     "precision", "scaling", "batch_size", "global_batch", "threads_per_rank", "threads_per_device", "ddp_options",
     "sample_unit", "timed_steps", "checks_failed", "checks_not_decided", "error", "started_at", "ended_at",
-    "launch_wall_s", "path",
+    "launch_wall_s", "oversubscribed", "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
 CONFIGURATION = ["workload", "size", "precision", "device", "scaling", "threads_per_device"]
@@ -66,6 +66,8 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "started_at": record.started_at,
         "ended_at": record.ended_at,
         "launch_wall_s": record.launch.wall_s if record.launch else None,
+        # More threads than usable cores: the point measures time-sharing, not scaling.
+        "oversubscribed": record.oversubscribed is not None,
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
@@ -103,14 +105,14 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
     columns = ["workload", "strategy", "strategy_label", "world_size", "batch_size", "global_batch",
                "size", "precision", "scaling", "threads_per_device", "sample_unit", *numeric,
-               "speedup", "efficiency", "runs", "reference"]
+               "speedup", "efficiency", "runs", "reference", "oversubscribed"]
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
     grouped = (ok.groupby(keys, as_index=False, dropna=False)
                .agg(**{name: (name, "median") for name in numeric},
                     strategy_label=("strategy_label", "first"), sample_unit=("sample_unit", "first"),
-                    runs=("run_id", "count")))
+                    runs=("run_id", "count"), oversubscribed=("oversubscribed", "any")))
     local = grouped[grouped["strategy"] == "local"].set_index(CONFIGURATION + ["batch_size"])["throughput"]
     local = local[~local.index.duplicated()]
     references, notes = [], []
@@ -155,6 +157,9 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     wide = wide[ordered].dropna(how="all")
     units = table.groupby("workload")["sample_unit"].first()
     wide.insert(0, "unit", [f"{units[key[0]]}/s" for key in wide.index])
+    if table["oversubscribed"].any():
+        marked = table[table["oversubscribed"]].groupby(index)["strategy"].agg(",".join)
+        wide["oversubscribed"] = [marked.get(point, "") for point in wide.index]
     return wide
 
 
@@ -167,6 +172,9 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     note = ("X = throughput, E = efficiency X(N) / (N * X(1)) against local.")
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
+    if "oversubscribed" in wide:
+        note += ("\noversubscribed: those strategies ran more threads than usable cores;"
+                 " their X and E describe time-sharing, not scaling.")
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
 
 

@@ -255,6 +255,18 @@ class OomAttempt(Part):
     message: str
 
 
+class Oversubscribed(Part):
+    """A CPU run that asked for more threads than the node has usable cores: its ranks time-shared
+    cores, so its throughput describes that, not scaling."""
+
+    device: str
+    processes: int
+    threads_per_process: int
+    threads: int
+    """processes x threads_per_process."""
+    usable_cores: int
+
+
 class Record(Part):
     """One run: what was asked for, where it ran, what it measured, and whether it was right."""
 
@@ -273,6 +285,8 @@ class Record(Part):
     ended_at: str | None = None
     launch: Launch | None = None
     oom_backoff: list[OomAttempt] | None = None
+    oversubscribed: Oversubscribed | None = None
+    """Set by the launcher when the run's threads exceeded the usable cores; None otherwise."""
 
     def failed_checks(self) -> list[str]:
         return [name for name, check in self.checks.items() if check.ok is False]

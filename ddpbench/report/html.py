@@ -126,15 +126,19 @@ def scaling_section(data: ReportData) -> list[Markup]:
     ]
     metrics = [m.name for m in registry.METRICS if m.in_scaling_table]
     shown = table[["workload", "strategy_label", "world_size", "batch_size", "global_batch", "sample_unit",
-                   *metrics, "speedup", "efficiency", "reference"]]
+                   *metrics, "speedup", "efficiency", "reference", "oversubscribed"]]
     shown, formats = metric_columns(shown, metrics)
     shown = shown.rename(columns={"strategy_label": "strategy", "world_size": "world size",
                                   "batch_size": "batch / device", "global_batch": "global batch",
                                   "sample_unit": "unit", "reference": "X(1)"})
     shown["X(1)"] = shown["X(1)"].replace("", "local run")
+    shown["oversubscribed"] = shown["oversubscribed"].map({True: "yes", False: ""})
     formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x",
                     "efficiency": "{:.1%}"})
-    blocks.append(table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)")))
+    blocks.append(table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)", "oversubscribed")))
+    if (shown["oversubscribed"] == "yes").any():
+        blocks.append(Markup('<p class="status-failed">Points marked oversubscribed ran more threads than usable '
+                             "cores: their throughput and efficiency describe time-sharing, not scaling.</p>"))
     return blocks
 
 

@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+import re
+
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.records.schema import Record
+from ddpbench.records.schema import Record, RunError
+
+TAIL_LINES = 10
+_NAMED_RANK = re.compile(r"\brank (\d+)")
+
+
+def _last_lines(lines: list[str]) -> list[str]:
+    # Python's ^^^^ markers under each frame take room and say nothing in a short tail.
+    return [line for line in lines if line.strip(" ^~")][-TAIL_LINES:]
+
+
+def relevant_tail(error: RunError) -> tuple[str, list[str]]:
+    """(where from, last lines) that explain a failure: the end of the failing rank's own
+    traceback when torchrun kept one (the combined output ends with torchrun's wrapper error
+    instead), else the end of what the processes printed."""
+    tracebacks = error.tracebacks or {}
+    if tracebacks:
+        named = _NAMED_RANK.search(error.message or "")
+        rank = named.group(1) if named and named.group(1) in tracebacks else next(iter(tracebacks))
+        return f"rank {rank}'s traceback", _last_lines(tracebacks[rank].splitlines())
+    return "end of the output", _last_lines(error.output_tail)
 
 
 def _ms(seconds: float) -> str:
@@ -23,7 +45,10 @@ def format_summary(record: Record, path: str) -> str:
     if record.status != "ok":
         error = record.error
         lines.append(f"  status       {record.status.upper()}: {error.message if error else 'no message'}")
-        lines += [f"    | {line}" for line in (error.output_tail if error else [])[-10:]]
+        source, tail = relevant_tail(error) if error else ("", [])
+        if tail:
+            lines.append(f"  {source}:")
+            lines += [f"    | {line}" for line in tail]
     else:
         metrics = record.metrics
         unit = metrics.sample_unit
@@ -46,5 +71,13 @@ def format_summary(record: Record, path: str) -> str:
         for attempt in record.oom_backoff or []:
             lines.append(f"  oom backoff  batch {attempt.batch_size}/device ran out of memory; "
                          f"measured at batch {spec.batch_size}/device instead")
+    if record.oversubscribed:
+        figures = record.oversubscribed
+        lines.append(f"  !! oversubscribed: {figures.threads} threads on {figures.usable_cores} usable cores; "
+                     "these numbers describe time-sharing, not scaling")
     lines.append(f"  record       {path}")
+    logs = record.launch.logs if record.launch else None
+    if logs and (record.status != "ok" or record.error):
+        per_rank = "; per-rank files under ranks/" if spec.strategy == "ddp" else ""
+        lines.append(f"  logs         {logs}  (output.log: everything the processes printed{per_rank})")
     return "\n".join(lines)

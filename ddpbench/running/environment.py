@@ -10,7 +10,7 @@ import socket
 import subprocess
 from typing import Mapping
 
-CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_")
+CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")

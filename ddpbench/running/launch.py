@@ -3,6 +3,9 @@
 The launcher resolves what `auto` means on this machine, checks the output folder, starts the
 processes, and makes sure a record exists afterwards: the worker's own, or a `failed` one with
 the exit code and the end of the error output, so a failing run is never silently lost.
+
+What the processes print (torchrun, the profiler, the user's workload) goes to the run's log
+folder; the terminal gets it only with `verbose`, so a healthy run shows ddpbench's own lines.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import msgspec
 from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
 from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
-from ddpbench.records.schema import Launch, OomAttempt, RunError
+from ddpbench.running.progress import RunProgress
+from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.config.spec import RunSpec, SpecError, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_workload_name, short_workload_name
@@ -50,6 +54,28 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
         "run_id": spec.run_id or make_run_id(spec),
     }
     return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+
+
+def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
+    """The figures when a resolved CPU run asks for more threads than this node has usable cores
+    (None otherwise): its ranks then time-share cores, and its throughput describes that, not
+    scaling. A GPU run cannot get here: `resolve` refuses more processes than GPUs."""
+    if spec.device != "cpu":
+        return None
+    cores = usable_cores() if cores is None else cores
+    processes = spec.nproc if spec.strategy == "ddp" else 1  # dp and local: one process
+    threads = processes * spec.threads_per_rank
+    if threads <= cores:
+        return None
+    return {"device": "cpu", "processes": processes, "threads_per_process": spec.threads_per_rank,
+            "threads": threads, "usable_cores": cores}
+
+
+def oversubscription_warning(figures: dict) -> str:
+    return (f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "
+            f"{figures['threads_per_process']} thread{'s' if figures['threads_per_process'] != 1 else ''} = "
+            f"{figures['threads']} threads on {figures['usable_cores']} usable cores; ranks will time-share cores, "
+            "so throughput and efficiency describe time-sharing, not scaling (the record says so)")
 
 
 def make_run_id(spec: RunSpec) -> str:
@@ -110,13 +136,25 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def child_environment(spec: RunSpec, heartbeat_dir: str) -> dict[str, str]:
+# Kineto (the profiler's C++ side) logs through its own levels: ... ERROR 4, USDT 5 (its
+# profiler_start/stop markers). 6 silences it, and on CPU it has nothing else to say: its one
+# ERROR there is "gpuGetDeviceCount failed", i.e. that the machine has no GPU.
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+KINETO_QUIET_ON_CPU = "6"
+
+
+def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
     env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
     # The workers write into a pipe, so they cannot see that a person is watching: tell them.
-    env["DDPBENCH_PROGRESS"] = "1" if sys.stderr.isatty() else "0"
+    # Without `verbose` nobody sees their output, and the launcher draws the bar from heartbeats.
+    env["DDPBENCH_PROGRESS"] = "1" if verbose and sys.stderr.isatty() else "0"
     env[HEARTBEAT_ENV] = heartbeat_dir
+    # Quiet the profiler at its source rather than filtering its lines; a level the user set wins,
+    # and `verbose` shows everything.
+    if spec.device == "cpu" and not verbose and KINETO_LOG_LEVEL not in env:
+        env[KINETO_LOG_LEVEL] = KINETO_QUIET_ON_CPU
     return env
 
 
@@ -130,8 +168,9 @@ class LaunchResult:
 
 
 class OutputTee:
-    """Pass the children's output on as it comes (progress bars redraw with \\r and no newline,
-    so it is read in chunks, not lines), copy it to a log file, and keep its last lines."""
+    """Copy the children's output to a log file, keep its last lines, and with `echo` (--verbose)
+    pass it on as it comes (progress bars redraw with \\r and no newline, so it is read in
+    chunks, not lines)."""
 
     def __init__(self, stream, echo: bool, log_path: str):
         self.stream = stream
@@ -176,16 +215,20 @@ def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
 RENDEZVOUS_ATTEMPTS = 3
 
 
-def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, echo: bool) -> tuple[list, int, bool, list]:
+def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose: bool,
+                   show_progress: bool) -> tuple[list, int, bool, list]:
     """Start the run's processes and wait for them. Returns (command, exit code, timed out,
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
     for stale in ("ranks", "heartbeats"):
         shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
+    heartbeat_dir = os.path.join(log_dir, "heartbeats")
     # A session of its own, so the run can be ended as a group (and Ctrl-C reaches us first).
-    process = subprocess.Popen(command, env=child_environment(spec, os.path.join(log_dir, "heartbeats")),
+    process = subprocess.Popen(command, env=child_environment(spec, heartbeat_dir, verbose),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    output = OutputTee(process.stdout, echo, os.path.join(log_dir, "output.log"))
+    output = OutputTee(process.stdout, verbose, os.path.join(log_dir, "output.log"))
+    # Verbose output already holds the worker's own bar; a second one would fight it.
+    progress = RunProgress(spec, heartbeat_dir, enabled=show_progress and not verbose and sys.stderr.isatty())
     timed_out = False
     try:
         exit_code = process.wait(timeout=timeout_s)
@@ -195,6 +238,8 @@ def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, echo: b
     except BaseException:
         end_process_group(process)
         raise
+    finally:
+        progress.close()
     kill_leftovers(process)
     return command, exit_code, timed_out, output.tail()
 
@@ -208,12 +253,14 @@ def kill_leftovers(process: subprocess.Popen) -> None:
         pass
 
 
-def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> LaunchResult:
+def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
+           show_progress: bool = True) -> LaunchResult:
     """Run a resolved spec to completion; always leaves a record on the node of rank 0.
 
-    Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with `echo`,
-    to this terminal. After `timeout_s` the run is ended and recorded as `timeout`. A rendezvous
-    that fails (port taken, store unreachable) is retried on a fresh port.
+    Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with
+    `verbose`, to this terminal as it comes; otherwise a terminal gets a progress bar drawn from
+    the heartbeats (`show_progress`). After `timeout_s` the run is ended and recorded as
+    `timeout`. A rendezvous that fails (port taken, store unreachable) is retried on a fresh port.
     """
     check_output_folder(spec.out_dir)
     log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
@@ -225,7 +272,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
         spec = spec.replace(rdzv_port=None)
     started = time.perf_counter()
     for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
-        command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, echo)
+        command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, verbose, show_progress)
         rendezvous_broke = (exit_code != 0 and not timed_out and not os.path.exists(path)
                             and spec.strategy == "ddp"
                             and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
@@ -236,6 +283,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
         spec = spec.replace(rdzv_port=None)  # standalone: torchrun picks a free port
     wall_s = time.perf_counter() - started
 
+    oversubscribed = oversubscription(spec)
     launch_info = Launch(command=command, wall_s=wall_s, exit_code=exit_code, node_rank=spec.node_rank,
                          timeout_s=timeout_s, logs=log_dir, attempts=attempt, notes=notes)
     diagnosis = None
@@ -244,6 +292,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     if os.path.exists(path):
         record = load_record(path)
         record.launch = launch_info
+        record.oversubscribed = msgspec.convert(oversubscribed, Oversubscribed | None)
         if diagnosis and record.error is None:
             # The worker writes its record as soon as the timed steps are measured; a failure in
             # a later phase (profiling, no_sync) keeps those measurements and says what broke.
@@ -263,15 +312,16 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
         record = new_record(spec, status, env=host_facts())
         record.error = msgspec.convert(error, RunError)
         record.launch = launch_info
+        record.oversubscribed = msgspec.convert(oversubscribed, Oversubscribed | None)
         write_record(record, spec.out_dir)
     return LaunchResult(spec, exit_code, wall_s, path)
 
 
-def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, echo: bool = True,
-                            oom_backoff: bool = False) -> LaunchResult:
+def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
+                            oom_backoff: bool = False, show_progress: bool = True) -> LaunchResult:
     """Launch; with `oom_backoff`, rerun a run that ran out of memory at half the batch (down to
     1), and record the attempts that ran out of memory in the final record's `oom_backoff`."""
-    result = launch(spec, timeout_s, echo)
+    result = launch(spec, timeout_s, verbose, show_progress)
     attempts = []
     while oom_backoff and result.record_path:
         record = load_record(result.record_path)
@@ -280,7 +330,7 @@ def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, echo:
             break
         attempts.append(OomAttempt(batch_size=batch, status="oom", message=record.error.message))
         spec = spec.replace(batch_size=batch // 2)
-        result = launch(spec, timeout_s, echo)
+        result = launch(spec, timeout_s, verbose, show_progress)
     if attempts and result.record_path:
         record = load_record(result.record_path)
         record.oom_backoff = attempts

@@ -161,10 +161,12 @@ def _status_line(record: Record, wall_s: float) -> str:
         late_error = f"  ({record.error.message})" if record.error else ""
         return (f"ok      {what:<28} {metrics.throughput_units_per_s:>12,.1f} {metrics.sample_unit}/s"
                 f"  {wall_s:5.1f} s{checks}{late_error}")
-    return f"{record.status.upper():<7} {what:<28} {record.error.message if record.error else ''}"
+    logs = record.launch.logs if record.launch else None
+    return (f"{record.status.upper():<7} {what:<28} {record.error.message if record.error else ''}"
+            + (f"\n        logs: {logs}" if logs else ""))
 
 
-def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool) -> tuple[Record, float]:
+def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool, verbose: bool) -> tuple[Record, float]:
     """Launch one planned run. A configuration this machine cannot run (say, a workload file
     that has gone) becomes a failed record instead of stopping the sweep."""
     started = time.perf_counter()
@@ -175,13 +177,16 @@ def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool) -> tuple[Record
         record.error = RunError(message=f"not started: {exc}")
         write_record(record, spec.out_dir)
         return record, time.perf_counter() - started
-    result = launch_with_oom_backoff(resolved, timeout_s=timeout_s, echo=False, oom_backoff=oom_backoff)
+    # The sweep's own bar and status lines stand for the run's progress.
+    result = launch_with_oom_backoff(resolved, timeout_s=timeout_s, verbose=verbose, oom_backoff=oom_backoff,
+                                     show_progress=False)
     return load_record(result.record_path), result.wall_s
 
 
 def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout_s: float | None = None,
-              oom_backoff: bool = False, fixed_pg_timeout_s: float | None = None) -> dict:
-    """Run every planned run that has no ok record yet. Returns the final manifest."""
+              oom_backoff: bool = False, fixed_pg_timeout_s: float | None = None, verbose: bool = False) -> dict:
+    """Run every planned run that has no ok record yet; `verbose` streams what the processes
+    print (otherwise only in each run's logs folder). Returns the final manifest."""
     progress = Progress(total=len(plan), started=time.perf_counter())
     reference_step_s: dict[str, float] = {}
     try:
@@ -192,7 +197,8 @@ def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout
                 progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done.ended_at}", None)
             else:
                 spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s, fixed_pg_timeout_s))
-                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff)
+                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff,
+                                         verbose)
                 manifest["runs"][spec.run_id] = done.status
                 progress.finished(_status_line(done, wall_s), wall_s)
             if done.status == "ok" and done.spec.strategy == "local":
