@@ -4,13 +4,16 @@ warning plus a record field when a CPU run asks for more threads than there are 
 import glob
 import json
 import os
+import re
 import shutil
 
+import msgspec
 import pytest
 
 from conftest import FIXTURES, REPO, ddpbench, foreign_lines
 from ddpbench.analysis.frames import format_side_by_side, load, scaling_table, side_by_side
 from ddpbench.config.spec import RunSpec
+from ddpbench.records.schema import Record
 from ddpbench.report.html import build_report
 from ddpbench.report.summary import format_summary, relevant_tail
 from ddpbench.running.environment import usable_cores
@@ -96,7 +99,7 @@ def test_the_profiler_is_quieted_by_its_level_only_when_nobody_asked_to_see_it(m
     assert child_environment(spec(), str(tmp_path))["KINETO_LOG_LEVEL"] == "2"  # the user's choice wins
 
 
-FAILED = {
+FAILED = msgspec.convert({
     "run_id": "r", "status": "failed",
     "spec": {"workload": "mlp", "size": "tiny", "strategy": "ddp", "nproc": 2, "nnodes": 1, "world_size": 2,
              "device": "cpu", "threads_per_rank": 1, "precision": "fp32", "batch_size": 8},
@@ -105,19 +108,19 @@ FAILED = {
               "tracebacks": {"0": "Traceback (most recent call last):\n  File \"w.py\", line 3\nRuntimeError: peer gone",
                              "1": "Traceback (most recent call last):\n  File \"w.py\", line 9, in f\n"
                                   "    x = g()\n        ^^^\nValueError: bad shape"}},
-    "launch": {"logs": "/tmp/out/logs/r"},
-}
+    "launch": {"command": [], "wall_s": 1.0, "exit_code": 1, "logs": "/tmp/out/logs/r"},
+}, Record)
 
 
 def test_a_failure_shows_the_named_ranks_traceback_and_where_the_logs_are():
-    source, tail = relevant_tail(FAILED["error"])
+    source, tail = relevant_tail(FAILED.error)
     assert source == "rank 1's traceback" and tail[-1] == "ValueError: bad shape" and "^^^" not in "".join(tail)
     text = format_summary(FAILED, "/tmp/out/runs/r.json")
     assert "ValueError: bad shape" in text and "wrapper" not in text and "peer gone" not in text
     assert "logs         /tmp/out/logs/r" in text
     # Without torchrun's error files (a local run), the end of the output is what there is.
-    no_files = {**FAILED, "error": {**FAILED["error"], "tracebacks": {}}}
-    assert relevant_tail(no_files["error"]) == ("end of the output", ["torchrun's wrapper", "=" * 60])
+    no_files = msgspec.structs.replace(FAILED.error, tracebacks={})
+    assert relevant_tail(no_files) == ("end of the output", ["torchrun's wrapper", "=" * 60])
 
 
 @pytest.fixture
@@ -146,5 +149,5 @@ def test_the_scaling_table_marks_oversubscribed_points(sweep_with_an_oversubscri
 def test_the_report_marks_oversubscribed_points(sweep_with_an_oversubscribed_point, tmp_path):
     page = open(build_report(str(sweep_with_an_oversubscribed_point), str(tmp_path / "r.html"))).read()
     assert "Points marked oversubscribed" in page
-    marked = [row for row in page.split("<tr>") if '<td class="text">yes</td>' in row]
+    marked = [row for row in page.split("<tr>") if re.search(r'<td [^>]*class="[^"]*text[^"]*"\s*>yes</td>', row)]
     assert len(marked) == 1 and "DDP (2 processes" in marked[0], marked
