@@ -33,7 +33,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--size", choices=SIZES, default=None, help="workload size (default: full on GPUs, tiny on CPU)")
     add("--batch-size", type=int, default=None, help="samples per device per step (default: the workload's)")
     add("--steps", type=int, default=30, help="total steps per rank, warm-up included (default 30)")
-    add("--warmup", type=int, default=5, help="leading steps never timed (default 5; ddp needs >= 1)")
+    add("--warmup", type=int, default=None,
+        help="leading steps never timed (default 5, or 11 for ddp on GPUs; ddp needs >= 1)")
     add("--precision", choices=PRECISIONS, default="fp32", help="fp16 needs a GPU")
     add("--threads-per-rank", type=int, default=None, help="CPU threads per process (default cores // nproc)")
     add("--num-workers", type=int, default=0, help="DataLoader workers per rank (default 0)")

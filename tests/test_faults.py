@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import REPO, ddpbench
+from conftest import REPO, cpu_environment, ddpbench
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
 
@@ -123,7 +123,8 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
     command = [sys.executable, "-m", "ddpbench", "sweep", "--workloads", "mlp", "--strategies", "local,ddp",
                "--nproc", "2", "--steps", "60", "--warmup", "2", "--no-profile", "--out", str(tmp_path),
                "--sweep-id", "s"]
-    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=cpu_environment())
     runs = tmp_path / "s" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (runs.exists() and any(n.endswith(".json") for n in os.listdir(runs))):

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, ddpbench
+from conftest import REPO, cpu_environment, ddpbench
 
 pytestmark = pytest.mark.launches
 
@@ -161,7 +161,8 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
                    "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--run-timeout", "180",
                    "--out", str(tmp_path / f"node{node_rank}")]
-        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=cpu_environment()))
     try:
         outputs = [node.communicate(timeout=240) for node in nodes]
     finally:

@@ -110,8 +110,18 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# What torchrun tells its workers about their job. A ddpbench run started from inside such a job
+# (a torchrun or SLURM script) inherits them; `local` and `dp` are one process of their own.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
+                      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE")
+
+
 def child_environment(spec: RunSpec, heartbeat_dir: str) -> dict[str, str]:
     env = dict(os.environ)
+    if spec.strategy != "ddp":
+        for name in LAUNCHER_VARIABLES:
+            env.pop(name, None)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
     env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
     # The workers write into a pipe, so they cannot see that a person is watching: tell them.
