@@ -103,6 +103,10 @@ def command_run(args: argparse.Namespace) -> int:
     spec = resolve(spec_from_args(args))
     result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff)
     if result.record_path is None:
+        if result.exit_code != 0:
+            print(f"node {spec.node_rank} FAILED ({result.message or f'exit code {result.exit_code}'}); "
+                  f"the node of global rank 0 writes the record")
+            return 1
         print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
         return 0
     record = load_record(result.record_path)

@@ -98,8 +98,10 @@ def test_out_of_memory_is_its_own_status(tmp_path):
     assert "out of memory on rank 0" in record["error"]["message"]
 
 
-def test_oom_backoff_reruns_at_half_the_batch(tmp_path):
-    workload = f"{REPO}/tests/fixtures/oom_above_batch.py:oom_above_batch"
+@pytest.mark.parametrize("factory", ["oom_above_batch", "cudnn_oom_above_batch"])
+def test_oom_backoff_reruns_at_half_the_batch(tmp_path, factory):
+    # Also when the library that ran out (cuDNN here) raises a plain RuntimeError.
+    workload = f"{REPO}/tests/fixtures/oom_above_batch.py:{factory}"
     done = ddpbench("run", "--workload", workload, *QUICK, "--oom-backoff", "--out", str(tmp_path))
     record = only_record(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]

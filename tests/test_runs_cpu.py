@@ -153,14 +153,15 @@ def free_port() -> int:
 
 
 def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
-    """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous."""
+    """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous,
+    writing to one folder as nodes sharing a file system do (same run id, as in a sweep)."""
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
                    "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--run-timeout", "180",
-                   "--out", str(tmp_path / f"node{node_rank}")]
+                   "--run-id", "shared-run", "--out", str(tmp_path / "shared")]
         nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=cpu_environment()))
     try:
@@ -171,9 +172,14 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
                 node.send_signal(signal.SIGTERM)
                 node.wait(timeout=60)
     assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
-    records = glob.glob(str(tmp_path / "node*" / "runs" / "*.json"))
+    records = glob.glob(str(tmp_path / "shared" / "runs" / "*.json"))
     assert len(records) == 1, "exactly one record: global rank 0 writes, no one else"
     record = json.load(open(records[0]))
+    assert record["launch"]["node_rank"] == 0  # node 1 never rewrote rank 0's record
+    # Each node kept its own logs: neither cleared nor overwrote the other's.
+    logs = tmp_path / "shared" / "logs" / "shared-run"
+    for node_logs in (logs, logs / "node-1"):
+        assert (node_logs / "output.log").stat().st_size > 0 and (node_logs / "ranks").is_dir()
     assert_valid_ok_record(record, world_size=2, timed_steps=5)
     assert record["spec"]["nnodes"] == 2 and record["spec"]["nproc"] == 1
     assert record["checks"]["replicas_in_sync"]["ok"]

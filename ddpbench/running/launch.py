@@ -137,6 +137,15 @@ class LaunchResult:
     wall_s: float
     record_path: str | None
     """The record on this machine, or None when global rank 0 ran on another node."""
+    message: str | None = None
+    """What went wrong on a node that writes no record (node_rank > 0)."""
+
+
+def run_log_dir(spec: RunSpec) -> str:
+    """`<out>/logs/<run_id>/`, and `node-<R>/` inside it for the other nodes of a multi-node run:
+    on a file system the nodes share, each node clears and writes only its own logs."""
+    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    return os.path.join(log_dir, f"node-{spec.node_rank}") if spec.node_rank else log_dir
 
 
 class OutputTee:
@@ -189,6 +198,8 @@ RENDEZVOUS_ATTEMPTS = 3
 def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, echo: bool) -> tuple[list, int, bool, list]:
     """Start the run's processes and wait for them. Returns (command, exit code, timed out,
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
+    # A rerun (resume, OOM back-off, rendezvous retry) starts from empty per-rank folders. Only
+    # this node's: other nodes' logs are in their own node-<R>/ folders (see run_log_dir).
     for stale in ("ranks", "heartbeats"):
         shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
@@ -226,7 +237,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     that fails (port taken, store unreachable) is retried on a fresh port.
     """
     check_output_folder(spec.out_dir)
-    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    log_dir = run_log_dir(spec)
     os.makedirs(log_dir, exist_ok=True)
     path = record_path(spec.out_dir, spec.run_id)
     notes = []
@@ -251,6 +262,11 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
     diagnosis = None
     if exit_code != 0 or timed_out:
         diagnosis = diagnose(exit_code, timed_out, timeout_s, log_dir, spec.node_rank, spec.nproc, tail)
+    if spec.node_rank != 0:
+        # Records belong to the node of global rank 0; on a shared file system another node
+        # rewriting the same record would race with it. This node's story stays in its logs.
+        message = None if diagnosis is None else f"{diagnosis[0]}: {diagnosis[1]['message']}"
+        return LaunchResult(spec, 1 if timed_out else exit_code, wall_s, None, message)
     if os.path.exists(path):
         record = load_record(path)
         record.launch = launch_info
@@ -261,8 +277,6 @@ def launch(spec: RunSpec, timeout_s: float | None = None, echo: bool = True) -> 
             error["message"] = f"measurements complete, then the run failed ({status}): {error['message']}"
             record.error = msgspec.convert(error, RunError)
         write_record(record, spec.out_dir)
-    elif exit_code == 0 and spec.nnodes > 1:
-        return LaunchResult(spec, exit_code, wall_s, None)
     else:
         status, error = diagnosis or ("failed", {"message": "the run exited cleanly but wrote no record",
                                                  "exit_code": exit_code, "output_tail": tail})

@@ -34,7 +34,7 @@ from ddpbench.worker.faults import maybe_inject
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
-from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record
+from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record, RunError
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.config.spec import RunSpec
 from ddpbench.worker.memory import PeakMemory
@@ -343,6 +343,11 @@ def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | No
 
 def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[dict]) -> None:
     record.overlap = overlap_estimates(spec, results, found)
+    failed = [(f["rank"], f["trace_summary"]["error"]) for f in found if (f.get("trace_summary") or {}).get("error")]
+    if failed and record.error is None:
+        # The measurements stand; the run still says (and exits 1) that its trace view is missing.
+        record.error = RunError(message="trace analysis failed: " + "; ".join(
+            f"rank {rank}: {message}" for rank, message in sorted(failed)), failed_ranks=sorted(r for r, _ in failed))
     record.ended_at = utc_now()
     by_rank = {f["rank"]: f for f in found}
     for entry in record.ranks:
