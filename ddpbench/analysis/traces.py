@@ -30,7 +30,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from isal import igzip
+
+try:
+    from isal import igzip  # ISA-L: the same gzip, about twice as fast as zlib
+except ImportError:  # a machine without the wheel still reads traces, at zlib's pace
+    import gzip as igzip
 
 from ddpbench.records.schema import TraceStep  # one profiler step of one rank, as records store it
 from ddpbench.analysis import intervals as iv
@@ -83,7 +87,7 @@ def read_trace(path: str) -> _Trace:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            raw = igzip.decompress(raw)  # ISA-L: the same gzip, about twice as fast as zlib
+            raw = igzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
             raise TraceError(f"{path}: truncated or corrupt gzip: {exc}") from None
     # Tens of thousands of small objects: the cyclic GC would stop to scan them several times.
