@@ -350,7 +350,7 @@ class Checker:
         metrics = record["metrics"]
         notes = record["host_sync"]["host_reads_per_step"]
         return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, gradients averaged "
-                f"within {record['checks']['gradients_averaged']['max_relative_error']:.1e}"
+                f"within {record['checks']['gradients_averaged']['details']['max_relative_error']:.1e}"
                 f"{', GradScaler host read noted' if notes else ''}")
 
     def vit_workers(self, figures: dict) -> str:

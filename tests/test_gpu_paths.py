@@ -269,16 +269,18 @@ def test_kernels_without_a_launch_event_are_counted(tmp_path):
 
 
 def test_a_trace_analysis_failure_is_an_error_of_the_run():
+    from ddpbench.records.schema import RankResult, Record
     from ddpbench.worker.main import add_overlap
 
-    spec = RunSpec(workload="mlp", nproc=2, device="cpu", no_sync_steps=0)
-    record = {"ranks": [{"rank": 0}, {"rank": 1}], "error": None}
+    spec = RunSpec(workload="mlp", nproc=2, device="cpu", no_sync_steps=0, run_id="r")
+    record = Record(run_id="r", status="ok", spec=spec, ranks=[RankResult(rank=0), RankResult(rank=1)])
     results = [{"rank": r, "reducer": {}, "step_times_s": [0.1]} for r in (0, 1)]
     found = [{"rank": 0, "trace_path": "a", "trace_summary": {"steps_analysed": 2}},
              {"rank": 1, "trace_path": "b", "trace_summary": {"error": "TraceError: b: no ProfilerStep#N"}}]
     add_overlap(record, spec, results, found)
-    assert record["error"]["message"] == "trace analysis failed: rank 1: TraceError: b: no ProfilerStep#N"
-    assert record["error"]["failed_ranks"] == [1]
+    assert record.error.message == "trace analysis failed: rank 1: TraceError: b: no ProfilerStep#N"
+    assert record.error.failed_ranks == [1]
+    assert record.status == "ok" and record.overlap.trace.by_rank[0].steps_analysed == 2
 
 
 # --- MFU --------------------------------------------------------------------------------------

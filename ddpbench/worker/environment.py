@@ -26,8 +26,8 @@ def math_settings() -> dict:
 
 def torch_facts() -> dict:
     facts = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion, which the record encoder refuses
+        "torchvision": str(torchvision.__version__),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": None,
