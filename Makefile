@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test gate clean hta-venv
+.PHONY: install bench test gate clean hta-venv gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ gate: install
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# Every GPU path once, in about 6 minutes on one GPU, with the interpreter given (one that already
+# has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -33,7 +33,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--size", choices=SIZES, default=None, help="workload size (default: full on GPUs, tiny on CPU)")
     add("--batch-size", type=int, default=None, help="samples per device per step (default: the workload's)")
     add("--steps", type=int, default=30, help="total steps per rank, warm-up included (default 30)")
-    add("--warmup", type=int, default=5, help="leading steps never timed (default 5; ddp needs >= 1)")
+    add("--warmup", type=int, default=None,
+        help="leading steps never timed (default 5, or 11 for ddp on GPUs; ddp needs >= 1)")
     add("--precision", choices=PRECISIONS, default="fp32", help="fp16 needs a GPU")
     add("--threads-per-rank", type=int, default=None, help="CPU threads per process (default cores // nproc)")
     add("--num-workers", type=int, default=0, help="DataLoader workers per rank (default 0)")
@@ -113,6 +114,10 @@ def command_run(args: argparse.Namespace) -> int:
     result = launch_with_oom_backoff(spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
                                      verbose=args.verbose)
     if result.record_path is None:
+        if result.exit_code != 0:
+            print(f"node {spec.node_rank} FAILED ({result.message or f'exit code {result.exit_code}'}); "
+                  f"the node of global rank 0 writes the record")
+            return 1
         print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
         return 0
     record = load_record(result.record_path)

@@ -9,11 +9,24 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 
 
-def ddpbench(*args: str, timeout: float = 240, env: dict | None = None, cwd=REPO) -> subprocess.CompletedProcess:
+# Tests meant for CPU run with the GPUs hidden: on a GPU machine `--device auto` would otherwise
+# pick CUDA (and every `--nproc 2` run would be refused on a one-GPU box).
+HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def cpu_environment(**changes: str) -> dict:
+    """os.environ with the GPUs hidden, for subprocesses started by CPU tests."""
+    return {**os.environ, **HIDE_GPUS, **changes}
+
+
+def ddpbench(*args: str, timeout: float = 240, env: dict | None = None, cwd=REPO,
+             gpus: bool = False) -> subprocess.CompletedProcess:
     """Run the real command line in a fresh process, as a user would. Commands that write to the
-    working folder (a sweep's report goes to ./reports/) get a temporary `cwd` from their test."""
+    working folder (a sweep's report goes to ./reports/) get a temporary `cwd` from their test.
+    GPUs stay hidden unless `gpus` (the CUDA tests)."""
+    base = dict(os.environ) if gpus else cpu_environment()
     return subprocess.run([sys.executable, "-m", "ddpbench", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env={**base, **(env or {})})
 
 
 def cuda_available() -> bool:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import REPO, ddpbench
+from conftest import REPO, cpu_environment, ddpbench
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
 
@@ -98,8 +98,10 @@ def test_out_of_memory_is_its_own_status(tmp_path):
     assert "out of memory on rank 0" in record["error"]["message"]
 
 
-def test_oom_backoff_reruns_at_half_the_batch(tmp_path):
-    workload = f"{REPO}/tests/fixtures/oom_above_batch.py:oom_above_batch"
+@pytest.mark.parametrize("factory", ["oom_above_batch", "cudnn_oom_above_batch"])
+def test_oom_backoff_reruns_at_half_the_batch(tmp_path, factory):
+    # Also when the library that ran out (cuDNN here) raises a plain RuntimeError.
+    workload = f"{REPO}/tests/fixtures/oom_above_batch.py:{factory}"
     done = ddpbench("run", "--workload", workload, *QUICK, "--oom-backoff", "--out", str(tmp_path))
     record = only_record(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
@@ -123,7 +125,8 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
     command = [sys.executable, "-m", "ddpbench", "sweep", "--workloads", "mlp", "--strategies", "local,ddp",
                "--nproc", "2", "--steps", "60", "--warmup", "2", "--no-profile", "--out", str(tmp_path),
                "--sweep-id", "s"]
-    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=cpu_environment())
     runs = tmp_path / "s" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (runs.exists() and any(n.endswith(".json") for n in os.listdir(runs))):

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, ddpbench, foreign_lines
+from conftest import REPO, cpu_environment, ddpbench, foreign_lines
 
 pytestmark = pytest.mark.launches
 
@@ -63,10 +63,10 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     spec = record["spec"]
     assert (spec["device"], spec["backend"], spec["size"], spec["threads_per_rank"]) == ("cpu", "gloo", "tiny", 1)
     checks = record["checks"]
-    assert checks["replicas_in_sync"]["ok"] and checks["replicas_in_sync"]["distinct_digests"] == 1
+    assert checks["replicas_in_sync"]["ok"] and checks["replicas_in_sync"]["details"]["distinct_digests"] == 1
     assert checks["gradients_averaged"]["ok"]
-    assert checks["shards_disjoint"]["shard_sizes"] == [80, 80]
-    assert checks["shards_cover_dataset"]["covered"] == 160
+    assert checks["shards_disjoint"]["details"]["shard_sizes"] == [80, 80]
+    assert checks["shards_cover_dataset"]["details"]["covered"] == 160
     assert checks["reshuffled_each_epoch"]["ok"] is True  # 25 steps of 10 per epoch: set_epoch ran
     assert record["ranks"][0]["epochs_started"] == 3
     assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
@@ -118,7 +118,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
                                      "comm_hook": "fp16_compress"}
     assert record["spec"]["batch_size"] == 3
     assert record["metrics"]["sample_unit"] == "rows"
-    assert record["checks"]["gradients_averaged"]["tolerance"] == 5e-3
+    assert record["checks"]["gradients_averaged"]["details"]["tolerance"] == 5e-3
     assert record["overlap"]["trace"] is None and not (tmp_path / "traces").exists()
 
 
@@ -160,15 +160,17 @@ def free_port() -> int:
 
 
 def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
-    """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous."""
+    """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous,
+    writing to one folder as nodes sharing a file system do (same run id, as in a sweep)."""
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
                    "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--run-timeout", "180",
-                   "--out", str(tmp_path / f"node{node_rank}")]
-        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                   "--run-id", "shared-run", "--out", str(tmp_path / "shared")]
+        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=cpu_environment()))
     try:
         outputs = [node.communicate(timeout=240) for node in nodes]
     finally:
@@ -177,9 +179,14 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
                 node.send_signal(signal.SIGTERM)
                 node.wait(timeout=60)
     assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
-    records = glob.glob(str(tmp_path / "node*" / "runs" / "*.json"))
+    records = glob.glob(str(tmp_path / "shared" / "runs" / "*.json"))
     assert len(records) == 1, "exactly one record: global rank 0 writes, no one else"
     record = json.load(open(records[0]))
+    assert record["launch"]["node_rank"] == 0  # node 1 never rewrote rank 0's record
+    # Each node kept its own logs: neither cleared nor overwrote the other's.
+    logs = tmp_path / "shared" / "logs" / "shared-run"
+    for node_logs in (logs, logs / "node-1"):
+        assert (node_logs / "output.log").stat().st_size > 0 and (node_logs / "ranks").is_dir()
     assert_valid_ok_record(record, world_size=2, timed_steps=5)
     assert record["spec"]["nnodes"] == 2 and record["spec"]["nproc"] == 1
     assert record["checks"]["replicas_in_sync"]["ok"]

@@ -7,7 +7,9 @@ from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
 def test_defaults_are_valid_and_world_size_multiplies_nodes():
     spec = RunSpec(workload="mlp", nproc=4, nnodes=2, rdzv_endpoint="10.0.0.1:29400", rdzv_id="job")
     assert spec.world_size == 8
-    assert spec.timed_steps == spec.steps - spec.warmup
+    # The warm-up is chosen once the device is known (11 for ddp on GPUs, else 5).
+    assert spec.warmup is None and spec.timed_steps == spec.steps - 5
+    assert spec.replace(device="cpu").timed_steps == spec.steps - spec.replace(device="cpu").warmup
 
 
 @pytest.mark.parametrize("changes, words", [

@@ -30,10 +30,10 @@ def test_intersection_of_merged_sets():
     assert iv.intersection(a, iv.EMPTY) == 0.0
 
 
-def write_trace(path, events, rank=0, gzipped=True, distributed=True):
+def write_trace(path, events, rank=0, gzipped=True, distributed=True, backend="nccl"):
     trace = {"traceEvents": events, "baseTimeNanoseconds": 1_000_000}
     if distributed:
-        trace["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+        trace["distributedInfo"] = {"backend": backend, "rank": rank, "world_size": 2}
     data = json.dumps(trace).encode()
     with open(path, "wb") as handle:
         handle.write(gzip.compress(data) if gzipped else data)
@@ -101,7 +101,7 @@ def test_cpu_gloo_overlap_by_hand(tmp_path):
         cpu_op(3, 8, name="aten::add", tid=9),                        # some other thread: not the training loop
         cpu_op(100, 150), cpu_op(180, 230, name="gloo:all_reduce", tid=7, category="user_annotation"),
     ]
-    result = analyze_trace(write_trace(tmp_path / "rank-1.json.gz", events, rank=1))
+    result = analyze_trace(write_trace(tmp_path / "rank-1.json.gz", events, rank=1, backend="gloo"))
     first, second = result.steps
     assert result.kind == "cpu" and result.rank == 1
     assert first.comm_us == 50 and first.compute_us == 60 and first.overlap_us == 20
@@ -150,7 +150,7 @@ def test_stragglers_name_the_rank_that_starts_collectives_last(tmp_path):
     for rank, comm_start in ((0, 20), (1, 35)):
         events = [step_event(1, 0, 100), cpu_op(0, 90),
                   cpu_op(comm_start, comm_start + 10, name="gloo:all_reduce", tid=7, category="user_annotation")]
-        paths.append(write_trace(tmp_path / f"rank-{rank}.json.gz", events, rank=rank))
+        paths.append(write_trace(tmp_path / f"rank-{rank}.json.gz", events, rank=rank, backend="gloo"))
     rows = stragglers([analyze_trace(p) for p in paths])
     assert rows == [{"step": 1, "latest_rank": 1, "lag_ms": pytest.approx(0.015)}]
 

@@ -30,7 +30,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from isal import igzip
+
+try:
+    from isal import igzip  # ISA-L: the same gzip, about twice as fast as zlib
+except ImportError:  # a machine without the wheel still reads traces, at zlib's pace
+    import gzip as igzip
 
 from ddpbench.records.schema import TraceStep  # one profiler step of one rank, as records store it
 from ddpbench.analysis import intervals as iv
@@ -83,7 +87,7 @@ def read_trace(path: str) -> _Trace:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            raw = igzip.decompress(raw)  # ISA-L: the same gzip, about twice as fast as zlib
+            raw = igzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
             raise TraceError(f"{path}: truncated or corrupt gzip: {exc}") from None
     # Tens of thousands of small objects: the cyclic GC would stop to scan them several times.
@@ -111,6 +115,10 @@ class TraceAnalysis:
     """gpu or cpu."""
     mode: str
     steps: list[TraceStep] = field(default_factory=list)
+    kernels: dict | None = None
+    """GPU: how many kernels the trace holds, and how many (and how much of their time) could not
+    be placed in an analysed step: no launch event with their correlation id, or launched
+    outside the analysed steps (the last step is always dropped)."""
     hta: dict | None = None
     """mode hta: overlap_pct, compute_us, non_compute_us, idle_us, kernel_span_us over all kept kernels."""
 
@@ -126,6 +134,7 @@ class TraceAnalysis:
             "overlap_pct": 100.0 * totals["overlap_us"] / comm if comm > 0 else None,
             "exposed_comm_us_per_step": totals["exposed_comm_us"] / len(self.steps) if self.steps else None,
             "steps": [msgspec.structs.asdict(s) for s in self.steps],
+            "kernels": self.kernels,
             "hta": self.hta,
         }
 
@@ -249,6 +258,13 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
     base_us = (trace.baseTimeNanoseconds or 0) / 1000.0
     gpu = _gpu_events(scan, hta_rounding=mode == "hta")
     kind = "gpu" if len(gpu.starts) else "cpu"
+    if kind == "cpu" and (scan.launches or info.get("backend") == "nccl"):
+        # Kernels launched (or an NCCL job) but none recorded: CUPTI did not trace the GPU. Read as
+        # a CPU trace it would report the launch calls as the step's work.
+        evidence = f"{len(scan.launches)} CUDA launch events" if scan.launches else "backend nccl"
+        raise TraceError(f"{path}: a GPU trace ({evidence}) without kernel events: the profiler did not "
+                         f"record GPU activity (CUPTI unavailable, or ProfilerActivity.CUDA not requested); "
+                         f"refusing to analyse it as a CPU trace")
     result = TraceAnalysis(path=path, rank=rank, rank_source=rank_source, world_size=info.get("world_size"),
                            backend=info.get("backend"), kind=kind, mode=mode)
     if len(numbers) == 0:
@@ -280,14 +296,27 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
         }
     index = np.searchsorted(step_starts, gpu.anchor, side="right") - 1
     inside = (index >= 0) & (gpu.anchor < step_ends[np.clip(index, 0, None)])
-    for i, number in enumerate(numbers[:-1]):  # the last step's kernels may be cut off
-        keep = inside & (index == i)
+    analysed = inside & (index < len(numbers) - 1)  # the last step's kernels may be cut off
+    result.kernels = _kernel_accounting(gpu, analysed)
+    for i, number in enumerate(numbers[:-1]):
+        keep = analysed & (index == i)
         if not keep.any():
             continue
         compute, comm, other = _sets(gpu.starts, gpu.ends, gpu.role, keep)
         span_start, span_end = float(gpu.starts[keep].min()), float(gpu.ends[keep].max())
         result.steps.append(_step_overlap(int(number), compute, comm, other, span_start, span_end, base_us))
     return result
+
+
+def _kernel_accounting(gpu: _Events, analysed: np.ndarray) -> dict:
+    """Kernels the step analysis could not use, counted rather than dropped silently."""
+    kernel = gpu.role != 2
+    unlaunched = kernel & np.isnan(gpu.anchor)
+    outside = kernel & ~analysed & ~unlaunched
+    duration = gpu.ends - gpu.starts
+    return {"total": int(kernel.sum()), "analysed": int((kernel & analysed).sum()),
+            "without_launch": int(unlaunched.sum()), "without_launch_us": float(duration[unlaunched].sum()),
+            "outside_analysed_steps": int(outside.sum())}
 
 
 def stragglers(analyses: list[TraceAnalysis]) -> list[dict]:
@@ -346,4 +375,10 @@ def format_trace_table(analyses: list[TraceAnalysis]) -> str:
         notes.append("? rank unknown: no distributedInfo and no rank in the file name")
     if any(a.summary()["overlap_pct"] is None for a in analyses):
         notes.append("n/a: no communication in the trace, so overlap does not apply")
+    for analysis in analyses:
+        kernels = analysis.kernels or {}
+        if kernels.get("without_launch"):
+            notes.append(f"{analysis.path}: {kernels['without_launch']} of {kernels['total']} kernels "
+                         f"({kernels['without_launch_us'] / 1000:.3f} ms) have no launch event with their "
+                         f"correlation id, so no step: left out of the figures above")
     return "\n".join(lines + notes)

@@ -30,8 +30,9 @@ SUITES: dict[str, Suite] = {
     "cpu": Suite(workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8}, size="tiny",
                  precision="fp32", steps=80, warmup=5,
                  description="tiny workloads on CPU processes over gloo"),
+    # warm-up 11: DDP host-synchronises its first 10 iterations on GPUs (runtime logging).
     "gpu": Suite(workloads={"resnet50": 128, "vit_b_16": 64, "gpt2": 8, "mlp": 32}, size="full",
-                 precision="bf16", steps=60, warmup=10,
+                 precision="bf16", steps=60, warmup=11,
                  description="full-size workloads on GPUs, bf16 autocast"),
     "smoke": Suite(workloads={"mlp": 8}, size="tiny", precision="fp32", steps=12, warmup=2,
                    description="one tiny workload, for a quick check that everything runs"),

@@ -21,6 +21,20 @@ DEVICES = ("auto", "cuda", "cpu")
 SIZES = ("tiny", "full")
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
 SCALING_MODES = ("weak", "strong")
+DEFAULT_WARMUP = 5
+# DDP times its first 10 iterations for its runtime logging (torch's Reducer,
+# should_collect_runtime_stats), and on GPUs reading those timers waits for the previous
+# iteration's CUDA events at the start of the next forward: forwards 2 to 11 are
+# host-synchronised. A warm-up of 11 keeps all of them out of the timed window.
+DDP_LOGGED_ITERATIONS = 10
+
+
+def default_warmup(strategy: str, device: str, steps: int) -> int:
+    """The warm-up when none is asked: 5, or enough to cover DDP's logged iterations on GPUs
+    (but always leaving at least one timed step)."""
+    if strategy == "ddp" and device == "cuda":
+        return max(1, min(DDP_LOGGED_ITERATIONS + 1, steps - 1))
+    return DEFAULT_WARMUP
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
@@ -92,8 +106,10 @@ class RunSpec:
     """Samples per device per step; None takes the workload's default for its size."""
     steps: int = 30
     """Total steps per rank, warm-up included."""
-    warmup: int = 5
-    """Leading steps that are never timed. DDP needs at least one: its first iteration is special."""
+    warmup: int | None = None
+    """Leading steps that are never timed. DDP needs at least one: its first iteration is special.
+    None: 5, or 11 for ddp on GPUs (DDP host-synchronises its first 10 iterations); filled in
+    once the device is known."""
     precision: str = "fp32"
     """fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler, GPU only)."""
     threads_per_rank: int | None = None
@@ -161,14 +177,17 @@ class RunSpec:
         _at_least("nnodes", self.nnodes, 1)
         if self.batch_size is not None:
             _at_least("batch_size", self.batch_size, 1)
-        _at_least("warmup", self.warmup, 0)
         _at_least("steps", self.steps, 1)
-        if self.steps <= self.warmup:
+        if self.warmup is None and self.device != "auto":
+            object.__setattr__(self, "warmup", default_warmup(self.strategy, self.device, self.steps))
+        warmup = DEFAULT_WARMUP if self.warmup is None else self.warmup
+        _at_least("warmup", warmup, 0)
+        if self.steps <= warmup:
             raise SpecError(
                 f"steps must be above warmup (steps counts the warm-up too); "
-                f"got steps={self.steps}, warmup={self.warmup}"
+                f"got steps={self.steps}, warmup={warmup}"
             )
-        if self.strategy == "ddp" and self.warmup < 1:
+        if self.strategy == "ddp" and warmup < 1:
             raise SpecError(
                 "warmup must be at least 1 for ddp: DDP's first iteration builds its buckets "
                 "and is never representative"
@@ -220,7 +239,7 @@ class RunSpec:
 
     @property
     def timed_steps(self) -> int:
-        return self.steps - self.warmup
+        return self.steps - (DEFAULT_WARMUP if self.warmup is None else self.warmup)
 
     @property
     def no_sync_replays(self) -> int:

@@ -56,6 +56,34 @@ class Environment(Part):
     nccl: str | None = None
     gpu_count: int = 0
     gpu_names: list[str] = []
+    gpu_capabilities: list[str] = []
+    """Compute capability per GPU, e.g. 9.0."""
+    gpu_memory_bytes: list[int] = []
+    bf16_supported: bool | None = None
+    """bf16 natively supported by the first GPU (not emulated); None without a GPU."""
+    driver_version: str | None = None
+    """NVIDIA driver, from nvidia-smi or /proc/driver/nvidia/version; None without a driver."""
+    mig_mode: list[str] = []
+    """MIG mode per GPU as nvidia-smi reports it (Enabled, Disabled, [N/A])."""
+    mig_devices_visible: bool = False
+    """CUDA_VISIBLE_DEVICES names MIG instances."""
+    gpu_topology: str | None = None
+    """`nvidia-smi topo -m`: how the GPUs, NICs and CPUs are connected."""
+    matmul_allow_tf32: bool | None = None
+    cudnn_allow_tf32: bool | None = None
+    float32_matmul_precision: str | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+
+
+class MemoryPeak(Part):
+    """The peak memory of one phase of a rank."""
+
+    peak_bytes: int
+    """On the rank's largest device."""
+    by_device: list[int]
+    """Every device the process drove (all of DataParallel's GPUs)."""
+    kind: str
 
 
 class RankResult(Part):
@@ -74,8 +102,14 @@ class RankResult(Part):
     param_digest: str | None = None
     """sha256 of the parameters' bytes after the timed window."""
     peak_memory_bytes: int | None = None
+    """The timed window's peak, on the largest device."""
     peak_memory_kind: str | None = None
-    """cuda_max_memory_allocated on GPUs, process_max_rss on CPU."""
+    """cuda_max_memory_allocated on GPUs; process_peak_rss on CPU (reset per phase), or
+    process_max_rss where the peak cannot be reset (since the process started)."""
+    peak_memory_bytes_by_device: list[int] | None = None
+    """The timed window's peak on each device the process drove."""
+    peak_memory_by_phase: dict[str, MemoryPeak] | None = None
+    """warm-up, timed, checks: each phase's peak, reset at its start."""
     trace_path: str | None = None
     no_sync_step_times_s: list[float] | None = None
     """The first timed steps replayed under DDP's no_sync() (no all-reduce)."""
@@ -91,6 +125,20 @@ class Distribution(Part):
     p50: float
     p90: float
     p99: float
+
+
+class MfuBasis(Part):
+    """How MFU was computed, or why it is unknown."""
+
+    device: str | None = None
+    matched: str | None = None
+    """The entry of the published-peak table the device matched."""
+    precision: str | None = None
+    """What the tensor cores computed in: bf16, fp16, tf32 (fp32 with TF32 allowed) or fp32."""
+    peak_flops_per_s: float | None = None
+    source: str | None = None
+    reason: str | None = None
+    """Why MFU is unknown."""
 
 
 class Metrics(Part):
@@ -112,6 +160,26 @@ class Metrics(Part):
     flops_per_sample: float | None = None
     """Forward plus backward, counted by torch.utils.flop_counter."""
     final_loss: float | None = None
+    mfu: float | None = None
+    """Model FLOPs utilisation: flops_per_sample x samples/s per device / the device's published
+    peak (a fraction); None where the device or the FLOPs are unknown."""
+    mfu_basis: MfuBasis | None = None
+
+
+class DdpRuntimeLogging(Part):
+    """DDP times its first iterations for its logging; on GPUs those forwards wait on the host."""
+
+    sample_rate: int
+    logged_iterations: int
+    timed_steps_host_synchronised: int
+    how: str
+
+
+class HostSync(Part):
+    """Where timed steps wait for the GPU on the host, and what was done about it."""
+
+    ddp_runtime_logging: DdpRuntimeLogging | None = None
+    host_reads_per_step: list[str] = []
 
 
 class Check(Part):
@@ -141,6 +209,18 @@ class TraceStep(Part):
     """Absolute start of the step's first collective (base time + ts), for straggler analysis."""
 
 
+class TraceKernels(Part):
+    """GPU kernels of a trace, and those the step analysis could not place."""
+
+    total: int
+    analysed: int
+    without_launch: int
+    """No launch event carries their correlation id, so they belong to no step."""
+    without_launch_us: float
+    outside_analysed_steps: int
+    """Launched outside the analysed steps (the last step is always dropped)."""
+
+
 class TraceSummary(Part):
     """One rank's trace analysed; only `error` is set when the trace could not be analysed."""
 
@@ -164,6 +244,7 @@ class TraceSummary(Part):
     """None when the trace has no communication: overlap does not apply."""
     exposed_comm_us_per_step: float | None = None
     steps: list[TraceStep] = []
+    kernels: TraceKernels | None = None
     hta: dict[str, Any] | None = None
 
 
@@ -287,6 +368,7 @@ class Record(Part):
     oom_backoff: list[OomAttempt] | None = None
     oversubscribed: Oversubscribed | None = None
     """Set by the launcher when the run's threads exceeded the usable cores; None otherwise."""
+    host_sync: HostSync | None = None
 
     def failed_checks(self) -> list[str]:
         return [name for name, check in self.checks.items() if check.ok is False]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.records.schema import Record, RunError
+from ddpbench.records.schema import Metrics, Record, RunError
 
 TAIL_LINES = 10
 _NAMED_RANK = re.compile(r"\brank (\d+)")
@@ -35,6 +35,27 @@ def _ms(seconds: float) -> str:
 CHECK_WORDS = {True: "ok", False: "FAILED", None: "not checked"}
 
 
+def _mfu(metrics: Metrics) -> str:
+    """Model FLOPs utilisation against the device's published peak, or why it is unknown."""
+    basis = metrics.mfu_basis
+    if metrics.mfu is None:
+        return f"unknown ({basis.reason if basis and basis.reason else 'not measured'})"
+    return (f"{100 * metrics.mfu:.1f} % of {basis.peak_flops_per_s / 1e12:,.1f} TFLOP/s "
+            f"{basis.precision} ({basis.matched}, published dense peak)")
+
+
+def _host_sync_notes(record: Record) -> list[str]:
+    """Where timed steps waited for the GPU on the host: the numbers then show the CPU's pace."""
+    found = record.host_sync
+    if found is None:
+        return []
+    notes = list(found.host_reads_per_step)
+    logging = found.ddp_runtime_logging
+    if logging is not None and logging.timed_steps_host_synchronised:
+        notes.append(logging.how)
+    return notes
+
+
 def format_summary(record: Record, path: str) -> str:
     spec = record.spec
     threads = spec.threads_per_rank
@@ -55,6 +76,10 @@ def format_summary(record: Record, path: str) -> str:
         iteration = metrics.iteration_time_s
         lines.append(f"  throughput   {metrics.throughput_units_per_s:,.1f} {unit}/s "
                      f"({metrics.throughput_units_per_s_per_device:,.1f} per device)")
+        if spec.device == "cuda":
+            lines.append(f"  MFU          {_mfu(metrics)}")
+        for note in _host_sync_notes(record):
+            lines.append(f"  host sync    {note}")
         lines.append(f"  iteration    p50 {_ms(iteration.p50)}  p90 {_ms(iteration.p90)}  "
                      f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
                      f"  over {metrics.timed_steps} timed steps")

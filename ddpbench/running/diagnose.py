@@ -22,7 +22,17 @@ _COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective"
 _PEER_FAILURE = re.compile(r"by peer|remote worker|timed out|timeout|Watchdog caught collective", re.IGNORECASE)
 _RENDEZVOUS_FAILURE = re.compile(r"EADDRINUSE|address already in use|RendezvousConnectionError|"
                                  r"RendezvousTimeoutError|The server socket has failed to listen", re.IGNORECASE)
+# Out of memory, however it is raised: torch.OutOfMemoryError from the caching allocator, but
+# also a plain RuntimeError when cuDNN, cuBLAS or NCCL fail to allocate (their workspace or
+# communicator buffers) and CUDA's own "out of memory" error (code 2).
+_OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+                            r"CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUFFT_ALLOC_FAILED|"
+                            r"cudaErrorMemoryAllocation|\bout of memory\b", re.IGNORECASE)
 OUTPUT_READ_BYTES = 256 * 1024
+
+
+def out_of_memory(text: str) -> bool:
+    return bool(_OUT_OF_MEMORY.search(text))
 
 
 def read_output(log_path: str) -> str:
@@ -105,11 +115,11 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
     if timed_out:
         status = "timeout"
         error["message"] = f"ended after the {timeout_s:.0f} s run timeout"
-    elif any("OutOfMemoryError" in t for t in texts):
+    elif any(out_of_memory(t) for t in texts):
         status = "oom"
-        ranks = sorted(r for r, e in errors.items() if "OutOfMemoryError" in e["message"])
+        ranks = sorted(r for r, e in errors.items() if out_of_memory(e["message"]))
         error["message"] = f"out of memory{' on rank ' + ', '.join(map(str, ranks)) if ranks else ''}: " \
-                           f"{next(t for t in texts if 'OutOfMemoryError' in t)}"
+                           f"{next(t for t in texts if out_of_memory(t))}"
     elif killed:
         status = "failed"
         error["message"] = "; ".join(f"rank {rank} was killed by {name}" for rank, name in sorted(killed.items()))

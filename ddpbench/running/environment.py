@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 from typing import Mapping
@@ -69,6 +70,60 @@ def project_git() -> dict:
     return {"git_sha": sha, "git_dirty": bool(status) if sha else None}
 
 
+def nvidia_driver_present() -> bool:
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")
+
+
+_KERNEL_MODULE_VERSION = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)")
+
+
+def driver_version_from_proc(text: str) -> str | None:
+    """The driver version from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64
+    Kernel Module  550.54.15  ...")."""
+    match = _KERNEL_MODULE_VERSION.search(text)
+    return match.group(1) if match else None
+
+
+def parse_gpu_query(text: str) -> tuple[str | None, list[str]]:
+    """(driver version, MIG mode per GPU) from `nvidia-smi --query-gpu=driver_version,mig.mode.current
+    --format=csv,noheader`: one "550.54.15, Disabled" line per GPU ("[N/A]" where MIG does not exist)."""
+    rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
+    rows = [row for row in rows if len(row) == 2]
+    return (rows[0][0] if rows else None), [row[1] for row in rows]
+
+
+def _nvidia_smi(*args: str) -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def gpu_host_facts() -> dict:
+    """Driver version, MIG mode of every GPU and the topology matrix (NVLink, PCIe, NUMA
+    affinity: `nvidia-smi topo -m`), where an NVIDIA driver is present; None where unknown."""
+    facts: dict = {"driver_version": None, "mig_mode": [], "gpu_topology": None,
+                   "mig_devices_visible": "MIG-" in os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    if not nvidia_driver_present():
+        return facts
+    query = _nvidia_smi("--query-gpu=driver_version,mig.mode.current", "--format=csv,noheader")
+    if query:
+        facts["driver_version"], facts["mig_mode"] = parse_gpu_query(query)
+    if facts["driver_version"] is None:
+        try:
+            with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+                facts["driver_version"] = driver_version_from_proc(handle.read())
+        except OSError:
+            pass
+    topology = _nvidia_smi("topo", "-m")
+    facts["gpu_topology"] = topology.rstrip() if topology else None
+    return facts
+
+
 def host_facts() -> dict:
     return {
         "hostname": socket.gethostname(),
@@ -81,15 +136,15 @@ def host_facts() -> dict:
         "cpu_model": cpu_model(),
         "cpu_cores": usable_cores(),
         **project_git(),
+        **gpu_host_facts(),
         "env_vars": captured_env(os.environ),
     }
 
 
 def visible_gpu_count() -> int:
-    """GPUs this process could use. Imports torch only when an NVIDIA driver is present, so the
-    CPU-only command line stays fast."""
-    driver_present = os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")
-    if not driver_present:
+    """GPUs this process could use. Imports torch only when an NVIDIA driver is present and the
+    GPUs are not hidden, so the CPU-only command line stays fast."""
+    if not nvidia_driver_present() or os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return 0
     import torch
 

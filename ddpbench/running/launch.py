@@ -136,6 +136,13 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# What torchrun tells its workers about their job. A ddpbench run started from inside such a job
+# (a torchrun or SLURM script) inherits them; `local` and `dp` are one process of their own.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
+                      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE")
+
+
 # Kineto (the profiler's C++ side) logs through its own levels: ... ERROR 4, USDT 5 (its
 # profiler_start/stop markers). 6 silences it, and on CPU it has nothing else to say: its one
 # ERROR there is "gpuGetDeviceCount failed", i.e. that the machine has no GPU.
@@ -145,6 +152,9 @@ KINETO_QUIET_ON_CPU = "6"
 
 def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if spec.strategy != "ddp":
+        for name in LAUNCHER_VARIABLES:
+            env.pop(name, None)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
     env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
     # The workers write into a pipe, so they cannot see that a person is watching: tell them.
@@ -165,6 +175,15 @@ class LaunchResult:
     wall_s: float
     record_path: str | None
     """The record on this machine, or None when global rank 0 ran on another node."""
+    message: str | None = None
+    """What went wrong on a node that writes no record (node_rank > 0)."""
+
+
+def run_log_dir(spec: RunSpec) -> str:
+    """`<out>/logs/<run_id>/`, and `node-<R>/` inside it for the other nodes of a multi-node run:
+    on a file system the nodes share, each node clears and writes only its own logs."""
+    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    return os.path.join(log_dir, f"node-{spec.node_rank}") if spec.node_rank else log_dir
 
 
 class OutputTee:
@@ -219,6 +238,8 @@ def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose
                    show_progress: bool) -> tuple[list, int, bool, list]:
     """Start the run's processes and wait for them. Returns (command, exit code, timed out,
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
+    # A rerun (resume, OOM back-off, rendezvous retry) starts from empty per-rank folders. Only
+    # this node's: other nodes' logs are in their own node-<R>/ folders (see run_log_dir).
     for stale in ("ranks", "heartbeats"):
         shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
@@ -263,7 +284,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
     `timeout`. A rendezvous that fails (port taken, store unreachable) is retried on a fresh port.
     """
     check_output_folder(spec.out_dir)
-    log_dir = os.path.join(spec.out_dir, "logs", spec.run_id)
+    log_dir = run_log_dir(spec)
     os.makedirs(log_dir, exist_ok=True)
     path = record_path(spec.out_dir, spec.run_id)
     notes = []
@@ -289,6 +310,11 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
     diagnosis = None
     if exit_code != 0 or timed_out:
         diagnosis = diagnose(exit_code, timed_out, timeout_s, log_dir, spec.node_rank, spec.nproc, tail)
+    if spec.node_rank != 0:
+        # Records belong to the node of global rank 0; on a shared file system another node
+        # rewriting the same record would race with it. This node's story stays in its logs.
+        message = None if diagnosis is None else f"{diagnosis[0]}: {diagnosis[1]['message']}"
+        return LaunchResult(spec, 1 if timed_out else exit_code, wall_s, None, message)
     if os.path.exists(path):
         record = load_record(path)
         record.launch = launch_info
@@ -300,8 +326,6 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
             error["message"] = f"measurements complete, then the run failed ({status}): {error['message']}"
             record.error = msgspec.convert(error, RunError)
         write_record(record, spec.out_dir)
-    elif exit_code == 0 and spec.nnodes > 1:
-        return LaunchResult(spec, exit_code, wall_s, None)
     else:
         status, error = diagnosis or ("failed", {"message": "the run exited cleanly but wrote no record",
                                                  "exit_code": exit_code, "output_tail": tail})

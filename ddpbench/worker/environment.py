@@ -1,4 +1,5 @@
-"""The software facts of a run that only torch can tell: versions, GPUs, NCCL."""
+"""The software facts of a run that only torch can tell: versions, GPUs, NCCL, and the math
+settings that change GPU speed (TF32, cuDNN autotuning)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,44 @@ import torch
 import torchvision
 
 
+def tf32_enabled() -> bool:
+    """Whether fp32 matrix products or convolutions may run on TF32 tensor cores."""
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+
+
+def math_settings() -> dict:
+    """Settings that change what the GPU computes and how fast. cuDNN allows TF32 convolutions
+    by default, cuBLAS does not for matrix products; `benchmark` autotunes convolutions."""
+    return {
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+    }
+
+
 def torch_facts() -> dict:
     facts = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion, which the record encoder refuses
+        "torchvision": str(torchvision.__version__),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": None,
         "gpu_count": 0,
         "gpu_names": [],
+        "gpu_capabilities": [],
+        "gpu_memory_bytes": [],
+        "bf16_supported": None,
+        **math_settings(),
     }
     if torch.cuda.is_available():
         facts["gpu_count"] = torch.cuda.device_count()
-        facts["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(facts["gpu_count"])]
+        properties = [torch.cuda.get_device_properties(i) for i in range(facts["gpu_count"])]
+        facts["gpu_names"] = [p.name for p in properties]
+        facts["gpu_capabilities"] = [f"{p.major}.{p.minor}" for p in properties]
+        facts["gpu_memory_bytes"] = [p.total_memory for p in properties]
+        facts["bf16_supported"] = torch.cuda.is_bf16_supported(including_emulation=False)
         try:
             facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         except (AttributeError, RuntimeError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import statistics
 import sys
@@ -30,15 +29,17 @@ from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import endless_batches, make_loader
 from ddpbench.running.environment import host_facts
-from ddpbench.worker.environment import torch_facts
+from ddpbench.worker.environment import tf32_enabled, torch_facts
 from ddpbench.worker.faults import maybe_inject
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
-from ddpbench.records.schema import Check, Metrics, Overlap, RankResult, Record
+from ddpbench.analysis.peaks import model_flops_utilisation
+from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record, RunError
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.config.spec import RunSpec
-from ddpbench.worker.training import (flops_per_sample, make_precision, to_device, train_step,
-                               wrap_data_parallel, wrap_ddp)
+from ddpbench.worker.memory import PeakMemory
+from ddpbench.worker.training import (flops_per_sample, host_synchronisation, make_precision, to_device,
+                                      train_step, wrap_data_parallel, wrap_ddp)
 from ddpbench.worker.workload import build_workload
 
 # Synthetic datasets hold this many steps of data per epoch, so runs cross epoch boundaries
@@ -62,23 +63,31 @@ class RecordingSampler(DistributedSampler):
 
 
 class Rank:
-    """Where this process sits in the job, read from torchrun's environment variables."""
+    """Where this process sits in the job: from torchrun's environment variables under ddp; a
+    lone process otherwise."""
 
     def __init__(self, spec: RunSpec):
         self.distributed = spec.strategy == "ddp"
         self.data_parallel_devices = spec.nproc if spec.strategy == "dp" else 1
-        if self.distributed and "RANK" not in os.environ:
-            raise RuntimeError("strategy ddp must be launched by torchrun (RANK is not set)")
-        self.rank = int(os.environ.get("RANK", 0))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        self.world_size = int(os.environ.get("WORLD_SIZE", 1))
+        if self.distributed:
+            if "RANK" not in os.environ:
+                raise RuntimeError("strategy ddp must be launched by torchrun (RANK is not set)")
+            self.rank = int(os.environ["RANK"])
+            self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+            self.world_size = int(os.environ["WORLD_SIZE"])
+        else:
+            # local and dp are one process of their own: RANK, WORLD_SIZE or LOCAL_RANK left by a
+            # surrounding launcher (a torchrun or SLURM job running ddpbench) describe that job.
+            self.rank, self.local_rank, self.world_size = 0, 0, 1
         if spec.device == "cuda":
             # One process per GPU: the device comes from LOCAL_RANK, set before any CUDA work.
             # (DataParallel's one process uses LOCAL_RANK 0 = its first device, where outputs gather.)
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
+            self.devices = [torch.device("cuda", self.local_rank + i) for i in range(self.data_parallel_devices)]
         else:
             self.device = torch.device("cpu")
+            self.devices = [self.device]
 
     @property
     def is_writer(self) -> bool:
@@ -96,13 +105,6 @@ def window_edge(rank: Rank) -> None:
     sync_device(rank.device)
     if rank.distributed:
         dist.barrier()
-
-
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
 
 
 def progress_bar(spec: RunSpec, rank: Rank):
@@ -139,6 +141,8 @@ class Trainer:
         self.model = model
         self.optimizer = self.workload.make_optimizer(model.parameters())
         self.precision = make_precision(spec.precision, rank.device)
+        self.host_synchronisation = host_synchronisation(spec.strategy, rank.device, spec.warmup, self.precision,
+                                                         self.optimizer)
         self.epochs_seen: list[int] = []
         self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
 
@@ -180,8 +184,10 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     """Warm-up, the timed window, and the checks. Returns this rank's results, what all ranks
     share, and the first timed batches (for the no_sync replay)."""
     clock = StepClock(rank.device)
+    memory = PeakMemory(rank.devices)
     replay: list = []
     with progress_bar(spec, rank) as bar:
+        memory.start("warm-up")
         beat.enter("warm-up", batch_size=spec.batch_size)
         warmup_step_s = []
         for step in range(spec.warmup):
@@ -197,6 +203,8 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             bar.update()
         trainer.calibrate_slowdown(spec.slowdown, warmup_step_s[1:] or warmup_step_s)
         window_edge(rank)
+        memory.end()
+        memory.start("timed")  # after the sync: the peak is the timed window's alone
         window_start = time.perf_counter()
         clock.mark()
         beat.enter("timed")
@@ -212,7 +220,9 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             bar.update()
         window_edge(rank)
         window_s = time.perf_counter() - window_start
+        timed_memory = memory.end()
 
+    memory.start("checks")
     beat.enter("checks")
     result = {
         "rank": rank.rank,
@@ -231,8 +241,16 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         result["reducer"] = phases.reducer_statistics(trainer.model)
     result["param_digest"] = checks.parameter_digest(trainer.model)
     result["sampler_indices"] = [trainer.sampler.indices_by_epoch.get(e) for e in (0, 1)]
-    result["peak_memory_bytes"], result["peak_memory_kind"] = peak_memory(rank.device)
+    sync_device(rank.device)
+    memory.end()
+    result["peak_memory_bytes"] = timed_memory["peak_bytes"]  # the timed window, largest device
+    result["peak_memory_kind"] = timed_memory["kind"]
+    result["peak_memory_bytes_by_device"] = timed_memory["by_device"]
+    result["peak_memory_by_phase"] = memory.by_phase
     shared = {"window_s": window_s, "dataset_length": len(trainer.dataset),
+              "host_synchronisation": trainer.host_synchronisation,
+              "device_name": torch.cuda.get_device_name(rank.device) if rank.device.type == "cuda" else None,
+              "tf32_enabled": rank.device.type == "cuda" and tf32_enabled(),
               "flops_per_sample": trainer.flops_per_sample, "sample_unit": trainer.workload.sample_unit,
               "units_per_sample": trainer.workload.units_per_sample}
     return result, shared, replay
@@ -275,6 +293,9 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
                           shared["units_per_sample"])
     metrics.update({key: shared[key] for key in ("sample_unit", "units_per_sample", "flops_per_sample")})
     metrics["final_loss"] = results[0]["final_loss"]
+    utilisation = model_flops_utilisation(shared["flops_per_sample"], metrics["throughput_samples_per_s_per_device"],
+                                          shared["device_name"], spec.precision, shared["tf32_enabled"])
+    metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 
     indices_epoch0 = [r["sampler_indices"][0] for r in results]
     run_checks = checks.shard_checks(indices_epoch0, shared["dataset_length"])
@@ -288,6 +309,7 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.started_at = started_at
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
+    record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
     record.overlap = overlap_estimates(spec, results, None)
     record.ranks = [msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult)
                     for r in results]
@@ -321,6 +343,11 @@ def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | No
 
 def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[dict]) -> None:
     record.overlap = overlap_estimates(spec, results, found)
+    failed = [(f["rank"], f["trace_summary"]["error"]) for f in found if (f.get("trace_summary") or {}).get("error")]
+    if failed and record.error is None:
+        # The measurements stand; the run still says (and exits 1) that its trace view is missing.
+        record.error = RunError(message="trace analysis failed: " + "; ".join(
+            f"rank {rank}: {message}" for rank, message in sorted(failed)), failed_ranks=sorted(r for r, _ in failed))
     record.ended_at = utc_now()
     by_rank = {f["rank"]: f for f in found}
     for entry in record.ranks:
@@ -338,7 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     rank = Rank(spec)
     beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank.rank)
     if rank.distributed:
-        dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s))
+        # device_id binds NCCL to this rank's GPU: communicators start eagerly and barriers know
+        # their device (without it every NCCL barrier warns that it guesses the device).
+        device_id = rank.device if spec.backend == "nccl" else None
+        dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s),
+                                device_id=device_id)
     try:
         trainer = Trainer(spec, rank)
         spec = trainer.spec

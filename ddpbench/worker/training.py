@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddpbench.config.spec import DDPKnobs
+from ddpbench.config.spec import DDP_LOGGED_ITERATIONS, DDPKnobs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,6 +26,9 @@ def _buffer_sync_option(enabled: bool) -> dict:
     if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:
         return {"forward_sync_buffers": enabled}
     return {"broadcast_buffers": enabled}
+
+
+DDP_RUNTIME_LOGGING_SAMPLE_RATE = 2**30
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> DDP:
@@ -40,6 +43,10 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> D
         find_unused_parameters=knobs.find_unused_parameters,
         **_buffer_sync_option(knobs.broadcast_buffers),
     )
+    # After its first 10 iterations DDP logs every 100th; on GPUs a logged forward waits for the
+    # previous iteration's CUDA events. A rate no run reaches keeps later timed steps free of it
+    # (the reducer statistics then describe iteration 10; the record says which one).
+    ddp_model._set_ddp_runtime_logging_sample_rate(DDP_RUNTIME_LOGGING_SAMPLE_RATE)
     if knobs.comm_hook != "allreduce":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -49,12 +56,46 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> D
     return ddp_model
 
 
+class AutocastReplica:
+    """One DataParallel replica, called in its own thread with the caller's autocast dtype.
+
+    torch's parallel_apply re-enters autocast in each replica's thread with `enabled` only, and
+    autocast's dtype is per thread (fp16 by default on CUDA): without this, replicas asked for
+    bf16 would compute in fp16. Entering autocast again with the dtype read on the calling thread
+    makes the replicas use what the run asked for.
+    """
+
+    def __init__(self, replica: Any, device_type: str, enabled: bool, dtype: torch.dtype):
+        self.replica = replica
+        self.device_type = device_type
+        self.enabled = enabled
+        self.dtype = dtype
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype, enabled=self.enabled):
+            return self.replica(*inputs, **kwargs)
+
+
+def with_callers_autocast(replicas: list, device_type: str) -> list[AutocastReplica]:
+    """Wrap replicas so each runs under the autocast state of the thread calling this."""
+    enabled = torch.is_autocast_enabled(device_type)
+    dtype = torch.get_autocast_dtype(device_type)
+    return [AutocastReplica(replica, device_type, enabled, dtype) for replica in replicas]
+
+
+class AutocastDataParallel(torch.nn.DataParallel):
+    """nn.DataParallel whose replicas keep the autocast dtype of the forward's caller."""
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return super().parallel_apply(with_callers_autocast(replicas, self.src_device_obj.type), inputs, kwargs)
+
+
 def wrap_data_parallel(model: torch.nn.Module, device: torch.device, devices: int) -> torch.nn.Module:
     """nn.DataParallel over the first `devices` GPUs: one process scatters each batch, replicates
     the module every forward and gathers outputs on the first GPU. Without CUDA it has no devices
     and simply calls the module, so on CPU its only parallelism is the intra-op threads."""
     if device.type == "cuda":
-        return torch.nn.DataParallel(model, device_ids=list(range(devices)))
+        return AutocastDataParallel(model, device_ids=list(range(devices)))
     return torch.nn.DataParallel(model)
 
 
@@ -112,3 +153,30 @@ def flops_per_sample(model: torch.nn.Module, loss_fn: Callable, inputs: torch.Te
         return None
     finally:
         model.zero_grad(set_to_none=True)
+
+
+def host_synchronisation(strategy: str, device: torch.device, warmup: int, precision: Precision,
+                         optimizer: torch.optim.Optimizer) -> dict:
+    """Where timed steps would wait for the GPU on the host, and what was done about it: for the
+    record, since a step that waits hides the GPU's pace behind the CPU's."""
+    on_gpu = device.type == "cuda"
+    found: dict = {"ddp_runtime_logging": None, "host_reads_per_step": []}
+    if strategy == "ddp":
+        # Forwards 2..11 read the timers of the iteration before; warm-up steps are forwards 1..warmup.
+        waiting = max(0, DDP_LOGGED_ITERATIONS + 1 - warmup) if on_gpu else 0
+        if not on_gpu:
+            how = "CPU timers: DDP's runtime logging never waits"
+        elif waiting:
+            how = (f"warm-up of {warmup} is shorter than {DDP_LOGGED_ITERATIONS + 1}: the first {waiting} timed "
+                   f"steps wait for the previous step's CUDA events (DDP runtime logging)")
+        else:
+            how = f"warm-up of {warmup} covers DDP's {DDP_LOGGED_ITERATIONS} logged iterations"
+        found["ddp_runtime_logging"] = {"sample_rate": DDP_RUNTIME_LOGGING_SAMPLE_RATE,
+                                        "logged_iterations": DDP_LOGGED_ITERATIONS,
+                                        "timed_steps_host_synchronised": waiting, "how": how}
+    if on_gpu and precision.scaler is not None and not getattr(optimizer, "_step_supports_amp_scaling", False):
+        # torch.amp.GradScaler._maybe_opt_step: sum(v.item() for v in found_inf_per_device)
+        found["host_reads_per_step"].append(
+            "GradScaler.step reads found_inf on the host every step (the optimizer has no fused AMP "
+            "step), so each step's optimizer waits for its backward")
+    return found

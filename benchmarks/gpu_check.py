@@ -1,0 +1,489 @@
+"""One prepared check of every GPU path, in about 6 minutes on one GPU.
+
+    python benchmarks/gpu_check.py [--out DIR] [--budget-s 540] [--only name,name]
+    make gpu-check PYTHON=/path/to/python   # the interpreter that already has torch
+
+It uses the interpreter it is started with and adds this project by path (nothing is installed
+or downloaded), runs each check in its own processes with its own time limit, keeps going after a
+check fails, and writes `gpu_check.json` (every check with pass/fail and its figures) and
+`gpu_check.txt` (one line per check) into the output folder, rewritten after every check so a
+check that is killed loses nothing already measured. Exit code 0 when every check that ran
+passed, 1 otherwise.
+
+Checks, in order: preflight (device, driver, NCCL, bf16, packages, refusal of more GPUs than
+there are), an event-clock and matrix-product probe, resnet50 bf16 under local / ddp / dp,
+`trace analyze` on the ddp run's own NCCL trace, gpt2 fp16 with fp16 gradient compression, vit_b_16
+bf16 with DataLoader workers, a `sweep --gpus 1` with its table and report, and tests/test_cuda.py.
+Throughput and MFU are checked against plausibility ranges, not only printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT)
+
+from ddpbench.analysis.peaks import device_peak  # noqa: E402  (no torch: safe before the checks)
+
+# Packages the harness imports. msgspec is needed to analyse traces (every profiled run does);
+# isal only makes reading them faster.
+PACKAGES = ("torch", "torchvision", "numpy", "pandas", "tqdm", "msgspec", "isal", "matplotlib", "seaborn",
+            "scipy", "pytest")
+REQUIRED = ("torch", "torchvision", "numpy", "pandas", "tqdm", "msgspec")
+
+# MFU a healthy eager-PyTorch run lands in on one recent GPU at the batch used here. Below the
+# range something is throttled or broken (a host sync per kernel, fp32 by mistake, the wrong
+# device); above it FLOPs or time are miscounted (100 % of the published peak is impossible).
+MFU_RANGE = {"resnet50": (0.01, 0.60), "gpt2": (0.03, 0.80), "vit_b_16": (0.02, 0.80), "mlp": (0.002, 0.90)}
+# An 8192^3 bf16 matrix product reaches most of the peak (an H200: about 790 of 989.5 TFLOP/s).
+MATMUL_FRACTION_RANGE = (0.40, 1.00)
+# DDP and DataParallel on one GPU do the same work as no wrapper.
+ONE_GPU_AGREEMENT = 0.10
+
+RESNET = ["--workload", "resnet50", "--size", "full", "--precision", "bf16", "--batch-size", "64",
+          "--steps", "30", "--warmup", "11"]
+GPT2_FP16 = ["--workload", "gpt2", "--size", "full", "--precision", "fp16", "--comm-hook", "fp16_compress",
+             "--batch-size", "8", "--steps", "25", "--strategy", "ddp"]
+VIT_WORKERS = ["--workload", "vit_b_16", "--size", "full", "--precision", "bf16", "--batch-size", "64",
+               "--steps", "25", "--num-workers", "4", "--strategy", "ddp"]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([PROJECT] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_command(args: list[str], timeout_s: float, cwd: str) -> tuple[int, str]:
+    """Run in a session of its own; on timeout end the whole group (torchrun and its ranks)."""
+    process = subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+        return process.returncode, output
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+                output, _ = process.communicate(timeout=15)
+                break
+            except ProcessLookupError:
+                output = ""
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return 124, (output or "") + f"\n[gpu_check: ended after {timeout_s:.0f} s]"
+
+
+def python_json(code: str, timeout_s: float, cwd: str) -> dict:
+    """Run `code` in a fresh interpreter; its last stdout line is JSON."""
+    code_rc, output = run_command([sys.executable, "-c", code], timeout_s, cwd)
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if code_rc != 0 or not lines:
+        raise CheckFailed(f"exit code {code_rc}: {tail(output)}")
+    return json.loads(lines[-1])
+
+
+def mfu_text(metrics: dict) -> str:
+    return "unknown" if metrics.get("mfu") is None else f"{100 * metrics['mfu']:.1f} %"
+
+
+def tail(output: str, lines: int = 8) -> str:
+    return " | ".join(line.strip() for line in output.strip().splitlines()[-lines:])
+
+
+class CheckFailed(Exception):
+    """A check's own verdict, with the reason."""
+
+
+class CheckSkipped(Exception):
+    """The check cannot run here (a missing optional package); the reason says what to bring."""
+
+
+class Checker:
+    def __init__(self, out_dir: str, budget_s: float):
+        self.out_dir = out_dir
+        self.deadline = time.monotonic() + budget_s
+        self.summary = {"started_at": utc_now(), "python": sys.executable, "project": PROJECT, "device": None,
+                        "checks": []}
+        self.records: dict[str, dict] = {}
+        self.device_name: str | None = None
+
+    # --- bookkeeping ---------------------------------------------------------------------
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, name: str, needs_s: float, check) -> None:
+        started = time.monotonic()
+        entry = {"name": name, "ok": None, "seconds": 0.0, "figures": {}, "message": ""}
+        if self.left_s() < needs_s:
+            entry["message"] = f"not run: {self.left_s():.0f} s of the budget left, it needs about {needs_s:.0f} s"
+        else:
+            try:
+                entry["message"] = check(entry["figures"]) or "ok"
+                entry["ok"] = True
+            except CheckFailed as exc:
+                entry["ok"], entry["message"] = False, str(exc)
+            except CheckSkipped as exc:
+                entry["message"] = f"not run: {exc}"
+            except Exception as exc:  # a broken check must not stop the others
+                entry["ok"], entry["message"] = False, f"{type(exc).__name__}: {exc}"
+                entry["traceback"] = traceback.format_exc()
+        entry["seconds"] = round(time.monotonic() - started, 1)
+        self.summary["checks"].append(entry)
+        self.write()
+        verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[entry["ok"]]
+        print(f"{verdict}  {name:<34} {entry['seconds']:6.1f} s  {entry['message']}", flush=True)
+
+    def write(self) -> None:
+        checks = self.summary["checks"]
+        self.summary.update(ended_at=utc_now(), passed=sum(c["ok"] is True for c in checks),
+                            failed=sum(c["ok"] is False for c in checks),
+                            skipped=sum(c["ok"] is None for c in checks))
+        with open(os.path.join(self.out_dir, "gpu_check.json"), "w", encoding="utf-8") as handle:
+            json.dump(self.summary, handle, indent=1, sort_keys=True, default=str)
+        lines = [f"ddpbench GPU check  {self.summary['started_at']}  python {sys.executable}",
+                 f"device: {json.dumps(self.summary['device'], default=str)}"]
+        for check in checks:
+            verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[check["ok"]]
+            lines.append(f"{verdict}  {check['name']:<34} {check['seconds']:6.1f} s  {check['message']}")
+        lines.append(f"{self.summary['passed']} passed, {self.summary['failed']} failed, "
+                     f"{self.summary['skipped']} skipped")
+        with open(os.path.join(self.out_dir, "gpu_check.txt"), "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+
+    def ddpbench(self, *args: str, timeout_s: float) -> tuple[int, str]:
+        return run_command([sys.executable, "-m", "ddpbench", *args], timeout_s, self.out_dir)
+
+    # --- checks --------------------------------------------------------------------------
+    def preflight(self, figures: dict) -> str:
+        packages = {}
+        for name in PACKAGES:
+            if importlib.util.find_spec(name) is None:
+                packages[name] = None
+                continue
+            try:
+                packages[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                packages[name] = "present"
+        figures["packages"] = packages
+        facts = python_json(
+            "import json; from ddpbench.worker.environment import torch_facts;"
+            "from ddpbench.running.environment import gpu_host_facts;"
+            "import torch; f = {**torch_facts(), **gpu_host_facts()};"
+            "f['cuda_available'] = torch.cuda.is_available(); print(json.dumps(f, default=str))", 120, self.out_dir)
+        figures.update({key: facts.get(key) for key in (
+            "torch", "cuda", "cudnn", "nccl", "gpu_count", "gpu_names", "gpu_capabilities", "gpu_memory_bytes",
+            "bf16_supported", "driver_version", "mig_mode", "matmul_allow_tf32", "cudnn_allow_tf32",
+            "cudnn_benchmark", "cuda_available")})
+        figures["gpu_topology"] = facts.get("gpu_topology")
+        self.summary["device"] = {key: figures.get(key) for key in (
+            "gpu_names", "gpu_count", "driver_version", "cuda", "nccl", "torch", "bf16_supported", "mig_mode")}
+        if not facts.get("cuda_available") or not facts.get("gpu_count"):
+            raise CheckFailed("torch sees no CUDA GPU")
+        self.device_name = facts["gpu_names"][0]
+        peak = device_peak(self.device_name)
+        figures["published_peak"] = None if peak is None else {"matched": peak.label, "tflops": peak.tflops,
+                                                                "source": peak.source}
+        problems = [f"missing required package {name} (see README 'GPU check')"
+                    for name in REQUIRED if packages.get(name) is None]
+        if not facts.get("nccl"):
+            problems.append("no NCCL version reported")
+        if not facts.get("bf16_supported"):
+            problems.append("bf16 not supported natively")
+        too_many = str(facts["gpu_count"] + 1)
+        code, output = self.ddpbench("run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many,
+                                     timeout_s=120)
+        figures["refusal_run"] = tail(output, 2)
+        if code != 2 or f"this machine has {facts['gpu_count']}" not in output:
+            problems.append(f"run --nproc {too_many} was not refused with exit code 2 (got {code})")
+        code, output = self.ddpbench("sweep", "--gpus", too_many, timeout_s=120)
+        figures["refusal_sweep"] = tail(output, 2)
+        if code != 2:
+            problems.append(f"sweep --gpus {too_many} was not refused with exit code 2 (got {code})")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        return (f"{self.device_name} x{facts['gpu_count']}, driver {facts.get('driver_version')}, CUDA "
+                f"{facts.get('cuda')}, NCCL {facts.get('nccl')}, torch {facts.get('torch')}, bf16 native, "
+                f"peak {'unknown' if peak is None else peak.label}")
+
+    def probe(self, figures: dict) -> str:
+        found = python_json(PROBE_CODE, 180, self.out_dir)
+        figures.update(found)
+        problems = []
+        if abs(found["events_over_wall"] - 1) > 0.03:
+            problems.append(f"CUDA-event step times sum to {found['events_over_wall']:.3f} x the window's wall time")
+        if found["min_step_with_sleep_s"] < 0.05:
+            problems.append(f"a 50 ms host sleep inside a step was not in its time ({found['min_step_with_sleep_s']:.4f} s)")
+        peak = device_peak(self.device_name)
+        message = f"events/wall {found['events_over_wall']:.4f}, bf16 matmul {found['bf16_matmul_tflops']:.0f} TFLOP/s"
+        if peak is not None:
+            fraction = found["bf16_matmul_tflops"] / peak.tflops["bf16"]
+            figures["bf16_matmul_fraction_of_peak"] = fraction
+            low, high = MATMUL_FRACTION_RANGE
+            if not low <= fraction <= high:
+                problems.append(f"bf16 matmul at {100 * fraction:.0f} % of the {peak.label} peak, "
+                                f"outside {100 * low:.0f}-{100 * high:.0f} %")
+            message += f" ({100 * fraction:.0f} % of {peak.tflops['bf16']} peak)"
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        return message
+
+    def one_run(self, key: str, args: list[str], figures: dict, timeout_s: float = 240) -> dict:
+        """`ddpbench run` on the GPU; the record is checked for status, checks, finite loss, MFU."""
+        out = os.path.join(self.out_dir, "runs", key)
+        code, output = self.ddpbench("run", "--device", "cuda", "--run-id", key, "--out", out,
+                                     "--run-timeout", str(int(timeout_s - 30)), *args, timeout_s=timeout_s)
+        path = os.path.join(out, "runs", f"{key}.json")
+        if not os.path.exists(path):
+            raise CheckFailed(f"no record (exit code {code}): {tail(output)}")
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+        self.records[key] = record
+        metrics = record.get("metrics") or {}
+        figures.update({
+            "record": path, "status": record["status"], "exit_code": code,
+            "throughput_units_per_s": metrics.get("throughput_units_per_s"), "unit": metrics.get("sample_unit"),
+            "samples_per_s_per_device": metrics.get("throughput_samples_per_s_per_device"),
+            "iteration_p50_s": (metrics.get("iteration_time_s") or {}).get("p50"), "mfu": metrics.get("mfu"),
+            "mfu_basis": metrics.get("mfu_basis"), "flops_per_sample": metrics.get("flops_per_sample"),
+            "peak_memory_bytes": [r.get("peak_memory_bytes") for r in record.get("ranks", [])],
+            "host_sync": record.get("host_sync"), "error": record.get("error"),
+        })
+        failed = [name for name, check in (record.get("checks") or {}).items() if check.get("ok") is False]
+        if record["status"] != "ok" or code != 0 or failed:
+            raise CheckFailed(f"status {record['status']}, exit code {code}, failed checks {failed}: "
+                              f"{(record.get('error') or {}).get('message', tail(output))}")
+        if not math.isfinite(metrics.get("final_loss", float("nan"))):
+            raise CheckFailed(f"final loss {metrics.get('final_loss')} is not finite")
+        self.plausible(record["spec"]["workload"], metrics, figures)
+        return record
+
+    def plausible(self, workload: str, metrics: dict, figures: dict) -> None:
+        """MFU inside its range; the throughput range follows from it and the published peak."""
+        low, high = MFU_RANGE[workload]
+        basis = metrics.get("mfu_basis") or {}
+        if metrics.get("mfu") is None:
+            figures["plausibility"] = f"not checked: {basis.get('reason', 'no MFU')}"
+            if not metrics.get("throughput_samples_per_s", 0) > 0:
+                raise CheckFailed("throughput is not positive")
+            return
+        per_sample = metrics["flops_per_sample"]
+        lowest = low * basis["peak_flops_per_s"] / per_sample
+        highest = high * basis["peak_flops_per_s"] / per_sample
+        figures["plausibility"] = {"mfu_range": [low, high], "samples_per_s_per_device_range": [lowest, highest]}
+        if not low <= metrics["mfu"] <= high:
+            raise CheckFailed(f"MFU {100 * metrics['mfu']:.1f} % outside the plausible {100 * low:.0f}-"
+                              f"{100 * high:.0f} % ({metrics['throughput_samples_per_s_per_device']:.1f} samples/s "
+                              f"per device; plausible {lowest:.0f}-{highest:.0f})")
+
+    def resnet(self, strategy: str):
+        def check(figures: dict) -> str:
+            extra = [] if strategy == "ddp" else ["--no-profile"]
+            record = self.one_run(f"resnet50-{strategy}", [*RESNET, "--strategy", strategy, *extra], figures)
+            metrics = record["metrics"]
+            message = f"{metrics['throughput_units_per_s']:,.0f} images/s, MFU {mfu_text(metrics)}"
+            local = self.records.get("resnet50-local")
+            if strategy != "local" and local and local["status"] == "ok":
+                ratio = metrics["throughput_samples_per_s"] / local["metrics"]["throughput_samples_per_s"]
+                figures["throughput_over_local"] = ratio
+                message += f", {ratio:.3f} x local"
+                if abs(ratio - 1) > ONE_GPU_AGREEMENT:
+                    raise CheckFailed(f"{strategy} on one GPU runs at {ratio:.3f} x local (allowed within "
+                                      f"{100 * ONE_GPU_AGREEMENT:.0f} %)")
+            if strategy == "ddp":
+                logging = record["host_sync"]["ddp_runtime_logging"]
+                if logging["timed_steps_host_synchronised"]:
+                    raise CheckFailed(logging["how"])
+            return message
+        return check
+
+    def trace_analyze(self, figures: dict) -> str:
+        record = self.records.get("resnet50-ddp")
+        if not record or not (record.get("overlap") or {}).get("trace"):
+            raise CheckFailed("the resnet50 ddp run left no trace")
+        path = record["overlap"]["trace"]["paths"][0]
+        code, output = self.ddpbench("trace", "analyze", "--json", path, timeout_s=120)
+        if code != 0:
+            raise CheckFailed(f"exit code {code}: {tail(output)}")
+        rank = json.loads(output[output.index("{"):])["ranks"][0]
+        figures.update({key: rank.get(key) for key in ("kind", "backend", "steps_analysed", "compute_us", "comm_us",
+                                                      "overlap_pct", "exposed_comm_us", "kernels")})
+        code, hta_output = self.ddpbench("trace", "analyze", "--mode", "hta", path, timeout_s=120)
+        figures["hta_mode"] = tail(hta_output, 3)
+        problems = []
+        if rank["kind"] != "gpu" or rank["backend"] != "nccl":
+            problems.append(f"analysed as {rank['kind']} / {rank['backend']}, not gpu / nccl")
+        if rank["steps_analysed"] != 2:
+            problems.append(f"{rank['steps_analysed']} whole steps analysed, expected 2")
+        if not rank["compute_us"] > 0:
+            problems.append("no compute time")
+        if (rank.get("kernels") or {}).get("without_launch"):
+            problems.append(f"{rank['kernels']['without_launch']} kernels without a launch event "
+                            "(NCCL launching through an API the analysis does not link?)")
+        if code != 0:
+            problems.append(f"--mode hta exit code {code}")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        overlap = "n/a" if rank["overlap_pct"] is None else f"{rank['overlap_pct']:.1f} %"
+        return f"gpu/nccl, 2 steps, compute {rank['compute_us'] / 1000:.1f} ms, overlap {overlap}"
+
+    def gpt2_fp16(self, figures: dict) -> str:
+        record = self.one_run("gpt2-fp16", GPT2_FP16, figures)
+        metrics = record["metrics"]
+        notes = record["host_sync"]["host_reads_per_step"]
+        return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, gradients averaged "
+                f"within {record['checks']['gradients_averaged']['details']['max_relative_error']:.1e}"
+                f"{', GradScaler host read noted' if notes else ''}")
+
+    def vit_workers(self, figures: dict) -> str:
+        record = self.one_run("vit-workers", VIT_WORKERS, figures)
+        metrics = record["metrics"]
+        return f"{metrics['throughput_units_per_s']:,.0f} images/s with 4 loader workers, MFU {mfu_text(metrics)}"
+
+    def sweep(self, figures: dict) -> str:
+        sweeps = os.path.join(self.out_dir, "sweeps")
+        code, output = self.ddpbench("sweep", "--gpus", "1", "--workloads", "mlp", "--steps", "24", "--warmup", "11",
+                                     "--out", sweeps, "--sweep-id", "gpu-check", "--run-timeout", "150",
+                                     timeout_s=420)
+        folder = os.path.join(sweeps, "gpu-check")
+        figures["output_tail"] = tail(output, 12)
+        runs = sorted(os.listdir(os.path.join(folder, "runs"))) if os.path.isdir(os.path.join(folder, "runs")) else []
+        statuses = {}
+        for name in runs:
+            with open(os.path.join(folder, "runs", name), encoding="utf-8") as handle:
+                statuses[name[:-5]] = json.load(handle)["status"]
+        figures["runs"] = statuses
+        report = os.path.join(self.out_dir, "reports", "gpu-check", "index.html")
+        problems = []
+        if code != 0:
+            problems.append(f"sweep exit code {code}")
+        if sorted(statuses) != ["mlp-ddp-n1", "mlp-dp-n1", "mlp-local-n1"] or set(statuses.values()) != {"ok"}:
+            problems.append(f"runs {statuses}")
+        if not os.path.exists(os.path.join(folder, "scaling.csv")):
+            problems.append("no scaling.csv")
+        if not os.path.exists(report):
+            problems.append("no HTML report")
+        table_code, table = self.ddpbench("table", folder, timeout_s=120)
+        figures["table"] = table.strip().splitlines()[-8:]
+        if table_code != 0:
+            problems.append(f"table exit code {table_code}")
+        if problems:
+            raise CheckFailed("; ".join(problems) + f": {tail(output)}")
+        return f"3 runs ok, scaling.csv, table and report ({report})"
+
+    def cuda_tests(self, figures: dict) -> str:
+        if importlib.util.find_spec("pytest") is None:
+            raise CheckSkipped("pytest is not installed for this interpreter (README 'GPU check' says how to bring it)")
+        timeout_s = max(60.0, self.left_s() - 10)
+        code, output = run_command([sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
+                                    os.path.join(PROJECT, "tests", "test_cuda.py")], timeout_s, PROJECT)
+        summary = [line for line in output.splitlines() if " passed" in line or " failed" in line
+                   or " error" in line or " skipped" in line]
+        figures["summary"] = summary[-1] if summary else None
+        figures["output_tail"] = output.strip().splitlines()[-40:]
+        if code != 0:
+            raise CheckFailed(f"pytest exit code {code}: {summary[-1] if summary else tail(output)}")
+        if not summary or " passed" not in summary[-1]:
+            raise CheckFailed(f"no CUDA test ran: {summary[-1] if summary else tail(output)}")
+        return summary[-1]
+
+
+PROBE_CODE = r'''
+import json, time, torch
+from ddpbench.worker.clock import StepClock
+device = torch.device("cuda", 0)
+matrix = torch.randn(4096, 4096, device=device)
+def product():
+    global matrix
+    matrix = torch.tanh(matrix @ matrix)
+for _ in range(5): product()
+torch.cuda.synchronize()
+started = time.perf_counter()
+for _ in range(10): product()
+torch.cuda.synchronize()
+per_product = (time.perf_counter() - started) / 10
+repeat = max(1, round(0.05 / per_product))
+clock = StepClock(device)
+torch.cuda.synchronize()
+started = time.perf_counter()
+clock.mark()
+for _ in range(20):
+    for _ in range(repeat): product()
+    clock.mark()
+torch.cuda.synchronize()
+wall = time.perf_counter() - started
+steps = clock.step_times_s()
+sleepy = StepClock(device)
+sleepy.mark()
+for _ in range(5):
+    product(); torch.cuda.synchronize(); time.sleep(0.05); sleepy.mark()
+sleep_steps = sleepy.step_times_s()
+a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+for _ in range(3): a @ b
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(10): a @ b
+end.record(); end.synchronize()
+seconds = start.elapsed_time(end) / 1000 / 10
+print(json.dumps({"window_wall_s": wall, "event_step_sum_s": sum(steps), "events_over_wall": sum(steps) / wall,
+                  "step_s_median": sorted(steps)[len(steps) // 2], "min_step_with_sleep_s": min(sleep_steps),
+                  "bf16_matmul_tflops": 2 * 8192 ** 3 / seconds / 1e12}))
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help="output folder (default results/gpu-check-<time>)")
+    parser.add_argument("--budget-s", type=float, default=540.0,
+                        help="total seconds; checks that no longer fit are skipped and say so (default 540)")
+    parser.add_argument("--only", default=None, help="comma-separated check names to run (default: all)")
+    args = parser.parse_args(argv)
+    out_dir = os.path.abspath(args.out or os.path.join(PROJECT, "results",
+                                                       "gpu-check-" + datetime.now().strftime("%Y%m%dT%H%M%S")))
+    os.makedirs(out_dir, exist_ok=True)
+    checker = Checker(out_dir, args.budget_s)
+    plan = [  # name, seconds it needs at least, check
+        ("preflight", 20, checker.preflight),
+        ("event clock and matmul probe", 20, checker.probe),
+        ("resnet50 bf16 local", 40, checker.resnet("local")),
+        ("resnet50 bf16 ddp (nccl)", 45, checker.resnet("ddp")),
+        ("resnet50 bf16 dp", 40, checker.resnet("dp")),
+        ("trace analyze (own nccl trace)", 5, checker.trace_analyze),
+        ("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
+        ("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
+        ("sweep --gpus 1, table, report", 90, checker.sweep),
+        ("tests/test_cuda.py", 120, checker.cuda_tests),
+    ]
+    only = set(args.only.split(",")) if args.only else None
+    print(f"GPU check -> {out_dir}", flush=True)
+    for name, needs_s, check in plan:
+        if only and name.split()[0] not in only and name not in only:
+            continue
+        checker.run(name, needs_s, check)
+    checker.write()
+    print(f"{checker.summary['passed']} passed, {checker.summary['failed']} failed, "
+          f"{checker.summary['skipped']} skipped; summary in {out_dir}/gpu_check.txt and gpu_check.json")
+    return 0 if checker.summary["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

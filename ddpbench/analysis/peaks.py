@@ -1,0 +1,89 @@
+"""Published peak FLOP/s of a few GPUs, and model FLOPs utilisation (MFU) from them. No torch.
+
+MFU = model FLOPs per sample x samples per second per device / the device's peak FLOP/s for the
+precision the run computed in. The FLOPs per sample are counted by torch's FlopCounterMode
+(forward + backward, 2 per multiply-add), so MFU counts only the model's own arithmetic, not
+recomputation or communication.
+
+Peaks are the dense tensor-core figures of NVIDIA's datasheets: the datasheets print bf16, fp16
+and tf32 *with sparsity*, which is twice the dense rate, so those are halved here. fp32 is the
+non-tensor-core rate. A device not in the table gets no MFU (marked unknown), never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TERA = 1e12
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    label: str
+    name_pattern: str
+    """Regular expression matched against torch.cuda.get_device_name()."""
+    tflops: dict
+    """precision (bf16, fp16, tf32, fp32) -> dense peak TFLOP/s."""
+    source: str
+
+
+H100_H200_SXM = {"bf16": 989.5, "fp16": 989.5, "tf32": 494.5, "fp32": 67.0}
+NVL = {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}
+
+# Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100".
+PEAKS = (
+    DevicePeak("H200 NVL", r"H200 NVL", NVL,
+               "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,671, TF32 835 TFLOPS "
+               "with sparsity; FP32 60 TFLOPS"),
+    DevicePeak("H200 SXM", r"H200", H100_H200_SXM,
+               "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,979, TF32 989 TFLOPS "
+               "with sparsity; FP32 67 TFLOPS"),
+    DevicePeak("H100 NVL", r"H100 NVL", NVL,
+               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,671, TF32 835 TFLOPS "
+               "with sparsity; FP32 60 TFLOPS"),
+    DevicePeak("H100 PCIe", r"H100 PCIe", {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0},
+               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,513, TF32 756 TFLOPS "
+               "with sparsity; FP32 51 TFLOPS"),
+    DevicePeak("H100 SXM", r"H100", H100_H200_SXM,
+               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,979, TF32 989 TFLOPS "
+               "with sparsity; FP32 67 TFLOPS"),
+    DevicePeak("A100", r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+               "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16/FP16 312, TF32 156 TFLOPS "
+               "dense; FP32 19.5 TFLOPS"),
+    DevicePeak("L40S", r"L40S", {"bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp32": 91.6},
+               "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16/FP16 362.05, TF32 183 TFLOPS "
+               "dense; FP32 91.6 TFLOPS"),
+    DevicePeak("L4", r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
+               "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4): BF16/FP16 242, TF32 120 TFLOPS "
+               "with sparsity; FP32 30.3 TFLOPS"),
+)
+
+
+def device_peak(device_name: str | None) -> DevicePeak | None:
+    if not device_name:
+        return None
+    return next((peak for peak in PEAKS if re.search(peak.name_pattern, device_name)), None)
+
+
+def compute_precision(precision: str, tf32_enabled: bool) -> str:
+    """What the tensor cores computed in: fp32 runs use TF32 where torch allows it."""
+    if precision == "fp32" and tf32_enabled:
+        return "tf32"
+    return precision
+
+
+def model_flops_utilisation(flops_per_sample: float | None, samples_per_s_per_device: float,
+                            device_name: str | None, precision: str, tf32_enabled: bool = False) -> dict:
+    """{"mfu": fraction or None, "basis": how it was computed, or why it is unknown}."""
+    computed_in = compute_precision(precision, tf32_enabled)
+    peak = device_peak(device_name)
+    if peak is None:
+        reason = "no published peak for this device" if device_name else "no GPU (CPU run): no published peak"
+        return {"mfu": None, "basis": {"device": device_name, "precision": computed_in, "reason": reason}}
+    basis = {"device": device_name, "matched": peak.label, "precision": computed_in,
+             "peak_flops_per_s": peak.tflops[computed_in] * TERA, "source": peak.source}
+    if not flops_per_sample:
+        basis["reason"] = "FLOPs per sample unknown (the FLOP counter could not trace the model)"
+        return {"mfu": None, "basis": basis}
+    return {"mfu": flops_per_sample * samples_per_s_per_device / basis["peak_flops_per_s"], "basis": basis}
