@@ -90,6 +90,8 @@ METRICS: list[Metric] = [
     Metric("iteration_mean_s", "iteration mean",
            lambda r: r.metrics.iteration_time_s.mean if r.metrics else None, "s", "{:,.2f}", "lower", 1000, "ms",
            in_scaling_table=False),
+    # Model FLOPs utilisation on GPUs (None on CPUs and on GPUs without a published peak).
+    Metric("mfu", "MFU", _metric("mfu"), "", "{:.1f}", "higher", 100, "% of peak"),
     Metric("window_s", "timed window", _metric("window_s"), "s", "{:,.2f}", in_scaling_table=False),
     Metric("overlap_pct", "overlap", overlap_pct, "%", "{:,.1f}", "higher", in_scaling_table=False),
     Metric("exposed_comm_trace_s", "exposed, trace", exposed_comm_trace_s, "s", "{:,.2f}", "lower", 1000, "ms",
