@@ -63,10 +63,10 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     spec = record["spec"]
     assert (spec["device"], spec["backend"], spec["size"], spec["threads_per_rank"]) == ("cpu", "gloo", "tiny", 1)
     checks = record["checks"]
-    assert checks["replicas_in_sync"]["ok"] and checks["replicas_in_sync"]["distinct_digests"] == 1
+    assert checks["replicas_in_sync"]["ok"] and checks["replicas_in_sync"]["details"]["distinct_digests"] == 1
     assert checks["gradients_averaged"]["ok"]
-    assert checks["shards_disjoint"]["shard_sizes"] == [80, 80]
-    assert checks["shards_cover_dataset"]["covered"] == 160
+    assert checks["shards_disjoint"]["details"]["shard_sizes"] == [80, 80]
+    assert checks["shards_cover_dataset"]["details"]["covered"] == 160
     assert checks["reshuffled_each_epoch"]["ok"] is True  # 25 steps of 10 per epoch: set_epoch ran
     assert record["ranks"][0]["epochs_started"] == 3
     assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
@@ -116,7 +116,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
                                      "comm_hook": "fp16_compress"}
     assert record["spec"]["batch_size"] == 3
     assert record["metrics"]["sample_unit"] == "rows"
-    assert record["checks"]["gradients_averaged"]["tolerance"] == 5e-3
+    assert record["checks"]["gradients_averaged"]["details"]["tolerance"] == 5e-3
     assert record["overlap"]["trace"] is None and not (tmp_path / "traces").exists()
 
 

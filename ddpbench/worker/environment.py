@@ -8,7 +8,7 @@ import torchvision
 
 def torch_facts() -> dict:
     facts = {
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion, which JSON encoders do not know
         "torchvision": torchvision.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
