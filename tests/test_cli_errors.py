@@ -75,6 +75,7 @@ def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
     (["sweep", "--gpus", "eight"], "must be a whole number >= 1; got 'eight'"),
     (["sweep", "--suite", "nightly"], "unknown suite 'nightly'"),
     (["sweep", "--strategies", "ddp,fsdp"], "unknown strategy 'fsdp'"),
+    (["sweep", "--warmup", "1"], "warmup must be at least 2 for ddp; got 1"),
     (["sweep", "--resume"], "--resume needs --sweep-id"),
     (["sweep", "--resume", "--sweep-id", "never-made"], "nothing to resume"),
     (["sweep", "--inject-fault", "kind=raise"], "needs rank, kind and step"),

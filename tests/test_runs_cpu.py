@@ -124,7 +124,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
 
 def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     workload = f"{REPO}/tests/fixtures/failing_workload.py:broken"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "4", "--warmup", "1",
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2",
                     "--out", str(tmp_path))
     assert done.returncode == 1
     record = only_record(tmp_path)
@@ -167,7 +167,7 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
-                   "--steps", "6", "--warmup", "1", "--threads-per-rank", "1", "--run-timeout", "180",
+                   "--steps", "6", "--warmup", "2", "--threads-per-rank", "1", "--run-timeout", "180",
                    "--run-id", "shared-run", "--out", str(tmp_path / "shared")]
         nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=cpu_environment()))

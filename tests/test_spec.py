@@ -74,3 +74,17 @@ def test_resolve_refuses_fp16_once_auto_becomes_cpu():
 
 def test_threads_never_drop_below_one():
     assert resolve(RunSpec(workload="mlp", nproc=4), gpu_count=0, cores=2).threads_per_rank == 1
+
+
+def test_ddp_needs_a_warm_up_of_two_before_launch_but_old_records_still_load(tmp_path):
+    from ddpbench.config.spec import check_launchable
+    from ddpbench.records.store import load_record, new_record, write_record
+
+    one = RunSpec(workload="mlp", strategy="ddp", warmup=1, run_id="old")
+    with pytest.raises(SpecError, match="warmup must be at least 2 for ddp; got 1: .*rebuild"):
+        check_launchable(one)
+    check_launchable(one.replace(warmup=2))
+    check_launchable(RunSpec(workload="mlp", strategy="local", warmup=0))  # nothing to rebuild
+    # A record made before the rule (warm-up 1 was allowed then) is still a readable record.
+    path = write_record(new_record(one, "ok"), str(tmp_path))
+    assert load_record(path).spec.warmup == 1

@@ -103,7 +103,7 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
 
 def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):
     done = run_cli("sweep", "--workloads", "mlp", "--strategies", "ddp", "--nproc", "1", "--steps", "5",
-                   "--warmup", "1", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t", cwd=tmp_path)
+                   "--warmup", "2", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t", cwd=tmp_path)
     record = load_json(tmp_path / "t" / "runs" / "mlp-ddp-n1.json")
     assert record["status"] == "timeout" and "2 s run timeout" in record["error"]["message"]
     assert done.returncode == 1 and "TIMEOUT" in done.stderr

@@ -40,7 +40,7 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
     cores = usable_cores()
     threads = max(1, cores // 2)
     done = ddpbench("run", "--workload", CHATTY, "--nproc", "3", "--device", "cpu", "--threads-per-rank",
-                    str(threads), "--steps", "5", "--warmup", "1", "--profile-steps", "1", "--no-sync-steps", "0",
+                    str(threads), "--steps", "6", "--warmup", "2", "--profile-steps", "1", "--no-sync-steps", "0",
                     "--out", str(tmp_path), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     warning = done.stderr.splitlines()
@@ -62,8 +62,8 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
 
 @pytest.mark.launches
 def test_verbose_streams_everything_the_processes_print(tmp_path):
-    done = ddpbench("run", "--workload", CHATTY, "--nproc", "2", "--device", "cpu", "--steps", "5",
-                    "--warmup", "1", "--profile-steps", "1", "--no-sync-steps", "0", "--verbose",
+    done = ddpbench("run", "--workload", CHATTY, "--nproc", "2", "--device", "cpu", "--steps", "6",
+                    "--warmup", "2", "--profile-steps", "1", "--no-sync-steps", "0", "--verbose",
                     "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert all(line in done.stderr for line in CHATTY_LINES), done.stderr

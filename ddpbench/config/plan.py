@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddpbench.config.spec import SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, threads_per_process
+from ddpbench.config.spec import (SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, check_launchable,
+                                  threads_per_process)
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 
@@ -149,5 +150,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                                                              options.max_world_size),
                         run_id=f"{name}-{strategy}-n{world_size}{suffix}", **common,
                     ))
+    for spec in plan:
+        check_launchable(spec)  # before any run starts, not as one failed run after another
     return plan
 

@@ -37,6 +37,24 @@ def default_warmup(strategy: str, device: str, steps: int) -> int:
     return DEFAULT_WARMUP
 
 
+DDP_MIN_WARMUP = 2
+
+
+def check_launchable(spec: "RunSpec") -> None:
+    """Rules a new run must follow that older records need not: checked before launching (and for
+    every run of a sweep plan), never when a stored record is read back.
+
+    DDP all-reduces its first iteration in one big bucket and rebuilds its buckets at the start of
+    the second forward, so a warm-up of 1 leaves the rebuild inside the first timed step."""
+    warmup = DEFAULT_WARMUP if spec.warmup is None else spec.warmup
+    if spec.strategy == "ddp" and warmup < DDP_MIN_WARMUP:
+        raise SpecError(
+            f"warmup must be at least {DDP_MIN_WARMUP} for ddp; got {warmup}: DDP's first iteration "
+            "all-reduces in one bucket and its second forward rebuilds the buckets, so with less "
+            "the rebuild lands in a timed step"
+        )
+
+
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         raise SpecError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")

@@ -31,7 +31,7 @@ from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
 from ddpbench.running.progress import RunProgress
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
-from ddpbench.config.spec import RunSpec, SpecError, resolve_device, threads_per_process
+from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 ERROR_TAIL_LINES = 40
@@ -40,6 +40,7 @@ ERROR_TAIL_LINES = 40
 def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
     """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
     check_workload_name(spec.workload)
+    check_launchable(spec)
     gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
     cores = usable_cores() if cores is None else cores
     device = resolve_device(spec.device, gpu_count)
