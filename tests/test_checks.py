@@ -5,27 +5,67 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddpbench.worker import checks
+from ddpbench.worker.data import NotShardable, RecordingSampler, make_loader
 
 
 def test_shards_that_split_the_dataset_pass():
-    result = checks.shard_checks([[0, 2, 4], [1, 3, 5]], dataset_length=6)
+    result = checks.shard_checks([[0, 2, 4], [1, 3, 5]], dataset_length=6, world_size=2)
     assert result["shards_disjoint"]["ok"] and result["shards_cover_dataset"]["ok"]
 
 
-def test_overlapping_shards_fail():
-    result = checks.shard_checks([[0, 1, 2], [2, 3, 4]], dataset_length=5)
-    # 6 indices for 5 samples: one repeat is DistributedSampler's padding, allowed...
+def test_only_distributed_samplers_own_padding_is_allowed():
+    # 5 samples on 2 ranks: DistributedSampler repeats exactly one index so both get 3...
+    result = checks.shard_checks([[0, 1, 2], [2, 3, 4]], dataset_length=5, world_size=2)
     assert result["shards_disjoint"]["ok"] and result["shards_disjoint"]["details"]["padding_allowed"] == 1
-    result = checks.shard_checks([[0, 1, 2], [0, 1, 2]], dataset_length=6)
-    # ...but every rank reading the same samples is not.
+    # ...but ranks reading the same samples are not padding.
+    result = checks.shard_checks([[0, 1, 2], [0, 1, 2]], dataset_length=6, world_size=2)
     assert not result["shards_disjoint"]["ok"] and result["shards_disjoint"]["details"]["repeated_indices"] == 3
+    assert "read by more than one rank" in result["shards_disjoint"]["reason"]
     assert not result["shards_cover_dataset"]["ok"] and result["shards_cover_dataset"]["details"]["covered"] == 3
 
 
-def test_reshuffle_needs_two_epochs_and_a_different_order():
-    assert checks.reshuffled_each_epoch([1, 2, 3], None)["ok"] is None
-    assert checks.reshuffled_each_epoch([1, 2, 3], [3, 1, 2])["ok"] is True
-    assert checks.reshuffled_each_epoch([1, 2, 3], [1, 2, 3])["ok"] is False
+def test_every_rank_reading_the_whole_dataset_fails():
+    # The bug the old padding allowance hid: 160 samples, both ranks read all 160.
+    everything = list(range(160))
+    result = checks.shard_checks([everything, everything], dataset_length=160, world_size=2)
+    assert result["shards_disjoint"]["ok"] is False
+    assert result["shards_disjoint"]["details"]["padding_allowed"] == 0
+    assert result["shards_cover_dataset"]["ok"] is True  # covered, but twice over
+
+
+def _two_passes(call_set_epoch: bool) -> list:
+    """The real sampler and loader, two epochs, with or without the set_epoch call."""
+    dataset = torch.utils.data.TensorDataset(torch.arange(40.0))
+    loader, sampler = make_loader(dataset, batch_size=4, world_size=2, rank=0, seed=0, num_workers=0,
+                                  pin_memory=False, sampler_class=RecordingSampler)
+    for epoch in range(2):
+        if call_set_epoch:
+            sampler.set_epoch(epoch)
+        for _ in loader:
+            pass
+    return sampler.passes
+
+
+def test_a_loop_without_set_epoch_fails_the_reshuffle_check():
+    result = checks.reshuffled_each_epoch(_two_passes(call_set_epoch=False))
+    assert result["ok"] is False and "set_epoch was not called" in result["reason"]
+    assert checks.reshuffled_each_epoch(_two_passes(call_set_epoch=True))["ok"] is True
+
+
+def test_reshuffle_needs_two_passes_and_a_different_order():
+    assert checks.reshuffled_each_epoch([(0, [1, 2, 3])])["ok"] is None
+    assert "second epoch" in checks.reshuffled_each_epoch([(0, [1, 2, 3])])["reason"]
+    assert checks.reshuffled_each_epoch([(0, [1, 2, 3]), (1, [3, 1, 2])])["ok"] is True
+    assert checks.reshuffled_each_epoch([(0, [1, 2, 3]), (1, [1, 2, 3])])["ok"] is False
+
+
+def test_an_iterable_dataset_is_refused_with_what_to_do():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    with pytest.raises(NotShardable, match="IterableDataset .*Stream.*map-style Dataset"):
+        make_loader(Stream(), batch_size=2, world_size=2, rank=0, seed=0, num_workers=0, pin_memory=False)
 
 
 def test_replicas_in_sync_names_the_odd_rank_out():

@@ -191,3 +191,25 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     assert record["spec"]["nnodes"] == 2 and record["spec"]["nproc"] == 1
     assert record["checks"]["replicas_in_sync"]["ok"]
     assert sum("wrote the record there" in out for out, _ in outputs) == 1
+
+
+def test_replicas_that_drift_apart_fail_their_check_in_a_real_run(tmp_path):
+    workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:drifting_replicas"
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
+                    "--no-profile", "--no-sync-steps", "0", "--out", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]  # measured, but a check failed
+    record = only_record(tmp_path)
+    assert record["status"] == "ok"
+    check = record["checks"]["replicas_in_sync"]
+    assert check["ok"] is False and check["details"]["ranks_differing_from_rank0"] == [1]
+    assert "CHECK FAILED: replicas_in_sync" in done.stdout
+
+
+def test_a_dataset_no_sampler_can_shard_is_refused_in_a_real_run(tmp_path):
+    workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:streaming_dataset"
+    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "6", "--warmup", "2",
+                    "--no-profile", "--out", str(tmp_path))
+    assert done.returncode == 1
+    record = only_record(tmp_path)
+    assert record["status"] == "failed"
+    assert "IterableDataset" in record["error"]["message"] and "map-style Dataset" in record["error"]["message"]

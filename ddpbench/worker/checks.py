@@ -48,26 +48,42 @@ def replicas_in_sync(digests: Sequence[str]) -> dict:
     return verdict(len(distinct) == 1, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
 
 
-def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int) -> dict:
-    """DistributedSampler pads the last shard by repeating indices when the dataset does not
-    divide evenly; exactly those repeats are allowed and reported."""
+def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int, world_size: int) -> dict:
+    """What the ranks' samplers handed out in one pass over the data. DistributedSampler pads the
+    last shard (drop_last=False) by repeating exactly (-length) % world_size indices, at most
+    world_size - 1, so that every rank gets as many; those repeats are allowed, nothing more."""
     counts = Counter(i for indices in indices_by_rank for i in indices)
-    total = sum(counts.values())
-    padding = total - dataset_length if total > dataset_length else 0
+    padding = -dataset_length % world_size
     repeats = sum(c - 1 for c in counts.values() if c > 1)
     covered = set(counts)
+    shard_sizes = [len(s) for s in indices_by_rank]
+    disjoint = repeats <= padding
     return {
-        "shards_disjoint": verdict(repeats <= padding, repeated_indices=repeats, padding_allowed=padding,
-                                   shard_sizes=[len(s) for s in indices_by_rank]),
-        "shards_cover_dataset": verdict(covered == set(range(dataset_length)), covered=len(covered),
-                                        dataset_length=dataset_length),
+        "shards_disjoint": verdict(
+            disjoint, None if disjoint else f"{repeats} indices were read by more than one rank; "
+            f"DistributedSampler's padding allows {padding}",
+            repeated_indices=repeats, padding_allowed=padding, shard_sizes=shard_sizes),
+        "shards_cover_dataset": verdict(
+            covered == set(range(dataset_length)),
+            None if covered == set(range(dataset_length)) else
+            f"the ranks read {len(covered)} distinct indices of {dataset_length}",
+            covered=len(covered), dataset_length=dataset_length),
     }
 
 
-def reshuffled_each_epoch(first_epoch: Sequence[int], second_epoch: Sequence[int] | None) -> dict:
-    if second_epoch is None:
-        return verdict(None, "the run did not reach a second epoch")
-    return verdict(list(first_epoch) != list(second_epoch))
+def reshuffled_each_epoch(passes: Sequence[tuple[int, Sequence[int]]]) -> dict:
+    """From the sampler's first two passes over the data as (epoch it was set to, indices):
+    set_epoch must have moved the epoch on, and the order must differ."""
+    if len(passes) < 2:
+        return verdict(None, "the run did not reach a second epoch: nothing to compare")
+    (first_epoch, first), (second_epoch, second) = passes[0], passes[1]
+    if first_epoch == second_epoch:
+        return verdict(False, f"set_epoch was not called between epochs: the sampler stayed at epoch "
+                              f"{first_epoch}, so every epoch reads the data in the same order",
+                       epochs=[first_epoch, second_epoch])
+    same_order = list(first) == list(second)
+    return verdict(not same_order, "the order did not change between epochs" if same_order else None,
+                   epochs=[first_epoch, second_epoch])
 
 
 def _flat_gradients(model: torch.nn.Module) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
 POOL_SIZE = 64
 
@@ -52,10 +52,38 @@ def image_folder(root: str, image_size: int):
     return datasets.ImageFolder(root, transform=transform)
 
 
+class RecordingSampler(DistributedSampler):
+    """A DistributedSampler that remembers, for the first two passes the loader makes over it,
+    the epoch it was set to and the indices it actually handed out: the shard and reshuffle checks
+    look at what training read, not at a recomputation. Passes are kept in order rather than by
+    epoch, so a loop that never calls set_epoch shows up as two passes with the same epoch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passes: list[tuple[int, list[int]]] = []
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        if len(self.passes) < 2:
+            self.passes.append((self.epoch, indices))
+        return iter(indices)
+
+
+class NotShardable(TypeError):
+    """A dataset DistributedSampler cannot split between ranks."""
+
+
 def make_loader(dataset: Dataset, batch_size: int, world_size: int, rank: int, seed: int,
                 num_workers: int, pin_memory: bool,
                 sampler_class: type = DistributedSampler) -> tuple[DataLoader, DistributedSampler]:
     """Each rank reads a disjoint shard through DistributedSampler, shuffled per epoch."""
+    if isinstance(dataset, IterableDataset):
+        # A DataLoader over an IterableDataset ignores samplers: every rank would read all of it,
+        # and the shard checks could not see that.
+        raise NotShardable(
+            f"the workload's dataset is an IterableDataset ({type(dataset).__name__}): DistributedSampler "
+            "cannot shard it, so every rank would train on all of it; return a map-style Dataset "
+            "(__len__ and __getitem__) from make_dataset")
     sampler = sampler_class(dataset, num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=False)
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,

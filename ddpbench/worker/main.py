@@ -22,12 +22,11 @@ import msgspec
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
-from torch.utils.data import DistributedSampler
 from torch.utils.data.dataloader import default_collate
 
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
-from ddpbench.worker.data import endless_batches, make_loader
+from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import tf32_enabled, torch_facts
 from ddpbench.worker.faults import maybe_inject
@@ -45,21 +44,6 @@ from ddpbench.worker.workload import build_workload
 # Synthetic datasets hold this many steps of data per epoch, so runs cross epoch boundaries
 # and set_epoch reshuffling is exercised and checked.
 SYNTHETIC_STEPS_PER_EPOCH = 10
-
-
-class RecordingSampler(DistributedSampler):
-    """A DistributedSampler that remembers the indices it actually handed the loader in the
-    first two epochs: the shard checks look at what training read, not at a recomputation."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.indices_by_epoch: dict[int, list[int]] = {}
-
-    def __iter__(self):
-        indices = list(super().__iter__())
-        if len(self.indices_by_epoch) < 2:
-            self.indices_by_epoch[self.epoch] = indices
-        return iter(indices)
 
 
 class Rank:
@@ -240,7 +224,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook)
         result["reducer"] = phases.reducer_statistics(trainer.model)
     result["param_digest"] = checks.parameter_digest(trainer.model)
-    result["sampler_indices"] = [trainer.sampler.indices_by_epoch.get(e) for e in (0, 1)]
+    result["sampler_passes"] = trainer.sampler.passes
     sync_device(rank.device)
     memory.end()
     result["peak_memory_bytes"] = timed_memory["peak_bytes"]  # the timed window, largest device
@@ -297,9 +281,9 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
                                           shared["device_name"], spec.precision, shared["tf32_enabled"])
     metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 
-    indices_epoch0 = [r["sampler_indices"][0] for r in results]
-    run_checks = checks.shard_checks(indices_epoch0, shared["dataset_length"])
-    run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(*results[0]["sampler_indices"])
+    first_pass = [r["sampler_passes"][0][1] for r in results]
+    run_checks = checks.shard_checks(first_pass, shared["dataset_length"], spec.world_size)
+    run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(results[0]["sampler_passes"])
     if spec.strategy == "ddp":
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
         run_checks["gradients_averaged"] = checks.all_ranks(
