@@ -110,7 +110,9 @@ def exposed_series(record: Record) -> tuple[np.ndarray, np.ndarray] | None:
     steps = len(rank.no_sync_step_times_s or [])
     if not steps:
         return None
-    return np.asarray(rank.step_times_s[:steps]), np.asarray(rank.no_sync_step_times_s)
+    # Newer records replay the same batches with all-reduce too; older ones compared the timed steps.
+    with_allreduce = rank.replay_step_times_s or rank.step_times_s[:steps]
+    return np.asarray(with_allreduce), np.asarray(rank.no_sync_step_times_s)
 
 
 def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:

@@ -112,7 +112,10 @@ class RankResult(Part):
     """warm-up, timed, checks: each phase's peak, reset at its start."""
     trace_path: str | None = None
     no_sync_step_times_s: list[float] | None = None
-    """The first timed steps replayed under DDP's no_sync() (no all-reduce)."""
+    """The first timed steps' batches replayed under DDP's no_sync() (no all-reduce)."""
+    replay_step_times_s: list[float] | None = None
+    """The same batches replayed with all-reduce, alternating with the no_sync steps. Records
+    before this field compared the no_sync replay with the timed steps themselves."""
 
 
 class Distribution(Part):
@@ -265,6 +268,8 @@ class NoSyncView(Part):
 
     by_rank: list[NoSyncRank]
     exposed_comm_s_max: float
+    method: str = "the first timed steps (data loading included) against their no_sync() replay"
+    """What was compared; the default describes records made before the replay compared like with like."""
 
 
 class ReducerRank(Part):
@@ -281,6 +286,10 @@ class ReducerRank(Part):
     rebuilt_bucket_sizes_bytes: list[int] = []
     has_rebuilt_buckets: bool = False
     num_buckets: int = 0
+    iterations: int | None = None
+    """How many iterations the timers average over; None in records made before it was known."""
+    covers: str = "DDP's running averages over the iterations it sampled (1 to 10, the warm-up among them)"
+    """Which iterations the timers describe, in words."""
 
 
 class ReducerView(Part):

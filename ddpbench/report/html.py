@@ -20,6 +20,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from ddpbench.analysis import registry
+from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
 from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_frame, overlap_table, runs_frame,
                                       scaling_table, step_time_frame)
 from ddpbench.config.errors import SpecError
@@ -41,8 +42,9 @@ GLOSSARY = [
                 "intervals are merged separately; overlap = time both are active / time communication is active."),
     ("exposed communication", "Communication time not overlapped by computation, per step. Estimated three ways: "
                               "from the trace; as the step time with all-reduce minus the step time of the same "
-                              "batches under no_sync(); and from DDP's reducer timers (sampled, one step behind, "
-                              "their overlap runs start-to-end rather than being a true intersection)."),
+                              "in-memory batches under no_sync(), alternating, after the timed window; and from "
+                              "DDP's reducer timers over those replayed steps (their overlap runs start-to-end "
+                              "rather than being a true intersection)."),
     ("step breakdown", "A profiled step split into compute, exposed communication, other (memory copies, "
                        "data loading) and idle; the four add up to the step's span."),
     ("DataParallel on CPU", "nn.DataParallel without CUDA just calls the module: one process with N times the "
@@ -172,6 +174,14 @@ def communication_section(data: ReportData) -> list[Markup]:
         shown, formats = metric_columns(overlap, list(overlap.columns))
         blocks.append(table_html(shown.rename(columns={"world_size": "world size"}), formats,
                                  text_columns=("workload",)))
+    sentences = [(record.run_id, estimates_agreement(record)) for _, record in data.records
+                 if record.status == "ok" and record.spec.strategy == "ddp" and record.spec.world_size > 1]
+    sentences = [(run_id, found) for run_id, found in sentences if found.agree is not None]
+    if sentences:
+        items = Markup("").join(Markup("<li><code>{}</code>: {}.</li>").format(run_id, found.sentence)
+                                for run_id, found in sentences)
+        blocks.append(Markup("<p>Do the three estimates agree (within {:.0%} of their median)?</p><ul>{}</ul>")
+                      .format(AGREEMENT, items))
     if not breakdown.empty:
         blocks.append(figure_html(plots.step_breakdown(breakdown),
                                   "Stacked bar charts of the time of a profiled step split into compute, exposed "

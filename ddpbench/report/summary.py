@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ddpbench.analysis.agreement import estimates_agreement
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.records.schema import Metrics, Record, RunError
 
@@ -83,6 +84,10 @@ def format_summary(record: Record, path: str) -> str:
         lines.append(f"  iteration    p50 {_ms(iteration.p50)}  p90 {_ms(iteration.p90)}  "
                      f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
                      f"  over {metrics.timed_steps} timed steps")
+        if spec.strategy == "ddp" and spec.world_size > 1:
+            agreement = estimates_agreement(record)
+            if agreement.agree is not None:
+                lines.append(f"  exposed comm {agreement.sentence}")
         marks = [f"{name} {CHECK_WORDS[check.ok]}" for name, check in record.checks.items()]
         lines.append("  checks       " + ", ".join(marks))
         for name in record.failed_checks():

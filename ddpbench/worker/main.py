@@ -222,7 +222,6 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         inputs, targets = to_device(next(trainer.batches), rank.device)
         result["gradients_averaged"] = checks.gradients_averaged(
             trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook)
-        result["reducer"] = phases.reducer_statistics(trainer.model)
     result["param_digest"] = checks.parameter_digest(trainer.model)
     result["sampler_passes"] = trainer.sampler.passes
     sync_device(rank.device)
@@ -241,7 +240,8 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
 
 
 def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) -> dict:
-    """The profiled phase, then the no_sync replay (last: it lets replicas drift apart)."""
+    """The profiled phase, then the replay with and without all-reduce and DDP's reducer timers
+    over the same batches (last: no_sync lets replicas drift apart)."""
     found: dict = {"rank": rank.rank}
     if spec.profile:
         path = phases.trace_path(spec.out_dir, spec.run_id, rank.rank)
@@ -249,7 +249,9 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
                                                     spec.profile_warmup, spec.profile_active, path)
         found["trace_summary"] = summarize_own_trace(path)
     if replay:
-        found["no_sync_step_times_s"] = phases.no_sync_phase(trainer.model, trainer.step_on, replay, rank.device)
+        found["replay_step_times_s"], found["no_sync_step_times_s"] = phases.replay_phase(
+            trainer.model, trainer.step_on, replay, rank.device)
+        found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
     return found
 
 
@@ -307,21 +309,18 @@ def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | No
     """The three views of communication overlap, per rank, side by side. `found` holds what the
     overlap phases measured; None while they have not run yet."""
     estimates: dict = {"trace": None, "no_sync": None, "reducer": None}
-    if spec.strategy == "ddp":
-        estimates["reducer"] = {"by_rank": [r["reducer"] for r in results],
-                                "note": "DDP reducer timers: sampled iterations, one step behind, "
-                                        "overlap measured start-to-end rather than as an intersection"}
     if found is not None:
         found = sorted(found, key=lambda f: f["rank"])
         if spec.profile:
             estimates["trace"] = {"paths": [f["trace_path"] for f in found],
                                   "by_rank": [f["trace_summary"] for f in found]}
         if spec.strategy == "ddp" and spec.no_sync_replays:
-            # Same ranks, same batches: the first timed steps against their no_sync() replay.
-            by_rank = [phases.exposed_from_no_sync(r["step_times_s"][:spec.no_sync_replays], f["no_sync_step_times_s"])
-                       for r, f in zip(results, found)]
-            estimates["no_sync"] = {"by_rank": by_rank,
+            by_rank = [phases.exposed_from_no_sync(f["replay_step_times_s"], f["no_sync_step_times_s"]) for f in found]
+            estimates["no_sync"] = {"by_rank": by_rank, "method": phases.NO_SYNC_METHOD,
                                     "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank)}
+            estimates["reducer"] = {"by_rank": [f["reducer"] for f in found],
+                                    "note": "DDP reducer timers over the replayed steps; their overlap runs from the "
+                                            "first all-reduce's start to backward's end, not a true intersection"}
     return msgspec.convert(estimates, Overlap)
 
 
@@ -338,6 +337,7 @@ def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[
         extra = by_rank[entry.rank]
         entry.trace_path = extra.get("trace_path")
         entry.no_sync_step_times_s = extra.get("no_sync_step_times_s")
+        entry.replay_step_times_s = extra.get("replay_step_times_s")
 
 
 @record_errors_for_torchrun
