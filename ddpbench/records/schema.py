@@ -97,6 +97,9 @@ class RankResult(Part):
     """Intra-op threads this rank trained with."""
     step_times_s: list[float] = []
     """Raw step times of the timed steps, in order: start of step i to start of step i+1."""
+    window_cpu_s: float | None = None
+    """CPU time this rank's process (all its threads) used in the timed window: the work done,
+    which machine load disturbs far less than wall time."""
     final_loss: float | None = None
     epochs_started: int | None = None
     param_digest: str | None = None

@@ -41,11 +41,6 @@ from ddpbench.worker.training import (flops_per_sample, host_synchronisation, ma
                                       train_step, wrap_data_parallel, wrap_ddp)
 from ddpbench.worker.workload import build_workload
 
-# Synthetic datasets hold this many steps of data per epoch, so runs cross epoch boundaries
-# and set_epoch reshuffling is exercised and checked.
-SYNTHETIC_STEPS_PER_EPOCH = 10
-
-
 class Rank:
     """Where this process sits in the job: from torchrun's environment variables under ddp; a
     lone process otherwise."""
@@ -111,7 +106,11 @@ class Trainer:
         self.device = rank.device
         # DataParallel takes the global batch in one forward and splits it across its devices.
         loader_batch = self.spec.batch_size * rank.data_parallel_devices
-        self.dataset = self.workload.make_dataset(loader_batch * rank.world_size * SYNTHETIC_STEPS_PER_EPOCH)
+        # One epoch holds exactly the warm-up and the timed steps, as in a long training epoch: no
+        # epoch boundary (a new loader iterator, set_epoch, a reshuffle) inside the timed window.
+        # The first batch after the window starts the second epoch, so set_epoch is still
+        # exercised and checked, outside the window. (A real data folder has its own length.)
+        self.dataset = self.workload.make_dataset(loader_batch * rank.world_size * spec.steps)
         loader, self.sampler = make_loader(self.dataset, loader_batch, rank.world_size, rank.rank, spec.seed,
                                            spec.num_workers, pin_memory=rank.device.type == "cuda",
                                            sampler_class=RecordingSampler)
@@ -190,6 +189,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         memory.end()
         memory.start("timed")  # after the sync: the peak is the timed window's alone
         window_start = time.perf_counter()
+        window_cpu_start = time.process_time()
         clock.mark()
         beat.enter("timed")
         for step in range(spec.warmup, spec.steps):
@@ -204,10 +204,13 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             bar.update()
         window_edge(rank)
         window_s = time.perf_counter() - window_start
+        window_cpu_s = time.process_time() - window_cpu_start
         timed_memory = memory.end()
 
     memory.start("checks")
     beat.enter("checks")
+    # Starts the second epoch (after the window): the reshuffle check compares it with the first.
+    after_window = next(trainer.batches)
     result = {
         "rank": rank.rank,
         "local_rank": rank.local_rank,
@@ -215,11 +218,12 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "device": str(rank.device),
         "threads": torch.get_num_threads(),
         "step_times_s": clock.step_times_s(),
+        "window_cpu_s": window_cpu_s,
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
     if rank.distributed:
-        inputs, targets = to_device(next(trainer.batches), rank.device)
+        inputs, targets = to_device(after_window, rank.device)
         result["gradients_averaged"] = checks.gradients_averaged(
             trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook)
     result["param_digest"] = checks.parameter_digest(trainer.model)

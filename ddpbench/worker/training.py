@@ -44,8 +44,8 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> D
         **_buffer_sync_option(knobs.broadcast_buffers),
     )
     # After its first 10 iterations DDP logs every 100th; on GPUs a logged forward waits for the
-    # previous iteration's CUDA events. A rate no run reaches keeps later timed steps free of it
-    # (the reducer statistics then describe iteration 10; the record says which one).
+    # previous iteration's CUDA events. A rate no run reaches keeps later timed steps free of it;
+    # the reducer phase after the window samples its own iterations (phases.reducer_phase).
     ddp_model._set_ddp_runtime_logging_sample_rate(DDP_RUNTIME_LOGGING_SAMPLE_RATE)
     if knobs.comm_hook != "allreduce":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
