@@ -344,6 +344,24 @@ def command_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_comm(args: argparse.Namespace) -> int:
+    from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommOptions, parse_bytes, report_comm, run_comm
+    from ddpbench.running.environment import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    backend = args.backend or ("nccl" if gpus else "gloo")
+    device = "cuda" if backend == "nccl" else "cpu"
+    options = CommOptions(
+        nproc=args.nproc or (gpus if backend == "nccl" else 2), backend=backend, collectives=args.collectives,
+        min_bytes=parse_bytes(args.min_bytes),
+        max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
+        warmup=args.warmup, min_iters=args.min_iters, max_iters=args.max_iters,
+        seconds_per_size=args.seconds_per_size, out=args.out, name=args.name)
+    results, profile, folder = run_comm(options)
+    print(report_comm(results, profile, folder))
+    return 1 if results.get("exit_code") else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -395,6 +413,20 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
     export.add_argument("-o", "--output", required=True)
     export.set_defaults(handler=command_export)
+    comm = commands.add_parser("comm", help="collective microbenchmark (nccl-tests style) and its network profile")
+    comm.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo")
+    comm.add_argument("--nproc", type=positive_int, default=None, help="processes, one per device (default: every GPU, or 2)")
+    comm.add_argument("--collectives", type=comma_list, default=("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
+    comm.add_argument("--min-bytes", default="8", help="smallest message (8, 64K, 1M; default 8)")
+    comm.add_argument("--max-bytes", default=None, help="largest message, doubling from the smallest "
+                                                         "(default 256M on GPUs, 64M on CPU)")
+    comm.add_argument("--warmup", type=int, default=5, help="untimed calls per size (default 5)")
+    comm.add_argument("--min-iters", type=int, default=10, help="timed calls per size, at least (default 10)")
+    comm.add_argument("--max-iters", type=int, default=200, help="timed calls per size, at most (default 200)")
+    comm.add_argument("--seconds-per-size", type=float, default=0.5, help="time budget per size (default 0.5)")
+    comm.add_argument("--out", default="results/comm", help="folder for results.json, profile.json, bandwidth.png")
+    comm.add_argument("--name", default="", help="profile name (default backend-device-nN-host)")
+    comm.set_defaults(handler=command_comm)
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)
