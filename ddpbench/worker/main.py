@@ -32,6 +32,7 @@ from ddpbench.worker.data import endless_batches, make_loader
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import torch_facts
 from ddpbench.worker.faults import maybe_inject
+from ddpbench.worker.grad_timeline import TIMELINE_PAIRS, timeline_record, timeline_phase
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.records.schema import Check, Metrics, Overlap, RankResult, Record
@@ -248,6 +249,9 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         found["trace_summary"] = summarize_own_trace(path)
     if replay:
         found["no_sync_step_times_s"] = phases.no_sync_phase(trainer.model, trainer.step_on, replay, rank.device)
+    if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
+        found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
+                                           rank.device, TIMELINE_PAIRS, rank.world_size)
     return found
 
 
@@ -327,6 +331,7 @@ def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[
         extra = by_rank[entry.rank]
         entry.trace_path = extra.get("trace_path")
         entry.no_sync_step_times_s = extra.get("no_sync_step_times_s")
+    record.timeline = timeline_record(found)
 
 
 @record_errors_for_torchrun
