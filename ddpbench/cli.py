@@ -362,6 +362,44 @@ def command_comm(args: argparse.Namespace) -> int:
     return 1 if results.get("exit_code") else 0
 
 
+def load_run_record(path: str):
+    """A record file, or a folder holding exactly one record (a `ddpbench run --out` folder)."""
+    from ddpbench.records.store import UnreadableRecord, load_record, record_paths
+
+    if os.path.isdir(path):
+        paths = record_paths(path)
+        if len(paths) != 1:
+            raise SpecError(f"{path!r} holds {len(paths)} records; name one record file (RUN.json)")
+        path = paths[0]
+    if not os.path.isfile(path):
+        raise SpecError(f"{path!r} is not a record file")
+    try:
+        return load_record(path)
+    except UnreadableRecord as exc:
+        raise SpecError(str(exc)) from None
+
+
+def command_project(args: argparse.Namespace) -> int:
+    from ddpbench.analysis.network import ProfileError, load_profile
+    from ddpbench.analysis.projection import ProjectionError, WhatIf, format_projection, project
+
+    record = load_run_record(args.run)
+    try:
+        profile = load_profile(args.profile)
+        what = WhatIf(world_size=args.world,
+                      bucket_cap_mb=record.spec.ddp.bucket_cap_mb if args.bucket_cap_mb is None else args.bucket_cap_mb,
+                      comm_hook=args.comm_hook or record.spec.ddp.comm_hook, bandwidth_scale=args.bandwidth_scale,
+                      gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+        projection = project(record, profile, what)
+    except (ProfileError, ProjectionError) as exc:
+        raise SpecError(str(exc)) from None
+    if args.json:
+        print(json.dumps(projection.as_dict(), indent=1))
+    else:
+        print(format_projection(projection, record))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -427,6 +465,19 @@ def build_parser() -> argparse.ArgumentParser:
     comm.add_argument("--out", default="results/comm", help="folder for results.json, profile.json, bandwidth.png")
     comm.add_argument("--name", default="", help="profile name (default backend-device-nN-host)")
     comm.set_defaults(handler=command_comm)
+    project = commands.add_parser("project", help="replay a measured DDP step for another world size, network, "
+                                                  "bucket size or compression (a projection, not a measurement)")
+    project.add_argument("run", metavar="RUN", help="a DDP run's record (RUN.json), or a folder with one record")
+    project.add_argument("--world", type=int, required=True, help="world size to project to (>= 1)")
+    project.add_argument("--profile", required=True,
+                         help="network profile JSON from ddpbench comm, or a preset: "
+                              "h100-nvswitch, h200-nvswitch, pcie4-8gpu, ib-100g, ib-400g")
+    project.add_argument("--bucket-cap-mb", type=float, default=None, help="what-if bucket cap (default: the run's)")
+    project.add_argument("--comm-hook", choices=("allreduce", "fp16_compress", "bf16_compress"), default=None,
+                         help="what-if gradient compression (default: the run's)")
+    project.add_argument("--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth")
+    project.add_argument("--json", action="store_true", help="machine-readable output")
+    project.set_defaults(handler=command_project)
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)
