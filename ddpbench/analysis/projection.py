@@ -307,3 +307,52 @@ def format_projection(projection: Projection, record: Record) -> str:
         lines.append(f"  measured         {projection.measured_step_s * 1e3:9.2f} ms   (median iteration time of the run; "
                      f"projection {error:+.1%})")
     return "\n".join(lines)
+
+
+def _setting(record: Record) -> tuple:
+    spec = record.spec
+    return (spec.workload, spec.size, spec.batch_size, spec.world_size, spec.precision, spec.device)
+
+
+def _is_default(record: Record) -> bool:
+    knobs = record.spec.ddp
+    return knobs.bucket_cap_mb == 25.0 and knobs.comm_hook == "allreduce" and not knobs.gradient_as_bucket_view \
+        and not knobs.static_graph
+
+
+def validation_cases(records: list[Record], profile: dict) -> list[dict]:
+    """Projection against measurement, for every group of DDP runs that share everything but the
+    bucket cap and the comm hook: the first run with the defaults (cap 25 MB, plain all-reduce)
+    is replayed as itself (next to the spread between default runs) and projected to every other
+    run's knobs."""
+    groups: dict[tuple, list[Record]] = {}
+    for record in records:
+        if record.status == "ok" and record.spec.strategy == "ddp" and record.timeline and record.metrics:
+            groups.setdefault(_setting(record), []).append(record)
+    cases = []
+    for setting, members in sorted(groups.items(), key=lambda item: str(item[0])):
+        defaults = sorted((r for r in members if _is_default(r)), key=lambda r: (r.started_at or "", r.run_id))
+        if not defaults:
+            continue
+        source = defaults[0]
+        measured = source.metrics.iteration_time_s.p50
+        replayed = project(source, profile, RunModel(source).source)
+        spread = defaults[1].metrics.iteration_time_s.p50 / measured - 1 if len(defaults) > 1 else None
+        cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
+                      "source": source.run_id, "target": source.run_id, "projected_s": replayed.step_s,
+                      "measured_s": measured, "error": replayed.step_s / measured - 1, "spread": spread,
+                      "band_s": [replayed.step_low_s, replayed.step_high_s]})
+        for target in sorted(members, key=lambda r: r.run_id):
+            if _is_default(target):
+                continue
+            knobs = target.spec.ddp
+            what = WhatIf(world_size=target.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb,
+                          comm_hook=knobs.comm_hook, gradient_as_bucket_view=knobs.gradient_as_bucket_view)
+            projected = project(source, profile, what)
+            label = f"bucket cap {knobs.bucket_cap_mb:g} MB" if knobs.comm_hook == "allreduce" else knobs.comm_hook
+            measured = target.metrics.iteration_time_s.p50
+            cases.append({"workload": setting[0], "kind": "what-if", "case": label, "source": source.run_id,
+                          "target": target.run_id, "projected_s": projected.step_s, "measured_s": measured,
+                          "error": projected.step_s / measured - 1, "spread": spread,
+                          "band_s": [projected.step_low_s, projected.step_high_s]})
+    return cases
