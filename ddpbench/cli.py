@@ -266,7 +266,7 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     from ddpbench.report.html import build_report
 
-    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output))}")
+    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output, args.profile))}")
     return 0
 
 
@@ -400,6 +400,14 @@ def command_project(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_tune(args: argparse.Namespace) -> int:
+    from ddpbench.running.tune import format_tune, run_tune
+
+    found = run_tune(spec_from_args(args), args.repeat, args.out_dir, args.profile)
+    print(format_tune(found))
+    return 0 if found[0].throughputs else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -416,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write the HTML scaling report of a sweep, from its records")
     report.add_argument("sweep_dir")
     report.add_argument("-o", "--output", default=None, help="HTML file (default reports/<sweep-id>/index.html)")
+    report.add_argument("--profile", default=None, help="network profile or preset for the projection sections "
+                                                         "(default: the sweep's comm/profile.json, if any)")
     report.set_defaults(handler=command_report)
     gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
     gate.add_argument("--baseline", required=True, help="sweep folder, record file, or 'auto' (the stored baseline "
@@ -478,6 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth")
     project.add_argument("--json", action="store_true", help="machine-readable output")
     project.set_defaults(handler=command_project)
+    tune = commands.add_parser("tune", help="measure the DDP knobs around a run (bucket cap, bucket view, static "
+                                            "graph, compression), rank them and say what to change")
+    add_run_arguments(tune)
+    tune.add_argument("--repeat", type=positive_int, default=2, help="runs per variant, interleaved (default 2)")
+    tune.add_argument("--profile", default=None, help="network profile or preset: also project each variant")
+    tune.set_defaults(handler=command_tune, out_dir="results/tune")
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)
