@@ -176,3 +176,27 @@ def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
     assert {f["collective"] for f in profile["fits"]} == set(network.COLLECTIVES)
     assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
     assert "busbw GB/s" in result.stdout
+
+
+def test_tune_calls_a_difference_real_only_beyond_noise_and_overlap():
+    from ddpbench.running.tune import is_real_difference
+
+    assert is_real_difference([100, 102], [120, 125])
+    assert not is_real_difference([100, 102], [101, 125])  # ranges overlap
+    assert not is_real_difference([100, 102], [104, 105])  # apart, but within the 6 % run-to-run noise
+    assert not is_real_difference([100], [150])  # one run each cannot tell
+
+
+def test_report_marks_the_projection_beyond_this_machine(tmp_path):
+    import shutil
+
+    from ddpbench.report.html import build_report
+
+    os.makedirs(tmp_path / "runs")
+    shutil.copy(RECORD, tmp_path / "runs" / "mlp2.json")
+    page = open(build_report(str(tmp_path), str(tmp_path / "index.html"), "h100-nvswitch")).read()
+    assert "Beyond this machine (projection)" in page and "PROJECTION, not measured." in page
+    for world in ("8", "64", "512"):
+        assert f" >{world}</td>" in page
+    without = open(build_report(str(tmp_path), str(tmp_path / "plain.html"))).read()
+    assert "No network profile" in without
