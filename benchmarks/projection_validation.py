@@ -72,11 +72,11 @@ def analyse(out: str) -> dict:
     records = [record for _, record in read_records(out)[0] if record.status == "ok"]
     cases = validation_cases(records, profile)
     print("\n### (a) replay of the measured run, (b) what-ifs against real runs\n")
-    print("| workload | case | projected ms | measured ms | error | run-to-run spread |")
-    print("|---|---|---|---|---|---|")
+    print("| workload | case | projected ms | measured ms | error | run-to-run spread | target's timeline-phase step ms |")
+    print("|---|---|---|---|---|---|---|")
     for case in cases:
         print(f"| {case['workload']} | {case['case']} | {case['projected_s'] * 1e3:.1f} | {case['measured_s'] * 1e3:.1f} "
-              f"| {pct(case['error'])} | {pct(case.get('spread'))} |")
+              f"| {pct(case['error'])} | {pct(case.get('spread'))} | {case['timeline_step_s'] * 1e3:.1f} |")
     replay = [abs(c["error"]) for c in cases if c["kind"] == "replay"]
     what_ifs = [abs(c["error"]) for c in cases if c["kind"] == "what-if"]
     within = [c for c in cases if c["kind"] == "replay" and c.get("spread") is not None

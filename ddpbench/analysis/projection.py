@@ -86,21 +86,35 @@ class StepTimes:
         return self.backward_start_s + self.backward_span_s + self.tail_s + self.optimizer_s + self.after_s
 
 
+def _slowest(values) -> float:
+    values = [v for v in values if v is not None]
+    return max(values) if values else 0.0
+
+
 def representative(steps_by_rank: list[list]) -> StepTimes:
-    """Median over steps per rank, then the slowest rank per quantity (it sets the pace)."""
-    per_rank = []
-    for steps in steps_by_rank:
-        count = len(steps[0].grad_ready_s)
-        ready = [_median(s.grad_ready_s[i] for s in steps) for i in range(count)]
-        per_rank.append(StepTimes(
-            data_s=_median(s.data_s for s in steps),
-            backward_start_s=_median(s.backward_start_s for s in steps),
-            ready_s=ready,
-            tail_s=_median((s.optimizer_start_s or 0) - max(r for r in s.grad_ready_s if r is not None) for s in steps),
-            optimizer_s=_median((s.optimizer_end_s or 0) - (s.optimizer_start_s or 0) for s in steps),
-            after_s=_median(s.step_s - (s.optimizer_end_s or s.step_s) for s in steps)))
-    slowest = max(per_rank, key=lambda t: t.step_s)
-    return replace(slowest, ready_s=[max(t.ready_s[i] for t in per_rank) for i in range(len(slowest.ready_s))])
+    """Per step, the slowest rank for every quantity (ranks meet at every bucket's all-reduce, so
+    the last rank to get there sets the pace), then the median over steps. The order matters:
+    the median of per-step maxima is larger than the maximum of per-rank medians when ranks
+    take turns being slow, which they do on a busy machine."""
+    steps = min(len(rank_steps) for rank_steps in steps_by_rank)
+    count = len(steps_by_rank[0][0].grad_ready_s)
+    combined = []
+    for index in range(steps):
+        same_step = [rank_steps[index] for rank_steps in steps_by_rank]
+        ready = [_slowest(s.grad_ready_s[i] for s in same_step) for i in range(count)]
+        optimizer_start = _slowest(s.optimizer_start_s for s in same_step)
+        optimizer_end = _slowest(s.optimizer_end_s for s in same_step)
+        step_end = _slowest(s.step_s for s in same_step)
+        combined.append(StepTimes(
+            data_s=_slowest(s.data_s for s in same_step),
+            backward_start_s=_slowest(s.backward_start_s for s in same_step),
+            ready_s=ready, tail_s=max(0.0, optimizer_start - max(ready)),
+            optimizer_s=max(0.0, optimizer_end - optimizer_start), after_s=max(0.0, step_end - optimizer_end)))
+    return StepTimes(
+        data_s=_median(c.data_s for c in combined), backward_start_s=_median(c.backward_start_s for c in combined),
+        ready_s=[_median(c.ready_s[i] for c in combined) for i in range(count)],
+        tail_s=_median(c.tail_s for c in combined), optimizer_s=_median(c.optimizer_s for c in combined),
+        after_s=_median(c.after_s for c in combined))
 
 
 @dataclass
@@ -226,6 +240,11 @@ class RunModel:
             return extra / plain.overlapped_comm_s, 0.0
         return 0.0, extra
 
+    def timeline_step_s(self) -> float:
+        """The run's own DDP step in the timeline phase (slowest rank's median), measured minutes
+        apart from the timed window: the replay's inputs and this come from the same steps."""
+        return self.with_ddp.data_s + self.with_ddp.step_s
+
     def single_device_step_s(self) -> float:
         """X(1)'s step: one device, no wrapper, no communication (the timeline's no_sync steps)."""
         return self.alone.data_s + self.alone.step_s
@@ -341,6 +360,7 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
         cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
                       "source": source.run_id, "target": source.run_id, "projected_s": replayed.step_s,
                       "measured_s": measured, "error": replayed.step_s / measured - 1, "spread": spread,
+                      "timeline_step_s": RunModel(source).timeline_step_s(),
                       "band_s": [replayed.step_low_s, replayed.step_high_s]})
         for target in sorted(members, key=lambda r: r.run_id):
             if _is_default(target):
@@ -354,5 +374,6 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
             cases.append({"workload": setting[0], "kind": "what-if", "case": label, "source": source.run_id,
                           "target": target.run_id, "projected_s": projected.step_s, "measured_s": measured,
                           "error": projected.step_s / measured - 1, "spread": spread,
+                          "timeline_step_s": RunModel(target).timeline_step_s(),
                           "band_s": [projected.step_low_s, projected.step_high_s]})
     return cases
