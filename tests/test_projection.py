@@ -200,3 +200,18 @@ def test_report_marks_the_projection_beyond_this_machine(tmp_path):
         assert f" >{world}</td>" in page
     without = open(build_report(str(tmp_path), str(tmp_path / "plain.html"))).read()
     assert "No network profile" in without
+
+
+def test_inside_the_measured_range_predictions_follow_the_measured_curve():
+    results = {"world_size": 2, "backend": "gloo", "device": "cpu", "env": {}, "results": [
+        {"collective": "all_reduce", "bytes": b, "p50_s": t} for b, t in
+        ((1024, 1e-4), (1 << 20, 1e-3), (4 << 20, 8e-3), (16 << 20, 40e-3))]}  # bends at 1 MiB, as caches do
+    profile = network.profile_from_results(results, "bent")
+    at_4m = network.predict(profile, "all_reduce", 2, 4 << 20)
+    assert at_4m.basis == "measured" and at_4m.seconds == pytest.approx(8e-3)
+    between = network.predict(profile, "all_reduce", 2, 2 << 20).seconds
+    assert 1e-3 < between < 8e-3
+    assert network.predict(profile, "all_reduce", 2, 64 << 20).basis == "fit"  # beyond what was measured
+    alpha = profile["fits"][0]["alpha_s"]
+    halved = network.predict(profile, "all_reduce", 2, 4 << 20, bandwidth_scale=2).seconds
+    assert halved == pytest.approx(alpha + (8e-3 - alpha) / 2)

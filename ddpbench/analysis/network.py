@@ -12,7 +12,10 @@ link, so busbw is that link's achieved bandwidth and does not grow or shrink wit
 the fabric's latency inside a node, plus, across nodes, a per-level latency times 2 log2(nodes)
 (NCCL switches to trees for small messages at scale; a ring's 2(N-1) hops would overstate it).
 
-Every prediction comes with a band: for a fitted (collective, N), the 90th percentile of the fit's
+Inside the measured range of sizes a prediction interpolates the measured medians (log-log):
+on CPUs the curve bends where buffers leave the caches, which no straight line follows; outside
+it the alpha-beta line is used. A bandwidth what-if (k times the bandwidth) divides the time
+above the fitted latency by k. Every prediction comes with a band: for a fitted (collective, N), the 90th percentile of the fit's
 relative residuals over the measured sizes; for the fabric model, the profile's stated
 `uncertainty` (presets: their link rates are datasheet figures times an assumed efficiency).
 """
@@ -122,7 +125,9 @@ def profile_from_results(results: dict, name: str) -> dict:
         rows = [r for r in results["results"] if r["collective"] == collective]
         if len(rows) >= 2:
             fit = fit_alpha_beta(collective, world, [r["bytes"] for r in rows], [r["p50_s"] for r in rows])
-            fits.append(fit.__dict__)
+            # The measured medians too: inside the measured range a prediction interpolates them,
+            # since caches make real curves bend where a straight alpha-beta line cannot.
+            fits.append({**fit.__dict__, "measured": [[r["bytes"], r["p50_s"]] for r in rows]})
     reduce_fit = next((f for f in fits if f["collective"] == "all_reduce"), None)
     fabric = None
     if reduce_fit and reduce_fit["beta_s_per_byte"] > 0 and world > 1:
@@ -194,8 +199,15 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
         return Prediction(0.0, 0.0, 0.0, "single device")
     for fit in profile.get("fits", []):
         if fit["collective"] == collective and int(fit["world_size"]) == world_size:
-            seconds = fit["alpha_s"] + fit["beta_s_per_byte"] * size_bytes / bandwidth_scale
             band = fit["band"]
+            measured = sorted(fit.get("measured") or [])
+            if len(measured) >= 2 and measured[0][0] <= size_bytes <= measured[-1][0]:
+                seconds = float(np.exp(np.interp(np.log(size_bytes), np.log([m[0] for m in measured]),
+                                                 np.log([m[1] for m in measured]))))
+                # k times the bandwidth divides what is above the fitted latency.
+                seconds = fit["alpha_s"] + max(0.0, seconds - fit["alpha_s"]) / bandwidth_scale
+                return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured")
+            seconds = fit["alpha_s"] + fit["beta_s_per_byte"] * size_bytes / bandwidth_scale
             return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fit")
     fabric = profile.get("fabric")
     if not fabric:
