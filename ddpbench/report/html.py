@@ -264,8 +264,10 @@ SECTIONS = [
     Section("Scaling", scaling_section),
     Section("Step times", step_times_section),
     Section("Communication", communication_section),
-    Section("Projection vs measurement", projection_sections.projection_vs_measurement_section),
-    Section("Beyond this machine (projection)", projection_sections.beyond_this_machine_section),
+    Section("Projection vs measurement", lambda data: projection_sections.projection_vs_measurement_section(
+        data, projection_sections.Blocks(table_html, figure_html, note))),
+    Section("Beyond this machine (projection)", lambda data: projection_sections.beyond_this_machine_section(
+        data, projection_sections.Blocks(table_html, figure_html, note))),
     Section("Runs", runs_section, always=True),
     Section("Traces", traces_section, always=True),
     Section("Environment", environment_section, always=True),

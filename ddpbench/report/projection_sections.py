@@ -33,14 +33,20 @@ def report_profile(sweep_dir: str, chosen: str | None) -> dict | None:
         return None
 
 
-def _no_profile(html) -> list[Markup]:
+class Blocks:
+    """The report's block makers (table_html, figure_html, note), handed in by the report so this
+    module does not import it back."""
+
+    def __init__(self, table_html, figure_html, note):
+        self.table_html, self.figure_html, self.note = table_html, figure_html, note
+
+
+def _no_profile(html: Blocks) -> list[Markup]:
     return [html.note("No network profile: pass ddpbench report --profile FILE|PRESET, or measure one into the "
                       "sweep with ddpbench comm --out <sweep>/comm.")]
 
 
-def projection_vs_measurement_section(data) -> list[Markup]:
-    from ddpbench.report import html
-
+def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
     if data.profile is None:
         return []
     cases = validation_cases([record for _, record in data.records], data.profile)
@@ -75,9 +81,7 @@ def _sources(records) -> dict[str, object]:
     return {workload: record for workload, (_, record) in sorted(chosen.items())}
 
 
-def beyond_this_machine_section(data) -> list[Markup]:
-    from ddpbench.report import html
-
+def beyond_this_machine_section(data, html: Blocks) -> list[Markup]:
     if data.profile is None:
         return _no_profile(html)
     rows = []
