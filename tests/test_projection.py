@@ -69,8 +69,10 @@ def test_rebucket_matches_ddps_own_assignment():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    # Sizes of tiny resnet-like parameters in gradient-ready order, some larger than the cap.
-    sizes = [40, 40960, 4096, 4194304, 4096, 4194304, 256, 1179648, 256, 256, 65536, 2359296, 512] * 3
+    # Parameters that fill a 1 MiB bucket exactly (a bucket closes when it reaches its cap, not
+    # beyond), then tiny-resnet-like sizes in gradient-ready order, some larger than the cap.
+    sizes = [MIB // 2, MIB // 2, MIB // 4, MIB // 4, MIB // 2, MIB // 2] \
+        + [40, 40960, 4096, 4194304, 4096, 4194304, 256, 1179648, 256, 256, 65536, 2359296, 512] * 3
     tensors = [torch.empty(s // 4) for s in sizes]
     for cap in (1 * MIB, 5 * MIB, 25 * MIB):
         theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [cap], [False] * len(tensors),
