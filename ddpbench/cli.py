@@ -283,7 +283,7 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     from ddpbench.report.html import build_report
 
-    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output))}")
+    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output, args.profile))}")
     return 0
 
 
@@ -361,6 +361,70 @@ def command_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_comm(args: argparse.Namespace) -> int:
+    from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommOptions, parse_bytes, report_comm, run_comm
+    from ddpbench.running.environment import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    backend = args.backend or ("nccl" if gpus else "gloo")
+    device = "cuda" if backend == "nccl" else "cpu"
+    options = CommOptions(
+        nproc=args.nproc or (gpus if backend == "nccl" else 2), backend=backend, collectives=args.collectives,
+        min_bytes=parse_bytes(args.min_bytes),
+        max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
+        warmup=args.warmup, min_iters=args.min_iters, max_iters=args.max_iters,
+        seconds_per_size=args.seconds_per_size, out=args.out, name=args.name)
+    results, profile, folder = run_comm(options)
+    print(report_comm(results, profile, folder))
+    return 1 if results.get("exit_code") else 0
+
+
+def load_run_record(path: str):
+    """A record file, or a folder holding exactly one record (a `ddpbench run --out` folder)."""
+    from ddpbench.records.store import UnreadableRecord, load_record, record_paths
+
+    if os.path.isdir(path):
+        paths = record_paths(path)
+        if len(paths) != 1:
+            raise SpecError(f"{path!r} holds {len(paths)} records; name one record file (RUN.json)")
+        path = paths[0]
+    if not os.path.isfile(path):
+        raise SpecError(f"{path!r} is not a record file")
+    try:
+        return load_record(path)
+    except UnreadableRecord as exc:
+        raise SpecError(str(exc)) from None
+
+
+def command_project(args: argparse.Namespace) -> int:
+    from ddpbench.analysis.network import ProfileError, load_profile
+    from ddpbench.analysis.projection import ProjectionError, WhatIf, format_projection, project
+
+    record = load_run_record(args.run)
+    try:
+        profile = load_profile(args.profile)
+        what = WhatIf(world_size=args.world,
+                      bucket_cap_mb=record.spec.ddp.bucket_cap_mb if args.bucket_cap_mb is None else args.bucket_cap_mb,
+                      comm_hook=args.comm_hook or record.spec.ddp.comm_hook, bandwidth_scale=args.bandwidth_scale,
+                      gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+        projection = project(record, profile, what)
+    except (ProfileError, ProjectionError) as exc:
+        raise SpecError(str(exc)) from None
+    if args.json:
+        print(json.dumps(projection.as_dict(), indent=1))
+    else:
+        print(format_projection(projection, record))
+    return 0
+
+
+def command_tune(args: argparse.Namespace) -> int:
+    from ddpbench.running.tune import format_tune, run_tune
+
+    found = run_tune(spec_from_args(args), args.repeat, args.out_dir, args.profile)
+    print(format_tune(found))
+    return 0 if found[0].throughputs else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -377,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write the HTML scaling report of a sweep, from its records")
     report.add_argument("sweep_dir")
     report.add_argument("-o", "--output", default=None, help="HTML file (default reports/<sweep-id>/index.html)")
+    report.add_argument("--profile", default=None, help="network profile or preset for the projection sections "
+                                                         "(default: the sweep's comm/profile.json, if any)")
     report.set_defaults(handler=command_report)
     gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
     gate.add_argument("--baseline", required=True, help="sweep folder, record file, or 'auto' (the stored baseline "
@@ -412,6 +478,39 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
     export.add_argument("-o", "--output", required=True)
     export.set_defaults(handler=command_export)
+    comm = commands.add_parser("comm", help="collective microbenchmark (nccl-tests style) and its network profile")
+    comm.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo")
+    comm.add_argument("--nproc", type=positive_int, default=None, help="processes, one per device (default: every GPU, or 2)")
+    comm.add_argument("--collectives", type=comma_list, default=("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
+    comm.add_argument("--min-bytes", default="8", help="smallest message (8, 64K, 1M; default 8)")
+    comm.add_argument("--max-bytes", default=None, help="largest message, doubling from the smallest "
+                                                         "(default 256M on GPUs, 64M on CPU)")
+    comm.add_argument("--warmup", type=int, default=5, help="untimed calls per size (default 5)")
+    comm.add_argument("--min-iters", type=int, default=10, help="timed calls per size, at least (default 10)")
+    comm.add_argument("--max-iters", type=int, default=200, help="timed calls per size, at most (default 200)")
+    comm.add_argument("--seconds-per-size", type=float, default=0.5, help="time budget per size (default 0.5)")
+    comm.add_argument("--out", default="results/comm", help="folder for results.json, profile.json, bandwidth.png")
+    comm.add_argument("--name", default="", help="profile name (default backend-device-nN-host)")
+    comm.set_defaults(handler=command_comm)
+    project = commands.add_parser("project", help="replay a measured DDP step for another world size, network, "
+                                                  "bucket size or compression (a projection, not a measurement)")
+    project.add_argument("run", metavar="RUN", help="a DDP run's record (RUN.json), or a folder with one record")
+    project.add_argument("--world", type=int, required=True, help="world size to project to (>= 1)")
+    project.add_argument("--profile", required=True,
+                         help="network profile JSON from ddpbench comm, or a preset: "
+                              "h100-nvswitch, h200-nvswitch, pcie4-8gpu, ib-100g, ib-400g")
+    project.add_argument("--bucket-cap-mb", type=float, default=None, help="what-if bucket cap (default: the run's)")
+    project.add_argument("--comm-hook", choices=("allreduce", "fp16_compress", "bf16_compress"), default=None,
+                         help="what-if gradient compression (default: the run's)")
+    project.add_argument("--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth")
+    project.add_argument("--json", action="store_true", help="machine-readable output")
+    project.set_defaults(handler=command_project)
+    tune = commands.add_parser("tune", help="measure the DDP knobs around a run (bucket cap, bucket view, static "
+                                            "graph, compression), rank them and say what to change")
+    add_run_arguments(tune)
+    tune.add_argument("--repeat", type=positive_int, default=2, help="runs per variant, interleaved (default 2)")
+    tune.add_argument("--profile", default=None, help="network profile or preset: also project each variant")
+    tune.set_defaults(handler=command_tune, out_dir="results/tune")
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
                                           parser_class=OneLineErrorParser)

@@ -309,6 +309,55 @@ class Overlap(Part):
     reducer: ReducerView | None = None
 
 
+class TimelineStep(Part):
+    """One step of the gradient timeline phase, in seconds from the step's start (data loading not
+    included; it is `data_s`). None where a hook did not fire (e.g. a parameter without gradient)."""
+
+    step_s: float
+    data_s: float
+    forward_start_s: float | None
+    forward_end_s: float | None
+    backward_start_s: float | None
+    """When the gradient reached the model's output (loss backward done)."""
+    grad_ready_s: list[float | None]
+    """Per parameter, in `Timeline.param_names` order: when its gradient was accumulated."""
+    optimizer_start_s: float | None
+    """Also when backward() returned: under DDP, after every bucket's all-reduce finished."""
+    optimizer_end_s: float | None
+
+
+class TimelineRank(Part):
+    rank: int
+    with_ddp: list[TimelineStep]
+    without_allreduce: list[TimelineStep]
+    """The same kind of steps under DDP's no_sync(): backward alone, no all-reduce."""
+
+
+class HookCast(Part):
+    compress_s_per_byte: float
+    """Cast to half and divide by the world size, per byte of fp32 gradient (on the backward thread)."""
+    decompress_s_per_byte: float
+    """Copy the half result back into the fp32 bucket, per byte of fp32 gradient."""
+
+
+class CastCost(Part):
+    copy_s_per_byte: float
+    """One fp32 copy, per byte: DDP copies gradients into and out of buckets."""
+    fp16_compress: HookCast
+    bf16_compress: HookCast
+
+
+class Timeline(Part):
+    """The gradient timeline phase (DDP runs with profiling on): what `ddpbench project` replays."""
+
+    param_names: list[str]
+    param_bytes: list[int]
+    """Gradient bytes per parameter, in the module's parameter order."""
+    by_rank: list[TimelineRank]
+    cast_cost: CastCost
+    """Measured on rank 0 over a buffer the size of all gradients."""
+
+
 class RunError(Part):
     """What went wrong, and the evidence for it."""
 
@@ -373,6 +422,8 @@ class Record(Part):
     """None when the run measured nothing."""
     checks: dict[str, Check] = {}
     overlap: Overlap | None = None
+    timeline: Timeline | None = None
+    """DDP runs with profiling: per-parameter gradient-ready times with and without all-reduce."""
     error: RunError | None = None
     started_at: str | None = None
     ended_at: str | None = None

@@ -26,7 +26,7 @@ from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_fram
 from ddpbench.config.errors import SpecError
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
-from ddpbench.report import plots
+from ddpbench.report import plots, projection_sections
 
 GLOSSARY = [
     ("step time", "On one rank, from the start of step i to the start of step i+1, data loading included. "
@@ -99,6 +99,8 @@ class ReportData:
     runs: pd.DataFrame
     table: pd.DataFrame
     report_dir: str
+    profile: dict | None = None
+    """Network profile for the projection sections (ddpbench report --profile)."""
 
 
 def metric_columns(frame: pd.DataFrame, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -276,13 +278,17 @@ SECTIONS = [
     Section("Scaling", scaling_section),
     Section("Step times", step_times_section),
     Section("Communication", communication_section),
+    Section("Projection vs measurement", lambda data: projection_sections.projection_vs_measurement_section(
+        data, projection_sections.Blocks(table_html, figure_html, note))),
+    Section("Beyond this machine (projection)", lambda data: projection_sections.beyond_this_machine_section(
+        data, projection_sections.Blocks(table_html, figure_html, note))),
     Section("Runs", runs_section, always=True),
     Section("Traces", traces_section, always=True),
     Section("Environment", environment_section, always=True),
 ]
 
 
-def build_report(sweep_dir: str, out_path: str | None = None) -> str:
+def build_report(sweep_dir: str, out_path: str | None = None, profile: str | None = None) -> str:
     """Write the report for a sweep folder and return its path."""
     records, unreadable = read_records(sweep_dir)
     if not records and not unreadable:
@@ -290,7 +296,8 @@ def build_report(sweep_dir: str, out_path: str | None = None) -> str:
     out_path = out_path or default_report_path(sweep_dir)
     runs = runs_frame(records)
     table = scaling_table(runs)
-    data = ReportData(records, unreadable, runs, table, os.path.dirname(os.path.abspath(out_path)))
+    data = ReportData(records, unreadable, runs, table, os.path.dirname(os.path.abspath(out_path)),
+                      projection_sections.report_profile(sweep_dir, profile))
     sections = []
     for section in SECTIONS:
         blocks = section.build(data)

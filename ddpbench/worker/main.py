@@ -30,6 +30,7 @@ from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import tf32_enabled, torch_facts
 from ddpbench.worker.faults import maybe_inject
+from ddpbench.worker.grad_timeline import TIMELINE_PAIRS, timeline_record, timeline_phase
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
@@ -256,6 +257,9 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         found["replay_step_times_s"], found["no_sync_step_times_s"] = phases.replay_phase(
             trainer.model, trainer.step_on, replay, rank.device)
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
+    if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
+        found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
+                                           rank.device, TIMELINE_PAIRS, rank.world_size)
     return found
 
 
@@ -342,6 +346,7 @@ def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[
         entry.trace_path = extra.get("trace_path")
         entry.no_sync_step_times_s = extra.get("no_sync_step_times_s")
         entry.replay_step_times_s = extra.get("replay_step_times_s")
+    record.timeline = timeline_record(found)
 
 
 @record_errors_for_torchrun

@@ -1,0 +1,135 @@
+"""Report sections built on `ddpbench project`: projection against measurement, and projection
+beyond this machine. No torch. Every number here is marked as a projection unless it was measured.
+
+The network profile is the one given to `ddpbench report --profile`, else the sweep's own
+`comm/profile.json` (what `ddpbench comm --out <sweep>/comm` writes), else these sections say how
+to get one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from markupsafe import Markup
+
+from ddpbench.analysis.network import ProfileError, load_profile
+from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project, validation_cases
+from ddpbench.report.plots import PALETTE
+
+BEYOND_WORLD_SIZES = (8, 64, 512)
+
+
+def report_profile(sweep_dir: str, chosen: str | None) -> dict | None:
+    own = os.path.join(sweep_dir, "comm", "profile.json")
+    if chosen is None and not os.path.exists(own):
+        return None
+    try:
+        return load_profile(chosen or own)
+    except ProfileError:
+        if chosen:
+            raise
+        return None
+
+
+class Blocks:
+    """The report's block makers (table_html, figure_html, note), handed in by the report so this
+    module does not import it back."""
+
+    def __init__(self, table_html, figure_html, note):
+        self.table_html, self.figure_html, self.note = table_html, figure_html, note
+
+
+def _no_profile(html: Blocks) -> list[Markup]:
+    return [html.note("No network profile: pass ddpbench report --profile FILE|PRESET, or measure one into the "
+                      "sweep with ddpbench comm --out <sweep>/comm.")]
+
+
+def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
+    if data.profile is None:
+        return []
+    cases = validation_cases([record for _, record in data.records], data.profile)
+    if not any(case["kind"] == "what-if" for case in cases):
+        return []
+    frame = pd.DataFrame([{
+        "workload": c["workload"], "case": c["case"], "projected from": c["source"], "measured run": c["target"],
+        "projected step (ms)": c["projected_s"] * 1e3, "measured step (ms)": c["measured_s"] * 1e3,
+        "error": c["error"], "run-to-run spread": c["spread"]} for c in cases])
+    what_ifs = frame[[c["kind"] == "what-if" for c in cases]]
+    blocks = [html.note(f"Each measured DDP run with the default knobs is replayed with ddpbench project on profile "
+                        f"{data.profile.get('name')} ({data.profile.get('source')}), as itself and with the bucket cap "
+                        "or comm hook of every other run of the same setting; measured = that run's median iteration "
+                        f"time. Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
+                        f"{len(what_ifs)} cases.")]
+    blocks.append(html.table_html(frame, {"projected step (ms)": "{:.1f}", "measured step (ms)": "{:.1f}",
+                                          "error": "{:+.1%}", "run-to-run spread": "{:+.1%}"},
+                                  text_columns=("workload", "case", "projected from", "measured run")))
+    return blocks
+
+
+def _sources(records) -> dict[str, object]:
+    """Per workload, the DDP run with a timeline at the largest world size, default knobs first."""
+    chosen = {}
+    for _, record in records:
+        if record.status != "ok" or record.spec.strategy != "ddp" or record.timeline is None or not record.metrics:
+            continue
+        key = record.spec.workload
+        rank = (record.spec.world_size, record.spec.ddp.comm_hook == "allreduce", record.spec.ddp.bucket_cap_mb == 25.0)
+        if key not in chosen or rank > chosen[key][0]:
+            chosen[key] = (rank, record)
+    return {workload: record for workload, (_, record) in sorted(chosen.items())}
+
+
+def beyond_this_machine_section(data, html: Blocks) -> list[Markup]:
+    if data.profile is None:
+        return _no_profile(html)
+    rows = []
+    for workload, record in _sources(data.records).items():
+        for world in BEYOND_WORLD_SIZES:
+            try:
+                what = WhatIf(world_size=world, bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
+                              comm_hook=record.spec.ddp.comm_hook,
+                              gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+                result = project(record, data.profile, what)
+            except (ProjectionError, ProfileError):
+                continue
+            rows.append({"workload": workload, "projected from": record.run_id, "world size": world,
+                         "unit": RunModel(record).sample_unit, "throughput (/s)": result.throughput,
+                         "low": result.throughput_low, "high": result.throughput_high,
+                         "efficiency": result.efficiency, "efficiency low": result.efficiency_low,
+                         "efficiency high": result.efficiency_high, "exposed comm (ms)": result.exposed_comm_s * 1e3,
+                         "basis": result.basis})
+    if not rows:
+        return [html.note("No DDP run with a gradient timeline (runs need profiling on) to project from.")]
+    frame = pd.DataFrame(rows)
+    return [
+        Markup('<p><strong>PROJECTION, not measured.</strong> ') + Markup.escape(
+            f"Each workload's DDP run replayed by ddpbench project for {', '.join(map(str, BEYOND_WORLD_SIZES))} "
+            f"devices on profile {data.profile.get('name')}: {data.profile.get('source')}. Compute is this machine's, "
+            "as measured; only communication changes. Efficiency is against one device of this machine without "
+            "DDP; the band comes from the profile's fit (or its stated uncertainty).") + Markup("</p>"),
+        html.figure_html(beyond_figure(frame), "Line charts of projected throughput against world size 8, 64 and "
+                         "512 with a shaded band, one line per workload.",
+                         "Projected throughput (shaded: the band from the network profile). A projection, not a measurement."),
+        html.table_html(frame, {"throughput (/s)": "{:,.1f}", "low": "{:,.1f}", "high": "{:,.1f}", "efficiency": "{:.1%}",
+                                "efficiency low": "{:.1%}", "efficiency high": "{:.1%}", "exposed comm (ms)": "{:.2f}"},
+                        text_columns=("workload", "projected from", "unit", "basis")),
+    ]
+
+
+def beyond_figure(frame: pd.DataFrame) -> plt.Figure:
+    figure, axis = plt.subplots(figsize=(6.4, 3.6))
+    for colour, (workload, rows) in zip(PALETTE, frame.groupby("workload")):
+        axis.plot(rows["world size"], rows["throughput (/s)"], marker="o", color=colour, label=f"{workload} (projected)")
+        axis.fill_between(rows["world size"], rows["low"], rows["high"], color=colour, alpha=0.2)
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xticks(list(BEYOND_WORLD_SIZES), [str(s) for s in BEYOND_WORLD_SIZES])
+    axis.minorticks_off()
+    axis.set_xlabel("world size (devices)")
+    axis.set_ylabel("throughput (workload unit/s)")
+    axis.set_title("PROJECTION: throughput beyond this machine")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

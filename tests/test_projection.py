@@ -1,0 +1,219 @@
+"""Network profiles, the step replay and its what-ifs, on a saved 2-rank gloo record (mlp tiny)
+with its traces and a profile fitted by `ddpbench comm` on this machine; plus one real `comm` run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ddpbench.analysis import network
+from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project, rebucket, validation_cases
+from ddpbench.analysis.trace_comm import allreduce_intervals_us, profile_vs_trace
+from ddpbench.records.store import load_record
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "projection")
+RECORD = os.path.join(FIXTURES, "mlp2.json")
+PROFILE = os.path.join(FIXTURES, "gloo-profile.json")
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def record(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the record's trace paths are relative to the repository
+    return load_record(RECORD)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "ddpbench", *args], env=env, capture_output=True, text=True, cwd=ROOT)
+
+
+def test_fit_recovers_a_planted_alpha_and_beta():
+    sizes = [2 ** k for k in range(3, 27)]
+    times = [50e-6 + s * 2e-9 for s in sizes]
+    fit = network.fit_alpha_beta("all_reduce", 2, sizes, times)
+    assert fit.alpha_s == pytest.approx(50e-6, rel=1e-6)
+    assert fit.beta_s_per_byte == pytest.approx(2e-9, rel=1e-6)
+    assert fit.band < 1e-6
+    noisy = [t * (1.3 if i % 2 else 0.8) for i, t in enumerate(times)]
+    assert network.fit_alpha_beta("all_reduce", 2, sizes, noisy).band > 0.15  # the band sees the noise
+
+
+def test_predictions_use_the_fit_where_measured_and_the_fabric_elsewhere():
+    profile = network.load_profile(PROFILE)
+    fit = next(f for f in profile["fits"] if f["collective"] == "all_reduce")
+    at_2 = network.predict(profile, "all_reduce", 2, 8 * MIB)
+    assert at_2.basis == "fit"
+    assert at_2.seconds == pytest.approx(fit["alpha_s"] + fit["beta_s_per_byte"] * 8 * MIB)
+    assert at_2.low_s < at_2.seconds < at_2.high_s
+    at_8 = network.predict(profile, "all_reduce", 8, 8 * MIB)
+    assert at_8.basis == "fabric" and at_8.seconds > at_2.seconds  # 2(N-1)/N grows from 1 to 1.75
+    assert network.predict(profile, "all_reduce", 1, 8 * MIB).seconds == 0.0
+    doubled = network.predict(profile, "all_reduce", 2, 8 * MIB, bandwidth_scale=2.0)
+    assert doubled.seconds == pytest.approx(fit["alpha_s"] + fit["beta_s_per_byte"] * 4 * MIB)
+
+
+def test_presets_cross_nodes_at_the_slower_link():
+    preset = network.load_profile("pcie4-8gpu")
+    inside = network.predict(preset, "all_reduce", 8, 100 * MIB).seconds
+    across = network.predict(preset, "all_reduce", 16, 100 * MIB).seconds
+    assert across > 2 * inside  # 12.5 GB/s NIC against 32 GB/s PCIe
+
+
+def test_rebucket_matches_ddps_own_assignment():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    # Parameters that fill a 1 MiB bucket exactly (a bucket closes when it reaches its cap, not
+    # beyond), then tiny-resnet-like sizes in gradient-ready order, some larger than the cap.
+    sizes = [MIB // 2, MIB // 2, MIB // 4, MIB // 4, MIB // 2, MIB // 2] \
+        + [40, 40960, 4096, 4194304, 4096, 4194304, 256, 1179648, 256, 256, 65536, 2359296, 512] * 3
+    tensors = [torch.empty(s // 4) for s in sizes]
+    for cap in (1 * MIB, 5 * MIB, 25 * MIB):
+        theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [cap], [False] * len(tensors),
+                                                             list(range(len(tensors))))
+        assert rebucket(list(range(len(sizes))), sizes, cap) == [list(b) for b in theirs]
+    theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [MIB, 5 * MIB], [False] * len(tensors),
+                                                         list(range(len(tensors))))
+    assert rebucket(list(range(len(sizes))), sizes, 5 * MIB, first_cap_bytes=MIB) == [list(b) for b in theirs]
+
+
+def test_the_runs_own_buckets_come_out_of_its_timeline(record):
+    model = RunModel(record)
+    sizes = [sum(model.param_bytes[i] for i in bucket) for bucket in model.buckets(model.source)]
+    assert sizes == record.overlap.reducer.by_rank[0].rebuilt_bucket_sizes_bytes
+    # Backward produces the last layer's gradient first.
+    assert model.order[0] in (8, 9) and model.order[-1] in (0, 1)
+
+
+def test_what_ifs_move_the_step_the_right_way(record):
+    profile = network.load_profile(PROFILE)
+    base = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=25))
+    assert base.measured_step_s == record.metrics.iteration_time_s.p50
+    assert base.step_low_s <= base.step_s <= base.step_high_s
+    faster_network = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=25, bandwidth_scale=10))
+    assert faster_network.step_s < base.step_s and faster_network.exposed_comm_s < base.exposed_comm_s
+    small_buckets = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=1))
+    assert small_buckets.buckets > base.buckets == 1
+    compressed = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=25, comm_hook="fp16_compress"))
+    assert compressed.comm_s < base.comm_s
+    bigger = project(record, profile, WhatIf(world_size=64, bucket_cap_mb=25))
+    assert bigger.throughput > base.throughput and bigger.efficiency < base.efficiency + 1e-9
+
+
+def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
+    per_rank = [allreduce_intervals_us(path) for path in record.overlap.trace.paths]
+    rows = profile_vs_trace(record, network.load_profile(PROFILE))
+    assert len(rows) == 1 and rows[0]["bytes"] == 16834600
+    shared = sorted(set(per_rank[0]) & set(per_rank[1]))
+    expected = sorted(min(r[s][0] for r in per_rank) for s in shared)[len(shared) // 2] / 1e6
+    assert rows[0]["trace_s"] == pytest.approx(expected)
+
+
+def test_validation_cases_compare_against_runs_with_the_knob(record):
+    target = record.__class__(**{**{f: getattr(record, f) for f in record.__struct_fields__},
+                                 "run_id": "mlp-cap1",
+                                 "spec": record.spec.replace(ddp=record.spec.ddp.__class__(bucket_cap_mb=1.0))})
+    cases = validation_cases([record, target], network.load_profile(PROFILE))
+    assert [c["kind"] for c in cases] == ["replay", "what-if"]
+    assert cases[1]["case"] == "bucket cap 1 MB" and cases[1]["measured_s"] == target.metrics.iteration_time_s.p50
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--world", "0", "--profile", "ib-100g"], "world size must be >= 1"),
+    (["--world", "2", "--profile", "ib-100g", "--bucket-cap-mb", "0"], "bucket cap must be > 0"),
+    (["--world", "2", "--profile", RECORD], "is not a network profile"),
+    (["--world", "2", "--profile", "nonsense"], "neither a file nor a preset"),
+])
+def test_project_bad_input_is_one_line_and_exit_2(args, message):
+    result = cli("project", RECORD, *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_project_refuses_a_run_without_timeline_or_ddp(tmp_path):
+    raw = json.load(open(RECORD))
+    raw["timeline"] = None
+    (tmp_path / "no-timeline.json").write_text(json.dumps(raw))
+    result = cli("project", str(tmp_path / "no-timeline.json"), "--world", "4", "--profile", "ib-100g")
+    assert result.returncode == 2 and "no gradient timeline" in result.stderr
+    raw["spec"]["strategy"] = "dp"
+    (tmp_path / "local.json").write_text(json.dumps(raw))
+    result = cli("project", str(tmp_path / "local.json"), "--world", "4", "--profile", "ib-100g")
+    assert result.returncode == 2 and "not a DDP run" in result.stderr
+
+
+def test_project_prints_a_marked_projection():
+    result = cli("project", RECORD, "--world", "64", "--profile", "h100-nvswitch", "--comm-hook", "bf16_compress")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("PROJECTION (not a measurement)") and "world size 64" in result.stdout
+
+
+def test_comm_bad_input_is_one_line_and_exit_2():
+    for args, message in ((["--nproc", "1"], "at least two processes"), (["--max-bytes", "lots"], "not a whole number"),
+                          (["--collectives", "all_to_all"], "unknown collective")):
+        result = cli("comm", *args)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.launches
+def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
+    result = cli("comm", "--max-bytes", "64K", "--min-iters", "3", "--max-iters", "10", "--warmup", "2",
+                 "--seconds-per-size", "0.02", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.load(open(tmp_path / "results.json"))
+    assert {r["collective"] for r in results["results"]} == set(network.COLLECTIVES)
+    sizes = sorted({r["bytes"] for r in results["results"] if r["collective"] == "all_reduce"})
+    assert sizes[0] == 8 and sizes[-1] == 64 * 1024 and len(sizes) == 14  # 8 B doubling to 64 KiB
+    for row in results["results"]:
+        factor = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5, "broadcast": 1.0}[row["collective"]]
+        assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor)
+        assert row["p50_s"] <= row["p90_s"]
+    profile = network.load_profile(str(tmp_path / "profile.json"))
+    assert {f["collective"] for f in profile["fits"]} == set(network.COLLECTIVES)
+    assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
+    assert "busbw GB/s" in result.stdout
+
+
+def test_tune_calls_a_difference_real_only_beyond_noise_and_overlap():
+    from ddpbench.running.tune import is_real_difference
+
+    assert is_real_difference([100, 102], [120, 125])
+    assert not is_real_difference([100, 102], [101, 125])  # ranges overlap
+    assert not is_real_difference([100, 102], [104, 105])  # apart, but within the 6 % run-to-run noise
+    assert not is_real_difference([100], [150])  # one run each cannot tell
+
+
+def test_report_marks_the_projection_beyond_this_machine(tmp_path):
+    import shutil
+
+    from ddpbench.report.html import build_report
+
+    os.makedirs(tmp_path / "runs")
+    shutil.copy(RECORD, tmp_path / "runs" / "mlp2.json")
+    page = open(build_report(str(tmp_path), str(tmp_path / "index.html"), "h100-nvswitch")).read()
+    assert "Beyond this machine (projection)" in page and "PROJECTION, not measured." in page
+    for world in ("8", "64", "512"):
+        assert f" >{world}</td>" in page
+    without = open(build_report(str(tmp_path), str(tmp_path / "plain.html"))).read()
+    assert "No network profile" in without
+
+
+def test_inside_the_measured_range_predictions_follow_the_measured_curve():
+    results = {"world_size": 2, "backend": "gloo", "device": "cpu", "env": {}, "results": [
+        {"collective": "all_reduce", "bytes": b, "p50_s": t} for b, t in
+        ((1024, 1e-4), (1 << 20, 1e-3), (4 << 20, 8e-3), (16 << 20, 40e-3))]}  # bends at 1 MiB, as caches do
+    profile = network.profile_from_results(results, "bent")
+    at_4m = network.predict(profile, "all_reduce", 2, 4 << 20)
+    assert at_4m.basis == "measured" and at_4m.seconds == pytest.approx(8e-3)
+    between = network.predict(profile, "all_reduce", 2, 2 << 20).seconds
+    assert 1e-3 < between < 8e-3
+    assert network.predict(profile, "all_reduce", 2, 64 << 20).basis == "fit"  # beyond what was measured
+    alpha = profile["fits"][0]["alpha_s"]
+    halved = network.predict(profile, "all_reduce", 2, 4 << 20, bandwidth_scale=2).seconds
+    assert halved == pytest.approx(alpha + (8e-3 - alpha) / 2)
