@@ -1,7 +1,5 @@
 """The overlap phases against the installed torch: the replay compares like with like, and the
 reducer timers describe the replayed iterations, not DDP's warm-up."""
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,11 +13,12 @@ def _small_then_big(rank, store_path, results):
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        small, big = torch.randn(4, 256), torch.randn(512, 256)
+        # Backward of the big batch is ~1000x the tiny one's work: timing noise cannot blur the two.
+        small, big = torch.randn(1, 256), torch.randn(2048, 256)
 
         def model():
             ddp = torch.nn.parallel.DistributedDataParallel(
-                torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1)))
+                torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1)))
             ddp._set_ddp_runtime_logging_sample_rate(phases.DDP_RUNTIME_LOGGING_SAMPLE_RATE)  # as wrap_ddp does
             return ddp
 
@@ -53,10 +52,11 @@ def test_reducer_phase_describes_the_replayed_iterations_only(tmp_path):
     assert phase["iterations"] == 9 and "warm-up excluded" in phase["covers"]
     big, small = results["big_only_s"], results["small_only_s"]
     assert big > 5 * small  # the two kinds of step really differ
-    # The phase's figure is the big steps' time, not a mix with the tiny warm-up steps...
-    assert phase["backward_compute_time_s"] == pytest.approx(big, rel=0.5)
-    # ...whereas DDP's own running average still carries the warm-up.
-    assert abs(results["plain_running_mean_s"] - big) > abs(phase["backward_compute_time_s"] - big)
+    # DDP's own running average mixes in the ten tiny warm-up steps; the phase's figure does not,
+    # so it is closer to a model that only ever ran big steps (no tolerance on timings: the
+    # machine may be loaded, the ordering still holds).
+    assert abs(phase["backward_compute_time_s"] - big) < abs(results["plain_running_mean_s"] - big)
+    assert phase["backward_compute_time_s"] > 5 * small
 
 
 def test_recorded_iteration_count_follows_torchs_sampling_rule():
