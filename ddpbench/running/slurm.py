@@ -89,7 +89,10 @@ def current_allocation(environ: Mapping[str, str] = os.environ) -> Allocation:
     job_id = environ.get("SLURM_JOB_ID")
     if not job_id or not environ.get("SLURM_JOB_NODELIST"):
         raise SpecError(f"--launcher slurm needs a SLURM allocation and this shell has none; {HOW_TO_GET_ONE}")
-    if environ.get("SLURM_STEP_ID") not in (None, "", "batch", "interactive", "extern"):
+    # The batch script, salloc's shell and its interactive step (LaunchParameters=use_interactive_step)
+    # are fine: SLURM's ids for them, by name or number.
+    if environ.get("SLURM_STEP_ID") not in (None, "", "batch", "interactive", "extern",
+                                            "4294967294", "4294967290", "4294967295"):
         # A step started with srun holds its nodes: each run's own srun would wait for them forever.
         raise SpecError("ddpbench is running inside a SLURM job step (under srun): start it from the batch "
                         "script or the salloc shell instead, so that it can start one srun step per run")
