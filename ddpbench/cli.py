@@ -11,8 +11,8 @@ import sys
 import time
 
 from ddpbench.config.faults import parse_fault
-from ddpbench.config.spec import (COMM_HOOKS, DEVICES, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec, SpecError,
-                                  resolve_device)
+from ddpbench.config.spec import (COMM_HOOKS, DEVICES, LAUNCHERS, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec,
+                                  SpecError, resolve_device)
 
 USAGE_ERROR = 2
 
@@ -59,7 +59,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     ddp.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=False)
     ddp.add_argument("--broadcast-buffers", action=argparse.BooleanOptionalAction, default=True)
     ddp.add_argument("--comm-hook", choices=COMM_HOOKS, default="allreduce")
-    nodes = parser.add_argument_group("multi-node (torchrun c10d rendezvous; run the same command on every node)")
+    nodes = parser.add_argument_group("multi-node (torchrun c10d rendezvous; run the same command on every node, "
+                                      "or once with --launcher slurm inside an allocation)")
+    add_launcher_argument(nodes)
     nodes.add_argument("--nnodes", type=int, default=1)
     nodes.add_argument("--node-rank", type=int, default=0)
     nodes.add_argument("--rdzv-endpoint", default=None, help="host:port reachable from every node")
@@ -67,6 +69,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     nodes.add_argument("--rdzv-port", type=int, default=None,
                        help="single node: rendezvous port on localhost (default: a free one; a taken one is replaced)")
     add_reliability_arguments(parser)
+
+
+def add_launcher_argument(parser) -> None:
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                        help="local: on this machine; slurm: with srun inside a SLURM allocation "
+                             "(salloc/sbatch), one torchrun agent per node")
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +106,7 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         profile_active=args.profile_steps, no_sync_steps=args.no_sync_steps, rdzv_port=args.rdzv_port,
         fault=parse_fault(args.inject_fault).to_dict() if args.inject_fault else None,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id, run_id=args.run_id, out_dir=args.out_dir,
+        launcher=args.launcher,
         slowdown=args.slowdown,
     )
 
@@ -141,14 +150,24 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def node_counts(text: str) -> tuple[int, ...]:
+    return tuple(positive_int(item) for item in comma_list(text))
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     from ddpbench.config.plan import SCALING_MODES, SUITES
 
     add = parser.add_argument
     devices = parser.add_mutually_exclusive_group()
-    devices.add_argument("--gpus", type=positive_int, help="largest world size in GPUs (implies --device cuda)")
-    devices.add_argument("--nproc", type=positive_int,
-                         help="largest world size in processes (default: every GPU, or every CPU core)")
+    devices.add_argument("--gpus", "--gpus-per-node", dest="gpus", type=positive_int,
+                         help="GPUs per node: the largest world size on one node (implies --device cuda)")
+    devices.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=positive_int,
+                         help="processes per node: the largest world size on one node "
+                              "(default: every GPU, or every CPU core)")
+    add_launcher_argument(parser)
+    add("--nodes", type=node_counts, default=(),
+        help="with --launcher slurm: node counts to sweep, e.g. 1,2,4 (whole nodes above 1; "
+             "default 1, 2, 4, ... up to the allocation's nodes)")
     add("--device", choices=DEVICES, default="auto")
     add("--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)")
     add("--workloads", type=comma_list, default=(), help="comma-separated workloads instead of the suite's")
@@ -177,25 +196,39 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_reliability_arguments(parser)
 
 
-def sweep_options_from_args(args: argparse.Namespace):
+def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
+    """(GPUs, usable cores) of a node, the node counts to sweep, and what to call the node."""
+    from ddpbench.config.plan import world_sizes
     from ddpbench.running.environment import usable_cores, visible_gpu_count
+
+    if args.launcher != "slurm":
+        return visible_gpu_count(), usable_cores(), args.nodes, "this machine"
+    from ddpbench.running import slurm
+
+    allocation = slurm.current_allocation()
+    nodes = args.nodes or tuple(world_sizes(len(allocation.nodes)))
+    slurm.check_nodes(allocation, max(nodes))
+    gpus = visible_gpu_count() if allocation.gpus_per_node is None else allocation.gpus_per_node
+    return gpus, allocation.cpus_per_node, nodes, f"each node of SLURM job {allocation.job_id}"
+
+
+def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None):
     from ddpbench.config.plan import SweepOptions
 
-    gpu_count = visible_gpu_count()
+    gpu_count, cores, nodes, machine = shape or node_shape(args)
     device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
-    cores = usable_cores()
     if device == "cuda":
         largest = args.gpus or args.nproc or gpu_count
         if largest > gpu_count:
-            raise SpecError(f"asked for {largest} GPUs; this machine has {gpu_count}")
+            raise SpecError(f"asked for {largest} GPUs; {machine} has {gpu_count}")
         if largest < 1:
             raise SpecError("no GPU is visible; use --device cpu (or leave --device auto)")
     else:
         largest = args.nproc or cores
         if largest > cores:
-            raise SpecError(f"asked for {largest} CPU processes; this machine has {cores} usable cores "
+            raise SpecError(f"asked for {largest} CPU processes; {machine} has {cores} usable cores "
                             "(a CPU device is a slice of cores, so at most one process per core)")
-    return SweepOptions(
+    return SweepOptions(launcher=args.launcher, nodes=nodes,
         device=device, max_world_size=largest, cores=cores,
         suite=args.suite or ("gpu" if device == "cuda" else "cpu"), workloads=args.workloads,
         strategies=args.strategies, size=args.size, steps=args.steps, warmup=args.warmup,
@@ -228,6 +261,67 @@ def command_sweep(args: argparse.Namespace) -> int:
     status = print_table(sweep_dir, save=True)
     print(f"report: {build_report(sweep_dir)}")
     return status
+
+
+# Options of `ddpbench sbatch` that are not the sweep's (how many values each takes): the rest of
+# the command line goes to the sweep in the batch script as typed.
+SBATCH_ONLY_OPTIONS = {"--launcher": 1, "--partition": 1, "--time": 1, "--account": 1, "--sbatch-option": 1, "--wait": 0, "--print": 0}
+
+
+def add_sbatch_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sweep_arguments(parser)
+    group = parser.add_argument_group("the SLURM job (the other options go to the sweep it runs)")
+    group.add_argument("--partition", default=None, help="partition to run in (default: the cluster's default)")
+    group.add_argument("--time", default=None, help="time limit, as sbatch takes it (e.g. 2:00:00)")
+    group.add_argument("--account", default=None, help="account to charge")
+    group.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
+                       help="one more #SBATCH line, e.g. --sbatch-option=--qos=high (repeatable)")
+    group.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
+    group.add_argument("--print", action="store_true", help="write and print the batch script, submit nothing")
+
+
+def command_sbatch(args: argparse.Namespace) -> int:
+    """Submit a whole sweep as one job: whole nodes, one srun step per run, the report at the end."""
+    from ddpbench.config.plan import plan_sweep
+    from ddpbench.records.store import write_atomic
+    from ddpbench.running import slurm
+
+    sweep_argv, skip = [], 0
+    for arg in args.argv[1:]:  # the sweep's own options, as typed
+        name = arg.split("=", 1)[0]
+        if skip or name in SBATCH_ONLY_OPTIONS:
+            skip = 0 if skip else SBATCH_ONLY_OPTIONS.get(name, 0) * ("=" not in arg)
+            continue
+        sweep_argv.append(arg)
+    args.launcher = "slurm"
+    sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-slurm"
+    sweep_argv += [] if args.sweep_id else ["--sweep-id", sweep_id]
+    sweep_dir = os.path.abspath(os.path.join(args.out, sweep_id))
+    nodes = max(args.nodes or (1,))
+    if not args.resume:  # what the job would refuse inside its allocation, refused here already
+        if args.device == "cuda" and not args.gpus:
+            raise SpecError("a GPU sweep needs --gpus-per-node G: the job must ask SLURM for its GPUs")
+        plan_sweep(sweep_options_from_args(args, (args.gpus or 0, args.nproc or 1, args.nodes, "a node")), sweep_dir)
+    if args.partition and nodes > (total := slurm.check_partition(args.partition)):
+        raise SpecError(f"asked for {nodes} nodes; partition {args.partition!r} has {total}")
+    options = [f"--{name}={value}" for name, value in (("partition", args.partition), ("time", args.time),
+                                                       ("account", args.account)) if value]
+    script = slurm.sbatch_script(sweep_argv, sweep_dir, nodes, args.gpus, options + args.sbatch_option,
+                                 sys.executable, os.getcwd())
+    script_path = os.path.join(sweep_dir, "sbatch.sh")
+    write_atomic(script_path, script)
+    if args.print:
+        print(script, end="")
+        print(f"batch script: {script_path} (submit it with: sbatch {script_path})", file=sys.stderr)
+        return 0
+    slurm.check_submission(script_path)
+    exit_code, answer = slurm.submit(script_path, args.wait)
+    job_id = answer.splitlines()[0].split(";")[0] if answer else "?"
+    if exit_code != 0 and not args.wait:
+        raise SpecError(f"sbatch refused the job: {answer}")
+    print(f"job {job_id}: sweep {sweep_dir} (log {os.path.join(sweep_dir, f'slurm-{job_id}.out')}); "
+          f"the report is written when the sweep ends")
+    return exit_code
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
@@ -435,6 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="run a scaling sweep: local, ddp and dp over world sizes 1, 2, 4, ...")
     add_sweep_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
+    sbatch = commands.add_parser("sbatch", allow_abbrev=False,  # its options are told apart from the sweep's by name
+                                 help="submit a whole sweep as one SLURM job (--launcher slurm inside), report at the end")
+    add_sbatch_arguments(sbatch)
+    sbatch.set_defaults(handler=command_sbatch)
     table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
     table.add_argument("sweep_dir")
     table.set_defaults(handler=command_table)
@@ -534,6 +632,7 @@ def _raise_terminated(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.handler(args)

@@ -82,6 +82,10 @@ class SweepOptions:
     """Testing aid: injected into every run that has the fault's rank and step."""
     repeat: int = 1
     """Runs of every configuration (run ids end in -r1, -r2, ... when above 1)."""
+    launcher: str = "local"
+    """local: every run on this machine; slurm: every run started with srun in an allocation."""
+    nodes: tuple[int, ...] = ()
+    """Node counts to sweep (slurm); max_world_size is then the devices per node. Empty: one node."""
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -99,8 +103,28 @@ class SweepOptions:
             check_workload_name(name)
         if not isinstance(self.repeat, int) or self.repeat < 1:
             raise SpecError(f"repeat must be an integer >= 1; got {self.repeat!r}")
+        if any(not isinstance(n, int) or n < 1 for n in self.nodes):
+            raise SpecError(f"node counts must be whole numbers >= 1; got {', '.join(map(str, self.nodes))}")
+        if self.launcher != "slurm" and any(n > 1 for n in self.nodes):
+            raise SpecError("several nodes need --launcher slurm (or ddpbench run --nnodes on each node)")
         if self.global_batch is not None and self.scaling != "strong":
             raise SpecError("global_batch applies to strong scaling only (add --scaling strong)")
+
+
+def layouts(options: SweepOptions, strategy: str) -> list[tuple[int, int]]:
+    """(nodes, devices per node) of a strategy's runs: world sizes 1, 2, 4, ... on one node, then
+    whole nodes for every node count above 1 (ddp only: DataParallel is one process)."""
+    if strategy == "local":
+        return [(1, 1)]
+    one_node = [(1, size) for size in world_sizes(options.max_world_size)]
+    if not options.nodes:
+        return one_node
+    across = [(nodes, options.max_world_size) for nodes in sorted(set(options.nodes)) if nodes > 1]
+    return one_node if strategy == "dp" else ([] if 1 not in options.nodes else one_node) + across
+
+
+def _largest_world_size(options: SweepOptions) -> int:
+    return max(nodes * per_node for nodes, per_node in layouts(options, "ddp"))
 
 
 def _per_device_batch(options: SweepOptions, default_batch: int | None, world_size: int) -> int | None:
@@ -109,7 +133,7 @@ def _per_device_batch(options: SweepOptions, default_batch: int | None, world_si
         return per_device
     if options.global_batch is None and per_device is None:
         raise SpecError("strong scaling of a user workload needs --global-batch or --batch-size")
-    global_batch = options.global_batch or per_device * options.max_world_size
+    global_batch = options.global_batch or per_device * _largest_world_size(options)
     if global_batch % world_size:
         raise SpecError(f"strong scaling: global batch {global_batch} does not split evenly over "
                         f"{world_size} devices; pick a multiple of every world size in the sweep")
@@ -131,12 +155,14 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         ddp=options.ddp,
         profile=options.profile,
         out_dir=out_dir,
+        launcher=options.launcher,
     )
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
         for strategy in [s for s in STRATEGIES if s in options.strategies]:
-            for world_size in ([1] if strategy == "local" else world_sizes(options.max_world_size)):
+            for nodes, per_node in layouts(options, strategy):
+                world_size = nodes * per_node
                 processes = world_size if strategy == "ddp" else 1
                 fault = options.fault if options.fault and options.fault["rank"] < processes \
                     and options.fault["step"] < common["steps"] else None
@@ -144,9 +170,9 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                     suffix = f"-r{repeat}" if options.repeat > 1 else ""
                     plan.append(RunSpec(
                         fault=fault, scaling=options.scaling,
-                        workload=workload, strategy=strategy, nproc=world_size,
+                        workload=workload, strategy=strategy, nproc=per_node, nnodes=nodes,
                         batch_size=_per_device_batch(options, default_batch, world_size),
-                        threads_per_rank=threads_per_process(strategy, world_size, options.cores,
+                        threads_per_rank=threads_per_process(strategy, per_node, options.cores,
                                                              options.max_world_size),
                         run_id=f"{name}-{strategy}-n{world_size}{suffix}", **common,
                     ))

@@ -21,6 +21,7 @@ DEVICES = ("auto", "cuda", "cpu")
 SIZES = ("tiny", "full")
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
 SCALING_MODES = ("weak", "strong")
+LAUNCHERS = ("local", "slurm")
 DEFAULT_WARMUP = 5
 # DDP times its first 10 iterations for its runtime logging (torch's Reducer,
 # should_collect_runtime_stats), and on GPUs reading those timers waits for the previous
@@ -162,6 +163,9 @@ class RunSpec:
     rdzv_port: int | None = None
     """Single node: the rendezvous port on localhost; None lets torchrun pick a free one. A port
     that is taken is replaced by a free one (and the record says so)."""
+    launcher: str = "local"
+    """`local`: torchrun (or the one process) started on this node; `slurm`: started with `srun`
+    inside a SLURM allocation, one torchrun agent per node, rendezvous on the step's first node."""
     fault: dict | None = None
     """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom, "step": S}."""
     slowdown: float = 0.0
@@ -189,6 +193,7 @@ class RunSpec:
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("scaling", self.scaling, SCALING_MODES)
+        _one_of("launcher", self.launcher, LAUNCHERS)
         if self.size is not None:
             _one_of("size", self.size, SIZES)
         _at_least("nproc", self.nproc, 1)
@@ -236,8 +241,9 @@ class RunSpec:
         if self.nnodes > 1:
             if self.strategy != "ddp":
                 raise SpecError("nnodes > 1 needs strategy ddp")
-            if not self.rdzv_endpoint or not self.rdzv_id:
-                raise SpecError("nnodes > 1 needs rdzv_endpoint (host:port) and rdzv_id")
+            # Under slurm the launcher picks them on the step's first node when the run starts.
+            if self.launcher != "slurm" and (not self.rdzv_endpoint or not self.rdzv_id):
+                raise SpecError("nnodes > 1 needs rdzv_endpoint (host:port) and rdzv_id (or --launcher slurm)")
         if self.rdzv_endpoint is not None:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:

@@ -30,6 +30,26 @@ class Part(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Base of every record part: fields by name only, and unknown fields are an error."""
 
 
+class Scheduler(Part):
+    """The batch scheduler's job a run belonged to, from the job's environment variables (ids,
+    partition and nodes only; nothing else of that environment is kept)."""
+
+    name: str
+    """The scheduler: slurm."""
+    job_id: str | None = None
+    cluster: str | None = None
+    partition: str | None = None
+    job_nodes: str | None = None
+    """Every node of the job (allocation), as SLURM writes it: node[01-04]."""
+    job_num_nodes: int | None = None
+    step_id: str | None = None
+    """The srun step of the process that wrote the record; None for the batch script itself."""
+    step_nodes: str | None = None
+    """The nodes of that step: the nodes this run ran on."""
+    node: str | None = None
+    """The SLURM node of the process that wrote the record."""
+
+
 class Environment(Part):
     """What machine and software the run used. Secrets in environment variables are redacted."""
 
@@ -74,6 +94,8 @@ class Environment(Part):
     float32_matmul_precision: str | None = None
     cudnn_benchmark: bool | None = None
     cudnn_deterministic: bool | None = None
+    scheduler: Scheduler | None = None
+    """The SLURM job the run ran in; None when it was not started by a scheduler."""
 
 
 class MemoryPeak(Part):

@@ -261,6 +261,11 @@ def environment_section(data: ReportData) -> list[Markup]:
         value = getattr(env, key)
         if value is not None and value != []:
             rows.append((label, ", ".join(map(str, value)) if isinstance(value, list) else value))
+    scheduler = env.scheduler
+    if scheduler is not None:  # the job's facts; each run's own nodes are in its record (step_nodes)
+        rows += [(f"{scheduler.name.upper()} {label}", value) for label, value in (
+            ("job", scheduler.job_id), ("partition", scheduler.partition), ("cluster", scheduler.cluster),
+            ("job nodes", scheduler.job_nodes)) if value]
     rows += sorted(env.env_vars.items())
     return [table_html(pd.DataFrame(rows, columns=["what", "value"]).astype(str), text_columns=("what", "value"))]
 

@@ -17,6 +17,7 @@ from ddpbench.running.heartbeats import hung_ranks, read_heartbeats
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+_RANK_ERROR_FILE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:[^\n]*\n[^\n]*\n\s*error_file\s*:\s*(\S+)")
 _COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective", re.IGNORECASE)
 # What a rank reports when *another* rank died or stopped: the consequence, not the cause.
 _PEER_FAILURE = re.compile(r"by peer|remote worker|timed out|timeout|Watchdog caught collective", re.IGNORECASE)
@@ -46,10 +47,14 @@ def read_output(log_path: str) -> str:
         return ""
 
 
-def error_files(ranks_dir: str, node_rank: int, nproc: int) -> dict[int, dict]:
-    """Global rank -> {"message", "traceback"} from torchrun's error files."""
+def error_files(ranks_dir: str, node_rank: int, nproc: int, output: str = "") -> dict[int, dict]:
+    """Global rank -> {"message", "traceback"} from torchrun's error files. The file's folder
+    names only the local rank; where several agents share the folder (srun on several nodes,
+    whose node ranks c10d assigns), torchrun's failure summary in `output` names each file's rank."""
     found = {}
-    for path in glob.glob(os.path.join(ranks_dir, "*", "attempt_*", "*", "error.json")):
+    named = {os.path.realpath(path): int(rank) for rank, path in _RANK_ERROR_FILE.findall(output)}
+    paths = glob.glob(os.path.join(ranks_dir, "*", "attempt_*", "*", "error.json"))
+    for path in sorted(paths, key=lambda p: os.path.realpath(p) not in named):  # named ones first
         try:
             local_rank = int(os.path.basename(os.path.dirname(path)))
             with open(path, encoding="utf-8") as handle:
@@ -63,8 +68,10 @@ def error_files(ranks_dir: str, node_rank: int, nproc: int) -> dict[int, dict]:
             timestamp = float(extra.get("timestamp", "inf"))
         except (TypeError, ValueError):
             timestamp = float("inf")
-        found[node_rank * nproc + local_rank] = {"message": text, "traceback": extra.get("py_callstack"),
-                                                 "timestamp": timestamp}
+        rank = named.get(os.path.realpath(path), node_rank * nproc + local_rank)
+        if rank in found:  # an unnamed file whose guess is taken by a named one
+            continue
+        found[rank] = {"message": text, "traceback": extra.get("py_callstack"), "timestamp": timestamp}
     return found
 
 
@@ -105,7 +112,7 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
              nproc: int = 1, output_tail: list[str] | None = None) -> tuple[str, dict]:
     """(status, error) for a run that wrote no record or failed after writing it."""
     output = read_output(os.path.join(log_dir, "output.log"))
-    errors = error_files(os.path.join(log_dir, "ranks"), node_rank, nproc)
+    errors = error_files(os.path.join(log_dir, "ranks"), node_rank, nproc, output)
     exits = exits_by_rank(output)
     behind, hang_reason = hung_ranks(read_heartbeats(os.path.join(log_dir, "heartbeats")))
     error: dict = {"exit_code": exit_code, "output_tail": output_tail or []}

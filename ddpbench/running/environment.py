@@ -11,6 +11,8 @@ import socket
 import subprocess
 from typing import Mapping
 
+from ddpbench.running.slurm import scheduler_facts
+
 CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
@@ -138,6 +140,7 @@ def host_facts() -> dict:
         **project_git(),
         **gpu_host_facts(),
         "env_vars": captured_env(os.environ),
+        "scheduler": scheduler_facts(os.environ),
     }
 
 

@@ -28,6 +28,7 @@ import msgspec
 from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
 from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
+from ddpbench.running import slurm
 from ddpbench.running.progress import RunProgress
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
@@ -41,6 +42,12 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
     check_workload_name(spec.workload)
     check_launchable(spec)
+    spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
+    if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
+        node_gpus, node_cores, rendezvous = slurm.placement(spec)
+        gpu_count = node_gpus if gpu_count is None else gpu_count
+        cores = node_cores if cores is None else cores
+        spec = spec.replace(**rendezvous)
     gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
     cores = usable_cores() if cores is None else cores
     device = resolve_device(spec.device, gpu_count)
@@ -52,7 +59,6 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
         "device": device,
         "size": spec.size or ("full" if device == "cuda" else "tiny"),
         "threads_per_rank": threads,
-        "run_id": spec.run_id or make_run_id(spec),
     }
     return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
 
@@ -108,6 +114,12 @@ def worker_module_args(spec: RunSpec) -> list[str]:
 
 
 def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
+    if spec.launcher == "slurm":  # the same command on every node of the run, started by srun
+        return slurm.srun_command(spec) + _command_on_node(spec, log_dir)
+    return _command_on_node(spec, log_dir)
+
+
+def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
     if spec.strategy != "ddp":
         return [sys.executable, *worker_module_args(spec)]
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}",
@@ -116,7 +128,9 @@ def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
         # Per-rank stdout/stderr files (and @record error files), still shown on the console.
         command += [f"--log-dir={log_dir}", "--tee=3"]
     if spec.rdzv_endpoint:
-        command += [f"--nnodes={spec.nnodes}", f"--node-rank={spec.node_rank}", "--rdzv-backend=c10d",
+        # c10d gives agents their node ranks itself; srun starts the same command on every node.
+        node_rank = [] if spec.launcher == "slurm" else [f"--node-rank={spec.node_rank}"]
+        command += [f"--nnodes={spec.nnodes}", *node_rank, "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={spec.rdzv_endpoint}", f"--rdzv-id={spec.rdzv_id}"]
     elif spec.rdzv_port:
         # One node on a chosen port: the same c10d rendezvous, on localhost only.
@@ -259,10 +273,14 @@ def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose
         exit_code, timed_out = process.returncode, True
     except BaseException:
         end_process_group(process)
+        if spec.launcher == "slurm":
+            slurm.cancel_step(spec.run_id)
         raise
     finally:
         progress.close()
     kill_leftovers(process)
+    if timed_out and spec.launcher == "slurm":
+        slurm.cancel_step(spec.run_id)
     return command, exit_code, timed_out, output.tail()
 
 
@@ -298,11 +316,13 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
         rendezvous_broke = (exit_code != 0 and not timed_out and not os.path.exists(path)
                             and spec.strategy == "ddp"
                             and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
-        # Another node's endpoint cannot be moved: only a single-node rendezvous is retried.
-        if not rendezvous_broke or spec.rdzv_endpoint:
+        # Another node's endpoint cannot be moved (unless ddpbench chose it: slurm): only a
+        # single-node rendezvous is retried.
+        if not rendezvous_broke or (spec.rdzv_endpoint and spec.launcher != "slurm"):
             break
         notes.append(f"attempt {attempt}: the rendezvous failed; retrying on a fresh port")
-        spec = spec.replace(rdzv_port=None)  # standalone: torchrun picks a free port
+        # standalone: torchrun picks a free port
+        spec = slurm.fresh_rendezvous(spec) if spec.launcher == "slurm" else spec.replace(rdzv_port=None)
     wall_s = time.perf_counter() - started
 
     oversubscribed = oversubscription(spec)

@@ -1,0 +1,184 @@
+"""Runs on SLURM: the pure parts on their own, then a real single-host SLURM cluster (two nodes
+on this machine, see slurm_cluster.py) running a sweep through sbatch and srun. The cluster tests
+are skipped, with the reason, where SLURM cannot be started."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ddpbench.config.errors import SpecError
+from ddpbench.config.plan import SweepOptions, plan_sweep
+from ddpbench.running import slurm
+from ddpbench.running.diagnose import error_files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slurm_cluster  # noqa: E402
+
+
+def ddpbench(*args: str, env: dict, cwd: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**env, "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "ddpbench", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def without_slurm() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+
+
+# --- without a cluster -----------------------------------------------------------------------
+
+
+def test_cpus_per_node_as_slurm_writes_them():
+    assert slurm.expand_cpus_per_node("72(x2),36") == [72, 72, 36]
+    with pytest.raises(SpecError):
+        slurm.expand_cpus_per_node("lots")
+
+
+def test_scheduler_facts_name_the_job_and_nothing_else():
+    environ = {"SLURM_JOB_ID": "81", "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_NODELIST": "n[1-2]",
+               "SLURM_JOB_NUM_NODES": "2", "SLURMD_NODENAME": "n1", "SLURM_SOME_TOKEN": "secret"}
+    facts = slurm.scheduler_facts(environ)
+    assert facts["job_id"] == "81" and facts["partition"] == "gpu" and facts["job_nodes"] == "n[1-2]"
+    assert facts["job_num_nodes"] == 2 and "secret" not in json.dumps(facts)
+    assert slurm.scheduler_facts({}) is None
+
+
+def test_sweep_over_nodes_keeps_one_node_sizes_then_whole_nodes():
+    options = SweepOptions(device="cuda", max_world_size=8, cores=64, suite="smoke", launcher="slurm",
+                           nodes=(1, 2, 4), strategies=("local", "ddp", "dp"))
+    plan = plan_sweep(options, "/tmp/x")
+    shape = [(s.strategy, s.nnodes, s.nproc) for s in plan]
+    assert shape == [("local", 1, 1)] + [("ddp", 1, n) for n in (1, 2, 4, 8)] + [("ddp", 2, 8), ("ddp", 4, 8)] \
+        + [("dp", 1, n) for n in (1, 2, 4, 8)]
+    assert {s.launcher for s in plan} == {"slurm"}
+    assert plan[6].run_id == "mlp-ddp-n32" and plan[6].threads_per_rank == 8  # 64 cores / 8 devices
+    with pytest.raises(SpecError, match="--launcher slurm"):
+        SweepOptions(device="cpu", max_world_size=2, cores=2, suite="smoke", nodes=(1, 2))
+
+
+def test_error_files_of_several_agents_get_their_global_ranks_from_torchruns_summary(tmp_path):
+    # Two agents (nodes) each have a local rank 0; c10d, not the node order, made one of them rank 1.
+    for agent, message in (("run_aaa", "peer closed the connection"), ("run_bbb", "FileNotFoundError: shard")):
+        folder = tmp_path / agent / "attempt_0" / "0"
+        folder.mkdir(parents=True)
+        (folder / "error.json").write_text(json.dumps({"message": {"message": message, "extraInfo": {
+            "py_callstack": "Traceback ...", "timestamp": "1"}}}))
+    summary = (f"[0]:\n  time      : now\n  host      : vm\n  rank      : 1 (local_rank: 0)\n"
+               f"  exitcode  : 1 (pid: 42)\n  error_file: {tmp_path}/run_bbb/attempt_0/0/error.json\n")
+    found = error_files(str(tmp_path), 0, 1, summary)
+    assert found[1]["message"] == "FileNotFoundError: shard"
+    assert found[0]["message"] == "peer closed the connection"
+
+
+def test_sbatch_script_resumes_when_submitted_again():
+    script = slurm.sbatch_script(["--nodes", "1,2", "--sweep-id", "s1"], "/shared/results/s1", 2, 8,
+                                 ["--partition=gpu"], "/venv/bin/python", "/shared/ddpbench")
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --gpus-per-node=8\n" in script
+    assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --exclusive\n" in script
+    assert "if [ -e /shared/results/s1/manifest.json ]" in script
+    assert "--launcher slurm --nodes 1,2 --sweep-id s1 --resume" in script
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "--launcher", "slurm", "--suite", "smoke"],
+    ["run", "--launcher", "slurm", "--workload", "mlp", "--nnodes", "2"],
+])
+def test_slurm_launcher_outside_an_allocation_is_one_line_exit_2(tmp_path, command):
+    done = ddpbench(*command, "--out", str(tmp_path / "out"), env=without_slurm(), cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "needs a SLURM allocation" in done.stderr and "salloc" in done.stderr
+    assert not os.path.exists(tmp_path / "out" / "runs")
+
+
+def test_slurm_launcher_inside_a_job_step_is_refused(tmp_path):
+    environ = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n1", "SLURM_STEP_ID": "0"}
+    with pytest.raises(SpecError, match="inside a SLURM job step"):
+        slurm.current_allocation(environ)
+
+
+# --- a real single-host cluster ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    try:
+        started = slurm_cluster.start()
+    except slurm_cluster.Unavailable as exc:
+        pytest.skip(f"no SLURM here: {exc}")
+    yield started
+    started.stop()
+
+
+@pytest.mark.launches
+def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path):
+    env, out = cluster.env(), str(tmp_path / "results")
+    in_one_node = subprocess.run(
+        ["salloc", "--nodes=1", "--quiet", sys.executable, "-m", "ddpbench", "sweep", "--launcher", "slurm",
+         "--nodes", "1,2", "--suite", "smoke", "--out", out],
+        env={**env, "PYTHONPATH": ROOT}, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert in_one_node.returncode == 2, in_one_node.stderr
+    assert "asked for 2 nodes; SLURM job" in in_one_node.stderr and in_one_node.stderr.count("\n") == 1
+    no_partition = ddpbench("sbatch", "--partition", "nope", "--suite", "smoke", "--out", out, env=env,
+                            cwd=str(tmp_path))
+    assert no_partition.returncode == 2
+    assert no_partition.stderr.strip().endswith("partition 'nope' does not exist on this cluster; valid: debug")
+    too_many = ddpbench("sbatch", "--nodes", "1,3", "--suite", "smoke", "--device", "cpu", "--out", out, env=env,
+                        cwd=str(tmp_path))
+    assert too_many.returncode == 2 and too_many.stderr.count("\n") == 1, too_many.stderr
+    assert "SLURM would refuse the job" in too_many.stderr
+    assert not glob.glob(os.path.join(out, "*", "manifest.json"))
+    queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True)
+    assert queue.stdout.strip() == ""
+
+
+@pytest.mark.launches
+def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster, tmp_path):
+    env = cluster.env()
+    done = ddpbench("sbatch", "--wait", "--device", "cpu", "--nodes", "1,2", "--nproc-per-node", "1",
+                    "--suite", "smoke", "--strategies", "ddp", "--no-profile", "--out", str(tmp_path / "results"),
+                    "--sweep-id", "two-nodes", env=env, cwd=str(tmp_path))
+    sweep_dir = tmp_path / "results" / "two-nodes"
+    log = "".join(open(path).read() for path in glob.glob(str(sweep_dir / "slurm-*.out")))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    records = {os.path.basename(p): json.load(open(p)) for p in glob.glob(str(sweep_dir / "runs" / "*.json"))}
+    assert sorted(records) == ["mlp-ddp-n1.json", "mlp-ddp-n2.json"]
+    two = records["mlp-ddp-n2.json"]
+    assert two["status"] == "ok" and two["spec"]["nnodes"] == 2 and two["spec"]["launcher"] == "slurm"
+    assert two["launch"]["command"][:2] == ["srun", "--nodes=2"]
+    assert "--nnodes=2" in two["launch"]["command"] and "--rdzv-backend=c10d" in two["launch"]["command"]
+    assert sorted(rank["rank"] for rank in two["ranks"]) == [0, 1]
+    # two torchrun agents, one per SLURM node, under one step
+    assert len(glob.glob(str(sweep_dir / "logs" / "mlp-ddp-n2" / "ranks" / "*"))) == 2
+    scheduler = two["env"]["scheduler"]
+    assert scheduler["name"] == "slurm" and scheduler["step_nodes"] == "node[1-2]"
+    assert scheduler["job_nodes"] == "node[1-2]" and scheduler["partition"] == "debug"
+    assert records["mlp-ddp-n1.json"]["env"]["scheduler"]["step_nodes"] == "node1"
+    assert json.load(open(sweep_dir / "manifest.json"))["state"] == "finished"
+    report = (tmp_path / "reports" / "two-nodes" / "index.html").read_text()
+    assert re.search(rf">SLURM job</td>\s*<td[^>]*>{scheduler['job_id']}</td>", report), "no job id in the report"
+    assert re.search(r">SLURM job nodes</td>\s*<td[^>]*>node\[1-2\]</td>", report)
+
+
+@pytest.mark.launches
+def test_a_rank_failing_on_another_node_is_named_in_the_record(cluster, tmp_path):
+    workload = os.path.join(FIXTURES, "missing_shard_on_rank_1.py:missing_shard_on_rank_1")
+    done = subprocess.run(
+        ["salloc", "--nodes=2", "--exclusive", "--quiet", sys.executable, "-m", "ddpbench", "run",
+         "--launcher", "slurm", "--workload", workload, "--nnodes", "2", "--device", "cpu", "--steps", "8",
+         "--warmup", "2", "--no-profile", "--run-id", "shard", "--out", str(tmp_path / "out")],
+        env={**cluster.env(), "PYTHONPATH": ROOT}, cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    record = json.load(open(tmp_path / "out" / "runs" / "shard.json"))
+    assert record["status"] == "failed"
+    assert record["error"]["message"].startswith("rank 1 raised FileNotFoundError"), record["error"]
+    assert 1 in record["error"]["failed_ranks"] and "FileNotFoundError" in record["error"]["tracebacks"]["1"]
+    assert record["launch"]["command"][0] == "srun" and record["env"]["scheduler"]["job_num_nodes"] == 2
