@@ -8,8 +8,8 @@ import torchvision
 
 def torch_facts() -> dict:
     facts = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": str(torch.__version__),  # TorchVersion is a str subclass the record encoder refuses
+        "torchvision": str(torchvision.__version__),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": None,
