@@ -111,7 +111,9 @@ def test_thresholds_outside_zero_and_one_are_refused(text):
 
 def scaled_copy(tmp_path, name, factor, env_change=None, keep=None, edit=None):
     """The fixture sweep with its ok runs `factor` times slower (step times, window, no_sync replay,
-    throughput), only the runs named in `keep` (all by default), and `edit(record)` applied."""
+    throughput; `factor` may be a function of the run id), only the runs named in `keep` (all by
+    default), and `edit(record)` applied."""
+    by_run = factor if callable(factor) else (lambda run_id: factor)
     target = tmp_path / name
     shutil.copytree(SWEEP, target)
     for path in sorted((target / "runs").iterdir()):
@@ -119,6 +121,7 @@ def scaled_copy(tmp_path, name, factor, env_change=None, keep=None, edit=None):
         if keep is not None and record["run_id"] not in keep:
             path.unlink()
             continue
+        factor = by_run(record["run_id"])
         if record["status"] == "ok":
             for rank in record["ranks"]:
                 rank["step_times_s"] = [t * factor for t in rank["step_times_s"]]

@@ -98,13 +98,13 @@ def change_points(series: dict[str, list[float]]) -> tuple[dict[str, list[int]],
             found.update(_otava(long_enough, python))
             return found, f"Apache Otava (E-divisive, p < {OTAVA_PVALUE}) via {python}"
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-            reason = f"Otava at {python} failed ({exc}); "
+            reason = f"Otava at {python} failed: {exc}"
     else:
-        reason = "Otava is not installed (make otava-venv); "
+        reason = "Otava is not installed: make otava-venv"
     for name, values in long_enough.items():
         found[name] = fallback_change_points(values)
-    return found, (reason + f"fallback rule: binary segmentation, Welch t-test p < {FALLBACK_PVALUE} "
-                            f"(Bonferroni over splits), at least {MIN_SEGMENT} points a side")
+    return found, (f"fallback rule: binary segmentation, Welch t-test p < {FALLBACK_PVALUE} (Bonferroni over "
+                   f"splits), at least {MIN_SEGMENT} points a side ({reason})")
 
 
 def since_last_change(values: list, points: list[int]) -> list:

@@ -149,3 +149,21 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
 def key_of(record: Record) -> tuple:
     """The key as it reads back from a series file (JSON round trip)."""
     return tuple(json.loads(json.dumps(list(run_key(record)))))
+
+
+def history_frame(folder: str):
+    """One row per stored run of every series in `folder`, with its segment and whether a change
+    point starts there (for the report), and the change-point method in words."""
+    import pandas as pd
+
+    from ddpbench.gate.changepoints import change_points
+
+    series = read_history(folder)
+    points, method = change_points({key: s.values("throughput") for key, s in series.items()})
+    rows = []
+    for key, one in series.items():
+        for position, row in enumerate(one.rows, start=1):
+            segment = sum(1 for p in points[key] if p <= position - 1)
+            rows.append({"configuration": one.configuration, "position": position, "throughput": row["throughput"],
+                         "segment": segment, "change": (position - 1) in points[key], "sweep": row["sweep"]})
+    return pd.DataFrame(rows), method
