@@ -53,12 +53,16 @@ def otava_python() -> str | None:
     return None
 
 
-def _otava(series: dict[str, list[float]], python: str) -> dict[str, list[int]]:
-    request = json.dumps({"series": series, "window": OTAVA_WINDOW, "pvalue": OTAVA_PVALUE})
+def _otava(series: dict, python: str) -> dict:
+    # Series names may be anything hashable (configuration keys); JSON gets their positions.
+    names = list(series)
+    request = json.dumps({"series": {str(i): series[name] for i, name in enumerate(names)},
+                          "window": OTAVA_WINDOW, "pvalue": OTAVA_PVALUE})
     done = subprocess.run([python, "-c", _OTAVA_SCRIPT], input=request, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
-    return {name: list(points) for name, points in json.loads(done.stdout).items()}
+    found = json.loads(done.stdout)
+    return {name: list(found[str(i)]) for i, name in enumerate(names)}
 
 
 def fallback_change_points(values: list[float]) -> list[int]:
