@@ -406,7 +406,7 @@ def command_ab(args: argparse.Namespace) -> int:
     from ddpbench.gate.compare import GateError
     from ddpbench.running.launch import resolve
 
-    run_args = [a for a in args.run_args if a != "--"] if args.run_args[:1] == ["--"] else list(args.run_args)
+    run_args = args.run_args
     try:
         settings = gate_settings(args)
         validate_rounds(args.rounds)
@@ -519,15 +519,15 @@ def build_parser() -> argparse.ArgumentParser:
     changes.add_argument("paths", nargs="+", metavar="PATH", help="history folders or series files (*.csv)")
     changes.set_defaults(handler=command_history_changes)
     ab = commands.add_parser("ab", help="run one configuration in two environments, A B A B ..., and gate B "
-                                        "against A with a paired test")
+                                        "against A with a paired test",
+                             usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp "
+                                   "--nproc 2)")
     ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
     ab.add_argument("b", help="environment B, the candidate")
     ab.add_argument("--rounds", type=int, default=5, help="rounds of A then B (default 5, at least 2)")
     ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
     ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
     add_verdict_arguments(ab)
-    ab.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then `ddpbench run` options, e.g. -- --workload "
-                                                               "mlp --nproc 2")
     ab.set_defaults(handler=command_ab)
     baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
     baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True, metavar="BASELINE_COMMAND",
@@ -563,7 +563,14 @@ def _raise_terminated(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    run_args = []
+    if argv[:1] == ["ab"] and "--" in argv:  # what follows -- goes to `ddpbench run` untouched
+        cut = argv.index("--")
+        argv, run_args = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if args.command == "ab":
+        args.run_args = run_args
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.handler(args)
