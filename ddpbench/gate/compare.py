@@ -61,6 +61,10 @@ class Comparison:
     """Runs per side (A/B rounds when paired) for the test to see a slowdown of the threshold; None: over 1000."""
     sees_threshold: bool | None = None
     """Whether this comparison is powered to see a slowdown the size of the threshold."""
+    se: float | None = None
+    """Standard error of the log change."""
+    df: float | None = None
+    """Its degrees of freedom (None: the prior, taken as known)."""
     paired: bool = False
     note: str = ""
 
@@ -202,6 +206,8 @@ def finish(pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | 
         comparison.verdict, comparison.p_value = stats.decide(evidence, alpha, settings)
         comparison.alpha = alpha
         comparison.paired = paired
+        comparison.se = evidence.se
+        comparison.df = evidence.df if math.isfinite(evidence.df) else None
         comparison.mde = stats.as_slowdown(stats.detectable_log(evidence.se, evidence.df, alpha, settings))
         comparison.runs_needed = stats.runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df,
                                                    paired_rounds=paired)
