@@ -154,7 +154,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--run-timeout", type=float, default=None,
         help="seconds before a run is ended as timeout (default: derived from the expected step time)")
     add("--repeat", type=positive_int, default=1,
-        help="run every configuration K times (the gate then resamples whole runs too)")
+        help="run every configuration K times (the gate then measures the run-to-run noise from them)")
     add("--pg-timeout", type=float, default=None, dest="pg_timeout_s",
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)")
     add_reliability_arguments(parser)
