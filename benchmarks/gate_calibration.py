@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 from ddpbench.gate import stats  # noqa: E402
 from ddpbench.gate.compare import Comparison, compare_values, finish  # noqa: E402
-from ddpbench.gate.stats import GateSettings, parse_threshold  # noqa: E402
+from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold  # noqa: E402
 from ddpbench.records.store import load_record  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.10, 0.25)
@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--workload", default="mlp")
     parser.add_argument("--max-regression", default="5%")
+    parser.add_argument("--prior-noise", default=None, help="the gate's --prior-noise (default: its CPU prior)")
     parser.add_argument("--per-side", type=int, default=3, help="K runs per side for the repeats case")
     parser.add_argument("--history-runs", type=int, default=8, help="H plain runs as history baseline")
     parser.add_argument("--ab-rounds", type=int, default=4, help="K rounds for the ab case")
@@ -120,7 +121,8 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="keep the records in this folder")
     parser.add_argument("--from", dest="source", default=None, help="use records kept earlier; run nothing")
     args = parser.parse_args()
-    settings = GateSettings(max_regression=parse_threshold(args.max_regression))
+    settings = GateSettings(max_regression=parse_threshold(args.max_regression),
+                            prior_noise=parse_fraction(args.prior_noise, "--prior-noise") if args.prior_noise else None)
     if args.source:
         folder = args.source
     else:

@@ -339,6 +339,7 @@ def command_gate(args: argparse.Namespace) -> int:
                                 "as --candidate so its machine class and suite name one)")
             baseline_path, env_notes = folder, []
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
+            failures, notes = missing_from_history(series, candidate, args.allow_missing, failures, notes)
             comparisons, more = compare_values({k: {m: v for m, v in h.items() if v} for k, h in history.items()},
                                                side_values([r for r in candidate if usable(r)]), settings, measures,
                                                baseline_is_history=True)
@@ -363,6 +364,23 @@ def command_gate(args: argparse.Namespace) -> int:
         raise SpecError(str(exc)) from None
     return gate_exit(comparisons, settings, notes, env_notes, args,
                      f"baseline {baseline_path}, candidate {args.candidate}")
+
+
+def missing_from_history(series: dict, candidate: list, allowed: bool, failures: list, notes: list):
+    """Configurations of the latest sweep in the history that the candidate lacks fail, unless allowed."""
+    from ddpbench.gate.compare import Comparison
+    from ddpbench.gate.history import key_of
+
+    latest = max((s.rows[-1]["ended_at"], s.rows[-1]["sweep"]) for s in series.values() if s.rows)[1]
+    present = {key_of(r) for r in candidate}
+    for key, one in sorted(series.items(), key=lambda item: item[1].configuration):
+        if one.rows and one.rows[-1]["sweep"] == latest and key not in present:
+            reason = f"in the history's latest sweep ({latest}) but missing from the candidate"
+            if allowed:
+                notes.append(f"{one.configuration}: {reason} (allowed)")
+            else:
+                failures.append(Comparison(one.configuration, "run", "not comparable", note=reason))
+    return failures, notes
 
 
 def command_history_add(args: argparse.Namespace) -> int:
@@ -463,7 +481,7 @@ def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
     add("--family-alpha", default="1%", help="false-alarm rate of the whole comparison (default 1%%)")
     add("--prior-noise", default=None,
-        help="run-to-run spread to assume where neither repeats nor history measure it (default 12%% on CPU, "
+        help="run-to-run spread to assume where neither repeats nor history measure it (default 15%% on CPU, "
              "3%% on GPUs)")
     add("--allow-failed-runs", action="store_true",
         help="leave out candidate runs that failed or failed a correctness check instead of failing")
@@ -471,6 +489,10 @@ def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 3 when a comparison is too weak to see a slowdown of --max-regression")
     add("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
     add("--json", default=None, help="write the verdicts as JSON")
+
+
+def subcommands(parser: argparse.ArgumentParser, dest: str):
+    return parser.add_subparsers(dest=dest, required=True, metavar=dest.upper(), parser_class=OneLineErrorParser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -509,8 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_verdict_arguments(gate)
     gate.set_defaults(handler=command_gate)
     history = commands.add_parser("history", help="nightly results over time: add sweeps, find change points")
-    history_commands = history.add_subparsers(dest="history_command", required=True, metavar="HISTORY_COMMAND",
-                                              parser_class=OneLineErrorParser)
+    history_commands = subcommands(history, "history_command")
     add = history_commands.add_parser("add", help="append a sweep's ok runs to results/history/<class>/<suite>/")
     add.add_argument("sweep_dir")
     add.add_argument("--history", default="results/history", help="root of the history (default results/history)")
@@ -530,8 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_verdict_arguments(ab)
     ab.set_defaults(handler=command_ab)
     baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
-    baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True, metavar="BASELINE_COMMAND",
-                                                parser_class=OneLineErrorParser)
+    baseline_commands = subcommands(baseline, "baseline_command")
     save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
     save.add_argument("sweep_dir")
     save.add_argument("--baselines", default="results/baselines", help="where baselines live")
@@ -542,8 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True)
     export.set_defaults(handler=command_export)
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
-    trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
-                                          parser_class=OneLineErrorParser)
+    trace_commands = subcommands(trace, "trace_command")
     analyze = trace_commands.add_parser("analyze", help="communication/computation overlap per rank, any torch.profiler trace")
     analyze.add_argument("paths", nargs="+", metavar="PATH", help="chrome trace files (.json or .json.gz), one per rank")
     analyze.add_argument("--json", action="store_true", help="machine-readable output")

@@ -92,7 +92,7 @@ def test_a_paired_ab_test_cancels_drift_between_rounds():
 
 
 def test_noise_comes_from_data_and_says_so_else_from_the_prior():
-    assert stats.estimate_noise({"baseline repeats": [np.zeros(1)]}, 0.12).source.startswith("prior 12.0%")
+    assert stats.estimate_noise({"baseline repeats": [np.zeros(1)]}, 0.12).source.startswith("prior 15.0%")
     noise = stats.estimate_noise({"baseline repeats": [np.log([1.0, 1.1])], "history": [np.log([1.0, 1.0, 1.2])]}, 0.5)
     assert noise.df == 3 and noise.history_df == 2 and "history (3 runs)" in noise.source
     assert noise.sigma == pytest.approx(math.sqrt((np.var(np.log([1.0, 1.1])) * 2 + np.var(np.log([1, 1, 1.2])) * 3) / 3))
@@ -152,7 +152,7 @@ def test_a_sweep_against_itself_passes_and_says_what_it_can_see(tmp_path):
     throughput = [c for c in verdict["comparisons"] if c["measure"] == "throughput"]
     assert len(throughput) == 5 and all(c["ratio"] == pytest.approx(1.0) for c in throughput)
     # One run per side, no history: the prior, and the gate says in words it cannot see 5 %.
-    assert all(c["noise_source"].startswith("prior 12.0%") for c in throughput)
+    assert all(c["noise_source"].startswith("prior 15.0%") for c in throughput)
     assert all(c["mde"] > 0.3 and c["runs_needed"] > 10 and c["sees_threshold"] is False for c in throughput)
     assert "CANNOT SEE 5%" in throughput[0]["sight"] and "runs per side would be needed" in throughput[0]["sight"]
     assert "cannot see a 5% slowdown" in (tmp_path / "s.md").read_text()
@@ -163,7 +163,7 @@ def test_a_sweep_against_itself_passes_and_says_what_it_can_see(tmp_path):
 def test_a_slowdown_is_flagged_only_when_the_noise_allows_it(tmp_path):
     baseline = scaled_copy(tmp_path, "base", 1.0, keep=OK_RUNS)
     slow = scaled_copy(tmp_path, "slow", 1.6, keep=OK_RUNS)
-    # One run per side with the CPU prior (12 %): 37.5 % slower is within what noise can do here.
+    # One run per side with the CPU prior (15 %): 37.5 % slower is within what noise can do here.
     default = ddpbench("gate", "--baseline", baseline, "--candidate", slow, "--metrics", "throughput")
     assert default.returncode == 0 and "REGRESSION" not in default.stdout
     # Where runs are known to be steadier (a GPU node, 3 %), the same evidence is a regression.

@@ -72,6 +72,9 @@ def test_history_changes_and_the_gate_against_the_history(tmp_path):
     assert done.returncode == 0 and "verdict: PASS" in done.stdout, done.stdout + done.stderr
     assert "history since each series' last change point" in done.stdout
     assert "history (8 runs)" in (tmp_path / "v.json").read_text()
+    missing = scaled_copy(tmp_path, "missing", 1.3, keep=OK_RUNS[:-1])
+    done = ddpbench("gate", "--baseline", "history", "--candidate", missing, "--history-folder", folder, env=NO_OTAVA)
+    assert done.returncode == 1 and "in the history's latest sweep (night-15) but missing" in done.stdout
     slower = scaled_copy(tmp_path, "slower", 1.3 * 1.25, keep=OK_RUNS)
     done = ddpbench("gate", "--baseline", "history", "--candidate", slower, "--history-folder", folder, env=NO_OTAVA)
     assert done.returncode == 1 and "verdict: REGRESSION" in done.stdout

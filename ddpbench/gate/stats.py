@@ -34,9 +34,11 @@ from scipy import stats as scipy_stats
 
 # Run-to-run spread (standard deviation of a run's log throughput) assumed when neither repeats
 # nor history say anything. CPU: this project's 2-core development machine moves 8-12 % between
-# runs of one configuration (single processes up to 17 %); GPU: dedicated nodes typically 1-2 %.
+# runs of one configuration (single processes up to 17 %), and 16 % under heavy load from others
+# (benchmarks/gate_calibration.py, where 12 % gave 3 of 90 A/A false alarms and 15 % none); GPU:
+# dedicated nodes typically 1-2 %.
 # Both are set a little above what was measured: a prior that is too small is a false alarm.
-PRIOR_NOISE = {"cpu": 0.12, "cuda": 0.03}
+PRIOR_NOISE = {"cpu": 0.15, "cuda": 0.03}
 MAX_RUNS_NEEDED = 1000
 
 

@@ -21,6 +21,7 @@ import statistics
 from dataclasses import asdict
 from typing import Callable
 
+from ddpbench.analysis import registry
 from ddpbench.records.schema import Record
 
 MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
@@ -58,7 +59,8 @@ def local_key(record: Record) -> tuple:
 
 
 def throughput(record: Record) -> float | None:
-    value = record.metrics.throughput_units_per_s if record.metrics else None
+    """The registry's throughput (the one definition the tables and the report show)."""
+    value = registry.metric("throughput").read(record)
     return value if value and value > 0 else None
 
 
