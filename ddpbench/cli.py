@@ -312,7 +312,7 @@ def command_gate(args: argparse.Namespace) -> int:
     from ddpbench.gate.changepoints import change_points, since_last_change
     from ddpbench.gate.compare import (GateError, comparability, compare, compare_values, env_differences, load_side,
                                        usable)
-    from ddpbench.gate.history import HistoryError, history_dir, read_history
+    from ddpbench.gate.history import HistoryError, history_dir, missing_from_history, read_history
     from ddpbench.gate.values import MEASURE_NAMES, side_values
 
     try:
@@ -339,7 +339,8 @@ def command_gate(args: argparse.Namespace) -> int:
                                 "as --candidate so its machine class and suite name one)")
             baseline_path, env_notes = folder, []
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
-            failures, notes = missing_from_history(series, candidate, args.allow_missing, failures, notes)
+            missing, more = missing_from_history(series, candidate, args.allow_missing)
+            failures, notes = failures + missing, notes + more
             comparisons, more = compare_values({k: {m: v for m, v in h.items() if v} for k, h in history.items()},
                                                side_values([r for r in candidate if usable(r)]), settings, measures,
                                                baseline_is_history=True)
@@ -364,23 +365,6 @@ def command_gate(args: argparse.Namespace) -> int:
         raise SpecError(str(exc)) from None
     return gate_exit(comparisons, settings, notes, env_notes, args,
                      f"baseline {baseline_path}, candidate {args.candidate}")
-
-
-def missing_from_history(series: dict, candidate: list, allowed: bool, failures: list, notes: list):
-    """Configurations of the latest sweep in the history that the candidate lacks fail, unless allowed."""
-    from ddpbench.gate.compare import Comparison
-    from ddpbench.gate.history import key_of
-
-    latest = max((s.rows[-1]["ended_at"], s.rows[-1]["sweep"]) for s in series.values() if s.rows)[1]
-    present = {key_of(r) for r in candidate}
-    for key, one in sorted(series.items(), key=lambda item: item[1].configuration):
-        if one.rows and one.rows[-1]["sweep"] == latest and key not in present:
-            reason = f"in the history's latest sweep ({latest}) but missing from the candidate"
-            if allowed:
-                notes.append(f"{one.configuration}: {reason} (allowed)")
-            else:
-                failures.append(Comparison(one.configuration, "run", "not comparable", note=reason))
-    return failures, notes
 
 
 def command_history_add(args: argparse.Namespace) -> int:

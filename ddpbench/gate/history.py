@@ -167,3 +167,21 @@ def history_frame(folder: str):
             rows.append({"configuration": one.configuration, "position": position, "throughput": row["throughput"],
                          "segment": segment, "change": (position - 1) in points[key], "sweep": row["sweep"]})
     return pd.DataFrame(rows), method
+
+
+def missing_from_history(series: dict[tuple, Series], candidate: list[Record], allowed: bool):
+    """Configurations of the latest sweep in the history that the candidate lacks: failures
+    ("not comparable"), or notes where allowed. Older series (configurations no longer run) are not."""
+    from ddpbench.gate.compare import Comparison
+
+    failures, notes = [], []
+    latest = max((s.rows[-1]["ended_at"], s.rows[-1]["sweep"]) for s in series.values() if s.rows)[1]
+    present = {key_of(r) for r in candidate}
+    for key, one in sorted(series.items(), key=lambda item: item[1].configuration):
+        if one.rows and one.rows[-1]["sweep"] == latest and key not in present:
+            reason = f"in the history's latest sweep ({latest}) but missing from the candidate"
+            if allowed:
+                notes.append(f"{one.configuration}: {reason} (allowed)")
+            else:
+                failures.append(Comparison(one.configuration, "run", "not comparable", note=reason))
+    return failures, notes
