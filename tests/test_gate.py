@@ -92,7 +92,7 @@ def test_a_paired_ab_test_cancels_drift_between_rounds():
 
 
 def test_noise_comes_from_data_and_says_so_else_from_the_prior():
-    assert stats.estimate_noise({"baseline repeats": [np.zeros(1)]}, 0.12).source.startswith("prior 15.0%")
+    assert stats.estimate_noise({"baseline repeats": [np.zeros(1)]}, 0.12).source.startswith("prior 12.0%")
     noise = stats.estimate_noise({"baseline repeats": [np.log([1.0, 1.1])], "history": [np.log([1.0, 1.0, 1.2])]}, 0.5)
     assert noise.df == 3 and noise.history_df == 2 and "history (3 runs)" in noise.source
     assert noise.sigma == pytest.approx(math.sqrt((np.var(np.log([1.0, 1.1])) * 2 + np.var(np.log([1, 1, 1.2])) * 3) / 3))
