@@ -92,4 +92,7 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
     assert sorted(os.listdir(out / "a" / "runs")) == ["a-r01.json", "a-r02.json"]
     verdict = json.loads((tmp_path / "v.json").read_text())
     throughput = next(c for c in verdict["comparisons"] if c["measure"] == "throughput")
-    assert throughput["paired"] and throughput["candidate_runs"] == 2 and throughput["runs_needed"] >= 2
+    assert throughput["paired"] and throughput["candidate_runs"] == 2 and throughput["mde"] > 0
+    # Two rounds on a loaded machine may need more than 1000 rounds to see 5 %: then it says so.
+    assert throughput["runs_needed"] is None or throughput["runs_needed"] >= 2
+    assert "rounds would be needed" in throughput["sight"] or throughput["sees_threshold"]
