@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test gate clean hta-venv gpu-check
+.PHONY: install bench test gate clean hta-venv otava-venv gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,11 @@ bench: install
 # (store one first: ddpbench baseline save results/<sweep-id>). GATE_ARGS go to `ddpbench gate`.
 GATE_ID := gate-$(shell date +%Y%m%d-%H%M%S)
 GATE_ARGS ?=
+# GATE_BASELINE=history gates against the stored history since its last change point instead.
+GATE_BASELINE ?= auto
 gate: install
 	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
-	$(BIN)/ddpbench gate --baseline auto --candidate results/$(GATE_ID) $(GATE_ARGS)
+	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) $(GATE_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q tests
@@ -48,3 +50,11 @@ clean:
 	.venv-hta/bin/pip install --quiet holistictraceanalysis==0.5.0
 
 hta-venv: .venv-hta/bin/python
+
+# Apache Otava (change points in the history) in an environment of its own: it pins numpy.
+# ddpbench calls it as a subprocess; without it a documented fallback rule finds change points.
+.venv-otava/bin/python:
+	$(PYTHON) -m venv .venv-otava
+	.venv-otava/bin/pip install --quiet apache-otava==0.8.0
+
+otava-venv: .venv-otava/bin/python

@@ -1,21 +1,28 @@
-"""Calibrate the regression gate on this machine: how often does it cry wolf, how often does it
-catch a real slowdown?
+"""Calibrate the regression gate on this machine: does unchanged code pass, how often does it cry
+wolf, how often does it catch a real slowdown, and is the minimum detectable effect it prints honest?
 
-Runs one tiny DDP configuration repeatedly: as is, and with --slowdown 0.10 and 0.05 (real extra
-work in every timed step), interleaved so drifts in machine load hit all three alike. Then gates
-A/A comparisons of plain runs (false alarms) and plain/slowed comparisons (detections), with K
-runs on each side (disjoint groups drawn at random, `--per-side`), with the gate's defaults unless
-told otherwise. `--keep DIR` keeps the records; `--from DIR` gates records kept earlier without
-running anything, to try other settings on the same measurements.
+Collect: one tiny DDP configuration run over and over in interleaved rounds: as is, and with
+`--slowdown 0.10` and `0.25` (real extra matrix products in every timed step, never edited
+timings). Each run is wrapped in `flock /tmp/ddpbench-bench.lock` so benchmarks never overlap.
+Analyse (the gate's own statistics, throughput only, so one comparison per trial):
 
-    .venv/bin/python benchmarks/gate_calibration.py [--runs 12] [--per-side 1] [--keep DIR | --from DIR]
+- 1 run per side: every ordered pair of plain runs (A/A) and every (plain, slowed) pair;
+- K runs per side (`--per-side`): random disjoint groups;
+- history: a baseline of H plain runs (`--history-runs`) against one candidate run;
+- ab: K consecutive rounds paired (A = the round's plain run, B = its slowed run; for A/A, B = the
+  next round's plain run), the paired test `ddpbench ab` uses.
+
+For each it prints pass rate, false alarms, detection, the median printed MDE and runs needed, and
+the detection the gate predicts from its own noise estimate (its power curve at the measured
+effect) next to the detection observed: an honest MDE makes the two agree.
+
+    python benchmarks/gate_calibration.py --rounds 12 --keep DIR     # collect, then analyse
+    python benchmarks/gate_calibration.py --from DIR                 # analyse records kept earlier
 """
 import argparse
-import collections
-import dataclasses
 import glob
 import itertools
-import json
+import math
 import os
 import random
 import statistics
@@ -27,100 +34,157 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from ddpbench.gate.compare import compare, iteration_times  # noqa: E402
-from ddpbench.gate.stats import GateSettings, parse_threshold  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ddpbench.gate import stats  # noqa: E402
+from ddpbench.gate.compare import Comparison, compare_values, finish  # noqa: E402
+from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold  # noqa: E402
+from ddpbench.records.store import load_record  # noqa: E402
+
+SLOWDOWNS = (0.0, 0.10, 0.25)
+KEY = ("calibration",) * 6 + ("cpu", "")
 
 
-def run(out: str, slowdown: float, args) -> dict:
-    done = subprocess.run([sys.executable, "-m", "ddpbench", "run", "--workload", args.workload,
-                           "--strategy", args.strategy, "--nproc", "2" if args.strategy == "ddp" else "1",
-                           "--steps", str(args.steps), "--warmup", "5", "--no-profile", "--slowdown", str(slowdown),
-                           "--out", out], cwd=REPO, capture_output=True, text=True)
-    paths = sorted(glob.glob(os.path.join(out, "runs", "*.json")), key=os.path.getmtime)
-    record = json.load(open(paths[-1]))
-    if done.returncode != 0 or record["status"] != "ok":
-        sys.exit(f"run failed:\n{done.stdout}\n{done.stderr[-2000:]}")
-    return record
+def collect(out: str, rounds: int, args) -> None:
+    for index in range(1, rounds + 1):
+        for slowdown in SLOWDOWNS:
+            command = ["flock", "/tmp/ddpbench-bench.lock", sys.executable, "-m", "ddpbench", "run",
+                       "--workload", args.workload, "--nproc", "2", "--steps", str(args.steps), "--warmup", "5",
+                       "--no-profile", "--slowdown", str(slowdown), "--out", os.path.join(out, f"slowdown-{slowdown}"),
+                       "--run-id", f"r{index:02d}"]
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": REPO})
+            if done.returncode != 0:
+                print(f"round {index} slowdown {slowdown} failed (exit {done.returncode}); left out", flush=True)
+        print(f"round {index}/{rounds} done", flush=True)
 
 
-def verdicts(pairs, settings) -> collections.Counter:
-    counts = collections.Counter()
-    for baseline, candidate in pairs:
-        comparisons, _ = compare(list(baseline), list(candidate), settings, ("throughput",))
-        counts[comparisons[0].verdict] += 1
-    return counts
+def load(folder: str) -> dict[float, dict[str, float]]:
+    """Throughput by slowdown and round id, ok runs with passing checks only."""
+    found = {}
+    for slowdown in SLOWDOWNS:
+        runs = {}
+        for path in sorted(glob.glob(os.path.join(folder, f"slowdown-{slowdown}", "runs", "*.json"))):
+            record = load_record(path)
+            if record.status == "ok" and not record.failed_checks():
+                runs[record.run_id] = record.metrics.throughput_units_per_s
+        found[slowdown] = runs
+    return found
 
 
-def groups(rng, first, second, per_side, count, disjoint):
-    """`count` random (baseline group, candidate group) pairs of `per_side` runs each."""
-    pairs = []
-    for _ in range(count):
-        if disjoint:
-            chosen = rng.sample(range(len(first)), 2 * per_side)
-            pairs.append(([first[i] for i in chosen[:per_side]], [first[i] for i in chosen[per_side:]]))
-        else:
-            pairs.append((rng.sample(first, per_side), rng.sample(second, per_side)))
-    return pairs
+def two_sided_trial(base, cand, settings, history=None, baseline_is_history=False) -> Comparison:
+    values = ({KEY: {"throughput": list(base)}}, {KEY: {"throughput": list(cand)}})
+    extra = {KEY: {"throughput": list(history)}} if history else None
+    return compare_values(*values, settings, ("throughput",), extra, baseline_is_history)[0][0]
+
+
+def paired_trial(a, b, settings) -> Comparison:
+    evidence, noise = stats.paired(np.log(a), np.log(b))
+    comparison = Comparison("calibration", "throughput", "pass", ratio=math.exp(evidence.change), noise=noise.sigma)
+    return finish([(comparison, evidence, noise)], settings, paired=True)[0]
+
+
+def predicted(comparison: Comparison, effect_log: float, settings) -> float:
+    df = comparison.df if comparison.df is not None else math.inf
+    return stats.catch_probability(effect_log, comparison.se, df, comparison.alpha, settings)
+
+
+def summarise(name, trials, settings, effects) -> list[str]:
+    """One line per case: A/A pass and false alarms, then each slowdown caught (observed / predicted)."""
+    cells = [name]
+    aa = trials[0.0]
+    cells.append(f"{sum(c.verdict == 'pass' or c.verdict == 'improvement' for c in aa) / len(aa):.1%}")
+    cells.append(f"{sum(c.verdict == 'regression' for c in aa) / len(aa):.1%}")
+    for slowdown in SLOWDOWNS[1:]:
+        cases = trials[slowdown]
+        caught = sum(c.verdict == "regression" for c in cases) / len(cases)
+        expected = statistics.mean(predicted(c, -effects[slowdown], settings) for c in cases)
+        cells.append(f"{caught:.0%} / {expected:.0%}")
+    cells.append(f"{statistics.median(c.mde for c in aa):.0%}")
+    needed = [c.runs_needed for c in aa]
+    cells.append(str(round(statistics.median(n for n in needed if n))) if any(needed) else "> 1000")
+    cells.append(str(len(aa)))
+    return cells
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--workload", default="mlp")
-    parser.add_argument("--strategy", choices=("ddp", "local"), default="ddp")
     parser.add_argument("--max-regression", default="5%")
-    parser.add_argument("--block-steps", type=int, default=5)
-    parser.add_argument("--run-noise", type=float, default=None, help="run-to-run spread (default: the gate's)")
-    parser.add_argument("--per-side", type=int, default=1, help="runs on each side of a comparison")
-    parser.add_argument("--comparisons", type=int, default=200, help="random comparisons per case (per-side > 1)")
+    parser.add_argument("--prior-noise", default=None, help="the gate's --prior-noise (default: its CPU prior)")
+    parser.add_argument("--per-side", type=int, default=3, help="K runs per side for the repeats case")
+    parser.add_argument("--history-runs", type=int, default=8, help="H plain runs as history baseline")
+    parser.add_argument("--ab-rounds", type=int, default=4, help="K rounds for the ab case")
+    parser.add_argument("--draws", type=int, default=300, help="random draws for the repeats and history cases")
     parser.add_argument("--keep", default=None, help="keep the records in this folder")
     parser.add_argument("--from", dest="source", default=None, help="use records kept earlier; run nothing")
     args = parser.parse_args()
-    settings = GateSettings(max_regression=parse_threshold(args.max_regression), block_steps=args.block_steps)
-    if args.run_noise is not None:
-        settings = dataclasses.replace(settings, run_noise=args.run_noise)
-    records = {0.0: [], 0.10: [], 0.05: []}
+    settings = GateSettings(max_regression=parse_threshold(args.max_regression),
+                            prior_noise=parse_fraction(args.prior_noise, "--prior-noise") if args.prior_noise else None)
     if args.source:
-        for slowdown in records:
-            for path in sorted(glob.glob(os.path.join(args.source, f"slowdown-{slowdown}", "runs", "*.json"))):
-                records[slowdown].append(json.load(open(path)))
+        folder = args.source
     else:
-        with tempfile.TemporaryDirectory() as scratch:
-            out = args.keep or scratch
-            for index in range(args.runs):
-                for slowdown in records:
-                    records[slowdown].append(run(os.path.join(out, f"slowdown-{slowdown}"), slowdown, args))
-                print(f"round {index + 1}/{args.runs} done", flush=True)
-    plain = records[0.0]
+        folder = args.keep or tempfile.mkdtemp(prefix="gate-calibration-")
+        collect(folder, args.rounds, args)
+    runs = load(folder)
+    rounds = sorted(set.intersection(*(set(r) for r in runs.values())))
+    plain = [runs[0.0][r] for r in rounds]
+    slowed = {s: [runs[s][r] for r in rounds] for s in SLOWDOWNS[1:]}
+    effects = {s: math.log(statistics.mean(slowed[s]) / statistics.mean(plain)) if s else 0.0 for s in SLOWDOWNS}
+    logs = np.log(plain)
+    print(f"{args.workload} tiny, ddp x2 on gloo, {args.steps} steps, {len(rounds)} complete rounds; run-to-run "
+          f"spread of plain runs' log throughput: {np.std(logs, ddof=1):.1%}; measured effect of --slowdown "
+          + ", ".join(f"{s:.2f}: {1 - math.exp(effects[s]):.1%} less throughput" for s in SLOWDOWNS[1:]))
     rng = random.Random(0)
-    per_run = [float(statistics.median(iteration_times(r))) for r in plain]
-    print(f"run-to-run spread of plain runs' median iteration time: {statistics.stdev(per_run) / statistics.mean(per_run):.1%} (CV)")
-    median_time = {s: statistics.median(float(statistics.median(iteration_times(r))) for r in rs)
-                   for s, rs in records.items()}
-    ranks = len(plain[0]["ranks"])
-    print(f"\n{plain[0]['spec']['workload']} tiny, {plain[0]['spec']['strategy']} x{ranks}, "
-          f"{plain[0]['metrics']['timed_steps']} timed steps per run, {len(plain)} runs each; "
-          f"threshold {settings.max_regression:.0%}, blocks of {settings.block_steps} steps, "
-          f"{settings.resamples} resamples, run-to-run noise {settings.run_noise:.1%}")
-    k = args.per_side
-    print(f"{k} run(s) per side")
-    aa_pairs = ([([a], [b]) for a, b in itertools.permutations(plain, 2)] if k == 1
-                else groups(rng, plain, plain, k, args.comparisons, disjoint=True))
-    aa = verdicts(aa_pairs, settings)
-    total = sum(aa.values())
-    print(f"A/A pairs: {total}; false alarms (regression) {aa['regression']} = {aa['regression'] / total:.1%}; "
-          f"inconclusive {aa['inconclusive'] / total:.1%}; pass {aa['pass'] / total:.1%}; "
-          f"improvement {aa['improvement'] / total:.1%}")
-    for slowdown in (0.10, 0.05):
-        pairs = ([([a], [b]) for a, b in itertools.product(plain, records[slowdown])] if k == 1
-                 else groups(rng, plain, records[slowdown], k, args.comparisons, disjoint=False))
-        counts = verdicts(pairs, settings)
-        total = sum(counts.values())
-        actual = median_time[slowdown] / median_time[0.0] - 1
-        print(f"{slowdown:.0%} injected (measured {actual:+.1%} median iteration time): caught "
-              f"{counts['regression']}/{total} = {counts['regression'] / total:.1%}; inconclusive "
-              f"{counts['inconclusive'] / total:.1%}; pass {counts['pass'] / total:.1%}")
+    k, h = args.per_side, args.history_runs
+    cases = {}
+    cases["1 run per side (prior)"] = {
+        0.0: [two_sided_trial([a], [b], settings) for a, b in itertools.permutations(plain, 2)],
+        **{s: [two_sided_trial([a], [b], settings) for a, b in itertools.product(plain, slowed[s])]
+           for s in SLOWDOWNS[1:]}}
+
+    def groups(first, second, size, disjoint):
+        out = []
+        for _ in range(args.draws):
+            if disjoint:
+                chosen = rng.sample(range(len(first)), 2 * size)
+                out.append(([first[i] for i in chosen[:size]], [first[i] for i in chosen[size:]]))
+            else:
+                out.append((rng.sample(first, size), rng.sample(second, size)))
+        return out
+
+    if len(plain) >= 2 * k:
+        cases[f"{k} runs per side"] = {s: [two_sided_trial(b, c, settings) for b, c in
+                                           groups(plain, slowed.get(s, plain), k, s == 0.0)] for s in SLOWDOWNS}
+    if len(plain) > h:
+        history_cases = {}
+        for s in SLOWDOWNS:
+            trials = []
+            for _ in range(args.draws):
+                chosen = rng.sample(range(len(plain)), h + 1)
+                candidate = [plain[chosen[-1]]] if s == 0.0 else [rng.choice(slowed[s])]
+                trials.append(two_sided_trial([plain[i] for i in chosen[:h]], candidate, settings,
+                                              baseline_is_history=True))
+            history_cases[s] = trials
+        cases[f"history of {h} runs, 1 candidate run"] = history_cases
+    r = args.ab_rounds
+    if len(rounds) > r:
+        windows = range(len(rounds) - r)
+        cases[f"ab, {r} rounds"] = {
+            0.0: [paired_trial(plain[i:i + r], plain[i + 1:i + r + 1], settings) for i in windows],
+            **{s: [paired_trial(plain[i:i + r], slowed[s][i:i + r], settings) for i in windows]
+               for s in SLOWDOWNS[1:]}}
+    header = ["case", "A/A pass", "false alarms", "10 % caught (observed / predicted)",
+              "25 % caught (observed / predicted)", "median MDE", "runs needed for 5 %", "trials"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, trials in cases.items():
+        print("| " + " | ".join(summarise(name, trials, settings, effects)) + " |")
+    print(f"threshold {settings.max_regression:.0%}, family-wise false-alarm rate {settings.family_alpha:.0%} "
+          f"(one comparison per trial), power {settings.power:.0%}; 'predicted' = the gate's own power curve at "
+          f"the measured effect, averaged over trials")
 
 
 if __name__ == "__main__":

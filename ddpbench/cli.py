@@ -189,7 +189,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--run-timeout", type=float, default=None,
         help="seconds before a run is ended as timeout (default: derived from the expected step time)")
     add("--repeat", type=positive_int, default=1,
-        help="run every configuration K times (the gate then resamples whole runs too)")
+        help="run every configuration K times (the gate then measures the run-to-run noise from them)")
     add("--pg-timeout", type=float, default=None, dest="pg_timeout_s",
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)")
     add_verbose_argument(parser)
@@ -381,52 +381,168 @@ def command_report(args: argparse.Namespace) -> int:
     return 0
 
 
-EXIT_REGRESSION, EXIT_INCONCLUSIVE = 1, 3
+EXIT_FAIL, EXIT_UNDERPOWERED = 1, 3
+
+
+def gate_settings(args: argparse.Namespace):
+    from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold
+
+    return GateSettings(
+        max_regression=parse_threshold(args.max_regression),
+        family_alpha=parse_fraction(args.family_alpha, "--family-alpha"),
+        prior_noise=None if args.prior_noise is None else parse_fraction(args.prior_noise, "--prior-noise"))
+
+
+def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None) -> int:
+    """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
+    comparable, 3 (only with --fail-underpowered) a comparison too weak to see the threshold."""
+    from ddpbench.gate.compare import overall_verdict, underpowered
+    from ddpbench.gate.output import as_json, format_table, markdown_summary, sight_lines
+    from ddpbench.records.store import write_atomic
+
+    print(format_table(comparisons, settings))
+    for line in sight_lines(comparisons, settings):
+        print(f"sight: {line}")
+    for note in notes:
+        print(f"note: {note}")
+    result = overall_verdict(comparisons)
+    blind = underpowered(comparisons)
+    print(f"verdict: {result.upper()} ({header})" + (f"; {len(blind)} comparison(s) cannot see "
+                                                     f"{settings.max_regression:.0%}" if blind else ""))
+    if args.summary_md:
+        write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
+    if args.json:
+        write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
+    if result != "pass":
+        return EXIT_FAIL
+    return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
 def command_gate(args: argparse.Namespace) -> int:
     from ddpbench.gate.baselines import baseline_dir
-    from ddpbench.gate.compare import (MEASURE_NAMES, GateError, as_json, compare, env_differences, format_table,
-                                       load_side, markdown_summary, overall_verdict)
-    from ddpbench.gate.stats import RUN_NOISE_DEFAULT, GateSettings, parse_noise, parse_threshold
-    from ddpbench.records.store import write_atomic
+    from ddpbench.gate.changepoints import change_points, since_last_change
+    from ddpbench.gate.compare import (GateError, comparability, compare, compare_values, env_differences, load_side,
+                                       usable)
+    from ddpbench.gate.history import HistoryError, history_dir, missing_from_history, read_history
+    from ddpbench.gate.values import MEASURE_NAMES, side_values
 
     try:
-        settings = GateSettings(max_regression=parse_threshold(args.max_regression), resamples=args.resamples,
-                                block_steps=args.block_steps, seed=args.seed,
-                                run_noise=RUN_NOISE_DEFAULT if args.run_noise is None else parse_noise(args.run_noise))
-        metrics = tuple(args.metrics or MEASURE_NAMES)
-        unknown = [m for m in metrics if m not in MEASURE_NAMES]
+        settings = gate_settings(args)
+        measures = tuple(args.metrics or MEASURE_NAMES)
+        unknown = [m for m in measures if m not in MEASURE_NAMES]
         if unknown:
             raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
-        baseline_path = args.baseline
-        if baseline_path == "auto":
-            baseline_path = baseline_dir(args.candidate)
-            if not os.path.isdir(baseline_path):
+        candidate = load_side(args.candidate)
+        ok = [r for r in candidate if r.status == "ok"]
+        folder = args.history_folder or (history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate)
+                                         else None)
+        history, method = {}, ""
+        if args.baseline == "history" or (folder and os.path.isdir(folder)):
+            series = read_history(folder) if folder else {}
+            points, method = change_points({key: s.values("throughput") for key, s in series.items()})
+            history = {key: {m: since_last_change(s.rows, points[key]) for m in MEASURE_NAMES}
+                       for key, s in series.items()}
+            history = {key: {m: [row[m] for row in rows[m] if row[m] is not None] for m in MEASURE_NAMES}
+                       for key, rows in history.items()}
+        if args.baseline == "history":
+            if not history:
+                raise GateError("--baseline history needs a history folder (--history-folder, or a sweep folder "
+                                "as --candidate so its machine class and suite name one)")
+            baseline_path, env_notes = folder, []
+            failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
+            missing, more = missing_from_history(series, candidate, args.allow_missing)
+            failures, notes = failures + missing, notes + more
+            comparisons, more = compare_values({k: {m: v for m, v in h.items() if v} for k, h in history.items()},
+                                               side_values([r for r in candidate if usable(r)]), settings, measures,
+                                               baseline_is_history=True)
+            comparisons, notes = failures + comparisons, notes + more
+            notes.append(f"baseline: the history since each series' last change point ({method})")
+        else:
+            baseline_path = baseline_dir(args.candidate) if args.baseline == "auto" else args.baseline
+            if args.baseline == "auto" and not os.path.isdir(baseline_path):
                 raise GateError(f"no stored baseline for this machine class and suite at {baseline_path}; "
                                 f"save one with: ddpbench baseline save SWEEP_DIR")
-        baseline, candidate = load_side(baseline_path), load_side(args.candidate)
-        env_notes = env_differences(baseline, candidate)
-        if env_notes and not args.allow_env_mismatch:
-            raise GateError("baseline and candidate ran on different machines or software ("
-                            + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
-        comparisons, unmatched = compare(baseline, candidate, settings, metrics)
+            baseline = load_side(baseline_path)
+            env_notes = env_differences(baseline, candidate)
+            if env_notes and not args.allow_env_mismatch:
+                raise GateError("baseline and candidate ran on different machines or software ("
+                                + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
+            comparisons, notes = compare(baseline, candidate, settings, measures, history or None,
+                                         args.allow_failed_runs, args.allow_missing)
+            if history:
+                notes.append(f"noise also from the history in {folder} since its last change points ({method})")
+            notes = env_notes + notes if args.allow_env_mismatch else notes
+    except (GateError, HistoryError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    return gate_exit(comparisons, settings, notes, env_notes, args,
+                     f"baseline {baseline_path}, candidate {args.candidate}")
+
+
+def command_history_add(args: argparse.Namespace) -> int:
+    from ddpbench.gate.history import HistoryError, add_sweep
+
+    try:
+        folder, notes = add_sweep(args.sweep_dir, args.history)
+    except HistoryError as exc:
+        raise SpecError(str(exc)) from None
+    for note in notes:
+        print(f"note: {note}")
+    print(f"history updated: {folder}")
+    return 0
+
+
+def command_history_changes(args: argparse.Namespace) -> int:
+    from ddpbench.gate.changepoints import MIN_POINTS, change_points
+    from ddpbench.gate.history import HistoryError, read_history, read_series
+
+    try:
+        found = {}
+        for path in args.paths:
+            found.update({s.path: s for s in read_history(path).values()} if os.path.isdir(path)
+                         else {path: read_series(path)})
+    except HistoryError as exc:
+        raise SpecError(str(exc)) from None
+    short = [f"{path} ({len(s.rows)} points)" for path, s in found.items() if len(s.rows) < MIN_POINTS]
+    if short:
+        raise SpecError(f"too short for change points (at least {MIN_POINTS} points): {', '.join(short)}")
+    points, method = change_points({path: s.values("throughput") for path, s in found.items()})
+    print(f"change points by {method}")
+    for path, series in found.items():
+        marks = ", ".join(f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})"
+                          for i in points[path]) or "none"
+        print(f"{series.configuration}: {len(series.rows)} runs; change points: {marks}")
+    return 0
+
+
+def command_ab(args: argparse.Namespace) -> int:
+    from ddpbench.gate.ab import check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
+    from ddpbench.gate.compare import GateError
+    from ddpbench.running.launch import resolve
+
+    run_args = args.run_args
+    try:
+        settings = gate_settings(args)
+        validate_rounds(args.rounds)
+        if any(a.split("=")[0] in ("--out", "--run-id") for a in run_args):
+            raise GateError("ab sets --out and --run-id itself; use ab's --out")
+        run_parser = OneLineErrorParser(prog="ddpbench ab -- (run options)")
+        add_run_arguments(run_parser)
+        resolve(spec_from_args(run_parser.parse_args(run_args)))
+        sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
+        versions = [check_imports(side) for side in sides]
     except (GateError, ValueError) as exc:
         raise SpecError(str(exc)) from None
-    print(format_table(comparisons, settings))
-    for note in (env_notes if args.allow_env_mismatch else []) + unmatched:
-        print(f"note: {note}")
-    result = overall_verdict(comparisons)
-    print(f"verdict: {result.upper()} (baseline {baseline_path}, candidate {args.candidate})")
-    if args.summary_md:
-        write_atomic(args.summary_md, markdown_summary(comparisons, settings, unmatched, env_notes))
-    if args.json:
-        write_atomic(args.json, json.dumps(as_json(comparisons, settings, unmatched, env_notes), indent=1) + "\n")
-    if result == "regression":
-        return EXIT_REGRESSION
-    if result == "inconclusive":
-        return {"pass": 0, "fail": EXIT_REGRESSION, "exit": EXIT_INCONCLUSIVE}[args.inconclusive]
-    return 0
+    out_dir = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
+          file=sys.stderr)
+    rounds = run_ab(sides[0], sides[1], run_args, args.rounds, out_dir,
+                    progress=lambda line: print(line, file=sys.stderr))
+    comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
+    if not comparisons:
+        raise SpecError("; ".join(notes) or "no round produced records to compare")
+    return gate_exit(comparisons, settings, notes, [], args, f"A {args.a}, B {args.b}, {args.rounds} rounds",
+                     {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]},
+                      "out": out_dir})
 
 
 def on_sweep_folder(sweep_dir: str, action):
@@ -519,6 +635,25 @@ def command_tune(args: argparse.Namespace) -> int:
     return 0 if found[0].throughputs else 1
 
 
+def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
+    add("--family-alpha", default="1%", help="false-alarm rate of the whole comparison (default 1%%)")
+    add("--prior-noise", default=None,
+        help="run-to-run spread to assume where neither repeats nor history measure it (default 15%% on CPU, "
+             "3%% on GPUs)")
+    add("--allow-failed-runs", action="store_true",
+        help="leave out candidate runs that failed or failed a correctness check instead of failing")
+    add("--fail-underpowered", action="store_true",
+        help="exit 3 when a comparison is too weak to see a slowdown of --max-regression")
+    add("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
+    add("--json", default=None, help="write the verdicts as JSON")
+
+
+def subcommands(parser: argparse.ArgumentParser, dest: str):
+    return parser.add_subparsers(dest=dest, required=True, metavar=dest.upper(), parser_class=OneLineErrorParser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -543,30 +678,45 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default: the sweep's comm/profile.json, if any)")
     report.set_defaults(handler=command_report)
     gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
-    gate.add_argument("--baseline", required=True, help="sweep folder, record file, or 'auto' (the stored baseline "
-                                                         "for the candidate's machine class and suite)")
+    gate.add_argument("--baseline", required=True,
+                      help="sweep folder, record file, 'auto' (the stored baseline for the candidate's machine class "
+                           "and suite) or 'history' (the stored history since its last change point)")
     gate.add_argument("--candidate", required=True, help="sweep folder or record file")
-    gate.add_argument("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
     gate.add_argument("--metrics", type=comma_list, default=None,
-                      help="comma-separated subset of the gate's measures (default: all; an unknown name lists them)")
+                      help="comma-separated subset of throughput,efficiency,exposed_share (default: all)")
     gate.add_argument("--allow-env-mismatch", action="store_true",
                       help="compare even when GPU, CPU, torch, CUDA or NCCL differ")
-    gate.add_argument("--inconclusive", choices=("exit", "pass", "fail"), default="exit",
-                      help="exit code for an inconclusive verdict: exit (3, default), pass (0) or fail (1)")
-    gate.add_argument("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
-    gate.add_argument("--json", default=None, help="write the verdicts as JSON")
-    gate.add_argument("--resamples", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
-    gate.add_argument("--block-steps", type=positive_int, default=5,
-                      help="consecutive steps per bootstrap block (default 5)")
-    gate.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: verdicts are repeatable)")
-    gate.add_argument("--run-noise", default=None,
-                      help="run-to-run spread of a run's median step time on your machines, as 3, 3%% or 0.03; "
-                           "0 turns it off (default: the spread measured on ddpbench's CPU machine; "
-                           "benchmarks/gate_calibration.py measures yours)")
+    gate.add_argument("--allow-missing", action="store_true",
+                      help="a configuration of the baseline missing from the candidate is a note, not a failure")
+    gate.add_argument("--history", default="results/history",
+                      help="root of the stored history (default results/history); its series for the candidate's "
+                           "machine class and suite add evidence of the noise, or are the baseline")
+    gate.add_argument("--history-folder", default=None,
+                      help="one machine class and suite's history folder, instead of finding it under --history")
+    add_verdict_arguments(gate)
     gate.set_defaults(handler=command_gate)
+    history = commands.add_parser("history", help="nightly results over time: add sweeps, find change points")
+    history_commands = subcommands(history, "history_command")
+    add = history_commands.add_parser("add", help="append a sweep's ok runs to results/history/<class>/<suite>/")
+    add.add_argument("sweep_dir")
+    add.add_argument("--history", default="results/history", help="root of the history (default results/history)")
+    add.set_defaults(handler=command_history_add)
+    changes = history_commands.add_parser("changes", help="change points of history series (Apache Otava)")
+    changes.add_argument("paths", nargs="+", metavar="PATH", help="history folders or series files (*.csv)")
+    changes.set_defaults(handler=command_history_changes)
+    ab = commands.add_parser("ab", help="run one configuration in two environments, A B A B ..., and gate B "
+                                        "against A with a paired test",
+                             usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp "
+                                   "--nproc 2)")
+    ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
+    ab.add_argument("b", help="environment B, the candidate")
+    ab.add_argument("--rounds", type=int, default=5, help="rounds of A then B (default 5, at least 2)")
+    ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
+    ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
+    add_verdict_arguments(ab)
+    ab.set_defaults(handler=command_ab)
     baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
-    baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True, metavar="BASELINE_COMMAND",
-                                                parser_class=OneLineErrorParser)
+    baseline_commands = subcommands(baseline, "baseline_command")
     save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
     save.add_argument("sweep_dir")
     save.add_argument("--baselines", default="results/baselines", help="where baselines live")
@@ -610,8 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--profile", default=None, help="network profile or preset: also project each variant")
     tune.set_defaults(handler=command_tune, out_dir="results/tune")
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
-    trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="TRACE_COMMAND",
-                                          parser_class=OneLineErrorParser)
+    trace_commands = subcommands(trace, "trace_command")
     analyze = trace_commands.add_parser("analyze", help="communication/computation overlap per rank, any torch.profiler trace")
     analyze.add_argument("paths", nargs="+", metavar="PATH", help="chrome trace files (.json or .json.gz), one per rank")
     analyze.add_argument("--json", action="store_true", help="machine-readable output")
@@ -631,8 +780,15 @@ def _raise_terminated(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    run_args = []
+    if argv[:1] == ["ab"] and "--" in argv:  # what follows -- goes to `ddpbench run` untouched
+        cut = argv.index("--")
+        argv, run_args = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.command == "ab":
+        args.run_args = run_args
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.handler(args)

@@ -1,34 +1,33 @@
-"""The regression gate: compare a candidate sweep with a baseline, metric by metric. No torch.
+"""The regression gate: compare a candidate with a baseline, configuration by configuration and
+measure by measure, on per-run values (see `values`), with the statistics of `stats`. No torch.
 
 Runs are matched by what defines them (workload, size, strategy, world size, per-device batch,
 precision, device kind, DDP options). Machines that differ (GPU model or count, CPU, torch, CUDA,
 NCCL) are refused unless allowed: a comparison across them measures the machines, not the code.
 
-Metrics, each as a ratio candidate/baseline oriented so that above 1 is better:
-- throughput: from the per-step iteration times (median), so one slow step cannot decide;
-- scaling efficiency: E(N) = t(1) / t(N) with t the median iteration time (weak scaling keeps the
-  per-device batch), from the run at N and the workload's local run;
-- exposed communication (DDP runs of 2 or more ranks with a no_sync replay): median step time with
-  all-reduce minus without. Judged by what the change costs a step: ratio = 1 - (exposed now -
-  exposed before) / baseline step time, so 0.95 means the all-reduce now exposes 5 % of a step more.
-  (A plain ratio of exposed times explodes when either is near zero.)
+What is not comparable fails the gate unless explicitly allowed: a candidate run that failed a
+correctness check (a candidate that stopped all-reducing would look faster), a candidate run whose
+status is not ok, and a configuration the baseline has but the candidate lacks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+import statistics
+from dataclasses import dataclass
 
 import numpy as np
 
-from ddpbench.analysis.registry import record_iteration_times_s
-from ddpbench.gate.stats import GateSettings, bootstrap_medians, interval, rank_test, run_effect, time_ratio, verdict
+from ddpbench.gate import stats
+from ddpbench.gate.values import MEASURE_LABELS, MEASURE_NAMES, describe, run_key, side_values, to_log
 from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, read_records
 
 ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
+VERDICTS = ("pass", "improvement", "regression", "not comparable", "n/a")
+Values = dict[tuple, dict[str, list[float]]]
 
 
 class GateError(ValueError):
@@ -38,22 +37,44 @@ class GateError(ValueError):
 @dataclass
 class Comparison:
     configuration: str
-    metric: str
-    baseline: float | None
-    candidate: float | None
-    ratio: float | None
-    low: float | None
-    high: float | None
+    measure: str
+    """throughput, efficiency, exposed_share; "run" for a run that cannot be compared."""
     verdict: str
-    """pass, regression, improvement, inconclusive, or n/a."""
-    baseline_runs: int
-    candidate_runs: int
+    """pass, improvement, regression, not comparable, or n/a."""
+    baseline: float | None = None
+    """Median of the baseline's per-run values (natural scale: units/s, or a fraction)."""
+    candidate: float | None = None
+    ratio: float | None = None
+    """exp(mean log change), oriented so that above 1 is better."""
+    baseline_runs: int = 0
+    candidate_runs: int = 0
     p_value: float | None = None
+    """One-sided p-value of 'the candidate is no worse'."""
+    alpha: float | None = None
+    """Significance level of this test: the family-wise rate / the number of comparisons."""
+    noise: float | None = None
+    """Run-to-run spread of one run's log value used for the test."""
+    noise_source: str = ""
+    mde: float | None = None
+    """Smallest slowdown (fraction) this comparison catches with the settings' power."""
+    runs_needed: int | None = None
+    """Runs per side (A/B rounds when paired) for the test to see a slowdown of the threshold; None: over 1000."""
+    sees_threshold: bool | None = None
+    """Whether this comparison is powered to see a slowdown the size of the threshold."""
+    se: float | None = None
+    """Standard error of the log change."""
+    df: float | None = None
+    """Its degrees of freedom (None: the prior, taken as known)."""
+    paired: bool = False
     note: str = ""
+
+    @property
+    def label(self) -> str:
+        return MEASURE_LABELS.get(self.measure, self.measure)
 
 
 def load_side(path: str) -> list[Record]:
-    """Records of a sweep folder, or one record file; only ok runs take part."""
+    """Every record of a sweep folder, or one record file (statuses are judged later)."""
     if os.path.isfile(path):
         try:
             records = [load_record(path)]
@@ -66,246 +87,154 @@ def load_side(path: str) -> list[Record]:
             print(f"ddpbench gate: skipped unreadable record {bad}: {reason}")
     else:
         raise GateError(f"{path!r} is neither a sweep folder nor a record file")
-    ok = [r for r in records if r.status == "ok"]
-    if not ok:
+    if not any(r.status == "ok" for r in records):
         raise GateError(f"{path!r} holds no successful run records")
-    return ok
+    return records
 
 
-def run_key(record: Record) -> tuple:
-    spec = record.spec
-    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else ""
-    return (spec.workload, spec.size, spec.strategy, spec.world_size, spec.batch_size, spec.precision, spec.device,
-            ddp)
+def usable(record: Record) -> bool:
+    return record.status == "ok" and not record.failed_checks() and record.metrics is not None
 
 
-def describe(key: tuple) -> str:
-    workload, size, strategy, world_size, batch, precision, device, ddp = key
-    return f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+def why_unusable(record: Record) -> str:
+    if record.status != "ok":
+        message = record.error.message if record.error else ""
+        return f"status {record.status}" + (f": {message}" if message else "")
+    if record.failed_checks():
+        return "failed correctness checks: " + ", ".join(record.failed_checks())
+    return "no metrics"
 
 
-def env_differences(baseline: list[dict], candidate: list[dict]) -> list[str]:
-    def values(records, field):
-        return sorted({json.dumps(getattr(r.env, field)) for r in records})
+def env_differences(baseline: list[Record], candidate: list[Record]) -> list[str]:
+    def values(records, name):
+        return sorted({json.dumps(getattr(r.env, name)) for r in records if r.status == "ok"})
 
     differences = []
-    for field in ENV_FIELDS:
-        before, after = values(baseline, field), values(candidate, field)
+    for name in ENV_FIELDS:
+        before, after = values(baseline, name), values(candidate, name)
         if before != after:
-            differences.append(f"{field}: baseline {', '.join(before)} / candidate {', '.join(after)}")
+            differences.append(f"{name}: baseline {', '.join(before)} / candidate {', '.join(after)}")
     return differences
 
 
-def iteration_times(record: Record) -> np.ndarray:
-    return np.asarray(record_iteration_times_s(record), dtype=float)
+def comparability(baseline: list[Record], candidate: list[Record], allow_failed: bool,
+                  allow_missing: bool, check_missing: bool = True) -> tuple[list[Comparison], list[str]]:
+    """Candidate runs that cannot be compared and baseline configurations the candidate lacks:
+    failures (verdict "not comparable"), or notes where the user allowed them."""
+    failures, notes = [], []
+    for record in candidate:
+        if not usable(record):
+            reason = f"candidate run {record.run_id}: {why_unusable(record)}"
+            if allow_failed:
+                notes.append(f"left out (allowed): {reason}")
+            else:
+                failures.append(Comparison(describe(run_key(record)), "run", "not comparable", note=reason))
+    for record in baseline:
+        if not usable(record):
+            notes.append(f"baseline run {record.run_id} left out: {why_unusable(record)}")
+    if check_missing:
+        present = {run_key(r) for r in candidate}
+        for key in sorted({run_key(r) for r in baseline if usable(r)} - present, key=describe):
+            reason = "in the baseline but missing from the candidate"
+            if allow_missing:
+                notes.append(f"{describe(key)}: {reason} (allowed)")
+            else:
+                failures.append(Comparison(describe(key), "run", "not comparable", note=reason))
+    return failures, notes
 
 
-def exposed_series(record: Record) -> tuple[np.ndarray, np.ndarray] | None:
-    """(step times with all-reduce, the same batches under no_sync) of the rank exposing most."""
-    replays = record.overlap.no_sync if record.overlap else None
-    if not replays:
-        return None
-    worst = max(range(len(replays.by_rank)), key=lambda r: replays.by_rank[r].exposed_comm_s)
-    rank = record.ranks[worst]
-    steps = len(rank.no_sync_step_times_s or [])
-    if not steps:
-        return None
-    # Newer records replay the same batches with all-reduce too; older ones compared the timed steps.
-    with_allreduce = rank.replay_step_times_s or rank.step_times_s[:steps]
-    return np.asarray(with_allreduce), np.asarray(rank.no_sync_step_times_s)
-
-
-def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
-    groups: dict[tuple, list[dict]] = {}
-    for record in records:
-        groups.setdefault(run_key(record), []).append(record)
+def _noise_groups(baseline: list[float], candidate: list[float], history: list[float] | None,
+                  baseline_is_history: bool) -> dict[str, list[np.ndarray]]:
+    groups = {"history" if baseline_is_history else "baseline repeats": [np.asarray(baseline)],
+              "candidate repeats": [np.asarray(candidate)]}
+    if history and not baseline_is_history:
+        groups["history"] = [np.asarray(history)]
     return groups
 
 
-def _ratio_comparison(configuration, metric, baseline_runs, candidate_runs, point, samples, settings,
-                      baseline_value, candidate_value, run_values=None) -> Comparison:
-    low, high = interval(samples, settings.confidence)
-    p_value = rank_test(*run_values) if run_values else None
-    return Comparison(configuration, metric, baseline_value, candidate_value, point, low, high,
-                      verdict(low, high, settings.max_regression), len(baseline_runs), len(candidate_runs), p_value)
+def _evidence(measure: str, baseline: list[float], candidate: list[float], history: list[float] | None,
+              baseline_is_history: bool, settings: stats.GateSettings, device: str):
+    logs_b = np.array([to_log(measure, v) for v in baseline])
+    logs_c = np.array([to_log(measure, v) for v in candidate])
+    history_logs = [to_log(measure, v) for v in history] if history else None
+    # Efficiency divides two runs, so without data its prior spread is that of two runs.
+    prior = settings.prior(device) * (math.sqrt(2) if measure == "efficiency" else 1)
+    noise = stats.estimate_noise(_noise_groups(logs_b, logs_c, history_logs, baseline_is_history), prior)
+    return stats.two_sample(logs_b, logs_c, noise), noise
 
 
-@dataclass
-class Matched:
-    """The configurations both sides ran, and what several measures share."""
-
-    before: dict[tuple, list[Record]]
-    after: dict[tuple, list[Record]]
-    keys: list[tuple]
-    settings: GateSettings
-    rng: np.random.Generator
-    _speed: dict[tuple, np.ndarray] = field(default_factory=dict)
-
-    def speed(self, key: tuple) -> tuple[float, np.ndarray]:
-        """Candidate/baseline speed from the iteration times: point estimate and bootstrap samples."""
-        if key not in self._speed:
-            self._speed[key] = time_ratio([iteration_times(r) for r in self.before[key]],
-                                          [iteration_times(r) for r in self.after[key]], self.settings, self.rng)
-        return self._speed[key]
-
-
-def _throughput(matched: Matched) -> list[Comparison]:
-    comparisons = []
-    for key in matched.keys:
-        before, after = matched.before[key], matched.after[key]
-        point, samples = matched.speed(key)
-        units = before[0].metrics.sample_unit
-        base_x = [r.metrics.throughput_units_per_s for r in before]
-        cand_x = [r.metrics.throughput_units_per_s for r in after]
-        comparisons.append(_ratio_comparison(
-            describe(key), f"throughput ({units}/s)", before, after, point, samples, matched.settings,
-            float(np.median(base_x)), float(np.median(cand_x)), (base_x, cand_x)))
-    return comparisons
-
-
-def _efficiency(matched: Matched) -> list[Comparison]:
-    comparisons = []
-    for key in matched.keys:
-        if key[2] == "local" or key[3] == 1:
-            continue
-        before, after = matched.before[key], matched.after[key]
-        local = next((k for k in matched.keys if k[0] == key[0] and k[1] == key[1] and k[2] == "local"
-                      and k[5] == key[5] and k[6] == key[6]), None)
-        if local is None:
-            comparisons.append(Comparison(describe(key), "scaling efficiency", None, None, None, None, None, "n/a",
-                                          len(before), len(after), note="no local run on both sides"))
-            continue
-        efficiency = {side: float(np.median(np.concatenate([iteration_times(r) for r in runs[local]])) /
-                      np.median(np.concatenate([iteration_times(r) for r in runs[key]])))
-                      for side, runs in (("baseline", matched.before), ("candidate", matched.after))}
-        samples = matched.speed(key)[1] / matched.speed(local)[1]
-        comparisons.append(_ratio_comparison(
-            describe(key), "scaling efficiency", before, after, efficiency["candidate"] / efficiency["baseline"],
-            samples, matched.settings, efficiency["baseline"], efficiency["candidate"]))
-    return comparisons
-
-
-def _exposed_communication(matched: Matched) -> list[Comparison]:
-    # One rank has nobody to communicate with: only DDP runs of 2 or more ranks.
-    return [_exposed_comparison(key, matched.before[key], matched.after[key], matched.settings, matched.rng)
-            for key in matched.keys if key[2] == "ddp" and key[3] >= 2]
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One thing the gate judges; `--metrics` picks measures by name."""
-
-    name: str
-    judge: Callable[[Matched], list[Comparison]]
-
-
-MEASURES = [
-    Measure("throughput", _throughput),
-    Measure("efficiency", _efficiency),
-    Measure("exposed_comm", _exposed_communication),
-]
-MEASURE_NAMES = tuple(measure.name for measure in MEASURES)
-
-
-def compare(baseline: list[Record], candidate: list[Record], settings: GateSettings,
-            metrics: tuple[str, ...] = MEASURE_NAMES) -> tuple[list[Comparison], list[str]]:
-    """Every matched configuration and measure, and the configurations only one side has."""
-    unknown = [name for name in metrics if name not in MEASURE_NAMES]
+def compare_values(baseline: Values, candidate: Values, settings: stats.GateSettings,
+                   measures: tuple[str, ...] = MEASURE_NAMES, history: Values | None = None,
+                   baseline_is_history: bool = False) -> tuple[list[Comparison], list[str]]:
+    """Every configuration both sides have, every measure both sides measured. `history` gives
+    more evidence of the noise (values since the last change point) where the baseline is a sweep."""
+    unknown = [name for name in measures if name not in MEASURE_NAMES]
     if unknown:
-        raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
-    before, after = group_by_key(baseline), group_by_key(candidate)
-    matched = sorted(set(before) & set(after), key=describe)
-    unmatched = [f"only in baseline: {describe(k)}" for k in sorted(set(before) - set(after), key=describe)]
-    unmatched += [f"only in candidate: {describe(k)}" for k in sorted(set(after) - set(before), key=describe)]
+        raise GateError(f"unknown measure {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
+    matched = sorted(set(baseline) & set(candidate), key=describe)
+    notes = [f"only in the candidate (nothing to compare with): {describe(k)}"
+             for k in sorted(set(candidate) - set(baseline), key=describe)]
     if not matched:
-        raise GateError("no run of the candidate matches a run of the baseline (same workload, size, strategy, "
-                        "world size, batch, precision, device and DDP options)")
-    context = Matched(before, after, matched, settings, np.random.default_rng(settings.seed))
-    comparisons = []
-    for measure in MEASURES:
-        if measure.name in metrics:
-            comparisons += measure.judge(context)
-    return comparisons, unmatched
+        raise GateError("no configuration of the candidate matches one of the baseline (same workload, size, "
+                        "strategy, world size, batch, precision, device and DDP options)")
+    pending = []
+    for key in matched:
+        for measure in measures:
+            before, after = baseline[key].get(measure), candidate[key].get(measure)
+            if not before or not after:
+                if measure == "throughput" or (before or after):
+                    pending.append((Comparison(describe(key), measure, "n/a", note="not measured on both sides"),
+                                    None, None))
+                continue
+            extra = (history or {}).get(key, {}).get(measure)
+            evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6])
+            comparison = Comparison(describe(key), measure, "pass", statistics.median(before), statistics.median(after),
+                                    math.exp(evidence.change), len(before), len(after), noise=noise.sigma,
+                                    noise_source=noise.source)
+            pending.append((comparison, evidence, noise))
+    return finish(pending, settings), notes
 
 
-def _exposed_comparison(key, base_runs, cand_runs, settings, rng) -> Comparison:
-    sides = []
-    for runs in (base_runs, cand_runs):
-        series = [exposed_series(r) for r in runs]
-        if any(s is None for s in series):
-            return Comparison(describe(key), "exposed communication (s)", None, None, None, None, None, "n/a",
-                              len(base_runs), len(cand_runs), note="no no_sync replay on both sides")
-        with_allreduce = [s[0] for s in series]
-        without = [s[1] for s in series]
-        point = float(np.median(np.concatenate(with_allreduce)) - np.median(np.concatenate(without)))
-        samples = bootstrap_medians(with_allreduce, settings, rng) - bootstrap_medians(without, settings, rng)
-        sides.append((point, samples, with_allreduce))
-    (base_point, base_samples, base_steps), (cand_point, cand_samples, _) = sides
-    step_samples = bootstrap_medians(base_steps, settings, rng)
-    step = float(np.median(np.concatenate(base_steps)))
-    samples = (1 - (cand_samples - base_samples) / step_samples) * run_effect(len(base_runs), len(cand_runs), settings, rng)
-    return _ratio_comparison(describe(key), "exposed communication (s)", base_runs, cand_runs,
-                             1 - (cand_point - base_point) / step, samples, settings, base_point, cand_point)
+def finish(pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | None]],
+           settings: stats.GateSettings, paired: bool = False) -> list[Comparison]:
+    """Decide every comparison at the family-wise level and say what each could see."""
+    tested = sum(1 for _, evidence, _ in pending if evidence is not None)
+    alpha = settings.family_alpha / max(1, tested)
+    for comparison, evidence, noise in pending:
+        if evidence is None:
+            continue
+        comparison.verdict, comparison.p_value = stats.decide(evidence, alpha, settings)
+        comparison.alpha = alpha
+        comparison.paired = paired
+        comparison.se = evidence.se
+        comparison.df = evidence.df if math.isfinite(evidence.df) else None
+        comparison.mde = stats.as_slowdown(stats.detectable_log(evidence.se, evidence.df, alpha, settings))
+        comparison.runs_needed = stats.runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df,
+                                                   paired_rounds=paired)
+        sig_only = (stats.quantile(1 - alpha, evidence.df) + stats.quantile(settings.power, evidence.df)) * evidence.se
+        comparison.sees_threshold = bool(sig_only <= settings.threshold_log)
+    return [comparison for comparison, _, _ in pending]
+
+
+def compare(baseline: list[Record], candidate: list[Record], settings: stats.GateSettings,
+            measures: tuple[str, ...] = MEASURE_NAMES, history: Values | None = None,
+            allow_failed: bool = False, allow_missing: bool = False) -> tuple[list[Comparison], list[str]]:
+    """Two sets of records: what cannot be compared, then every matched configuration and measure."""
+    failures, notes = comparability(baseline, candidate, allow_failed, allow_missing)
+    comparisons, more = compare_values(side_values([r for r in baseline if usable(r)]),
+                                       side_values([r for r in candidate if usable(r)]), settings, measures, history)
+    return failures + comparisons, notes + more
 
 
 def overall_verdict(comparisons: list[Comparison]) -> str:
     verdicts = {c.verdict for c in comparisons}
+    if "not comparable" in verdicts:
+        return "not comparable"
     if "regression" in verdicts:
         return "regression"
-    if "inconclusive" in verdicts:
-        return "inconclusive"
     return "pass"
 
 
-def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
-    lines = [f"{'configuration':<44} {'metric':<28} {'baseline':>12} {'candidate':>12} {'ratio':>7} "
-             f"{'95% interval':>17}  verdict"]
-    for c in comparisons:
-        ratio = f"{c.ratio:.3f}" if c.ratio is not None else ""
-        span = f"[{c.low:.3f}, {c.high:.3f}]" if c.low is not None else ""
-        base = f"{c.baseline:,.4g}" if c.baseline is not None else ""
-        cand = f"{c.candidate:,.4g}" if c.candidate is not None else ""
-        note = f"  ({c.note})" if c.note else ""
-        p = f"  p={c.p_value:.3f}" if c.p_value is not None else ""
-        lines.append(f"{c.configuration:<44} {c.metric:<28} {base:>12} {cand:>12} {ratio:>7} {span:>17}  "
-                     f"{c.verdict.upper() if c.verdict == 'regression' else c.verdict}{p}{note}")
-    lines.append(f"ratio = candidate / baseline, above 1 is better (exposed communication: 1 - its growth / the "
-                 f"baseline step time); regression when the whole interval is below "
-                 f"{1 - settings.max_regression:.2f} ({settings.max_regression:.0%} allowed)")
-    return "\n".join(lines)
+def underpowered(comparisons: list[Comparison]) -> list[Comparison]:
+    return [c for c in comparisons if c.sees_threshold is False]
 
-
-def markdown_summary(comparisons: list[Comparison], settings: GateSettings, unmatched: list[str],
-                     env_notes: list[str]) -> str:
-    result = overall_verdict(comparisons)
-    regressed = [c for c in comparisons if c.verdict == "regression"]
-    lines = [f"## ddpbench gate: {result.upper()}", ""]
-    if regressed:
-        lines.append(f"{len(regressed)} of {len(comparisons)} comparisons regressed by more than "
-                     f"{settings.max_regression:.0%}:")
-        lines.append("")
-        for c in regressed:
-            lines.append(f"- **{c.configuration}**, {c.metric}: {(1 - c.ratio):.1%} worse "
-                         f"(ratio {c.ratio:.3f}, 95 % interval {c.low:.3f} to {c.high:.3f})")
-        lines.append("")
-    lines += ["| configuration | metric | baseline | candidate | ratio | 95 % interval | verdict |",
-              "|---|---|---:|---:|---:|---|---|"]
-    for c in comparisons:
-        cells = [c.configuration, c.metric,
-                 f"{c.baseline:,.4g}" if c.baseline is not None else "",
-                 f"{c.candidate:,.4g}" if c.candidate is not None else "",
-                 f"{c.ratio:.3f}" if c.ratio is not None else "",
-                 f"{c.low:.3f} to {c.high:.3f}" if c.low is not None else c.note,
-                 f"**{c.verdict}**" if c.verdict == "regression" else c.verdict]
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    lines += ["", f"Ratio = candidate / baseline, above 1 is better. Regression: the whole 95 % bootstrap interval "
-                  f"is below {1 - settings.max_regression:.2f}; pass: it is all above; inconclusive: it straddles."]
-    for note in env_notes + unmatched:
-        lines.append(f"- {note}")
-    return "\n".join(lines) + "\n"
-
-
-def as_json(comparisons: list[Comparison], settings: GateSettings, unmatched: list[str], env_notes: list[str]) -> dict:
-    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings),
-            "comparisons": [asdict(c) for c in comparisons], "unmatched": unmatched,
-            "environment_differences": env_notes}

@@ -270,6 +270,26 @@ def environment_section(data: ReportData) -> list[Markup]:
     return [table_html(pd.DataFrame(rows, columns=["what", "value"]).astype(str), text_columns=("what", "value"))]
 
 
+def history_section(data: ReportData) -> list[Markup]:
+    """The stored history of this sweep's machine class and suite, when there is one."""
+    from ddpbench.gate.history import DEFAULT_HISTORY, HistoryError, history_dir, history_frame
+
+    ok = [record for _, record in data.records if record.status == "ok"]
+    sweep_dir = os.path.dirname(os.path.dirname(data.records[0][0])) if data.records else ""
+    folder = history_dir(ok, sweep_dir, DEFAULT_HISTORY) if ok else ""
+    if not folder or not os.path.isdir(folder):
+        return []
+    try:
+        series, method = history_frame(folder)
+    except HistoryError as exc:
+        return [note(f"The history in {folder} could not be read: {exc}")]
+    return [figure_html(plots.history(series),
+                        "Line charts of throughput over the runs stored in the history, one per configuration, with "
+                        "change points marked by dashed vertical lines and each segment's mean as a flat line.",
+                        f"Throughput over the history in {folder}; change points by {method}."),
+            note("ddpbench gate --baseline history compares a candidate with the runs since the last change point.")]
+
+
 @dataclass(frozen=True)
 class Section:
     title: str
@@ -287,6 +307,7 @@ SECTIONS = [
         data, projection_sections.Blocks(table_html, figure_html, note))),
     Section("Beyond this machine (projection)", lambda data: projection_sections.beyond_this_machine_section(
         data, projection_sections.Blocks(table_html, figure_html, note))),
+    Section("History", history_section),
     Section("Runs", runs_section, always=True),
     Section("Traces", traces_section, always=True),
     Section("Environment", environment_section, always=True),

@@ -187,3 +187,27 @@ def png_bytes(figure: plt.Figure) -> bytes:
     figure.savefig(buffer, format="png", dpi=DPI)
     plt.close(figure)
     return buffer.getvalue()
+
+
+def history(series: pd.DataFrame) -> plt.Figure:
+    """Throughput of each configuration over the stored history, change points as dashed lines and
+    each segment's mean as a flat line (columns: configuration, position, throughput, segment, change)."""
+    figure, axes = panels(list(dict.fromkeys(series["configuration"])))
+    for configuration, axis in axes.items():
+        rows = series[series["configuration"] == configuration]
+        axis.plot(rows["position"], rows["throughput"], marker="o", markersize=3, linewidth=1, color=PALETTE[0],
+                  label="one run")
+        for _, segment in rows.groupby("segment"):
+            axis.hlines(segment["throughput"].mean(), segment["position"].min(), segment["position"].max(),
+                        color=PALETTE[2], linewidth=2, label="segment mean")
+        for position in rows.loc[rows["change"], "position"]:
+            axis.axvline(position - 0.5, color=PALETTE[3], linestyle="--", linewidth=1.2, label="change point")
+        handles, labels = axis.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        axis.legend(unique.values(), unique.keys(), fontsize="x-small")
+        axis.set_xlabel("run in the history (oldest first)")
+        axis.set_ylabel("throughput (workload's unit / s)")
+        axis.set_ylim(bottom=0)
+        axis.set_title(configuration, fontsize="small")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,144 @@
+"""Same-job A/B: one configuration run in two environments, alternating A, B, A, B for K rounds,
+gated with a paired test on the per-round log ratios. No torch in this process: each run is a
+`ddpbench run` started with the environment's own Python.
+
+On a shared machine the load drifts between jobs more than it moves within a minute, so a run of
+B compared with the run of A just before it cancels most of that drift; what is left (the
+spread of the per-round ratios) is the noise, measured in the same job.
+
+An environment is either a Python executable (a virtual environment with another torch, say),
+which then runs this ddpbench checkout, or a working tree of ddpbench (its own code), run with
+this Python unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ddpbench.gate import stats
+from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unusable
+from ddpbench.gate.values import describe, run_key, side_values, to_log
+from ddpbench.records.schema import Record
+from ddpbench.records.store import UnreadableRecord, load_record, record_path
+
+HERE_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIN_ROUNDS = 2
+AB_MEASURES = ("throughput", "exposed_share")  # efficiency needs a local run per round: not an A/B question
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    """A or B."""
+    given: str
+    """What the user passed."""
+    python: str
+    code: str
+    """The ddpbench checkout it runs (put first on PYTHONPATH)."""
+
+    def environ(self) -> dict:
+        path = os.environ.get("PYTHONPATH")
+        return {**os.environ, "PYTHONPATH": self.code + (os.pathsep + path if path else "")}
+
+
+def resolve_side(name: str, given: str, python: str | None = None) -> Side:
+    path = os.path.abspath(given)
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "ddpbench", "__init__.py")):
+        return Side(name, given, python or sys.executable, path)
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return Side(name, given, path, HERE_REPO)
+    raise GateError(f"{name} = {given!r} is neither a Python executable nor a ddpbench working tree "
+                    f"(a folder with ddpbench/__init__.py)")
+
+
+def check_imports(side: Side) -> str:
+    """The torch version the side would run; a side that cannot import torch and ddpbench is bad input."""
+    code = "import torch, ddpbench, sys; print(torch.__version__)"
+    try:
+        done = subprocess.run([side.python, "-c", code], env=side.environ(), capture_output=True, text=True,
+                              timeout=300, cwd=side.code)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GateError(f"{side.name} = {side.given!r} cannot run Python: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise GateError(f"{side.name} = {side.given!r} cannot import torch and ddpbench: {last}")
+    return done.stdout.strip()
+
+
+def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
+    run_id = f"{side.name.lower()}-r{round_index:02d}"
+    command = [side.python, "-m", "ddpbench", "run", *run_args, "--out", os.path.join(out_dir, side.name.lower()),
+               "--run-id", run_id]
+    done = subprocess.run(command, env=side.environ(), cwd=side.code, capture_output=True, text=True)
+    return record_path(os.path.join(out_dir, side.name.lower()), run_id), done.returncode
+
+
+def load_round(path: str) -> Record | None:
+    try:
+        return load_record(path)
+    except UnreadableRecord:
+        return None
+
+
+def paired_comparisons(rounds: list[tuple[Record | None, Record | None]], settings: stats.GateSettings,
+                       allow_failed: bool) -> tuple[list[Comparison], list[str]]:
+    """Gate the rounds: a paired one-sided test per measure on the per-round log ratios B/A."""
+    failures, notes, kept = [], [], []
+    for index, (a, b) in enumerate(rounds, start=1):
+        problems = [f"{name} {why_unusable(r) if r else 'wrote no record'}"
+                    for name, r in (("A", a), ("B", b)) if r is None or not usable(r)]
+        if problems:
+            reason = f"round {index}: " + "; ".join(problems)
+            if allow_failed:
+                notes.append(f"left out (allowed): {reason}")
+            else:
+                failures.append(Comparison(describe(run_key(a or b)) if (a or b) else "?", "run", "not comparable",
+                                           note=reason))
+            continue
+        kept.append((a, b))
+    if len(kept) < MIN_ROUNDS:
+        notes.append(f"only {len(kept)} usable round(s): a paired test needs {MIN_ROUNDS}")
+        return failures, notes
+    configuration = describe(run_key(kept[0][0]))
+    pending = []
+    for measure in AB_MEASURES:
+        pairs = [(side_values([a]), side_values([b])) for a, b in kept]
+        values = [(va[run_key(a)].get(measure), vb[run_key(b)].get(measure))
+                  for (va, vb), (a, b) in zip(pairs, kept)]
+        if any(x is None or y is None for x, y in values):
+            continue
+        logs_a = np.array([to_log(measure, x[0]) for x, _ in values])
+        logs_b = np.array([to_log(measure, y[0]) for _, y in values])
+        evidence, noise = stats.paired(logs_a, logs_b)
+        comparison = Comparison(configuration, measure, "pass", float(np.median([x[0] for x, _ in values])),
+                                float(np.median([y[0] for _, y in values])), float(np.exp(evidence.change)),
+                                len(values), len(values), noise=noise.sigma, noise_source=noise.source)
+        pending.append((comparison, evidence, noise))
+    return failures + finish(pending, settings, paired=True), notes
+
+
+def run_ab(a: Side, b: Side, run_args: list[str], rounds: int, out_dir: str, progress=print) -> list[tuple]:
+    """A, B, A, B, ... for `rounds` rounds; returns (record A, record B) per round (None: no record)."""
+    results = []
+    for index in range(1, rounds + 1):
+        pair = []
+        for side in (a, b):
+            path, code = run_round(side, run_args, out_dir, index)
+            record = load_round(path)
+            pair.append(record)
+            status = record.status if record else f"no record (exit {code})"
+            speed = f", {record.metrics.throughput_units_per_s:,.1f}/s" if record and record.metrics else ""
+            progress(f"round {index}/{rounds} {side.name}: {status}{speed}")
+        results.append(tuple(pair))
+    return results
+
+
+def validate_rounds(rounds: int) -> None:
+    if rounds < MIN_ROUNDS:
+        raise GateError(f"--rounds must be at least {MIN_ROUNDS} (a paired test needs two rounds); got {rounds}")
+

@@ -1,0 +1,120 @@
+"""What the gate prints and writes: the terminal table, sentences on what each comparison can
+see, Markdown for a CI job summary, and JSON. No torch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+from ddpbench.gate.compare import Comparison, overall_verdict, underpowered
+from ddpbench.gate.stats import GateSettings
+
+
+def _value(comparison: Comparison, value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.1%}" if comparison.measure in ("efficiency", "exposed_share") else f"{value:,.4g}"
+
+
+def _needed(comparison: Comparison) -> str:
+    if comparison.runs_needed is None:
+        return "over 1000"
+    return str(comparison.runs_needed)
+
+
+def sight(comparison: Comparison, settings: GateSettings) -> str:
+    """In words: what this comparison can catch, and what it would take to see the threshold."""
+    if comparison.mde is None:
+        return ""
+    unit = "rounds" if comparison.paired else "runs per side"
+    have = (f"{comparison.candidate_runs} paired rounds" if comparison.paired
+            else f"{comparison.baseline_runs} baseline and {comparison.candidate_runs} candidate run(s)")
+    caught = f"catches a {comparison.mde:.0%} slowdown {settings.power:.0%} of the time"
+    if comparison.sees_threshold:
+        return f"sees {settings.max_regression:.0%}: {caught} ({have})"
+    return (f"CANNOT SEE {settings.max_regression:.0%}: with {have} it only {caught}; "
+            f"{_needed(comparison)} {unit} would be needed to see {settings.max_regression:.0%}")
+
+
+def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
+    lines = [f"{'configuration':<36} {'measure':<22} {'baseline':>10} {'candidate':>10} {'ratio':>6} "
+             f"{'p':>8} {'noise':>6} {'MDE':>5} {'runs':>5}  verdict"]
+    for c in comparisons:
+        ratio = f"{c.ratio:.3f}" if c.ratio is not None else ""
+        p = f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else ""
+        noise = f"{c.noise:.1%}" if c.noise is not None and math.isfinite(c.noise) else ""
+        mde = f"{c.mde:.0%}" if c.mde is not None else ""
+        runs = _needed(c) if c.mde is not None else ""
+        verdict = c.verdict.upper() if c.verdict in ("regression", "not comparable") else c.verdict
+        note = f"  ({c.note})" if c.note else ""
+        label = c.label if c.measure != "run" else "run"
+        lines.append(f"{c.configuration:<36} {label[:22]:<22} {_value(c, c.baseline):>10} {_value(c, c.candidate):>10} "
+                     f"{ratio:>6} {p:>8} {noise:>6} {mde:>5} {runs:>5}  {verdict}{note}")
+    lines.append(
+        f"ratio = candidate / baseline, above 1 is better (exposed communication: (1 - share now) / (1 - share "
+        f"before)); regression when one-sided p < {settings.family_alpha:g} / comparisons AND ratio < "
+        f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown caught "
+        f"{settings.power:.0%} of the time; runs = {'rounds' if any(c.paired for c in comparisons) else 'runs per side'} "
+        f"needed to see {settings.max_regression:.0%}.")
+    return "\n".join(lines)
+
+
+def sight_lines(comparisons: list[Comparison], settings: GateSettings) -> list[str]:
+    return [f"{c.configuration}, {c.label}: {sight(c, settings)}" for c in comparisons if c.mde is not None]
+
+
+def markdown_summary(comparisons: list[Comparison], settings: GateSettings, notes: list[str],
+                     env_notes: list[str]) -> str:
+    result = overall_verdict(comparisons)
+    lines = [f"## ddpbench gate: {result.upper()}", ""]
+    failing = [c for c in comparisons if c.verdict in ("regression", "not comparable")]
+    if failing:
+        lines += ["What failed:", ""]
+        for c in failing:
+            if c.verdict == "regression":
+                lines.append(f"- **{c.configuration}**, {c.label}: {1 - c.ratio:.1%} worse (ratio {c.ratio:.3f}, "
+                             f"p = {c.p_value:.2g} < {c.alpha:.2g})")
+            else:
+                lines.append(f"- **{c.configuration}**: not comparable: {c.note}")
+        lines.append("")
+    blind = underpowered(comparisons)
+    if blind:
+        lines += [f"{len(blind)} of {sum(c.mde is not None for c in comparisons)} comparisons cannot see a "
+                  f"{settings.max_regression:.0%} slowdown:", ""]
+        lines += [f"- {c.configuration}, {c.label}: {sight(c, settings)}" for c in blind]
+        lines.append("")
+    lines += ["| configuration | measure | baseline | candidate | ratio | p | noise (source) | catches | "
+              "runs to see threshold | verdict |",
+              "|---|---|---:|---:|---:|---:|---|---:|---:|---|"]
+    for c in comparisons:
+        cells = [c.configuration, c.label if c.measure != "run" else "run", _value(c, c.baseline),
+                 _value(c, c.candidate), f"{c.ratio:.3f}" if c.ratio is not None else "",
+                 f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else "",
+                 f"{c.noise:.1%} ({c.noise_source})" if c.noise is not None else c.note,
+                 f"{c.mde:.0%}" if c.mde is not None else "", _needed(c) if c.mde is not None else "",
+                 f"**{c.verdict}**" if c.verdict in ("regression", "not comparable") else c.verdict]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += ["", f"Ratio = candidate / baseline, above 1 is better. A regression needs both a one-sided test "
+                  f"significant at a family-wise {settings.family_alpha:.0%} (Bonferroni over "
+                  f"{sum(c.mde is not None for c in comparisons)} comparisons) and a ratio below "
+                  f"{1 - settings.max_regression:.2f}. 'catches' is the slowdown caught {settings.power:.0%} of "
+                  f"the time."]
+    for note in env_notes + notes:
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(comparisons: list[Comparison], settings: GateSettings, notes: list[str], env_notes: list[str],
+            extra: dict | None = None) -> dict:
+    def clean(value):
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    rows = []
+    for c in comparisons:
+        row = {name: clean(value) for name, value in asdict(c).items()}
+        row["label"] = c.label
+        row["sight"] = sight(c, settings)
+        rows.append(row)
+    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings), "comparisons": rows,
+            "underpowered": len(underpowered(comparisons)), "notes": notes, "environment_differences": env_notes,
+            **(extra or {})}
