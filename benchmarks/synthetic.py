@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from ddpbench.analysis.metrics import run_metrics  # noqa: E402
-from ddpbench.records.schema import Metrics, Record  # noqa: E402
+from ddpbench.records.schema import Metrics, NoSyncRank, NoSyncView, Record  # noqa: E402
 from ddpbench.records.store import load_record, write_record  # noqa: E402
 
 FIXTURE_SWEEP = os.path.join(REPO, "tests", "fixtures", "sweeps", "cpu-mlp-with-failure")
@@ -43,7 +43,8 @@ def enlarge(base: Record, world_size: int, steps: int, run_id: str, seed: int = 
     rng = np.random.default_rng(seed)
     strategy = base.spec.strategy
     nnodes = max(1, world_size // RANKS_PER_NODE) if strategy == "ddp" else 1
-    spec = base.spec.replace(run_id=run_id, nproc=world_size // nnodes, nnodes=nnodes,
+    threads = base.spec.threads_per_rank * (world_size if strategy == "dp" else 1)
+    spec = base.spec.replace(run_id=run_id, nproc=world_size // nnodes, nnodes=nnodes, threads_per_rank=threads,
                              rdzv_endpoint="node-000:29500" if nnodes > 1 else None,
                              rdzv_id="scale" if nnodes > 1 else None)
     processes = world_size if strategy == "ddp" else 1
@@ -73,17 +74,31 @@ def enlarge(base: Record, world_size: int, steps: int, run_id: str, seed: int = 
         trace = overlap.trace and msgspec.structs.replace(
             overlap.trace, paths=repeat(overlap.trace.paths),
             by_rank=[msgspec.structs.replace(view, rank=rank) for rank, view in enumerate(repeat(overlap.trace.by_rank))])
-        no_sync = overlap.no_sync and msgspec.structs.replace(overlap.no_sync, by_rank=repeat(overlap.no_sync.by_rank))
+        no_sync = overlap.no_sync and replayed(overlap.no_sync, times, rng, slow_rank, slow_factor)
         reducer = overlap.reducer and msgspec.structs.replace(overlap.reducer, by_rank=repeat(overlap.reducer.by_rank))
         record.overlap = msgspec.structs.replace(overlap, trace=trace, no_sync=no_sync, reducer=reducer)
     return record
 
 
+def replayed(view: NoSyncView, times: np.ndarray, rng, slow_rank: int | None, slow_factor: float) -> NoSyncView:
+    """The no_sync replay of every rank: the base run's (without all-reduce), a little noise, and
+    the slow rank as slow without communication as with it."""
+    by_rank = []
+    for rank in range(times.shape[0]):
+        template = view.by_rank[0]
+        alone = template.no_sync_step_time_median_s * rng.lognormal(0.0, 0.02)
+        alone *= slow_factor if rank == slow_rank else 1.0
+        with_comm = float(np.median(times[rank, :template.steps]))
+        by_rank.append(NoSyncRank(step_time_median_s=with_comm, no_sync_step_time_median_s=alone,
+                                  exposed_comm_s=with_comm - alone, steps=template.steps))
+    return NoSyncView(by_rank=by_rank, exposed_comm_s_max=max(rank.exposed_comm_s for rank in by_rank))
+
+
 def sweep_plan(largest: int, runs: int = 20) -> list[tuple[str, int]]:
-    """(strategy, world size) of a sweep up to `largest` devices: local, DataParallel on one node,
-    DDP at every power of two, then repeats of the largest DDP runs until there are `runs`."""
+    """(strategy, world size) of a sweep up to `largest` devices: local, DDP at every power of two,
+    DataParallel on one node, then repeats of the largest DDP runs until there are `runs`."""
     ddp_sizes = [2 ** k for k in range(int(np.log2(largest)) + 1)]
-    plan = [("local", 1)] + [("dp", n) for n in (1, 2, 4, 8) if n <= largest] + [("ddp", n) for n in ddp_sizes]
+    plan = [("local", 1)] + [("ddp", n) for n in ddp_sizes] + [("dp", n) for n in (1, 2, 4, 8) if n <= largest]
     repeats = sorted(ddp_sizes, reverse=True)
     index = 0
     while len(plan) < runs:
