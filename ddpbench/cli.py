@@ -355,23 +355,22 @@ def command_table(args: argparse.Namespace) -> int:
 
 
 def command_trace_analyze(args: argparse.Namespace) -> int:
-    from ddpbench.analysis.traces import TraceError, analyze_trace, format_trace_table, stragglers
+    from ddpbench.analysis.trace_job import analyze_job, format_job_summary, straggler_ranking, trace_files
+    from ddpbench.analysis.traces import TraceError, stragglers
 
-    analyses = []
-    for path in args.paths:
-        try:
-            analyses.append(analyze_trace(path, mode=args.mode))
-        except TraceError as exc:
-            raise SpecError(str(exc)) from None
-    lagging = stragglers(analyses)
+    try:
+        paths = trace_files(args.paths)
+    except TraceError as exc:
+        raise SpecError(str(exc)) from None
+    analyses, errors = analyze_job(paths, mode=args.mode, jobs=args.jobs)
+    if not analyses:  # nothing to show: the input was wrong
+        raise SpecError("; ".join(errors))
     if args.json:
-        print(json.dumps({"ranks": [a.summary() for a in analyses], "stragglers": lagging}, indent=1))
-        return 0
-    print(format_trace_table(analyses))
-    for row in lagging:
-        print(f"step {row['step']}: rank {row['latest_rank']} starts its collectives last, "
-              f"{row['lag_ms']:.3f} ms after the first rank")
-    return 0
+        print(json.dumps({"ranks": [a.summary() for a in analyses], "stragglers": stragglers(analyses),
+                          "straggler_ranking": straggler_ranking(analyses), "unreadable": errors}, indent=1))
+    else:
+        print(format_job_summary(analyses, errors, per_rank=args.per_rank))
+    return 1 if errors else 0
 
 
 def command_report(args: argparse.Namespace) -> int:
@@ -762,8 +761,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = subcommands(trace, "trace_command")
     analyze = trace_commands.add_parser("analyze", help="communication/computation overlap per rank, any torch.profiler trace")
-    analyze.add_argument("paths", nargs="+", metavar="PATH", help="chrome trace files (.json or .json.gz), one per rank")
+    analyze.add_argument("paths", nargs="+", metavar="PATH",
+                         help="chrome trace files (.json or .json.gz), one per rank, or folders holding them")
     analyze.add_argument("--json", action="store_true", help="machine-readable output")
+    analyze.add_argument("--jobs", type=positive_int, default=None,
+                         help="traces analysed at a time, one process each (default: 4, at most the usable cores)")
+    analyze.add_argument("--per-rank", action="store_true",
+                         help="print the per-rank table even beyond 16 ranks (by default a one-screen summary)")
     analyze.add_argument("--mode", choices=("ddpbench", "hta"), default="ddpbench",
                          help="hta: reproduce HolisticTraceAnalysis 0.5.0's selection and rounding (GPU traces)")
     analyze.set_defaults(handler=command_trace_analyze)

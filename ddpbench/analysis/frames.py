@@ -13,6 +13,7 @@ import dataclasses
 import json
 import warnings
 
+import numpy as np
 import pandas as pd
 
 from ddpbench.analysis import registry
@@ -20,6 +21,7 @@ from ddpbench.analysis.labels import strategy_label
 from ddpbench.config.spec import STRATEGIES
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
+from ddpbench.records.sidecar import step_time_matrix
 from ddpbench.records.store import read_records
 
 # What defines a run, beside its metrics: the columns every runs frame has.
@@ -198,30 +200,49 @@ def format_overlap(runs: pd.DataFrame) -> str:
             + shown.to_string(float_format="{:,.2f}".format, na_rep="") )
 
 
+STEP_COLUMNS = ["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"]
+
+
 def step_time_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
-    """One row per ok run, rank and timed step: the raw step times, for distributions."""
-    rows = []
+    """One row per ok run, rank and timed step: the raw step times, for distributions. Built from
+    each run's step-time matrix with numpy (a 1,024-rank run has millions of rows; for views of
+    large runs use `ddpbench.analysis.ranks`, which never builds them)."""
+    parts = []
     for _, record in records:
-        if record.status != "ok":
+        if record.status != "ok" or not record.ranks:
             continue
+        ordered = sorted(record.ranks, key=lambda rank: rank.rank)
+        matrix = step_time_matrix(ordered)
+        if matrix is None:  # ranks timed different numbers of steps: row by row
+            rank_numbers = np.concatenate([[rank.rank] * len(rank.step_times_s) for rank in ordered])
+            steps = np.concatenate([np.arange(len(rank.step_times_s)) for rank in ordered])
+            values = np.concatenate([np.asarray(rank.step_times_s, dtype=float) for rank in ordered])
+        else:
+            rank_numbers = np.repeat([rank.rank for rank in ordered], matrix.shape[1])
+            steps = np.tile(np.arange(matrix.shape[1]), matrix.shape[0])
+            values = matrix.ravel()
         spec = record.spec
-        workload = short_workload_name(spec.workload)
-        for rank in record.ranks:
-            for step, seconds in enumerate(rank.step_times_s):
-                rows.append({"run_id": record.run_id, "workload": workload, "strategy": spec.strategy,
-                             "world_size": spec.world_size, "rank": rank.rank, "step": step,
-                             "step_time_s": seconds})
-    return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"])
+        parts.append(pd.DataFrame({"run_id": record.run_id, "workload": short_workload_name(spec.workload),
+                                   "strategy": spec.strategy, "world_size": spec.world_size, "rank": rank_numbers,
+                                   "step": steps, "step_time_s": values}))
+    if not parts:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[STEP_COLUMNS]
 
 
 def iteration_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     """Iteration time per ok run and step, from the one definition (the slowest rank's step)."""
-    rows = [{"run_id": record.run_id, "workload": short_workload_name(record.spec.workload),
-             "strategy": record.spec.strategy, "world_size": record.spec.world_size, "step": step,
-             "iteration_time_s": seconds}
-            for _, record in records if record.status == "ok"
-            for step, seconds in enumerate(registry.record_iteration_times_s(record))]
-    return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", "step", "iteration_time_s"])
+    columns = ["run_id", "workload", "strategy", "world_size", "step", "iteration_time_s"]
+    parts = []
+    for _, record in records:
+        if record.status != "ok":
+            continue
+        iterations = registry.record_iteration_times_s(record)
+        spec = record.spec
+        parts.append(pd.DataFrame({"run_id": record.run_id, "workload": short_workload_name(spec.workload),
+                                   "strategy": spec.strategy, "world_size": spec.world_size,
+                                   "step": np.arange(len(iterations)), "iteration_time_s": iterations}))
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 BREAKDOWN_PARTS = ("compute_us", "exposed_comm_us", "other_us", "idle_us")

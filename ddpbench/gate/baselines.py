@@ -51,7 +51,8 @@ def save_baseline(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(os.path.join(staging, "runs"))
     for name in os.listdir(os.path.join(sweep_dir, "runs")):
-        if name.endswith(".json"):
+        # Records, and the step-time sidecars (.npy) that large runs' records point to.
+        if name.endswith((".json", ".npy")):
             shutil.copy2(os.path.join(sweep_dir, "runs", name), os.path.join(staging, "runs", name))
     if os.path.exists(os.path.join(sweep_dir, "manifest.json")):
         shutil.copy2(os.path.join(sweep_dir, "manifest.json"), staging)

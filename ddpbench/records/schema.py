@@ -8,6 +8,9 @@ fails when the two drift apart (regenerate it with `python -m ddpbench.records.s
 Version history:
 - 1: untyped dicts; checks kept their details beside `ok`.
 - 2: these types. Checks hold `ok`, `reason` and `details`; schema-1 files are converted on load.
+  Later, within 2: `step_times_sidecar` (large runs keep their ranks' step times in a .npy file
+  beside the record; a reader that does not know the field refuses the record instead of
+  reading empty step times).
 """
 
 from __future__ import annotations
@@ -431,6 +434,21 @@ class Oversubscribed(Part):
     usable_cores: int
 
 
+class StepTimesSidecar(Part):
+    """Where a large run's step times are: a numpy .npy file beside the record holding a float64
+    matrix, one row per entry of `ranks` (in that order), one column per timed step. The ranks'
+    `step_times_s` are empty in the JSON and filled from this file when the record is loaded."""
+
+    file: str
+    """File name in the record's folder, e.g. `<run_id>.step_times.<sha256 prefix>.npy`."""
+    sha256: str
+    """Of the whole file; a file that does not match makes the record unreadable."""
+    shape: list[int]
+    """[ranks, timed steps]."""
+    dtype: Literal["<f8"] = "<f8"
+    """Little-endian float64, as numpy names it."""
+
+
 class Record(Part):
     """One run: what was asked for, where it ran, what it measured, and whether it was right."""
 
@@ -454,6 +472,9 @@ class Record(Part):
     oversubscribed: Oversubscribed | None = None
     """Set by the launcher when the run's threads exceeded the usable cores; None otherwise."""
     host_sync: HostSync | None = None
+    step_times_sidecar: StepTimesSidecar | None = None
+    """Set when the ranks' step times are kept beside the record (runs with at least
+    `ddpbench.records.sidecar.SIDECAR_MIN_VALUES` step times); None when they are inline."""
 
     def failed_checks(self) -> list[str]:
         return [name for name, check in self.checks.items() if check.ok is False]

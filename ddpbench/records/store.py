@@ -3,6 +3,10 @@
 Layout: `<out_dir>/runs/<run_id>.json`, written to a temporary file and renamed, so a reader
 never sees half a file. Records of schema 1 (untyped) are converted when they are loaded; records
 of a newer schema, or files that are not records, are refused with the file named.
+
+Large runs (at least `SIDECAR_MIN_VALUES` step times) keep their ranks' step times in
+`<run_id>.step_times.<sha256 prefix>.npy` beside the JSON (see `ddpbench.records.sidecar`); the
+writer decides, the loader fills them back in, and no reader needs to know.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ddpbench.config.spec import RunSpec
-from ddpbench.records.schema import SCHEMA_VERSION, Environment, Record, Status
+from ddpbench.records import sidecar
+from ddpbench.records.schema import SCHEMA_VERSION, Environment, Record, Status, StepTimesSidecar
 
-_ENCODER = msgspec.json.Encoder()
+_ENCODER = msgspec.json.Encoder(enc_hook=sidecar.encode_step_times)
+_DECODER = msgspec.json.Decoder(Record)
 
 
 def utc_now() -> str:
@@ -68,19 +75,66 @@ def new_record(spec: RunSpec, status: Status, env: dict[str, Any] | None = None)
 
 def encode_record(record: Record) -> bytes:
     """Indented, keys sorted: records are read by people (and diffed) as well as by programs."""
-    return json.dumps(msgspec.to_builtins(record), indent=1, sort_keys=True).encode("utf-8") + b"\n"
+    builtins = msgspec.to_builtins(record, enc_hook=sidecar.encode_step_times)
+    return json.dumps(builtins, indent=1, sort_keys=True).encode("utf-8") + b"\n"
 
 
-def write_record(record: Record, out_dir: str) -> str:
+def write_record(record: Record, out_dir: str, sidecar_min_values: int = sidecar.SIDECAR_MIN_VALUES) -> str:
     """The one writer. The record is checked against its types first (a part built as a dict
-    somewhere, or a wrong type, fails here rather than in a reader later)."""
+    somewhere, or a wrong type, fails here rather than in a reader later). A run with at least
+    `sidecar_min_values` step times, the same number on every rank, gets its step times in a
+    sidecar file, written (atomically) before the JSON that names it."""
+    run_id = getattr(record, "run_id", "?")
+    matrix = _large_step_times(record, sidecar_min_values)
+    held = [rank.step_times_s for rank in record.ranks] if matrix is not None else []
     try:
-        checked = msgspec.json.decode(_ENCODER.encode(record), type=Record)
+        # The step times of a large run are checked as one float matrix, not 5 million times.
+        for rank in record.ranks if matrix is not None else []:
+            rank.step_times_s = []
+        checked = _DECODER.decode(_ENCODER.encode(record))
     except (msgspec.ValidationError, TypeError) as exc:
-        raise ValueError(f"run {getattr(record, 'run_id', '?')}: the record does not fit its schema: {exc}") from None
+        raise ValueError(f"run {run_id}: the record does not fit its schema: {exc}") from None
+    finally:
+        for rank, times in zip(record.ranks, held):
+            rank.step_times_s = times
     path = record_path(out_dir, checked.run_id)
+    folder = os.path.dirname(path)
+    checked.step_times_sidecar = None
+    if matrix is not None:
+        data = sidecar.npy_bytes(matrix)
+        digest = sidecar.digest(data)
+        name = sidecar.sidecar_file_name(checked.run_id, digest)
+        write_atomic(os.path.join(folder, name), data)
+        checked.step_times_sidecar = StepTimesSidecar(file=name, sha256=digest, shape=list(matrix.shape))
     write_atomic(path, encode_record(checked))
+    # Only now is an older sidecar of this run unreferenced (a reader of the old JSON is done with it).
+    keep = checked.step_times_sidecar.file if checked.step_times_sidecar else None
+    for stale in sidecar.stale_sidecars(folder, checked.run_id, keep):
+        try:
+            os.unlink(stale)
+        except OSError:
+            pass
     return path
+
+
+def _large_step_times(record: Record, min_values: int):
+    """The ranks' step times as one matrix when they belong in a sidecar; None when they stay
+    inline (a small run, ranks that timed different numbers of steps, or parts that are not
+    typed yet, which the schema check then names)."""
+    try:
+        rows = [rank.step_times_s for rank in record.ranks]
+    except (AttributeError, TypeError):
+        return None
+    if not rows or len({len(row) for row in rows}) != 1 or len(rows) * len(rows[0]) < min_values:
+        return None
+    try:
+        matrix = sidecar.step_time_matrix(record.ranks)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"run {getattr(record, 'run_id', '?')}: the record does not fit its schema: "
+                         f"step times are not numbers: {exc}") from None
+    if not np.isfinite(matrix).all():
+        raise ValueError(f"run {record.run_id}: the record does not fit its schema: step times must be finite")
+    return matrix
 
 
 class UnreadableRecord(ValueError):
@@ -88,12 +142,43 @@ class UnreadableRecord(ValueError):
 
 
 def load_record(path: str) -> Record:
-    """The one loader: any schema this ddpbench knows, converted to the current types."""
+    """The one loader: any schema this ddpbench knows, converted to the current types, with the
+    step times of a sidecar filled in."""
     try:
         with open(path, "rb") as handle:
-            raw = json.loads(handle.read())
+            data = handle.read()
     except OSError as exc:
         raise UnreadableRecord(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        # The common case in one pass, straight into the types; anything else takes the slow
+        # path below, which says what is wrong.
+        record = _DECODER.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        record = None
+    if record is None or record.schema_version != SCHEMA_VERSION:
+        record = _convert(path, data)
+    if record.step_times_sidecar is not None:
+        _fill_step_times(path, record)
+    return record
+
+
+def _fill_step_times(path: str, record: Record) -> None:
+    reference = record.step_times_sidecar
+    try:
+        matrix = sidecar.read_matrix(os.path.dirname(path), reference.file, reference.sha256, reference.shape)
+    except sidecar.SidecarError as exc:
+        raise UnreadableRecord(f"{path}: {exc}") from None
+    if matrix.shape[0] != len(record.ranks) or any(rank.step_times_s for rank in record.ranks):
+        raise UnreadableRecord(f"{path}: its step-time sidecar has {matrix.shape[0]} rows for {len(record.ranks)} "
+                               f"ranks, or the ranks hold step times of their own")
+    matrix.flags.writeable = False  # shared by every rank's view; nothing may edit it in place
+    for index, rank in enumerate(record.ranks):
+        rank.step_times_s = sidecar.StepTimes(matrix, index)
+
+
+def _convert(path: str, data: bytes) -> Record:
+    try:
+        raw = json.loads(data)
     except ValueError as exc:
         raise UnreadableRecord(f"{path}: not JSON: {exc}") from None
     if not isinstance(raw, dict):

@@ -19,11 +19,12 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from ddpbench.analysis import registry
+from ddpbench.analysis import ranks, registry
 from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
 from ddpbench.analysis.frames import (breakdown_frame, headlines, iteration_frame, overlap_table, runs_frame,
                                       scaling_table, step_time_frame)
 from ddpbench.config.errors import SpecError
+from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
 from ddpbench.report import plots, projection_sections
@@ -147,20 +148,114 @@ def scaling_section(data: ReportData) -> list[Markup]:
 
 
 def step_times_section(data: ReportData) -> list[Markup]:
-    step_times = step_time_frame(data.records)
-    if step_times.empty:
+    ok = [(path, record) for path, record in data.records if record.status == "ok" and record.ranks]
+    if not ok:
         return []
     blocks = []
-    if (step_times["strategy"] == "ddp").any():
+    # Rank by rank only while a box per rank can still be told apart.
+    detailed = [(p, r) for p, r in ok if len(r.ranks) <= ranks.RANK_DETAIL_LIMIT]
+    step_times = step_time_frame([(p, r) for p, r in detailed if r.spec.strategy == "ddp"])
+    if not step_times.empty:
         blocks.append(figure_html(plots.step_time_by_rank(step_times),
                                   "Box plots of DDP step time in milliseconds for each rank at each world size, "
                                   "one chart per workload.",
-                                  "Each rank's step-time distribution (DDP): a rank whose box sits higher is slow."))
-    blocks.append(figure_html(plots.iteration_over_steps(iteration_frame(data.records)),
+                                  f"Each rank's step-time distribution (DDP runs of up to {ranks.RANK_DETAIL_LIMIT} "
+                                  "ranks): a rank whose box sits higher is slow."))
+    blocks += large_runs_blocks([r for _, r in ok])
+    blocks.append(figure_html(plots.iteration_over_steps(iteration_frame(ok)),
                               "Line charts of iteration time in milliseconds over the timed steps of every run, "
                               "one chart per workload.",
                               "Iteration time (slowest rank) over the timed steps of each run."))
     return blocks
+
+
+def largest_ddp_runs(records: list[Record]) -> list[Record]:
+    """Per workload, its largest DDP run beyond the rank-by-rank limit (the first of its repeats)."""
+    chosen: dict[str, Record] = {}
+    for record in records:
+        if record.spec.strategy != "ddp" or len(record.ranks) <= ranks.RANK_DETAIL_LIMIT:
+            continue
+        workload = short_workload_name(record.spec.workload)
+        if workload not in chosen or record.spec.world_size > chosen[workload].spec.world_size:
+            chosen[workload] = record
+    return [chosen[workload] for workload in sorted(chosen)]
+
+
+def large_runs_blocks(records: list[Record]) -> list[Markup]:
+    """Runs beyond a few dozen ranks, summarised: the spread of ranks against world size; for the
+    largest run of each workload a rank x step heat map, percentile bands, the slowest ranks with
+    their hosts, the slowest nodes, and the straggler verdict."""
+    large = largest_ddp_runs(records)
+    if not large:
+        return []
+    blocks = [figure_html(plots.rank_spread(ranks.rank_spread_frame(records),
+                                            {r.run_id: short_workload_name(r.spec.workload) for r in records}),
+                          "Line charts of the median, 90th percentile and maximum over ranks of each rank's median "
+                          "step time, against world size on a log-2 axis, one chart per workload.",
+                          "How far the slowest ranks drift from the median rank as the world grows.")]
+    for record in large:
+        matrix = ranks.step_matrix(record)
+        if matrix is None:
+            continue
+        title = f"{short_workload_name(record.spec.workload)}, {record.run_id}: {record.spec.world_size} ranks"
+        binned, width = ranks.heat_map_bins(matrix)
+        per_rank = ranks.rank_frame(record)
+        verdict = ranks.straggler_verdict(per_rank)
+        blocks.append(Markup("<h3>{}</h3>").format(title))
+        blocks.append(Markup('<p><strong>Stragglers:</strong> <span class="{}">{}</span> {}</p>').format(
+            "status-failed" if verdict.straggler else "status-ok", verdict.text, verdict.basis))
+        blocks.append(figure_html(plots.rank_heat_map(binned, width, title),
+                                  f"Heat map of step time in milliseconds, {matrix.shape[0]} ranks by "
+                                  f"{matrix.shape[1]} timed steps.",
+                                  "Step time of every rank (rows) at every step (columns): a slow rank is a bright "
+                                  "row, a slow moment of the whole job a bright column."))
+        blocks.append(figure_html(plots.step_bands(ranks.step_bands(matrix), title),
+                                  "Band chart of step time over the timed steps: median rank, 90th to 99th "
+                                  "percentile of ranks, and fastest to slowest rank.",
+                                  "Per step, how the ranks spread: a wide top band is a slow minority of ranks."))
+        blocks.append(slowest_ranks_table(per_rank))
+        if per_rank["host"].nunique() > 1:
+            blocks.append(slowest_nodes_table(per_rank))
+    return blocks
+
+
+def slowest_ranks_table(per_rank: pd.DataFrame) -> Markup:
+    measure = ranks.measure_name(per_rank)
+    shown = per_rank.sort_values("measure_s", ascending=False).head(ranks.SLOWEST_SHOWN)
+    shown = shown[["rank", "host", "step_p50_s", "step_p90_s", "no_sync_p50_s", "above_median_pct",
+                   "slowest_steps_pct"]].copy()
+    for column in ("step_p50_s", "step_p90_s", "no_sync_p50_s"):
+        shown[column] = shown[column] * 1000
+    shown.columns = ["rank", "host", "step p50 (ms)", "step p90 (ms)", "no_sync p50 (ms)",
+                     f"{measure} vs median rank (%)", "slowest rank in (% of steps)"]
+    return (Markup("<p>The {} slowest of {} ranks by {}:</p>").format(len(shown), len(per_rank), measure)
+            + table_html(shown, {c: "{:,.2f}" for c in shown.columns[2:]} | {shown.columns[5]: "{:+.1f}"},
+                         text_columns=("host",)))
+
+
+def slowest_nodes_table(per_rank: pd.DataFrame) -> Markup:
+    nodes = ranks.node_frame(per_rank)
+    shown = nodes.head(ranks.SLOWEST_SHOWN).assign(measure_s=lambda f: f["measure_s"] * 1000)
+    shown = shown[["host", "ranks", "measure_s", "above_median_pct", "slowest_rank"]]
+    shown.columns = ["host", "ranks", f"median {ranks.measure_name(per_rank)} (ms)", "vs median rank (%)",
+                     "its slowest rank"]
+    return (Markup("<p>The {} slowest of {} nodes (median over each node's ranks):</p>").format(len(shown), len(nodes))
+            + table_html(shown, {shown.columns[2]: "{:,.2f}", shown.columns[3]: "{:+.1f}"}, text_columns=("host",)))
+
+
+def stragglers_section(data: ReportData) -> list[Markup]:
+    """One sentence per DDP run of two or more ranks."""
+    items, bases = [], []
+    for _, record in data.records:
+        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+            continue
+        verdict = ranks.straggler_verdict(ranks.rank_frame(record))
+        bases.append(verdict.basis)
+        items.append(Markup('<li><code>{}</code> ({} ranks): <span class="{}">{}</span></li>').format(
+            record.run_id, len(record.ranks), "status-failed" if verdict.straggler else "", verdict.text))
+    if not items:
+        return []
+    return [note(" ".join(sorted(set(bases)))), Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]
 
 
 def communication_section(data: ReportData) -> list[Markup]:
@@ -176,6 +271,12 @@ def communication_section(data: ReportData) -> list[Markup]:
         shown, formats = metric_columns(overlap, list(overlap.columns))
         blocks.append(table_html(shown.rename(columns={"world_size": "world size"}), formats,
                                  text_columns=("workload",)))
+    spread = exposed_spread_frame(data.records)
+    if not spread.empty:
+        blocks.append(Markup("<p>Exposed communication across the ranks of each DDP run (no_sync replay), with the "
+                             "rank exposing most named:</p>"))
+        blocks.append(table_html(spread, {c: "{:,.2f}" for c in ("p50 (ms)", "p90 (ms)", "max (ms)")},
+                                 text_columns=("run", "host")))
     sentences = [(record.run_id, estimates_agreement(record)) for _, record in data.records
                  if record.status == "ok" and record.spec.strategy == "ddp" and record.spec.world_size > 1]
     sentences = [(run_id, found) for run_id, found in sentences if found.agree is not None]
@@ -190,6 +291,19 @@ def communication_section(data: ReportData) -> list[Markup]:
                                   "communication, other and idle, for every run with a trace.",
                                   "Where a profiled step's time goes (mean over ranks and profiled steps)."))
     return blocks
+
+
+def exposed_spread_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
+    rows = []
+    for _, record in records:
+        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+            continue
+        found = ranks.exposed_across_ranks(record)
+        if found:
+            rows.append({"run": record.run_id, "world size": record.spec.world_size, "p50 (ms)": found["p50_s"] * 1000,
+                         "p90 (ms)": found["p90_s"] * 1000, "max (ms)": found["max_s"] * 1000,
+                         "rank": found["worst_rank"], "host": found["worst_host"]})
+    return pd.DataFrame(rows).sort_values(["world size", "run"]) if rows else pd.DataFrame()
 
 
 def runs_section(data: ReportData) -> list[Markup]:
@@ -228,16 +342,27 @@ def traces_section(data: ReportData) -> list[Markup]:
     items = []
     for _, record in data.records:
         trace = record.overlap.trace if record.overlap else None
+        paths = [path for path in (trace.paths if trace else []) if path]
+        if not paths:
+            continue
+        if len(paths) > ranks.RANK_DETAIL_LIMIT:
+            # A link per rank would be a page of links: name the folder and the command instead.
+            folders = sorted({os.path.dirname(os.path.abspath(path)) for path in paths})
+            links = Markup(", ").join(
+                Markup('<a href="{}">{}</a>').format(os.path.relpath(folder, os.path.abspath(data.report_dir)),
+                                                      os.path.basename(folder)) for folder in folders)
+            missing = sum(not os.path.exists(path) for path in paths)
+            items.append(Markup("<li><code>{}</code>: {} trace files in {}{} (<code>ddpbench trace analyze {}</code>)"
+                                "</li>").format(record.run_id, len(paths), links,
+                                                f", {missing} missing" if missing else "", folders[0]))
+            continue
         links = []
-        for path in (trace.paths if trace else []):
-            if not path:
-                continue
+        for path in paths:
             absolute = os.path.abspath(path)
             relative = os.path.relpath(absolute, os.path.abspath(data.report_dir))
             missing = "" if os.path.exists(absolute) else " (missing)"
             links.append(Markup('<a href="{}">{}</a>{}').format(relative, os.path.basename(path), missing))
-        if links:
-            items.append(Markup("<li><code>{}</code>: {}</li>").format(record.run_id, Markup(" ").join(links)))
+        items.append(Markup("<li><code>{}</code>: {}</li>").format(record.run_id, Markup(" ").join(links)))
     if not items:
         return [note("No traces (runs were made with --no-profile, or failed before profiling).")]
     return [Markup('<p class="note">Chrome traces, one per rank: open them in Perfetto (ui.perfetto.dev) or with '
@@ -302,6 +427,7 @@ class Section:
 SECTIONS = [
     Section("Scaling", scaling_section),
     Section("Step times", step_times_section),
+    Section("Stragglers", stragglers_section),
     Section("Communication", communication_section),
     Section("Projection vs measurement", lambda data: projection_sections.projection_vs_measurement_section(
         data, projection_sections.Blocks(table_html, figure_html, note))),

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display: works on servers and in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
@@ -107,6 +108,59 @@ def step_time_by_rank(step_times: pd.DataFrame) -> plt.Figure:
         axis.set_xlabel("world size (devices)")
         axis.set_ylabel("step time (ms)")
         axis.set_title(f"{workload}: DDP step time per rank")
+    figure.tight_layout()
+    return figure
+
+
+def rank_heat_map(binned, bin_width: int, title: str) -> plt.Figure:
+    """A run's ranks x steps as colour: a slow rank is a bright row, a slow moment a bright column.
+    The colour scale stops at the 1st and 99th percentiles so one outlier cannot wash out the rest."""
+    ms = binned * 1000
+    low, high = np.percentile(ms, [1, 99])
+    figure, axis = plt.subplots(figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * 1.3))
+    image = axis.imshow(ms, aspect="auto", interpolation="nearest", cmap="viridis", vmin=low, vmax=max(high, low + 1e-9),
+                        origin="lower", extent=(0, ms.shape[1] * bin_width, -0.5, ms.shape[0] - 0.5))
+    figure.colorbar(image, ax=axis, label="step time (ms)" + (f", mean of {bin_width} steps" if bin_width > 1 else ""))
+    axis.set_xlabel("timed step")
+    axis.set_ylabel("rank")
+    axis.grid(False)
+    axis.set_title(title)
+    figure.tight_layout()
+    return figure
+
+
+def step_bands(bands: pd.DataFrame, title: str) -> plt.Figure:
+    """Per step, the spread over ranks: median, the p90-p99 band and the slowest rank."""
+    figure, axis = plt.subplots(figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN))
+    steps = bands.index.to_numpy()
+    axis.fill_between(steps, bands["min_s"] * 1000, bands["max_s"] * 1000, color=PALETTE[0], alpha=0.15,
+                      linewidth=0, label="fastest to slowest rank")
+    axis.fill_between(steps, bands["p90_s"] * 1000, bands["p99_s"] * 1000, color=PALETTE[0], alpha=0.35,
+                      linewidth=0, label="p90 to p99 of ranks")
+    axis.plot(steps, bands["p50_s"] * 1000, color=PALETTE[0], linewidth=1, label="median rank")
+    axis.set_xlabel("timed step")
+    axis.set_ylabel("step time (ms)")
+    axis.set_ylim(bottom=0)
+    axis.set_title(title)
+    axis.legend(fontsize="x-small", loc="lower right")
+    figure.tight_layout()
+    return figure
+
+
+def rank_spread(spread: pd.DataFrame, workload_of: dict) -> plt.Figure:
+    """DDP runs: the spread of the ranks' median step times against world size (log 2 axis)."""
+    spread = spread.assign(workload=spread["run_id"].map(workload_of))
+    figure, axes = panels(sorted(spread["workload"].unique()))
+    for workload, axis in axes.items():
+        rows = spread[spread["workload"] == workload].groupby("world_size").median(numeric_only=True).reset_index()
+        for column, label, style in (("p50_s", "median rank", "-"), ("p90_s", "p90 of ranks", "--"),
+                                     ("max_s", "slowest rank", ":"), ("iteration_p50_s", "iteration (median step)", "-.")):
+            axis.plot(rows["world_size"], rows[column] * 1000, marker="o", linestyle=style, label=label)
+        _world_size_axis(axis, rows["world_size"])
+        axis.set_ylabel("median step time (ms)")
+        axis.set_ylim(bottom=0)
+        axis.set_title(f"{workload}: DDP ranks' median step time")
+        axis.legend(fontsize="x-small")
     figure.tight_layout()
     return figure
 

@@ -1,0 +1,128 @@
+"""How ddpbench's readers scale with the size of the job: load, table, gate, report and trace
+analysis time and peak memory for sweeps up to 64, 256 and 1,024 ranks.
+
+Records and traces are synthetic but built from real ones (benchmarks/synthetic.py): a sweep is
+20 runs (local, DDP at every power of two up to the largest world size, DataParallel at 1-8,
+then repeats of the largest DDP runs) with 1,000 timed steps per rank. Each command runs in a
+fresh process, as a user runs it; its wall time, CPU time (user + system, its worker processes
+included) and peak resident memory come from the operating system (wait4). On a shared machine
+the wall time includes waiting for a core: CPU time is the steadier figure, and both are printed.
+
+    flock /tmp/ddpbench-bench.lock python benchmarks/scale.py [--ranks 64,256,1024] [--trace-ranks 32,64,128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import synthetic  # noqa: E402
+
+TARGETS = {"table": 3.0, "gate": 3.0, "report": 30.0, "trace analyze": 10.0}
+REPORT_MEMORY_TARGET_MB = 1536
+
+
+def measure(command: list[str], cwd: str) -> dict:
+    """Run a command; its wall time, CPU time and peak RSS (the largest of it and its children)."""
+    env = {**os.environ, "PYTHONPATH": synthetic.REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall_s = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    error = process.stderr.read().decode()[-500:]
+    process.stderr.close()
+    return {"wall_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+            "exit": process.returncode, "error": error}
+
+
+def ddpbench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ddpbench", *args]
+
+
+def load_command(sweep: str) -> list[str]:
+    code = ("import sys; from ddpbench.records.store import read_records; "
+            "records, bad = read_records(sys.argv[1]); assert records and not bad")
+    return [sys.executable, "-c", code, sweep]
+
+
+def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list[dict]:
+    rows = []
+    for largest in ranks:
+        baseline, candidate = os.path.join(work, f"base-{largest}"), os.path.join(work, f"cand-{largest}")
+        started = time.perf_counter()
+        synthetic.build_sweep(baseline, largest, steps, seed=0)
+        synthetic.build_sweep(candidate, largest, steps, seed=1)
+        total_ranks = sum(n for strategy, n in synthetic.sweep_plan(largest) if strategy == "ddp")
+        size_mb = sum(os.path.getsize(os.path.join(baseline, "runs", f)) for f in os.listdir(os.path.join(baseline, "runs"))) / 1e6
+        print(f"built two sweeps up to {largest} ranks ({total_ranks} DDP ranks, {size_mb:.0f} MB each) in "
+              f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+        commands = {
+            "load": load_command(baseline),
+            "table": ddpbench("table", baseline),
+            "gate": ddpbench("gate", "--baseline", baseline, "--candidate", candidate, "--inconclusive", "pass"),
+            "report": ddpbench("report", baseline, "-o", os.path.join(work, f"report-{largest}.html")),
+        }
+        for name, command in commands.items():
+            found = measure(command, work)
+            if found["exit"] not in (0, 1):  # table and gate exit 1 on failed runs or a regression verdict
+                raise SystemExit(f"{name} at {largest} ranks failed ({found['exit']}): {found['error']}")
+            rows.append({"what": name, "ranks": largest, "sweep_ranks": total_ranks, **found})
+            print(f"  {name:<14} {largest:>5} ranks: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
+                  f"{found['peak_mb']:6.0f} MB", file=sys.stderr)
+    for count in trace_ranks:
+        folder = os.path.join(work, f"traces-{count}")
+        synthetic.build_traces(folder, count, lag_rank=count // 3)
+        found = measure(ddpbench("trace", "analyze", folder), work)
+        if found["exit"] != 0:
+            raise SystemExit(f"trace analyze of {count} files failed: {found['error']}")
+        rows.append({"what": "trace analyze", "ranks": count, "sweep_ranks": count, **found})
+        print(f"  trace analyze  {count:>5} files: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
+              f"{found['peak_mb']:6.0f} MB (largest process)", file=sys.stderr)
+    return rows
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'what':<14} {'ranks':>6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'CPU ms/rank':>11}  target"]
+    for row in rows:
+        target = TARGETS.get(row["what"])
+        verdict = ""
+        if target is not None and row["ranks"] in (1024, 128):
+            met = row["wall_s"] < target and (row["what"] != "report" or row["peak_mb"] < REPORT_MEMORY_TARGET_MB)
+            verdict = f"< {target:.0f} s{' and 1.5 GB' if row['what'] == 'report' else ''}: {'met' if met else 'NOT met'}"
+        lines.append(f"{row['what']:<14} {row['ranks']:>6} {row['wall_s']:>8.2f} {row['cpu_s']:>8.2f} "
+                     f"{row['peak_mb']:>8.0f} {1000 * row['cpu_s'] / row['sweep_ranks']:>11.2f}  {verdict}")
+    lines.append("ranks: the largest world size of a 20-run sweep (trace analyze: rank files); CPU ms/rank: CPU time "
+                 "over all DDP ranks of the sweep (or files): flat or falling means time grows no faster than ranks.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", default="64,256,1024", help="largest world sizes of the sweeps")
+    parser.add_argument("--trace-ranks", default="32,64,128", help="rank files for trace analysis")
+    parser.add_argument("--steps", type=int, default=1000, help="timed steps per rank")
+    parser.add_argument("--keep", default=None, help="build in this folder and keep it (default: a temporary one)")
+    args = parser.parse_args()
+    ranks = [int(n) for n in args.ranks.split(",") if n]
+    trace_ranks = [int(n) for n in args.trace_ranks.split(",") if n]
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", file=sys.stderr)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        rows = run(ranks, trace_ranks, args.steps, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ddpbench-scale-") as work:
+            rows = run(ranks, trace_ranks, args.steps, work)
+    print(report(rows))
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Ranks and nodes of one run, summarised so that 1,024 ranks read as easily as 2. No torch.
+
+Everything here works on the run's (ranks x steps) step-time matrix with numpy; no per-step
+Python objects are built, so a 1,024-rank x 5,000-step run is summarised in milliseconds.
+
+Which figure says a rank is slow: under DDP every rank waits for the slowest at each all-reduce,
+so step times even out across ranks and the straggler hides in everyone's step time. The
+no_sync() replay (the same batches without all-reduce) has no waiting in it: each rank's own
+speed. The straggler verdict uses it where the run has one, and the step times otherwise, and
+says which it used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ddpbench.records.schema import Record
+from ddpbench.records.sidecar import step_time_matrix
+
+RANK_DETAIL_LIMIT = 8
+"""Up to this many ranks a run is drawn rank by rank (a box per rank stays readable); beyond it,
+summaries: heat map, percentile bands, the slowest ranks and nodes by name."""
+STRAGGLER_THRESHOLD = 0.10
+"""A rank (or node) whose median is this much above the median rank's is called a straggler."""
+SLOWEST_SHOWN = 5
+RANK_COLUMNS = ["rank", "host", "step_p50_s", "step_p90_s", "step_max_s", "slowest_steps_pct",
+                "no_sync_p50_s", "measure_s", "above_median_pct"]
+
+
+def step_matrix(record: Record) -> np.ndarray | None:
+    """(ranks x timed steps) in rank order; None when the ranks timed different numbers of steps."""
+    ranks = sorted(record.ranks, key=lambda rank: rank.rank)
+    matrix = step_time_matrix(ranks)
+    return matrix if matrix is not None and matrix.size else None
+
+
+def hosts(record: Record) -> list[str]:
+    return [rank.hostname or record.env.hostname or "?" for rank in sorted(record.ranks, key=lambda r: r.rank)]
+
+
+def rank_frame(record: Record) -> pd.DataFrame:
+    """One row per rank: its host, step-time percentiles, how often it was the slowest rank of a
+    step, its no_sync replay median where there is one, and how far the straggler measure sits
+    above the median rank's."""
+    matrix = step_matrix(record)
+    if matrix is None:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    slowest = np.bincount(matrix.argmax(axis=0), minlength=matrix.shape[0])
+    percentiles = np.percentile(matrix, [50, 90], axis=1)
+    frame = pd.DataFrame({
+        "rank": [rank.rank for rank in sorted(record.ranks, key=lambda r: r.rank)],
+        "host": hosts(record),
+        "step_p50_s": percentiles[0], "step_p90_s": percentiles[1], "step_max_s": matrix.max(axis=1),
+        "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
+    })
+    replay = record.overlap.no_sync if record.overlap else None
+    if replay and len(replay.by_rank) == len(frame):
+        frame["no_sync_p50_s"] = [rank.no_sync_step_time_median_s for rank in replay.by_rank]
+        frame["measure_s"] = frame["no_sync_p50_s"]
+    else:
+        frame["no_sync_p50_s"] = np.nan
+        frame["measure_s"] = frame["step_p50_s"]
+    frame["above_median_pct"] = 100.0 * (frame["measure_s"] / frame["measure_s"].median() - 1)
+    return frame[RANK_COLUMNS]
+
+
+def measure_name(ranks: pd.DataFrame) -> str:
+    return "no_sync replay median" if ranks["no_sync_p50_s"].notna().all() else "median step time"
+
+
+def node_frame(ranks: pd.DataFrame) -> pd.DataFrame:
+    """One row per host: its ranks, the median of their measure, and its slowest rank."""
+    if ranks.empty:
+        return pd.DataFrame(columns=["host", "ranks", "measure_s", "above_median_pct", "slowest_rank"])
+    worst = ranks.loc[ranks.groupby("host")["measure_s"].idxmax(), ["host", "rank"]].set_index("host")["rank"]
+    nodes = ranks.groupby("host", sort=False).agg(ranks=("rank", "count"), measure_s=("measure_s", "median"))
+    nodes["above_median_pct"] = 100.0 * (nodes["measure_s"] / ranks["measure_s"].median() - 1)
+    nodes["slowest_rank"] = worst
+    return nodes.reset_index().sort_values("measure_s", ascending=False).reset_index(drop=True)
+
+
+@dataclass
+class Verdict:
+    straggler: bool
+    text: str
+    basis: str = ""
+    """What the verdict measured, in words (the same for every run of a report)."""
+
+
+def straggler_verdict(ranks: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD) -> Verdict:
+    """The straggler verdict in words: which rank or node is slow, by how much, and on what evidence."""
+    if len(ranks) < 2:
+        return Verdict(False, "One rank: nothing to compare.")
+    measure = measure_name(ranks)
+    limit = 100 * threshold
+    basis = (f"A rank is a straggler when its {measure} is {limit:.0f} % or more above the median rank's; "
+             "every DDP step waits for the slowest rank.")
+    slow = ranks[ranks["above_median_pct"] >= limit].sort_values("measure_s", ascending=False)
+    nodes = node_frame(ranks)
+    if slow.empty:
+        top = ranks.loc[ranks["measure_s"].idxmax()]
+        return Verdict(False, f"No straggler: every rank's {measure} is within {limit:.0f} % of the median rank's "
+                              f"(slowest: rank {top['rank']} on {top['host']}, {top['above_median_pct']:+.1f} %).",
+                       basis)
+    slow_nodes = nodes[(nodes["above_median_pct"] >= limit) & (nodes["ranks"] > 1)] if len(nodes) > 1 else nodes[:0]
+    parts = []
+    if not slow_nodes.empty:
+        names = ", ".join(f"{row.host} ({row.above_median_pct:+.0f} %)" for row in slow_nodes.head(SLOWEST_SHOWN).itertuples())
+        parts.append(f"{len(slow_nodes)} slow node(s), every rank on them slow: {names}")
+        slow = slow[~slow["host"].isin(slow_nodes["host"])]
+    if not slow.empty:
+        named = ", ".join(f"rank {row.rank} on {row.host} ({row.above_median_pct:+.0f} %, slowest in "
+                          f"{row.slowest_steps_pct:.0f} % of steps)" for row in slow.head(SLOWEST_SHOWN).itertuples())
+        more = f" and {len(slow) - SLOWEST_SHOWN} more" if len(slow) > SLOWEST_SHOWN else ""
+        parts.append(f"{len(slow)} straggler rank(s): {named}{more}")
+    return Verdict(True, "; ".join(parts) + ".", basis)
+
+
+def step_bands(matrix: np.ndarray) -> pd.DataFrame:
+    """Per timed step, the spread over ranks: min, p50, p90, p99 and max step time."""
+    quantiles = np.percentile(matrix, [0, 50, 90, 99, 100], axis=0)
+    return pd.DataFrame(quantiles.T, columns=["min_s", "p50_s", "p90_s", "p99_s", "max_s"]).rename_axis("step")
+
+
+def heat_map_bins(matrix: np.ndarray, max_columns: int = 400) -> tuple[np.ndarray, int]:
+    """The matrix with steps averaged in bins of equal width so that at most `max_columns` remain
+    (an image wider than the page only aliases); returns the binned matrix and the bin width."""
+    steps = matrix.shape[1]
+    width = max(1, -(-steps // max_columns))
+    usable = (steps // width) * width
+    binned = matrix[:, :usable].reshape(matrix.shape[0], -1, width).mean(axis=2)
+    return binned, width
+
+
+def rank_spread_frame(records: list[Record]) -> pd.DataFrame:
+    """One row per DDP run: the spread of its ranks' median step times (p50, p90 and max over
+    ranks), for one figure of every world size."""
+    rows = []
+    for record in records:
+        if record.status != "ok" or record.spec.strategy != "ddp":
+            continue
+        matrix = step_matrix(record)
+        if matrix is None:
+            continue
+        medians = np.median(matrix, axis=1)
+        rows.append({"run_id": record.run_id, "world_size": record.spec.world_size,
+                     "p50_s": float(np.median(medians)), "p90_s": float(np.percentile(medians, 90)),
+                     "max_s": float(medians.max()), "iteration_p50_s": float(np.median(matrix.max(axis=0)))})
+    return pd.DataFrame(rows, columns=["run_id", "world_size", "p50_s", "p90_s", "max_s", "iteration_p50_s"])
+
+
+def exposed_across_ranks(record: Record) -> dict | None:
+    """Exposed communication of a DDP run's ranks (no_sync replay), as a distribution with the
+    worst rank named, instead of one figure per rank."""
+    replay = record.overlap.no_sync if record.overlap else None
+    if not replay or not replay.by_rank:
+        return None
+    exposed = np.array([rank.exposed_comm_s for rank in replay.by_rank])
+    worst = int(exposed.argmax())
+    host_of = dict(zip([rank.rank for rank in sorted(record.ranks, key=lambda r: r.rank)], hosts(record)))
+    return {"p50_s": float(np.median(exposed)), "p90_s": float(np.percentile(exposed, 90)),
+            "max_s": float(exposed.max()), "worst_rank": worst, "worst_host": host_of.get(worst, "?")}
