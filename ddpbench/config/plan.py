@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddpbench.config.faults import fault_applies
 from ddpbench.config.spec import SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, threads_per_process
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
@@ -136,8 +137,8 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         for strategy in [s for s in STRATEGIES if s in options.strategies]:
             for world_size in ([1] if strategy == "local" else world_sizes(options.max_world_size)):
                 processes = world_size if strategy == "ddp" else 1
-                fault = options.fault if options.fault and options.fault["rank"] < processes \
-                    and options.fault["step"] < common["steps"] else None
+                fault = options.fault if options.fault and fault_applies(
+                    options.fault, processes, common["steps"], strategy) else None
                 for repeat in range(1, options.repeat + 1):
                     suffix = f"-r{repeat}" if options.repeat > 1 else ""
                     plan.append(RunSpec(

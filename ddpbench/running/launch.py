@@ -24,7 +24,7 @@ import msgspec
 
 from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
-from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
+from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, read_heartbeats
 from ddpbench.records.schema import Launch, OomAttempt, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.config.spec import RunSpec, SpecError, resolve_device, threads_per_process
@@ -117,6 +117,12 @@ def child_environment(spec: RunSpec, heartbeat_dir: str) -> dict[str, str]:
     # The workers write into a pipe, so they cannot see that a person is watching: tell them.
     env["DDPBENCH_PROGRESS"] = "1" if sys.stderr.isatty() else "0"
     env[HEARTBEAT_ENV] = heartbeat_dir
+    # NCCL's own Flight Recorder dump when its watchdog times a collective out, beside ours;
+    # a user's own settings win.
+    dumps = os.path.join(os.path.dirname(os.path.abspath(heartbeat_dir)), HANG_DUMPS_FOLDER)
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(dumps, "nccl_trace_rank_"))
+    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     return env
 
 
@@ -179,7 +185,7 @@ RENDEZVOUS_ATTEMPTS = 3
 def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, echo: bool) -> tuple[list, int, bool, list]:
     """Start the run's processes and wait for them. Returns (command, exit code, timed out,
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
-    for stale in ("ranks", "heartbeats"):
+    for stale in ("ranks", "heartbeats", HANG_DUMPS_FOLDER):
         shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
     # A session of its own, so the run can be ended as a group (and Ctrl-C reaches us first).
