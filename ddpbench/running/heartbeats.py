@@ -58,10 +58,14 @@ def _ranks(ranks) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def _op(operations: dict | None, rank: int, number) -> str:
-    """A collective in words: "all_reduce #9" when the Flight Recorder saw it, else "collective #9"."""
+def _op_name(operations: dict | None, rank: int, number) -> str:
+    """"all_reduce" when the Flight Recorder saw the collective (gloo:all_reduce), else "collective"."""
     found = (operations or {}).get(rank, {}).get(number)
-    return f"{found[0].split(':')[-1]} #{number}" if found else f"collective #{number}"
+    return found[0].split(":")[-1] if found else "collective"
+
+
+def _op(operations: dict | None, rank: int, number) -> str:
+    return f"{_op_name(operations, rank, number)} #{number}"
 
 
 def first_mismatch(operations: dict[int, dict[int, tuple]]) -> int | None:
@@ -116,8 +120,8 @@ def find_hang(beats: dict[int, dict], operations: dict[int, dict[int, tuple]] | 
         explanation += "".join(f"; rank {rank} waits in {words}" for rank, words in waiting.items())
     elif mismatch is not None:
         explanation = (f"{_ranks(culprits)} skipped a collective: its collective #{mismatch} is "
-                       f"{_op(operations, culprits[0], mismatch)} ({place(first)}), while "
-                       + "; ".join(f"rank {rank}'s is {_op(operations, rank, mismatch)} ({place(running[rank])})"
+                       f"{_op_name(operations, culprits[0], mismatch)} ({place(first)}), while "
+                       + "; ".join(f"rank {rank}'s is {_op_name(operations, rank, mismatch)} ({place(running[rank])})"
                                    for rank in others))
     else:
         explanation = (f"{_ranks(culprits)} skipped a collective: it got to {place(first)} with "
