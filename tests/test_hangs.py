@@ -133,3 +133,12 @@ def test_a_rank_killed_by_another_signal_is_still_the_cause(tmp_path):
     nccl_run_evidence(tmp_path, code0=-6, code1=-9)
     status, error = diagnose(-6, False, None, str(tmp_path), nproc=2)
     assert status == "failed" and error["message"] == "rank 0 was killed by SIGABRT; rank 1 was killed by SIGKILL"
+
+
+def test_a_rank_behind_that_raised_its_own_error_failed_rather_than_hung(tmp_path):
+    nccl_run_evidence(tmp_path, code0=1, code1=1)
+    error_file = tmp_path / "ranks" / "x" / "attempt_0" / "1" / "error.json"
+    os.makedirs(error_file.parent)
+    error_file.write_text(json.dumps({"message": {"message": "RuntimeError: bad batch", "extraInfo": {}}}))
+    status, error = diagnose(1, False, None, str(tmp_path), nproc=2)
+    assert status == "failed" and error["message"] == "rank 1 raised RuntimeError: bad batch"

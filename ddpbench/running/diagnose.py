@@ -102,6 +102,8 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
     beats = read_heartbeats(os.path.join(log_dir, "heartbeats"))
     _, recorder = hang_evidence.flight_recorder_files(hang_evidence.dumps_folder(log_dir))
     hang = find_hang(beats, hang_evidence.collectives_by_rank(recorder))
+    if hang and any(not _PEER_FAILURE.search(errors[rank]["message"]) for rank in hang["ranks"] if rank in errors):
+        hang = None  # the rank behind raised an error of its own: it failed, it did not hang
     error: dict = {"exit_code": exit_code, "output_tail": output_tail or []}
     killed = {rank: signal_name(code) for rank, code in exits.items() if code < 0 and signal_name(code) != "SIGTERM"}
     texts = [e["message"] for e in errors.values()] + [last_exception(output) or ""]
