@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 
-from ddpbench.config.faults import parse_fault
+from ddpbench.config.faults import USAGE as FAULT_USAGE, parse_fault
 from ddpbench.config.spec import (COMM_HOOKS, DEVICES, LAUNCHERS, PRECISIONS, SIZES, STRATEGIES, DDPKnobs, RunSpec,
                                   SpecError, resolve_device)
 
@@ -87,8 +87,9 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("reliability")
     group.add_argument("--oom-backoff", action="store_true",
                        help="rerun a run that ran out of memory at half the batch, down to 1")
-    group.add_argument("--inject-fault", default=None, metavar="rank=R,kind=raise|kill|hang|oom,step=S",
-                       help="testing aid: make rank R raise, be killed, hang or run out of memory at step S")
+    group.add_argument("--inject-fault", default=None, metavar=FAULT_USAGE,
+                       help="testing aid: make rank R raise, be killed, hang (before or inside step S), "
+                            "skip an all-reduce or run out of memory at step S")
     group.add_argument("--slowdown", type=float, default=0.0, metavar="FRACTION",
                        help="testing aid for the gate: add real work worth FRACTION of a step (0.1 = 10 %%) to every timed step")
 

@@ -40,14 +40,24 @@ def processes_mentioning(text):
 
 def test_fault_option_is_checked_before_anything_starts(tmp_path):
     assert parse_fault("rank=1,kind=hang,step=3").to_dict() == {"rank": 1, "kind": "hang", "step": 3}
-    for text, message in [("rank=1,kind=explode,step=3", "raise, kill, hang, oom"),
+    assert parse_fault("rank=1,kind=hang,step=3,where=optimizer").where == "optimizer"
+    for text, message in [("rank=1,kind=explode,step=3", "raise, kill, hang, oom, skip"),
                           ("rank=1,step=3", "needs rank, kind and step"),
-                          ("rank=one,kind=raise,step=3", "whole numbers")]:
+                          ("rank=one,kind=raise,step=3", "whole numbers"),
+                          ("rank=1,kind=hang,step=3,where=loss", "where must be one of data, forward, backward, "
+                                                                 "optimizer, collective; got 'loss'"),
+                          ("rank=1,kind=raise,step=3,where=data", "where= applies to kind=hang only")]:
         with pytest.raises(SpecError, match=message):
             parse_fault(text)
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=5,kind=raise,step=1",
-                    "--out", str(tmp_path / "x"))
-    assert done.returncode == 2 and "rank 5 does not exist: world size is 2" in done.stderr
+    for fault, message in [("rank=5,kind=raise,step=1", "rank 5 does not exist: world size is 2"),
+                           ("rank=1,kind=hang,step=8,where=data", "step 8 is never reached: the run has 8 steps"),
+                           ("rank=1,kind=hang,step=3,where=gpu", "fault where must be one of"),
+                           ("rank=0,kind=skip,step=3", "needs strategy ddp and --comm-hook allreduce")]:
+        extra = ["--comm-hook", "fp16_compress"] if "skip" in fault else []
+        done = ddpbench("run", "--workload", "mlp", *QUICK, *extra, "--inject-fault", fault,
+                        "--out", str(tmp_path / "x"))
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+            done.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -76,18 +86,81 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
-def test_a_hung_rank_is_found_and_every_process_ended(tmp_path):
-    started = time.monotonic()
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--pg-timeout", "8", "--inject-fault",
-                    "rank=1,kind=hang,step=4", "--out", str(tmp_path))
-    elapsed = time.monotonic() - started
+def hang_named_within(folder, record_path, hung_rank):
+    """Seconds from the hung rank's last progress (its heartbeat) to the record being written."""
+    beats = os.path.join(folder, "logs", os.listdir(os.path.join(folder, "logs"))[0], "heartbeats")
+    beat = json.load(open(os.path.join(beats, f"rank-{hung_rank}.json")))
+    return os.path.getmtime(record_path) - (beat["time"] - beat["stalled_s"])
+
+
+PG_TIMEOUT_S = 8
+
+
+# where=None hangs before the step starts (the data phase runs from the step's start until its
+# batch is ready); the others hang inside the step through hooks. The waiting rank is always in
+# backward: DDP's all-reduce runs there. A rank stuck in the optimizer of step 4 has issued step
+# 4's all-reduce, so rank 0 already waits in step 5's.
+@pytest.mark.parametrize("where, stuck_in, waits_in", [
+    (None, "data", "backward of step 4"),
+    ("data", "data", "backward of step 4"),
+    ("forward", "forward", "backward of step 4"),
+    ("backward", "backward", "backward of step 4"),
+    ("optimizer", "optimizer", "backward of step 5"),
+    ("collective", "backward", "backward of step 4"),  # DDP's communication hook runs inside backward
+])
+def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(tmp_path, where, stuck_in, waits_in):
+    fault = "rank=1,kind=hang,step=4" + (f",where={where}" if where else "")
+    done = ddpbench("run", "--workload", "mlp", *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--inject-fault", fault,
+                    "--out", str(tmp_path))
     record = only_record(tmp_path)
-    assert done.returncode == 1 and record["status"] == "timeout"
-    # torchrun blames rank 0, whose collective timed out waiting; the heartbeat points at rank 1.
-    assert record["error"]["hung_ranks"] == [1]
-    assert "rank 1 at step 3" in record["error"]["hang_evidence"]
-    assert elapsed < 8 + 60, "detected within the process-group timeout plus start-up"
+    error = record["error"]
+    assert done.returncode == 1 and record["status"] == "timeout", error["message"]
+    # torchrun blames rank 0, whose collective timed out waiting; the collective counts point at rank 1.
+    assert error["hung_ranks"] == [1] and error["hang"]["kind"] == "hung"
+    assert error["message"].startswith(f"hang: rank 1 stuck in {stuck_in} of step 4 (")
+    assert (error["hang"]["step"], error["hang"]["where"]) == (4, stuck_in)
+    assert error["hang"]["waiting"]["0"].startswith("all_reduce #") and waits_in in error["hang"]["waiting"]["0"]
+    evidence = error["hang"]["evidence"]
+    frames = evidence["top_frames"]["1"]
+    expected_frame = {"collective": "_hang_hook", "data": "_hang_fetching"}.get(where, "hang_forever")
+    assert any(expected_frame in frame for frame in frames), frames
+    assert "missing ranks: {1}" in evidence["flight_recorder_analysis"]
+    assert all(os.path.exists(path) for path in [*evidence["stacks"].values(), *evidence["flight_recorder"].values()])
+    # The goal is the timeout + 10 s (14 s measured here when idle); on this shared 2-core machine
+    # under a load of 8-10 it took 19-24 s (torchrun's teardown and the analyzer's start-up).
+    assert hang_named_within(str(tmp_path), os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0]), 1) \
+        < PG_TIMEOUT_S + 25
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(tmp_path):
+    done = ddpbench("run", "--workload", "mlp", *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--inject-fault",
+                    "rank=1,kind=skip,step=4", "--out", str(tmp_path))
+    record = only_record(tmp_path)
+    error = record["error"]
+    assert done.returncode == 1 and record["status"] == "timeout", error["message"]
+    # The tiny MLP has one gradient bucket, so every later all-reduce pairs with the others' next
+    # one and nothing hangs until rank 1 reaches the barrier after the last step with rank 0 one
+    # collective behind it, still in backward.
+    assert error["hung_ranks"] == [1] and error["hang"]["kind"] == "skipped"
+    assert error["message"].startswith("out of step: rank 1 skipped a collective: its collective #")
+    assert "is barrier (the barrier after step 7), while rank 0's is all_reduce (backward of step 7)" \
+        in error["message"]
+    assert "COLLECTIVE_TYPE_MISMATCH" in error["hang"]["evidence"]["flight_recorder_analysis"]
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_users_workload_that_blocks_in_forward_is_named(tmp_path):
+    """No injected fault: rank 1's forward blocks on a lock at its 8th call (1 FLOP count + 2
+    warm-up steps + 5 timed: step 6), as the issue's user saw."""
+    workload = f"{REPO}/tests/fixtures/blocks_in_forward.py:blocks_in_forward"
+    done = ddpbench("run", "--workload", workload, *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--out", str(tmp_path))
+    record = only_record(tmp_path)
+    error = record["error"]
+    assert done.returncode == 1 and record["status"] == "timeout", error["message"]
+    assert error["message"].startswith("hang: rank 1 stuck in forward of step 6 (")
+    assert error["hang"]["evidence"]["top_frames"]["1"][0].startswith(f"{REPO}/tests/fixtures/blocks_in_forward.py:")
+    assert error["failed_ranks"] == [0]  # torchrun's root cause: the victim
 
 
 def test_out_of_memory_is_its_own_status(tmp_path):

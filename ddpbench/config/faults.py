@@ -1,12 +1,19 @@
-"""Fault injection, a testing aid: `--inject-fault rank=R,kind=raise|kill|hang|oom,step=S`.
+"""Fault injection, a testing aid:
+`--inject-fault rank=R,kind=raise|kill|hang|oom|skip,step=S[,where=PLACE]`.
 
-The fault happens inside a real worker process of a real run, at the start of step S (counting
-warm-up steps from 0) on global rank R, so the harness's handling of crashes, kills, hangs and
-out-of-memory errors is exercised for real:
+The fault happens inside a real worker process of a real run, in step S (counting warm-up steps
+from 0) on global rank R, so the harness's handling of crashes, kills, hangs and out-of-memory
+errors is exercised for real:
 
-- raise: a RuntimeError, as a bug in a workload would;
+- raise: a RuntimeError at the start of the step, as a bug in a workload would;
 - kill:  SIGKILL to itself, as the kernel's OOM killer or a failing node would;
-- hang:  sleeps forever before the step, so the other ranks wait in that step's all-reduce;
+- hang:  sleeps forever. Without `where`, before the step starts; with `where`, inside the step,
+         through a hook registered only for this fault: `data` (fetching the batch), `forward`
+         (a forward pre-hook), `backward` (a gradient hook on the output, before any all-reduce),
+         `optimizer` (a step pre-hook), `collective` (DDP's communication hook, before it issues
+         the bucket's all-reduce);
+- skip:  the rank skips one all-reduce (its DDP communication hook returns the local gradient),
+         so its collectives fall out of step with the other ranks';
 - oom:   raises torch.OutOfMemoryError, as CUDA (or a test workload on CPU) would.
 
 Parsing needs no torch; the injection itself lives in `ddpbench.worker.faults`.
@@ -18,8 +25,10 @@ from dataclasses import asdict, dataclass
 
 from ddpbench.config.errors import SpecError
 
-FAULT_KINDS = ("raise", "kill", "hang", "oom")
-USAGE = "rank=R,kind=raise|kill|hang|oom,step=S"
+FAULT_KINDS = ("raise", "kill", "hang", "oom", "skip")
+HANG_PLACES = ("data", "forward", "backward", "optimizer", "collective")
+USAGE = f"rank=R,kind={'|'.join(FAULT_KINDS)},step=S[,where={'|'.join(HANG_PLACES)}]"
+_FIELDS = ("rank", "kind", "step", "where")
 
 
 @dataclass(frozen=True)
@@ -27,35 +36,57 @@ class Fault:
     rank: int
     kind: str
     step: int
+    where: str | None = None
+    """Where inside the step a hang happens (kind hang only); None: before the step starts."""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise SpecError(f"fault kind must be one of {', '.join(FAULT_KINDS)}; got {self.kind!r}")
         if self.rank < 0 or self.step < 0:
             raise SpecError(f"fault rank and step must be >= 0; got rank={self.rank}, step={self.step}")
+        if self.where is not None and self.kind != "hang":
+            raise SpecError(f"fault where= applies to kind=hang only; got kind={self.kind}")
+        if self.where is not None and self.where not in HANG_PLACES:
+            raise SpecError(f"fault where must be one of {', '.join(HANG_PLACES)}; got {self.where!r}")
+
+    @property
+    def uses_comm_hook(self) -> bool:
+        """Injected through DDP's communication hook: needs strategy ddp and the default all-reduce."""
+        return self.kind == "skip" or self.where == "collective"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 def parse_fault(text: str) -> Fault:
     fields = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in ("rank", "kind", "step"):
+        if not sep or key.strip() not in _FIELDS:
             raise SpecError(f"--inject-fault must look like {USAGE}; got {text!r}")
         fields[key.strip()] = value.strip()
-    if set(fields) != {"rank", "kind", "step"}:
+    if not {"rank", "kind", "step"} <= set(fields):
         raise SpecError(f"--inject-fault needs rank, kind and step ({USAGE}); got {text!r}")
     try:
         rank, step = int(fields["rank"]), int(fields["step"])
     except ValueError:
         raise SpecError(f"--inject-fault rank and step must be whole numbers ({USAGE}); got {text!r}") from None
-    return Fault(rank=rank, kind=fields["kind"], step=step)
+    return Fault(rank=rank, kind=fields["kind"], step=step, where=fields.get("where"))
 
 
-def check_fault_fits(fault: Fault, world_size: int, steps: int) -> None:
+def check_fault_fits(fault: Fault, world_size: int, steps: int, strategy: str = "ddp",
+                     comm_hook: str = "allreduce") -> None:
     if fault.rank >= world_size:
         raise SpecError(f"--inject-fault rank {fault.rank} does not exist: world size is {world_size}")
     if fault.step >= steps:
         raise SpecError(f"--inject-fault step {fault.step} is never reached: the run has {steps} steps (0..{steps - 1})")
+    if fault.uses_comm_hook and (strategy != "ddp" or comm_hook != "allreduce"):
+        raise SpecError(f"--inject-fault {fault.kind}{',where=' + fault.where if fault.where else ''} goes through "
+                        f"DDP's communication hook: it needs strategy ddp and --comm-hook allreduce; "
+                        f"got strategy {strategy}, comm hook {comm_hook}")
+
+
+def fault_applies(fault: dict, processes: int, steps: int, strategy: str) -> bool:
+    """Whether a sweep's fault can happen in one of its runs (it goes to every run it fits)."""
+    parsed = Fault(**fault)
+    return parsed.rank < processes and parsed.step < steps and (strategy == "ddp" or not parsed.uses_comm_hook)

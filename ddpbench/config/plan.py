@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddpbench.config.faults import fault_applies
 from ddpbench.config.spec import (SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, check_launchable,
                                   threads_per_process)
 from ddpbench.config.workloads import check_workload_name, short_workload_name
@@ -164,8 +165,8 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
             for nodes, per_node in layouts(options, strategy):
                 world_size = nodes * per_node
                 processes = world_size if strategy == "ddp" else 1
-                fault = options.fault if options.fault and options.fault["rank"] < processes \
-                    and options.fault["step"] < common["steps"] else None
+                fault = options.fault if options.fault and fault_applies(
+                    options.fault, processes, common["steps"], strategy) else None
                 for repeat in range(1, options.repeat + 1):
                     suffix = f"-r{repeat}" if options.repeat > 1 else ""
                     plan.append(RunSpec(

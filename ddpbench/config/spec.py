@@ -167,7 +167,8 @@ class RunSpec:
     """`local`: torchrun (or the one process) started on this node; `slurm`: started with `srun`
     inside a SLURM allocation, one torchrun agent per node, rendezvous on the step's first node."""
     fault: dict | None = None
-    """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom, "step": S}."""
+    """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom|skip, "step": S},
+    and for an in-step hang "where": data|forward|backward|optimizer|collective."""
     slowdown: float = 0.0
     """Testing aid for the gate: extra real work per timed step, as a fraction of a warm-up step."""
     scaling: str = "weak"
@@ -251,7 +252,7 @@ class RunSpec:
         if not isinstance(self.slowdown, (int, float)) or not 0 <= self.slowdown <= 1:
             raise SpecError(f"slowdown must be a fraction between 0 and 1; got {self.slowdown!r}")
         if self.fault is not None:
-            check_fault_fits(Fault(**self.fault), self.processes, self.steps)
+            check_fault_fits(Fault(**self.fault), self.processes, self.steps, self.strategy, self.ddp.comm_hook)
         if self.rdzv_port is not None and not (isinstance(self.rdzv_port, int) and 0 < self.rdzv_port < 65536):
             raise SpecError(f"rdzv_port must be a port number 1..65535; got {self.rdzv_port!r}")
         if not 0 <= self.node_rank < self.nnodes:

@@ -383,6 +383,39 @@ class Timeline(Part):
     """Measured on rank 0 over a buffer the size of all gradients."""
 
 
+class HangEvidence(Part):
+    """What a hung run left in its log folder (paths), and what was read from it."""
+
+    heartbeats: str
+    stacks: dict[str, str] = {}
+    """Global rank (as text) -> its stack dump (at the stall, else when torchrun ended it)."""
+    flight_recorder: dict[str, str] = {}
+    """Global rank (as text) -> its Flight Recorder dump."""
+    top_frames: dict[str, list[str]] | None = None
+    """Hung rank (as text) -> its main thread's innermost frames, "file:line in function"."""
+    flight_recorder_analysis: str | None = None
+    """The verdict of torch's Flight Recorder analyzer on the dumps."""
+
+
+class Hang(Part):
+    """Which rank hung or skipped a collective, where it was, and what the others waited in."""
+
+    kind: str
+    """hung (behind in collectives) or skipped (its collectives out of step with the others')."""
+    ranks: list[int]
+    step: int | None = None
+    where: str | None = None
+    """Where in the step: data, forward, backward, optimizer, barrier (after the steps)."""
+    phase: str | None = None
+    """warm-up, timed, checks, overlap phases."""
+    collectives: dict[str, int] | None = None
+    """Global rank (as text) -> collectives its process group had issued."""
+    waiting: dict[str, str] = {}
+    """Waiting rank (as text) -> the collective it waited in, and where."""
+    explanation: str = ""
+    evidence: HangEvidence | None = None
+
+
 class RunError(Part):
     """What went wrong, and the evidence for it."""
 
@@ -397,6 +430,7 @@ class RunError(Part):
     """Global rank (as text) -> the signal that ended it."""
     hung_ranks: list[int] | None = None
     hang_evidence: str | None = None
+    hang: Hang | None = None
 
 
 class Launch(Part):

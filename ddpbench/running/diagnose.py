@@ -2,7 +2,8 @@
 
 Evidence, read after the processes have ended: torchrun's per-rank error files (written by the
 worker's `@record`), torchrun's failure summary in the run's output (exit codes and signals per
-rank), the per-rank heartbeats, and whether the launcher had to end the run at its timeout.
+rank), the per-rank heartbeats and hang dumps, and whether the launcher had to end the run at
+its timeout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import os
 import re
 import signal
 
-from ddpbench.running.heartbeats import hung_ranks, read_heartbeats
+from ddpbench.running import hang_evidence
+from ddpbench.running.heartbeats import find_hang, read_heartbeats
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -114,29 +116,38 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
     output = read_output(os.path.join(log_dir, "output.log"))
     errors = error_files(os.path.join(log_dir, "ranks"), node_rank, nproc, output)
     exits = exits_by_rank(output)
-    behind, hang_reason = hung_ranks(read_heartbeats(os.path.join(log_dir, "heartbeats")))
+    beats = read_heartbeats(os.path.join(log_dir, "heartbeats"))
+    _, recorder = hang_evidence.flight_recorder_files(hang_evidence.dumps_folder(log_dir))
+    hang = find_hang(beats, hang_evidence.collectives_by_rank(recorder))
+    if hang and any(not _PEER_FAILURE.search(errors[rank]["message"]) for rank in hang["ranks"] if rank in errors):
+        hang = None  # the rank behind raised an error of its own: it failed, it did not hang
     error: dict = {"exit_code": exit_code, "output_tail": output_tail or []}
     killed = {rank: signal_name(code) for rank, code in exits.items() if code < 0 and signal_name(code) != "SIGTERM"}
     texts = [e["message"] for e in errors.values()] + [last_exception(output) or ""]
+    # NCCL's watchdog ends a rank whose collective timed out with SIGABRT: after a hang, those
+    # signals are its consequence, not its cause (a rank killed by anything else still is).
+    aborted_after_hang = bool(hang and killed) and all(name == "SIGABRT" for name in killed.values())
 
     if timed_out:
         status = "timeout"
         error["message"] = f"ended after the {timeout_s:.0f} s run timeout"
+        if hang:
+            error["message"] += f"; {'hang' if hang['kind'] == 'hung' else 'out of step'}: {hang['explanation']}"
+            describe_hang(error, hang, log_dir, beats)
     elif any(out_of_memory(t) for t in texts):
         status = "oom"
         ranks = sorted(r for r, e in errors.items() if out_of_memory(e["message"]))
         error["message"] = f"out of memory{' on rank ' + ', '.join(map(str, ranks)) if ranks else ''}: " \
                            f"{next(t for t in texts if out_of_memory(t))}"
-    elif killed:
+    elif killed and not aborted_after_hang:
         status = "failed"
         error["message"] = "; ".join(f"rank {rank} was killed by {name}" for rank, name in sorted(killed.items()))
-    elif behind and (any(_COLLECTIVE_TIMEOUT.search(t) for t in texts) or not errors):
+    elif hang and (any(_COLLECTIVE_TIMEOUT.search(t) for t in texts) or not errors or aborted_after_hang):
         # Victims fail first (their collective times out) and torchrun blames them; the rank
-        # that fell behind is the cause.
+        # that fell behind (or out of step) is the cause.
         status = "timeout"
-        error["message"] = f"hang: rank {', '.join(map(str, behind))} stopped making progress ({hang_reason})"
-        error["hung_ranks"] = behind
-        error["hang_evidence"] = hang_reason
+        error["message"] = f"{'hang' if hang['kind'] == 'hung' else 'out of step'}: {hang['explanation']}"
+        describe_hang(error, hang, log_dir, beats)
     elif errors:
         status = "failed"
         cause = root_cause(errors)
@@ -151,3 +162,10 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
     if killed:
         error["signals"] = {str(rank): name for rank, name in sorted(killed.items())}
     return status, error
+
+
+def describe_hang(error: dict, hang: dict, log_dir: str, beats: dict[int, dict]) -> None:
+    """The hang's fields in the record's error: who, where, and the evidence kept for it."""
+    error["hung_ranks"] = hang["ranks"]
+    error["hang_evidence"] = hang["explanation"]
+    error["hang"] = {**hang, "evidence": hang_evidence.collect(log_dir, beats, hang)}

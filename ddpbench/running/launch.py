@@ -27,7 +27,7 @@ import msgspec
 
 from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
-from ddpbench.running.heartbeats import HEARTBEAT_ENV, read_heartbeats
+from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, read_heartbeats
 from ddpbench.running import slurm
 from ddpbench.running.progress import RunProgress
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
@@ -180,6 +180,12 @@ def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) 
     # and `verbose` shows everything.
     if spec.device == "cpu" and not verbose and KINETO_LOG_LEVEL not in env:
         env[KINETO_LOG_LEVEL] = KINETO_QUIET_ON_CPU
+    # NCCL's own Flight Recorder dump when its watchdog times a collective out, beside ours;
+    # a user's own settings win.
+    dumps = os.path.join(os.path.dirname(os.path.abspath(heartbeat_dir)), HANG_DUMPS_FOLDER)
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(dumps, "nccl_trace_rank_"))
+    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     return env
 
 
@@ -255,7 +261,7 @@ def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
     # A rerun (resume, OOM back-off, rendezvous retry) starts from empty per-rank folders. Only
     # this node's: other nodes' logs are in their own node-<R>/ folders (see run_log_dir).
-    for stale in ("ranks", "heartbeats"):
+    for stale in ("ranks", "heartbeats", HANG_DUMPS_FOLDER):
         shutil.rmtree(os.path.join(log_dir, stale), ignore_errors=True)
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
     heartbeat_dir = os.path.join(log_dir, "heartbeats")

@@ -29,7 +29,7 @@ from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import tf32_enabled, torch_facts
-from ddpbench.worker.faults import maybe_inject
+from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import TIMELINE_PAIRS, timeline_record, timeline_phase
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
@@ -38,7 +38,7 @@ from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResul
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.config.spec import RunSpec
 from ddpbench.worker.memory import PeakMemory
-from ddpbench.worker.training import (flops_per_sample, host_synchronisation, make_precision, to_device,
+from ddpbench.worker.training import (UNTRACKED, flops_per_sample, host_synchronisation, make_precision, to_device,
                                       train_step, wrap_data_parallel, wrap_ddp)
 from ddpbench.worker.workload import build_workload
 
@@ -131,12 +131,14 @@ class Trainer:
         self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
 
         self.extra_work_units = 0  # --slowdown: real matrix products added to every timed step
+        self.progress = UNTRACKED  # the heartbeat, once main() hands it over
 
     def step_on(self, batch) -> torch.Tensor:
         inputs, targets = to_device(batch, self.device)
         if self.extra_work_units:
             extra_work(self.extra_work_units, self.device)
-        return train_step(self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets)
+        return train_step(self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets,
+                          self.progress)
 
     def calibrate_slowdown(self, fraction: float, warmup_step_s: list[float]) -> None:
         """Size the extra work to `fraction` of a warm-up step, measured here, on this device."""
@@ -175,17 +177,18 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         beat.enter("warm-up", batch_size=spec.batch_size)
         warmup_step_s = []
         for step in range(spec.warmup):
+            beat.step, beat.where = step, "data"
             if spec.fault:
                 maybe_inject(spec.fault, rank.rank, step)
             started = time.perf_counter()
             batch = next(trainer.batches)
-            beat.step = step
             trainer.step_on(batch)
             if spec.slowdown:
                 sync_device(rank.device)  # warm-up only: a wall time per step to size --slowdown's work
                 warmup_step_s.append(time.perf_counter() - started)
             bar.update()
         trainer.calibrate_slowdown(spec.slowdown, warmup_step_s[1:] or warmup_step_s)
+        beat.where = "barrier"
         window_edge(rank)
         memory.end()
         memory.start("timed")  # after the sync: the peak is the timed window's alone
@@ -194,15 +197,18 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         clock.mark()
         beat.enter("timed")
         for step in range(spec.warmup, spec.steps):
+            # Plain stores: the heartbeat thread does the reading and writing (train_step sets
+            # where = forward, backward, optimizer).
+            beat.step, beat.where = step, "data"
             if spec.fault:
                 maybe_inject(spec.fault, rank.rank, step)
             batch = next(trainer.batches)
-            beat.step = step  # a plain assignment: the heartbeat thread does the writing
             if len(replay) < spec.no_sync_replays:
                 replay.append(batch)
             loss = trainer.step_on(batch)
             clock.mark()
             bar.update()
+        beat.where = "barrier"
         window_edge(rank)
         window_s = time.perf_counter() - window_start
         window_cpu_s = time.process_time() - window_cpu_start
@@ -356,16 +362,22 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_dict(json.loads(parser.parse_args(argv).spec_json))
     started_at = utc_now()
     rank = Rank(spec)
-    beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank.rank)
+    # Evidence is dumped when nothing moved for half the process-group timeout: before the
+    # timeout tears the run down, and long enough that a slow step is not mistaken for a hang.
+    beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank.rank,
+                     stall_after_s=spec.pg_timeout_s / 2 if rank.distributed else None)
     if rank.distributed:
         # device_id binds NCCL to this rank's GPU: communicators start eagerly and barriers know
         # their device (without it every NCCL barrier warns that it guesses the device).
         device_id = rank.device if spec.backend == "nccl" else None
         dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s),
                                 device_id=device_id)
+        beat.watch_collectives(dist.distributed_c10d._get_default_group(), spec.backend)
     try:
         trainer = Trainer(spec, rank)
         spec = trainer.spec
+        trainer.progress = beat
+        install_in_step_fault(spec.fault, rank.rank, trainer, beat)
         result, shared, replay = measure(spec, rank, trainer, beat)
         results = sorted(gather_to_writer(result, rank) or [], key=lambda r: r["rank"])
         if rank.is_writer:  # only rank 0 writes files (and each rank its own trace)

@@ -121,18 +121,33 @@ def to_device(batch: Any, device: torch.device) -> tuple:
     return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
 
+class Untracked:
+    """Stands in for the heartbeat when nobody watches where a step is."""
+
+    where = None
+
+
+UNTRACKED = Untracked()
+
+
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-               precision: Precision, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """One optimisation step. Returns the loss tensor without reading it (reading would sync)."""
+               precision: Precision, inputs: torch.Tensor, targets: torch.Tensor,
+               progress: Any = UNTRACKED) -> torch.Tensor:
+    """One optimisation step. Returns the loss tensor without reading it (reading would sync).
+    `progress.where` says which part of the step runs: plain stores, for the heartbeat to read."""
+    progress.where = "forward"
     optimizer.zero_grad(set_to_none=True)
     with precision.autocast():
         loss = loss_fn(model(inputs), targets)
+    progress.where = "backward"
     if precision.scaler is not None:
         precision.scaler.scale(loss).backward()
+        progress.where = "optimizer"
         precision.scaler.step(optimizer)
         precision.scaler.update()
     else:
         loss.backward()  # under DDP, the gradient all-reduce runs bucket by bucket during this call
+        progress.where = "optimizer"
         optimizer.step()
     return loss.detach()
 
