@@ -168,7 +168,7 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
                    "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
-                   "--steps", "6", "--warmup", "2", "--threads-per-rank", "1", "--run-timeout", "180",
+                   "--steps", "7", "--warmup", "2", "--threads-per-rank", "1", "--run-timeout", "180",
                    "--run-id", "shared-run", "--out", str(tmp_path / "shared")]
         nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=cpu_environment()))
