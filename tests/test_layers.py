@@ -20,7 +20,7 @@ NO_TORCH_ANYWHERE = ("ddpbench.analysis", "ddpbench.gate", "ddpbench.report", "d
                      "ddpbench.config")
 # Packages that must not import torch when they are imported (a lazy import in a function that only
 # runs on a GPU machine is allowed: `visible_gpu_count` asks torch only when a driver is present).
-NO_TORCH_AT_IMPORT = ("ddpbench.running", "ddpbench.cli")
+NO_TORCH_AT_IMPORT = ("ddpbench.running", "ddpbench.cli", "ddpbench.commands")
 
 
 def module_name(path: str) -> str:

@@ -1,0 +1,198 @@
+"""`ddpbench gate`, `history`, `ab` and `baseline`: the regression gate's commands. No torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, on_sweep_folder, spec_from_args
+from ddpbench.config.errors import SpecError
+
+EXIT_FAIL, EXIT_UNDERPOWERED = 1, 3
+
+
+def gate_settings(args: argparse.Namespace):
+    from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold
+
+    return GateSettings(
+        max_regression=parse_threshold(args.max_regression),
+        family_alpha=parse_fraction(args.family_alpha, "--family-alpha"),
+        prior_noise=None if args.prior_noise is None else parse_fraction(args.prior_noise, "--prior-noise"))
+
+
+def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None) -> int:
+    """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
+    comparable, 3 (only with --fail-underpowered) a comparison too weak to see the threshold."""
+    from ddpbench.gate.compare import overall_verdict, underpowered
+    from ddpbench.gate.output import as_json, format_table, markdown_summary, sight_lines
+    from ddpbench.records.store import write_atomic
+
+    print(format_table(comparisons, settings))
+    for line in sight_lines(comparisons, settings):
+        print(f"sight: {line}")
+    for note in notes:
+        print(f"note: {note}")
+    result = overall_verdict(comparisons)
+    blind = underpowered(comparisons)
+    print(f"verdict: {result.upper()} ({header})" + (f"; {len(blind)} comparison(s) cannot see "
+                                                     f"{settings.max_regression:.0%}" if blind else ""))
+    if args.summary_md:
+        write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
+    if args.json:
+        write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
+    if result != "pass":
+        return EXIT_FAIL
+    return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
+
+
+def command_gate(args: argparse.Namespace) -> int:
+    from ddpbench.gate.baselines import baseline_dir
+    from ddpbench.gate.changepoints import change_points, since_last_change
+    from ddpbench.gate.compare import (GateError, comparability, compare, compare_values, env_differences, load_side,
+                                       usable)
+    from ddpbench.gate.history import HistoryError, history_dir, missing_from_history, read_history
+    from ddpbench.gate.values import MEASURE_NAMES, side_values
+
+    try:
+        settings = gate_settings(args)
+        measures = tuple(args.metrics or MEASURE_NAMES)
+        unknown = [m for m in measures if m not in MEASURE_NAMES]
+        if unknown:
+            raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
+        candidate = load_side(args.candidate)
+        ok = [r for r in candidate if r.status == "ok"]
+        folder = args.history_folder or (history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate)
+                                         else None)
+        history, method = {}, ""
+        if args.baseline == "history" or (folder and os.path.isdir(folder)):
+            series = read_history(folder) if folder else {}
+            points, method = change_points({key: s.values("throughput") for key, s in series.items()})
+            history = {key: {m: since_last_change(s.rows, points[key]) for m in MEASURE_NAMES}
+                       for key, s in series.items()}
+            history = {key: {m: [row[m] for row in rows[m] if row[m] is not None] for m in MEASURE_NAMES}
+                       for key, rows in history.items()}
+        if args.baseline == "history":
+            if not history:
+                raise GateError("--baseline history needs a history folder (--history-folder, or a sweep folder "
+                                "as --candidate so its machine class and suite name one)")
+            baseline_path, env_notes = folder, []
+            failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
+            missing, more = missing_from_history(series, candidate, args.allow_missing)
+            failures, notes = failures + missing, notes + more
+            comparisons, more = compare_values({k: {m: v for m, v in h.items() if v} for k, h in history.items()},
+                                               side_values([r for r in candidate if usable(r)]), settings, measures,
+                                               baseline_is_history=True)
+            comparisons, notes = failures + comparisons, notes + more
+            notes.append(f"baseline: the history since each series' last change point ({method})")
+        else:
+            baseline_path = baseline_dir(args.candidate) if args.baseline == "auto" else args.baseline
+            if args.baseline == "auto" and not os.path.isdir(baseline_path):
+                raise GateError(f"no stored baseline for this machine class and suite at {baseline_path}; "
+                                f"save one with: ddpbench baseline save SWEEP_DIR")
+            baseline = load_side(baseline_path)
+            env_notes = env_differences(baseline, candidate)
+            if env_notes and not args.allow_env_mismatch:
+                raise GateError("baseline and candidate ran on different machines or software ("
+                                + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
+            comparisons, notes = compare(baseline, candidate, settings, measures, history or None,
+                                         args.allow_failed_runs, args.allow_missing)
+            if history:
+                notes.append(f"noise also from the history in {folder} since its last change points ({method})")
+            notes = env_notes + notes if args.allow_env_mismatch else notes
+    except (GateError, HistoryError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    return gate_exit(comparisons, settings, notes, env_notes, args,
+                     f"baseline {baseline_path}, candidate {args.candidate}")
+
+
+def command_history_add(args: argparse.Namespace) -> int:
+    from ddpbench.gate.history import HistoryError, add_sweep
+
+    try:
+        folder, notes = add_sweep(args.sweep_dir, args.history)
+    except HistoryError as exc:
+        raise SpecError(str(exc)) from None
+    for note in notes:
+        print(f"note: {note}")
+    print(f"history updated: {folder}")
+    return 0
+
+
+def command_history_changes(args: argparse.Namespace) -> int:
+    from ddpbench.gate.changepoints import MIN_POINTS, change_points
+    from ddpbench.gate.history import HistoryError, read_history, read_series
+
+    try:
+        found = {}
+        for path in args.paths:
+            found.update({s.path: s for s in read_history(path).values()} if os.path.isdir(path)
+                         else {path: read_series(path)})
+    except HistoryError as exc:
+        raise SpecError(str(exc)) from None
+    short = [f"{path} ({len(s.rows)} points)" for path, s in found.items() if len(s.rows) < MIN_POINTS]
+    if short:
+        raise SpecError(f"too short for change points (at least {MIN_POINTS} points): {', '.join(short)}")
+    points, method = change_points({path: s.values("throughput") for path, s in found.items()})
+    print(f"change points by {method}")
+    for path, series in found.items():
+        marks = ", ".join(f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})"
+                          for i in points[path]) or "none"
+        print(f"{series.configuration}: {len(series.rows)} runs; change points: {marks}")
+    return 0
+
+
+def command_ab(args: argparse.Namespace) -> int:
+    from ddpbench.gate.ab import check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
+    from ddpbench.gate.compare import GateError
+    from ddpbench.running.launch import resolve
+
+    run_args = args.run_args
+    try:
+        settings = gate_settings(args)
+        validate_rounds(args.rounds)
+        if any(a.split("=")[0] in ("--out", "--run-id") for a in run_args):
+            raise GateError("ab sets --out and --run-id itself; use ab's --out")
+        run_parser = OneLineErrorParser(prog="ddpbench ab -- (run options)")
+        add_run_arguments(run_parser)
+        resolve(spec_from_args(run_parser.parse_args(run_args)))
+        sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
+        versions = [check_imports(side) for side in sides]
+    except (GateError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    out_dir = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
+          file=sys.stderr)
+    rounds = run_ab(sides[0], sides[1], run_args, args.rounds, out_dir,
+                    progress=lambda line: print(line, file=sys.stderr))
+    comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
+    if not comparisons:
+        raise SpecError("; ".join(notes) or "no round produced records to compare")
+    return gate_exit(comparisons, settings, notes, [], args, f"A {args.a}, B {args.b}, {args.rounds} rounds",
+                     {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]},
+                      "out": out_dir})
+
+
+def command_baseline_save(args: argparse.Namespace) -> int:
+    from ddpbench.gate.baselines import save_baseline
+
+    saved = on_sweep_folder(args.sweep_dir, lambda: save_baseline(args.sweep_dir, args.baselines))
+    print(f"baseline saved: {saved}")
+    return 0
+
+
+def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
+    add("--family-alpha", default="1%", help="false-alarm rate of the whole comparison (default 1%%)")
+    add("--prior-noise", default=None,
+        help="run-to-run spread to assume where neither repeats nor history measure it (default 15%% on CPU, "
+             "3%% on GPUs)")
+    add("--allow-failed-runs", action="store_true",
+        help="leave out candidate runs that failed or failed a correctness check instead of failing")
+    add("--fail-underpowered", action="store_true",
+        help="exit 3 when a comparison is too weak to see a slowdown of --max-regression")
+    add("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
+    add("--json", default=None, help="write the verdicts as JSON")
