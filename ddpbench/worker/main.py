@@ -189,13 +189,15 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             bar.update()
         trainer.calibrate_slowdown(spec.slowdown, warmup_step_s[1:] or warmup_step_s)
         beat.where = "barrier"
-        window_edge(rank)
+        sync_device(rank.device)  # warm-up's GPU work is done: the timed peak starts clean
         memory.end()
-        memory.start("timed")  # after the sync: the peak is the timed window's alone
+        memory.start("timed")
+        beat.enter("timed")  # writes its file now, not inside the first timed step
+        # Nothing between this barrier and the first mark: the ranks' windows start together.
+        window_edge(rank)
         window_start = time.perf_counter()
         window_cpu_start = time.process_time()
         clock.mark()
-        beat.enter("timed")
         for step in range(spec.warmup, spec.steps):
             # Plain stores: the heartbeat thread does the reading and writing (train_step sets
             # where = forward, backward, optimizer).
