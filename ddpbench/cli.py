@@ -358,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     comm.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo")
     comm.add_argument("--nproc", type=positive_int, default=None, help="processes, one per device (default: every GPU, or 2)")
     comm.add_argument("--collectives", type=comma_list, default=("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
+    comm.add_argument("--dtypes", type=comma_list, default=("float32",),
+                      help="element types, comma-separated: float32 (default), float16, bfloat16 (what "
+                           "fp16_compress/bf16_compress all-reduce; project uses them when the profile has them)")
     comm.add_argument("--min-bytes", default="8", help="smallest message (8, 64K, 1M; default 8)")
     comm.add_argument("--max-bytes", default=None, help="largest message, doubling from the smallest "
                                                          "(default 256M on GPUs, 64M on CPU)")

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+DTYPES = ("float32", "float16", "bfloat16")
+"""Element types `ddpbench comm` can measure: float32, and the halves DDP's compression hooks send."""
 BUS_FACTORS = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
@@ -84,7 +86,7 @@ def percentile(values, q: float) -> float:
 
 @dataclass(frozen=True)
 class Fit:
-    """t = alpha_s + beta_s_per_byte * bytes for one collective at one world size."""
+    """t = alpha_s + beta_s_per_byte * bytes for one collective, element type and world size."""
 
     collective: str
     world_size: int
@@ -95,17 +97,19 @@ class Fit:
     points: int
     min_bytes: int
     max_bytes: int
+    dtype: str = "float32"
 
     def seconds(self, size_bytes: float) -> float:
         return self.alpha_s + self.beta_s_per_byte * size_bytes
 
 
-def fit_alpha_beta(collective: str, world_size: int, sizes_bytes, times_s) -> Fit:
+def fit_alpha_beta(collective: str, world_size: int, sizes_bytes, times_s, dtype: str = "float32") -> Fit:
     """Least squares on relative error (each row divided by its time), so 8 B and 256 MiB count
     alike; a plain fit would ignore every size but the largest few. Both terms kept >= 0."""
     sizes, times = np.asarray(sizes_bytes, dtype=float), np.asarray(times_s, dtype=float)
     if len(sizes) < 2:
-        raise ProfileError(f"{collective} at world size {world_size}: need at least 2 sizes to fit, got {len(sizes)}")
+        raise ProfileError(f"{collective} ({dtype}) at world size {world_size}: need at least 2 sizes to fit, "
+                           f"got {len(sizes)}")
     design = np.column_stack([1.0 / times, sizes / times])
     (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
     if alpha < 0 or beta < 0:  # refit the other term alone (a negative latency or bandwidth means nothing)
@@ -113,22 +117,25 @@ def fit_alpha_beta(collective: str, world_size: int, sizes_bytes, times_s) -> Fi
             (float(np.sum(1 / times) / np.sum((1 / times) ** 2)), 0.0)
     relative = (alpha + beta * sizes) / times - 1.0
     return Fit(collective, int(world_size), float(alpha), float(beta), percentile(np.abs(relative), 90),
-               len(sizes), int(sizes.min()), int(sizes.max()))
+               len(sizes), int(sizes.min()), int(sizes.max()), dtype)
 
 
 def profile_from_results(results: dict, name: str) -> dict:
-    """A profile from `ddpbench comm` results: one fit per collective (this run's world size), and
-    the fabric model from the all_reduce fit (latency = alpha, busbw = bus factor / beta)."""
+    """A profile from `ddpbench comm` results: one fit per collective and element type (this run's
+    world size), and the fabric model from the float32 all_reduce fit (latency = alpha, busbw = bus
+    factor / beta)."""
     world = int(results["world_size"])
     fits = []
     for collective in COLLECTIVES:
-        rows = [r for r in results["results"] if r["collective"] == collective]
-        if len(rows) >= 2:
-            fit = fit_alpha_beta(collective, world, [r["bytes"] for r in rows], [r["p50_s"] for r in rows])
-            # The measured medians too: inside the measured range a prediction interpolates them,
-            # since caches make real curves bend where a straight alpha-beta line cannot.
-            fits.append({**fit.__dict__, "measured": [[r["bytes"], r["p50_s"]] for r in rows]})
-    reduce_fit = next((f for f in fits if f["collective"] == "all_reduce"), None)
+        for dtype in DTYPES:
+            rows = [r for r in results["results"]
+                    if r["collective"] == collective and r.get("dtype", "float32") == dtype]
+            if len(rows) >= 2:
+                fit = fit_alpha_beta(collective, world, [r["bytes"] for r in rows], [r["p50_s"] for r in rows], dtype)
+                # The measured medians too: inside the measured range a prediction interpolates them,
+                # since caches make real curves bend where a straight alpha-beta line cannot.
+                fits.append({**fit.__dict__, "measured": [[r["bytes"], r["p50_s"]] for r in rows]})
+    reduce_fit = next((f for f in fits if f["collective"] == "all_reduce" and f["dtype"] == "float32"), None)
     fabric = None
     if reduce_fit and reduce_fit["beta_s_per_byte"] > 0 and world > 1:
         busbw = BUS_FACTORS["all_reduce"](world) / reduce_fit["beta_s_per_byte"]
@@ -187,28 +194,42 @@ class Prediction:
     low_s: float
     high_s: float
     basis: str
-    """'fit' (measured at this world size) or 'fabric' (the fabric model)."""
+    """'measured' (interpolated between measured sizes), 'fit' (the alpha-beta line at this world
+    size) or 'fabric' (the fabric model); with ', float32 rate' when the element type asked for
+    was not measured and float32's time for the same bytes stands in."""
+
+
+def _fit_for(profile: dict, collective: str, world_size: int, dtype: str) -> tuple[dict | None, bool]:
+    """The fit of this collective and world size in `dtype`, else in float32 (and whether it is
+    a stand-in). Older profiles have no dtype: their fits are float32."""
+    fits = [f for f in profile.get("fits", []) if f["collective"] == collective and int(f["world_size"]) == world_size]
+    exact = next((f for f in fits if f.get("dtype", "float32") == dtype), None)
+    if exact is not None:
+        return exact, False
+    return next((f for f in fits if f.get("dtype", "float32") == "float32"), None), dtype != "float32"
 
 
 def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
-            bandwidth_scale: float = 1.0) -> Prediction:
-    """Time of one collective. `bandwidth_scale` k divides the bandwidth term (k=2: twice the bandwidth)."""
+            bandwidth_scale: float = 1.0, dtype: str = "float32") -> Prediction:
+    """Time of one collective of `size_bytes` bytes of `dtype`. `bandwidth_scale` k divides the
+    bandwidth term (k=2: twice the bandwidth)."""
     if world_size < 1:
         raise ProfileError(f"world size must be >= 1; got {world_size}")
     if world_size == 1:
         return Prediction(0.0, 0.0, 0.0, "single device")
-    for fit in profile.get("fits", []):
-        if fit["collective"] == collective and int(fit["world_size"]) == world_size:
-            band = fit["band"]
-            measured = sorted(fit.get("measured") or [])
-            if len(measured) >= 2 and measured[0][0] <= size_bytes <= measured[-1][0]:
-                seconds = float(np.exp(np.interp(np.log(size_bytes), np.log([m[0] for m in measured]),
-                                                 np.log([m[1] for m in measured]))))
-                # k times the bandwidth divides what is above the fitted latency.
-                seconds = fit["alpha_s"] + max(0.0, seconds - fit["alpha_s"]) / bandwidth_scale
-                return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured")
-            seconds = fit["alpha_s"] + fit["beta_s_per_byte"] * size_bytes / bandwidth_scale
-            return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fit")
+    fit, stand_in = _fit_for(profile, collective, world_size, dtype)
+    rate = ", float32 rate" if stand_in else ""
+    if fit is not None:
+        band = fit["band"]
+        measured = sorted(fit.get("measured") or [])
+        if len(measured) >= 2 and measured[0][0] <= size_bytes <= measured[-1][0]:
+            seconds = float(np.exp(np.interp(np.log(size_bytes), np.log([m[0] for m in measured]),
+                                             np.log([m[1] for m in measured]))))
+            # k times the bandwidth divides what is above the fitted latency.
+            seconds = fit["alpha_s"] + max(0.0, seconds - fit["alpha_s"]) / bandwidth_scale
+            return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured" + rate)
+        seconds = fit["alpha_s"] + fit["beta_s_per_byte"] * size_bytes / bandwidth_scale
+        return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fit" + rate)
     fabric = profile.get("fabric")
     if not fabric:
         measured = sorted({int(f["world_size"]) for f in profile.get("fits", []) if f["collective"] == collective})
@@ -220,28 +241,51 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
     latency = fabric["intra_latency_s"] + (2 * math.log2(nodes) * fabric["inter_latency_s"] if nodes > 1 else 0.0)
     seconds = latency + BUS_FACTORS[collective](world_size) * size_bytes / (busbw * bandwidth_scale)
     band = profile.get("uncertainty", PRESET_UNCERTAINTY)
-    return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fabric")
+    basis = "fabric"
+    if dtype != "float32":
+        # The fabric model is float32's. Where the profile measured this element type beside
+        # float32 at some world size, their ratio for these bytes carries over (gloo's half sums
+        # cost the same extra at any world size); else float32's time stands in.
+        ratio = _dtype_ratio(profile, collective, size_bytes, dtype)
+        seconds, basis = (seconds * ratio, f"fabric, {dtype}/float32 as measured") if ratio else \
+            (seconds, "fabric, float32 rate")
+    return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), basis)
+
+
+def _dtype_ratio(profile: dict, collective: str, size_bytes: float, dtype: str) -> float | None:
+    """Time in `dtype` over time in float32 for the same bytes, at a world size both were measured."""
+    for fit in profile.get("fits", []):
+        if fit["collective"] == collective and fit.get("dtype", "float32") == dtype:
+            world = int(fit["world_size"])
+            base, stand_in = _fit_for(profile, collective, world, "float32")
+            if base is not None and not stand_in:
+                half = predict(profile, collective, world, size_bytes, dtype=dtype).seconds
+                full = predict(profile, collective, world, size_bytes).seconds
+                return half / full if full > 0 else None
+    return None
 
 
 def format_results_table(results: dict, profile: dict | None = None) -> str:
-    """nccl-tests-like table: size, count, time p50/p90, algbw, busbw, and the fit's prediction."""
+    """nccl-tests-like table: size, count, type, time p50/p90, algbw, busbw, and the fit's prediction."""
     lines = [f"# {results['backend']} on {results['world_size']} x {results['device']}"
              f"  (time = slowest rank, one call after a barrier; GB/s = 1e9 B/s)",
-             f"{'collective':>14} {'size (B)':>12} {'count':>10} {'iters':>6} {'p50 (us)':>11} {'p90 (us)':>11} "
-             f"{'algbw GB/s':>11} {'busbw GB/s':>11} {'fit (us)':>10}"]
+             f"{'collective':>14} {'size (B)':>12} {'count':>10} {'type':>8} {'iters':>6} {'p50 (us)':>11} "
+             f"{'p90 (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'fit (us)':>10}"]
     for row in results["results"]:
         fitted = ""
+        dtype = row.get("dtype", "float32")
         if profile is not None:
-            fit = next((f for f in profile["fits"] if f["collective"] == row["collective"]), None)
+            fit = next((f for f in profile["fits"]
+                        if f["collective"] == row["collective"] and f.get("dtype", "float32") == dtype), None)
             if fit:
                 fitted = f"{(fit['alpha_s'] + fit['beta_s_per_byte'] * row['bytes']) * 1e6:10.1f}"
-        lines.append(f"{row['collective']:>14} {row['bytes']:>12} {row['elements']:>10} {row['iterations']:>6} "
+        lines.append(f"{row['collective']:>14} {row['bytes']:>12} {row['elements']:>10} {dtype:>8} {row['iterations']:>6} "
                      f"{row['p50_s'] * 1e6:11.1f} {row['p90_s'] * 1e6:11.1f} "
                      f"{row['algbw_bytes_per_s'] / GB:11.3f} {row['busbw_bytes_per_s'] / GB:11.3f} {fitted:>10}")
     if profile is not None:
         for fit in profile["fits"]:
             busbw = BUS_FACTORS[fit["collective"]](fit["world_size"]) / fit["beta_s_per_byte"] if fit["beta_s_per_byte"] else float("inf")
-            lines.append(f"fit {fit['collective']:>14} N={fit['world_size']}: alpha {fit['alpha_s'] * 1e6:.1f} us, "
+            lines.append(f"fit {fit['collective']:>14} {fit.get('dtype', 'float32'):>8} N={fit['world_size']}: alpha {fit['alpha_s'] * 1e6:.1f} us, "
                          f"beta {fit['beta_s_per_byte'] * 1e9:.4f} ns/B (busbw {busbw / GB:.3f} GB/s), "
                          f"90 % of sizes within {fit['band']:.1%}")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ def command_comm(args: argparse.Namespace) -> int:
     device = "cuda" if backend == "nccl" else "cpu"
     options = CommOptions(
         nproc=args.nproc or (gpus if backend == "nccl" else 2), backend=backend, collectives=args.collectives,
+        dtypes=args.dtypes,
         min_bytes=parse_bytes(args.min_bytes),
         max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
         warmup=args.warmup, min_iters=args.min_iters, max_iters=args.max_iters,

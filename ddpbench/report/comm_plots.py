@@ -10,16 +10,18 @@ from ddpbench.report.plots import PALETTE, png_bytes
 
 
 def bandwidth_figure(results: dict, profile: dict | None = None) -> plt.Figure:
-    """Bus bandwidth against message size, one line per collective, with the alpha-beta fit dashed."""
+    """Bus bandwidth against message size, one line per collective and element type, with the
+    alpha-beta fit dashed."""
     figure, axis = plt.subplots(figsize=(6.4, 3.8))
     world = results["world_size"]
-    collectives = list(dict.fromkeys(r["collective"] for r in results["results"]))
-    for colour, collective in zip(PALETTE, collectives):
-        rows = [r for r in results["results"] if r["collective"] == collective]
+    lines = list(dict.fromkeys((r["collective"], r.get("dtype", "float32")) for r in results["results"]))
+    for colour, (collective, dtype) in zip(PALETTE * 4, lines):
+        rows = [r for r in results["results"] if (r["collective"], r.get("dtype", "float32")) == (collective, dtype)]
         sizes = [r["bytes"] for r in rows]
         axis.plot(sizes, [r["busbw_bytes_per_s"] / GB for r in rows], marker="o", markersize=3, color=colour,
-                  label=collective.replace("_", " "))
-        fit = next((f for f in (profile or {}).get("fits", []) if f["collective"] == collective), None)
+                  label=collective.replace("_", " ") + ("" if dtype == "float32" else f" {dtype}"))
+        fit = next((f for f in (profile or {}).get("fits", [])
+                    if f["collective"] == collective and f.get("dtype", "float32") == dtype), None)
         if fit:
             fitted = [s / (fit["alpha_s"] + fit["beta_s_per_byte"] * s) * BUS_FACTORS[collective](world) / GB
                       for s in sizes]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from ddpbench.analysis.network import COLLECTIVES, format_results_table, profile_from_results
+from ddpbench.analysis.network import COLLECTIVES, DTYPES, format_results_table, profile_from_results
 from ddpbench.config.errors import SpecError
 from ddpbench.records.store import write_atomic
 from ddpbench.running.environment import usable_cores, visible_gpu_count
@@ -47,6 +47,8 @@ class CommOptions:
     backend: str
     """gloo (CPU) or nccl (GPUs)."""
     collectives: tuple[str, ...] = COLLECTIVES
+    dtypes: tuple[str, ...] = ("float32",)
+    """Element types; float16/bfloat16 are what the compression hooks all-reduce."""
     min_bytes: int = 8
     max_bytes: int = 64 * MIB
     warmup: int = 5
@@ -63,6 +65,9 @@ class CommOptions:
         unknown = [c for c in self.collectives if c not in COLLECTIVES]
         if unknown:
             raise SpecError(f"unknown collective {unknown[0]!r}; choose from {', '.join(COLLECTIVES)}")
+        unknown = [d for d in self.dtypes if d not in DTYPES]
+        if unknown or not self.dtypes:
+            raise SpecError(f"unknown element type {(unknown or [''])[0]!r}; choose from {', '.join(DTYPES)}")
         if self.backend not in ("gloo", "nccl"):
             raise SpecError(f"backend must be gloo or nccl; got {self.backend!r}")
         if self.nproc < 2:
@@ -85,6 +90,7 @@ def run_comm(options: CommOptions) -> tuple[dict, dict, str]:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={options.nproc}",
                "--max-restarts=0", "-m", "ddpbench.worker.comm_bench", "--out", results_path,
                "--backend", options.backend, "--collectives", ",".join(options.collectives),
+               "--dtypes", ",".join(options.dtypes),
                "--min-bytes", str(options.min_bytes), "--max-bytes", str(options.max_bytes),
                "--warmup", str(options.warmup), "--min-iters", str(options.min_iters),
                "--max-iters", str(options.max_iters), "--seconds-per-size", str(options.seconds_per_size),

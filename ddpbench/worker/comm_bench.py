@@ -4,7 +4,10 @@ device: `python -m ddpbench.worker.comm_bench --out FILE ...`.
 It follows nccl-tests' conventions so the numbers compare with theirs:
 - a message size S is the whole buffer: the all_reduce/broadcast tensor, the all_gather output,
   the reduce_scatter input (so rs/ag move S/N per rank); sizes double from --min-bytes to
-  --max-bytes, rounded to whole float32 elements that split evenly over the ranks;
+  --max-bytes, rounded to whole elements that split evenly over the ranks;
+- float32 by default; --dtypes adds float16/bfloat16, what DDP's compression hooks all-reduce
+  (on CPU gloo sums half precision far slower per byte than float32, so half the bytes is not
+  half the time there);
 - algorithm bandwidth algbw = S / t; bus bandwidth busbw = algbw * factor, with factor
   2(N-1)/N for all_reduce, (N-1)/N for reduce_scatter and all_gather, 1 for broadcast.
 
@@ -33,7 +36,7 @@ from ddpbench.records.store import write_atomic
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import torch_facts
 
-ELEMENT_BYTES = 4  # float32, as nccl-tests' default
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def sizes_to_test(min_bytes: int, max_bytes: int) -> list[int]:
@@ -44,12 +47,13 @@ def sizes_to_test(min_bytes: int, max_bytes: int) -> list[int]:
     return sizes
 
 
-def buffers(collective: str, size_bytes: int, world: int, device: torch.device):
+def buffers(collective: str, size_bytes: int, world: int, device: torch.device, dtype: torch.dtype):
     """Input and output tensors for one call, and the message size they really hold."""
-    elements = max(world, size_bytes // ELEMENT_BYTES // world * world)  # splits evenly over the ranks
-    whole = torch.ones(elements, dtype=torch.float32, device=device)
-    part = torch.ones(elements // world, dtype=torch.float32, device=device)
-    return whole, part, elements * ELEMENT_BYTES
+    element_bytes = torch.empty((), dtype=dtype).element_size()
+    elements = max(world, size_bytes // element_bytes // world * world)  # splits evenly over the ranks
+    whole = torch.ones(elements, dtype=dtype, device=device)
+    part = torch.ones(elements // world, dtype=dtype, device=device)
+    return whole, part, elements * element_bytes, element_bytes
 
 
 def call(collective: str, whole: torch.Tensor, part: torch.Tensor) -> None:
@@ -90,8 +94,8 @@ def slowest_rank(values: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
-def measure_size(collective: str, size_bytes: int, world: int, device: torch.device, args) -> dict:
-    whole, part, real_bytes = buffers(collective, size_bytes, world, device)
+def measure_size(collective: str, dtype: str, size_bytes: int, world: int, device: torch.device, args) -> dict:
+    whole, part, real_bytes, element_bytes = buffers(collective, size_bytes, world, device, DTYPES[dtype])
     warm = [timed_call(collective, whole, part, device) for _ in range(args.warmup)]
     # Every rank must make the same number of calls: agree on the slowest rank's warm-up estimate.
     per_call_s = max(slowest_rank([statistics.median(warm[1:] or warm)], device)[0], 1e-7)
@@ -99,7 +103,7 @@ def measure_size(collective: str, size_bytes: int, world: int, device: torch.dev
     times_s = slowest_rank([timed_call(collective, whole, part, device) for _ in range(iterations)], device)
     p50 = percentile(times_s, 50)
     algbw = real_bytes / p50
-    return {"collective": collective, "bytes": real_bytes, "elements": real_bytes // ELEMENT_BYTES,
+    return {"collective": collective, "dtype": dtype, "bytes": real_bytes, "elements": real_bytes // element_bytes,
             "iterations": iterations, "p50_s": p50, "p90_s": percentile(times_s, 90),
             "mean_s": statistics.fmean(times_s), "min_s": min(times_s),
             "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUS_FACTORS[collective](world)}
@@ -110,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON file rank 0 writes the results to")
     parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--max-bytes", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=5)
@@ -131,14 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for collective in args.collectives.split(","):
-            for size in sizes_to_test(args.min_bytes, args.max_bytes):
-                row = measure_size(collective, size, world, device, args)
-                results.append(row)
-                if rank == 0:
-                    print(f"{collective:>14} {row['bytes']:>12} B  p50 {row['p50_s'] * 1e6:12.1f} us  "
-                          f"busbw {row['busbw_bytes_per_s'] / 1e9:8.3f} GB/s", file=sys.stderr, flush=True)
-                if rank == 0:  # written after every size: a run cut short keeps what it measured
-                    write_atomic(args.out, json.dumps(_document(args, world, device, started, results), indent=1))
+            for dtype in args.dtypes.split(","):
+                for size in sizes_to_test(args.min_bytes, args.max_bytes):
+                    row = measure_size(collective, dtype, size, world, device, args)
+                    results.append(row)
+                    if rank == 0:
+                        print(f"{collective:>14} {dtype:>8} {row['bytes']:>12} B  p50 {row['p50_s'] * 1e6:12.1f} us  "
+                              f"busbw {row['busbw_bytes_per_s'] / 1e9:8.3f} GB/s", file=sys.stderr, flush=True)
+                    if rank == 0:  # written after every size: a run cut short keeps what it measured
+                        write_atomic(args.out, json.dumps(_document(args, world, device, started, results), indent=1))
     finally:
         dist.destroy_process_group()
     return 0
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _document(args, world: int, device: torch.device, started: float, results: list[dict]) -> dict:
     return {"kind": "ddpbench-comm-results", "backend": args.backend, "world_size": world,
-            "device": device.type, "threads_per_rank": args.threads, "element_dtype": "float32",
+            "device": device.type, "threads_per_rank": args.threads, "dtypes": args.dtypes.split(","),
             "started_unix_s": started, "wall_s": time.time() - started,
             "env": {**host_facts(), **torch_facts()}, "results": results}
 
