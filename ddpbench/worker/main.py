@@ -228,6 +228,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "threads": torch.get_num_threads(),
         "step_times_s": clock.step_times_s(),
         "window_cpu_s": window_cpu_s,
+        "window_s": window_s,
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
@@ -291,7 +292,10 @@ def gather_to_writer(result: dict, rank: Rank) -> list[dict]:
 
 def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: str) -> Record:
     step_times = [r["step_times_s"] for r in results]
-    metrics = run_metrics(step_times, shared["window_s"], spec.batch_size, spec.world_size,
+    # The job's window is the longest rank's own: ranks leave the opening barrier a fraction of a
+    # millisecond apart, so only each rank's own window is sure to hold all of its timed steps.
+    window_s = max([r.get("window_s") or 0.0 for r in results] + [shared["window_s"]])
+    metrics = run_metrics(step_times, window_s, spec.batch_size, spec.world_size,
                           shared["units_per_sample"])
     metrics.update({key: shared[key] for key in ("sample_unit", "units_per_sample", "flops_per_sample")})
     metrics["final_loss"] = results[0]["final_loss"]
