@@ -26,6 +26,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -315,6 +316,34 @@ class Checker:
             return message
         return check
 
+    def contention_projection(self, figures: dict) -> str:
+        """The resnet50 DDP run's contention probe on the GPU (CUDA events on a side stream), and
+        `ddpbench project` from that run to 8 GPUs on a preset."""
+        record = self.records.get("resnet50-ddp")
+        if not record or not record.get("timeline"):
+            raise CheckFailed("the resnet50 ddp run has no gradient timeline")
+        probe = record["timeline"]["by_rank"][0].get("contention") or {}
+        figures["probe"] = probe
+        problems = []
+        for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):
+            values = probe.get(name) or []
+            if len(values) != 5 or not all(value > 0 for value in values):
+                problems.append(f"{name}: {values}")
+        if not problems and statistics.median(probe["backward_with_comm_s"]) < 0.8 * statistics.median(
+                probe["backward_alone_s"]):
+            problems.append("backward with a concurrent all-reduce was faster than alone by over 20 %")
+        code, output = self.ddpbench("project", self.record_path("resnet50-ddp"),
+                                     "--world", "8", "--profile", "h200-nvswitch", timeout_s=60)
+        figures["project"] = tail(output, 12)
+        if code != 0 or "contention" not in output:
+            problems.append(f"project exited {code}: {tail(output)}")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        return tail(output, 3)
+
+    def record_path(self, key: str) -> str:
+        return os.path.join(self.out_dir, "runs", key, "runs", f"{key}.json")
+
     def trace_analyze(self, figures: dict) -> str:
         record = self.records.get("resnet50-ddp")
         if not record or not (record.get("overlap") or {}).get("trace"):
@@ -468,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         ("resnet50 bf16 ddp (nccl)", 45, checker.resnet("ddp")),
         ("resnet50 bf16 dp", 40, checker.resnet("dp")),
         ("trace analyze (own nccl trace)", 5, checker.trace_analyze),
+        ("contention probe and project (nccl)", 10, checker.contention_projection),
         ("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
         ("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
         ("sweep --gpus 1, table, report", 90, checker.sweep),

@@ -1,13 +1,17 @@
 """Is `ddpbench project` right? Check it against real runs on this machine.
 
-1. `ddpbench comm` fits the gloo all_reduce profile (2 processes).
-2. For each workload, real 2-rank DDP runs: the default (bucket cap 25 MB, plain all-reduce) twice,
-   and once each with bucket cap 1, 5 and 100 MB, fp16_compress and bf16_compress.
-3. (a) replay: the first default run projected as itself, against its own median iteration time,
-       next to the run-to-run spread of the two default runs;
-   (b) what-ifs: the first default run projected with each knob, against the real run with it;
+1. `ddpbench comm` fits the gloo all_reduce profile (2 processes; float32, and the float16 and
+   bfloat16 that the compression hooks send).
+2. For each workload, real 2-rank DDP runs in --rounds rounds (every round runs every case once,
+   so a drift of the shared machine hits every case alike): the default (bucket cap 25 MB, plain
+   all-reduce), and bucket cap 1, 5 and 100 MB, fp16_compress and bf16_compress.
+3. (a) replay: every default run projected as itself, against its own median iteration time,
+       next to the spread of the default runs ((max - min) / median);
+   (b) what-ifs: the median over the default runs of the projection with each knob, against the
+       median over the runs with that knob;
    (c) the profile's all_reduce time for each bucket against the trace's (min over ranks per
-       bucket, median over profiled steps), in every run.
+       bucket, median over profiled steps), in every run; and the replay's, which adds the
+       contention with backward.
 
 Every measurement command is wrapped in `flock /tmp/ddpbench-bench.lock` so it never runs side by
 side with another benchmark on the shared machine. Prints Markdown tables and writes
@@ -35,7 +39,7 @@ from ddpbench.analysis.trace_comm import profile_vs_trace  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 LOCK = ["flock", "/tmp/ddpbench-bench.lock"]
-KNOBS = {"base-1": [], "base-2": [], "cap1": ["--bucket-cap-mb", "1"], "cap5": ["--bucket-cap-mb", "5"],
+KNOBS = {"base": [], "cap1": ["--bucket-cap-mb", "1"], "cap5": ["--bucket-cap-mb", "5"],
          "cap100": ["--bucket-cap-mb", "100"], "fp16": ["--comm-hook", "fp16_compress"],
          "bf16": ["--comm-hook", "bf16_compress"]}
 
@@ -50,17 +54,19 @@ def ddpbench(*args: str) -> None:
         print(result.stdout[-2000:], file=sys.stderr)
 
 
-def measure(out: str, workloads: list[str], steps: int, warmup: int, max_bytes: str) -> None:
+def measure(out: str, workloads: list[str], steps: int, warmup: int, max_bytes: str, rounds: int) -> None:
     if not os.path.exists(os.path.join(out, "comm", "profile.json")):
-        ddpbench("comm", "--collectives", "all_reduce", "--max-bytes", max_bytes, "--seconds-per-size", "0.3",
+        ddpbench("comm", "--collectives", "all_reduce", "--dtypes", "float32,float16,bfloat16",
+                 "--max-bytes", max_bytes, "--seconds-per-size", "0.3",
                  "--out", os.path.join(out, "comm"))
-    for workload in workloads:
-        for name, knob in KNOBS.items():
-            run_id = f"{workload}-{name}"
-            if os.path.exists(os.path.join(out, "runs", f"{run_id}.json")):
-                continue
-            ddpbench("run", "--workload", workload, "--nproc", "2", "--device", "cpu", "--steps", str(steps),
-                     "--warmup", str(warmup), "--out", out, "--run-id", run_id, *knob)
+    for round_number in range(1, rounds + 1):
+        for workload in workloads:
+            for name, knob in KNOBS.items():
+                run_id = f"{workload}-{name}-r{round_number}"
+                if os.path.exists(os.path.join(out, "runs", f"{run_id}.json")):
+                    continue
+                ddpbench("run", "--workload", workload, "--nproc", "2", "--device", "cpu", "--steps", str(steps),
+                         "--warmup", str(warmup), "--out", out, "--run-id", run_id, *knob)
 
 
 def pct(value: float | None) -> str:
@@ -72,15 +78,17 @@ def analyse(out: str) -> dict:
     records = [record for _, record in read_records(out)[0] if record.status == "ok"]
     cases = validation_cases(records, profile)
     print("\n### (a) replay of the measured run, (b) what-ifs against real runs\n")
-    print("| workload | case | projected ms | measured ms | error | run-to-run spread | target's timeline-phase step ms |")
+    print("| workload | case | runs measured | projected ms | measured ms | error | spread of the default runs |")
     print("|---|---|---|---|---|---|---|")
     for case in cases:
-        print(f"| {case['workload']} | {case['case']} | {case['projected_s'] * 1e3:.1f} | {case['measured_s'] * 1e3:.1f} "
-              f"| {pct(case['error'])} | {pct(case.get('spread'))} | {case['timeline_step_s'] * 1e3:.1f} |")
+        measured_runs = case["targets"][0] if case["kind"] == "replay" else f"{len(case['targets'])}"
+        print(f"| {case['workload']} | {case['case']} | {measured_runs} | {case['projected_s'] * 1e3:.1f} "
+              f"| {case['measured_s'] * 1e3:.1f} | {pct(case['error'])} "
+              f"| {'' if case['spread'] is None else format(case['spread'], '.1%')} |")
     replay = [abs(c["error"]) for c in cases if c["kind"] == "replay"]
     what_ifs = [abs(c["error"]) for c in cases if c["kind"] == "what-if"]
     within = [c for c in cases if c["kind"] == "replay" and c.get("spread") is not None
-              and abs(c["error"]) <= abs(c["spread"])]
+              and abs(c["error"]) <= c["spread"]]
     summary = {"replay_mae": sum(replay) / len(replay) if replay else None,
                "what_if_mae": sum(what_ifs) / len(what_ifs) if what_ifs else None,
                "replays_within_spread": f"{len(within)} of {len(replay)}"}
@@ -88,17 +96,24 @@ def analyse(out: str) -> dict:
           f"{summary['replays_within_spread']}; what-ifs: mean absolute error {pct(summary['what_if_mae'])} "
           f"over {len(what_ifs)} cases")
     print("\n### (c) gloo profile against the all-reduce times in the traces (min over ranks per bucket)\n")
-    print("| run | bucket | MB on the wire | trace ms | profile ms | error |")
-    print("|---|---|---|---|---|---|")
+    print("The profile alone is an idle network; the replay adds the contention with backward that the "
+          "run's probe measured.\n")
+    print("| run | bucket | MB on the wire | trace ms | profile ms | error | replay ms | error |")
+    print("|---|---|---|---|---|---|---|---|")
     trace_rows = []
     for record in records:
         for row in profile_vs_trace(record, profile):
             trace_rows.append({"run": record.run_id, **row})
+            replayed = "" if row["replayed_s"] is None else f"{row['replayed_s'] * 1e3:.2f}"
             print(f"| {record.run_id} | {row['bucket']} | {row['wire_bytes'] / 2**20:.2f} | {row['trace_s'] * 1e3:.2f} "
-                  f"| {row['predicted_s'] * 1e3:.2f} | {pct(row['error'])} |")
+                  f"| {row['predicted_s'] * 1e3:.2f} | {pct(row['error'])} | {replayed} | {pct(row['replay_error'])} |")
     errors = [abs(r["error"]) for r in trace_rows]
+    replay_errors = [abs(r["replay_error"]) for r in trace_rows if r["replay_error"] is not None]
     summary["trace_mae"] = sum(errors) / len(errors) if errors else None
-    print(f"\nprofile vs trace: mean absolute error {pct(summary['trace_mae'])} over {len(errors)} buckets")
+    summary["trace_replay_mae"] = sum(replay_errors) / len(replay_errors) if replay_errors else None
+    print(f"\nprofile vs trace: mean absolute error {pct(summary['trace_mae'])} over {len(errors)} buckets; "
+          f"replay (profile and measured contention) vs trace: {pct(summary['trace_replay_mae'])} "
+          f"over {len(replay_errors)}")
     return {"summary": summary, "cases": cases, "trace": trace_rows, "profile": profile["name"]}
 
 
@@ -106,13 +121,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/projection-validation")
     parser.add_argument("--workloads", default="mlp,resnet50,vit_b_16")
-    parser.add_argument("--steps", type=int, default=18)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=45)
+    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--max-bytes", default="64M", help="largest all_reduce size of the profile")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of every case, one per round")
     parser.add_argument("--analyse-only", action="store_true", help="use the runs already in --out")
     args = parser.parse_args()
     if not args.analyse_only:
-        measure(args.out, args.workloads.split(","), args.steps, args.warmup, args.max_bytes)
+        measure(args.out, args.workloads.split(","), args.steps, args.warmup, args.max_bytes, args.rounds)
     result = analyse(args.out)
     with open(os.path.join(args.out, "validation.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)

@@ -387,8 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune = commands.add_parser("tune", help="measure the DDP knobs around a run (bucket cap, bucket view, static "
                                             "graph, compression), rank them and say what to change")
     add_run_arguments(tune)
-    tune.add_argument("--repeat", type=positive_int, default=2, help="runs per variant, interleaved (default 2)")
-    tune.add_argument("--profile", default=None, help="network profile or preset: also project each variant")
+    tune.add_argument("--repeat", type=positive_int, default=3,
+                      help="rounds; each runs every variant once (default 3; 2 or more to call a difference real)")
+    # Its own destination: `profile` is the run option that --no-profile turns off (traces).
+    tune.add_argument("--profile", dest="network_profile", default=None,
+                      help="network profile file or preset: also project each variant (needs the runs' traces)")
     tune.set_defaults(handler=command_tune, out_dir="results/tune")
     trace = commands.add_parser("trace", help="analyse torch.profiler traces")
     trace_commands = subcommands(trace, "trace_command")

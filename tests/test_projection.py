@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from ddpbench.analysis import network
-from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project, rebucket, validation_cases
+from ddpbench.analysis.projection import (Contention, ProjectionError, RunModel, WhatIf, contention_rates, project,
+                                          rebucket, validation_cases)
+from ddpbench.records.schema import ContentionProbe
 from ddpbench.analysis.trace_comm import allreduce_intervals_us, profile_vs_trace
 from ddpbench.records.store import load_record
 
@@ -116,12 +118,23 @@ def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
 
 
 def test_validation_cases_compare_against_runs_with_the_knob(record):
-    target = record.__class__(**{**{f: getattr(record, f) for f in record.__struct_fields__},
-                                 "run_id": "mlp-cap1",
-                                 "spec": record.spec.replace(ddp=record.spec.ddp.__class__(bucket_cap_mb=1.0))})
+    import dataclasses
+
+    from msgspec.structs import replace
+
+    cap1 = record.spec.replace(ddp=dataclasses.replace(record.spec.ddp, bucket_cap_mb=1.0))
+    target = replace(record, run_id="mlp-cap1", spec=cap1)
     cases = validation_cases([record, target], network.load_profile(PROFILE))
     assert [c["kind"] for c in cases] == ["replay", "what-if"]
     assert cases[1]["case"] == "bucket cap 1 MB" and cases[1]["measured_s"] == target.metrics.iteration_time_s.p50
+    assert cases[1]["sources"] == [record.run_id] and cases[1]["targets"] == ["mlp-cap1"]
+    # A second run with the knob, three times as slow: measured is the median over the two runs.
+    timing = target.metrics.iteration_time_s
+    slower = replace(target, run_id="mlp-cap1-b",
+                     metrics=replace(target.metrics, iteration_time_s=replace(timing, p50=timing.p50 * 3)))
+    cases = validation_cases([record, target, slower], network.load_profile(PROFILE))
+    assert len(cases) == 2 and cases[1]["targets"] == ["mlp-cap1", "mlp-cap1-b"]
+    assert cases[1]["measured_s"] == pytest.approx(2 * timing.p50)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -156,7 +169,8 @@ def test_project_prints_a_marked_projection():
 
 def test_comm_bad_input_is_one_line_and_exit_2():
     for args, message in ((["--nproc", "1"], "at least two processes"), (["--max-bytes", "lots"], "not a whole number"),
-                          (["--collectives", "all_to_all"], "unknown collective")):
+                          (["--collectives", "all_to_all"], "unknown collective"),
+                          (["--dtypes", "float64"], "unknown element type")):
         result = cli("comm", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
@@ -164,29 +178,51 @@ def test_comm_bad_input_is_one_line_and_exit_2():
 @pytest.mark.launches
 def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
     result = cli("comm", "--max-bytes", "64K", "--min-iters", "3", "--max-iters", "10", "--warmup", "2",
-                 "--seconds-per-size", "0.02", "--out", str(tmp_path))
+                 "--seconds-per-size", "0.02", "--dtypes", "float32,bfloat16", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     results = json.load(open(tmp_path / "results.json"))
     assert {r["collective"] for r in results["results"]} == set(network.COLLECTIVES)
-    sizes = sorted({r["bytes"] for r in results["results"] if r["collective"] == "all_reduce"})
-    assert sizes[0] == 8 and sizes[-1] == 64 * 1024 and len(sizes) == 14  # 8 B doubling to 64 KiB
+    for dtype in ("float32", "bfloat16"):
+        sizes = sorted(r["bytes"] for r in results["results"] if (r["collective"], r["dtype"]) == ("all_reduce", dtype))
+        assert sizes[0] == 8 and sizes[-1] == 64 * 1024 and len(sizes) == 14  # 8 B doubling to 64 KiB
     for row in results["results"]:
         factor = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5, "broadcast": 1.0}[row["collective"]]
         assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor)
         assert row["p50_s"] <= row["p90_s"]
     profile = network.load_profile(str(tmp_path / "profile.json"))
-    assert {f["collective"] for f in profile["fits"]} == set(network.COLLECTIVES)
+    assert {(f["collective"], f["dtype"]) for f in profile["fits"]} == \
+        {(c, d) for c in network.COLLECTIVES for d in ("float32", "bfloat16")}
     assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
     assert "busbw GB/s" in result.stdout
 
 
-def test_tune_calls_a_difference_real_only_beyond_noise_and_overlap():
-    from ddpbench.running.tune import is_real_difference
+def test_tune_calls_a_difference_real_only_with_significance_beyond_3_percent():
+    from ddpbench.running.tune import difference
 
-    assert is_real_difference([100, 102], [120, 125])
-    assert not is_real_difference([100, 102], [101, 125])  # ranges overlap
-    assert not is_real_difference([100, 102], [104, 105])  # apart, but within the 6 % run-to-run noise
-    assert not is_real_difference([100], [150])  # one run each cannot tell
+    base = {0: 100.0, 1: 104.0, 2: 97.0, 3: 101.0}
+    assert difference(base, {r: v * 1.20 * (1 + 0.002 * r) for r, v in base.items()}, tests=6) == "better"
+    assert difference(base, {r: v * 0.80 for r, v in base.items()}, tests=6) == "worse"
+    assert difference(base, {r: v * 1.02 for r, v in base.items()}, tests=6) == "not real"  # below 3 %
+    # A 15 % gain on average, but the rounds disagree too much to call it.
+    assert difference(base, {0: 140.0, 1: 100.0, 2: 120.0, 3: 100.0}, tests=6) == "not real"
+    assert difference(base, {0: 150.0}, tests=6) == "too few rounds"
+    assert difference(base, {5: 150.0, 6: 150.0}, tests=6) == "too few rounds"  # no round in common
+
+
+
+def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
+    from ddpbench.config.spec import DDPKnobs
+    from ddpbench.running.tune import Variant, advice
+
+    base = {0: 359.6, 1: 367.8, 2: 351.2}  # measured on this machine: mlp, 2 ranks, 3 rounds
+    others = [Variant(f"same {n}", DDPKnobs(), {r: v * (1 + 0.001 * n) for r, v in base.items()}) for n in range(5)]
+    view = Variant("gradient_as_bucket_view", DDPKnobs(), {0: 394.2, 1: 393.9, 2: 371.2})
+    text = advice([Variant("as given", DDPKnobs(), base), view, *others])
+    # +9.5 % in every round, but 3 rounds at a 5 % family-wise rate over 6 variants cannot call it.
+    assert text.startswith("advice: keep the settings as given") and "gradient_as_bucket_view measured +9.5%" in text
+    clear = Variant("gradient_as_bucket_view", DDPKnobs(), {r: v * 1.2 for r, v in base.items()})
+    assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
+        "advice: use gradient_as_bucket_view: +20.0% throughput")
 
 
 def test_report_marks_the_projection_beyond_this_machine(tmp_path):
@@ -217,3 +253,86 @@ def test_inside_the_measured_range_predictions_follow_the_measured_curve():
     alpha = profile["fits"][0]["alpha_s"]
     halved = network.predict(profile, "all_reduce", 2, 4 << 20, bandwidth_scale=2).seconds
     assert halved == pytest.approx(alpha + (8e-3 - alpha) / 2)
+
+
+def two_jobs(backward_s: float, comm_s: float, backward_rate: float, comm_rate: float) -> tuple[float, float]:
+    """Wall times of backward and an all-reduce started together, each at its rate while both run."""
+    both = min(backward_s / backward_rate, comm_s / comm_rate)  # until the first one finishes
+    backward_left, comm_left = backward_s - both * backward_rate, comm_s - both * comm_rate
+    return both + max(0.0, backward_left), both + max(0.0, comm_left)
+
+
+@pytest.mark.parametrize("backward_s, comm_s, backward_rate, comm_rate", [
+    (0.050, 0.030, 0.6, 0.5),   # the all-reduce finishes inside backward
+    (0.004, 0.015, 0.8, 0.3),   # backward finishes first
+    (0.020, 0.020, 1.0, 1.0),   # no interference
+])
+def test_contention_rates_recover_the_rates_of_a_probe(backward_s, comm_s, backward_rate, comm_rate):
+    with_comm, with_backward = two_jobs(backward_s, comm_s, backward_rate, comm_rate)
+    probe = ContentionProbe(probe_bytes=MIB, comm_alone_s=[comm_s] * 3, backward_alone_s=[backward_s] * 3,
+                            backward_with_comm_s=[with_comm] * 3, comm_with_backward_s=[with_backward] * 3)
+    # The other rank joined the all-reduce later (its interval is longer) and its backward was faster.
+    late = ContentionProbe(probe_bytes=MIB, comm_alone_s=[comm_s * 1.5] * 3, backward_alone_s=[backward_s * 0.9] * 3,
+                           backward_with_comm_s=[with_comm * 0.9] * 3, comm_with_backward_s=[with_backward * 1.2] * 3)
+    rates = contention_rates([probe, late])
+    assert rates.backward_rate == pytest.approx(backward_rate)
+    assert rates.comm_rate == pytest.approx(comm_rate)
+    assert rates.basis.startswith("measured: 2 ranks x 3 rounds")
+    assert contention_rates([None]).basis.startswith("not measured")
+
+
+def test_replay_slows_both_by_the_contention_rates_while_they_overlap(record):
+    model = RunModel(record)
+    what = WhatIf(world_size=2, bucket_cap_mb=1)  # buckets all-reduced while backward runs
+    comm = lambda size, dtype: 2e-3 + size * 1e-9  # noqa: E731
+    free = model.replay(what, comm, Contention(1.0, 1.0))
+    shared = model.replay(what, comm, Contention(0.5, 0.25))
+    assert free.overlapped_comm_s > 0 and shared.overlapped_comm_s > free.overlapped_comm_s
+    _, work = model.backward_work(what, model.buckets(what))
+    start = model.alone.backward_start_s
+    for replay, rates in ((free, (1.0, 1.0)), (shared, (0.5, 0.25))):
+        # Backward does its work at full speed except while overlapped, where it goes at its rate.
+        assert replay.backward_end_s - start == pytest.approx(work + replay.overlapped_comm_s * (1 - rates[0]))
+        busy = sum(row["end_s"] - row["start_s"] for row in replay.buckets)
+        assert busy == pytest.approx(replay.comm_s + replay.overlapped_comm_s * (1 - rates[1]))
+        starts = [row["start_s"] for row in replay.buckets]
+        assert starts == sorted(starts) and all(row["start_s"] >= row["ready_s"] - 1e-12 for row in replay.buckets)
+    assert shared.step_s > free.step_s and shared.backward_end_s > free.backward_end_s
+
+
+def test_compression_uses_the_half_precision_curve_where_measured():
+    def fit(dtype: str, beta: float) -> dict:
+        return {"collective": "all_reduce", "world_size": 2, "dtype": dtype, "alpha_s": 0.0, "beta_s_per_byte": beta,
+                "band": 0.1, "points": 10, "min_bytes": 8, "max_bytes": 64 * MIB}
+    fabric = {"devices_per_node": 2, "intra_busbw": 1e9, "intra_latency_s": 0.0, "inter_busbw": 1e9,
+              "inter_latency_s": 0.0}
+    profile = {"kind": network.PROFILE_KIND, "name": "t", "fits": [fit("float32", 1e-9)], "fabric": fabric}
+    with_half = dict(profile, fits=[fit("float32", 1e-9), fit("float16", 3e-9)])
+    size = 4 * MIB
+    plain = network.predict(with_half, "all_reduce", 2, size)
+    half = network.predict(with_half, "all_reduce", 2, size, dtype="float16")
+    assert half.seconds == pytest.approx(3 * plain.seconds) and half.basis == "fit"
+    stand_in = network.predict(profile, "all_reduce", 2, size, dtype="float16")
+    assert stand_in.seconds == pytest.approx(plain.seconds) and stand_in.basis == "fit, float32 rate"
+    # At a world size only the fabric model covers, the measured float16/float32 ratio carries over.
+    far = network.predict(with_half, "all_reduce", 16, size)
+    far_half = network.predict(with_half, "all_reduce", 16, size, dtype="float16")
+    assert far_half.seconds == pytest.approx(3 * far.seconds) and "float16/float32 as measured" in far_half.basis
+    assert network.predict(profile, "all_reduce", 16, size, dtype="float16").basis == "fabric, float32 rate"
+
+
+@pytest.mark.launches
+def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
+    result = cli("tune", "--workload", "mlp", "--nproc", "2", "--device", "cpu", "--repeat", "1", "--steps", "6",
+                 "--warmup", "2", "--no-profile", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    names = ["as given", "bucket cap 5 MB", "bucket cap 100 MB", "gradient_as_bucket_view", "static_graph",
+             "fp16_compress", "bf16_compress"]
+    progress = [line for line in result.stdout.splitlines() if line.startswith("tune: round 1/1")]
+    assert [line.split("  ")[1].strip() for line in progress] == names and all("samples/s" in p for p in progress)
+    table = result.stdout.split(progress[-1], 1)[1]
+    for name in names:
+        assert f"\n{name} " in table
+    assert "too few rounds" in table  # one round cannot call a difference real
+    assert table.strip().splitlines()[-1].startswith("advice: keep the settings as given")
+    assert len(os.listdir(tmp_path / "runs")) == len(names)

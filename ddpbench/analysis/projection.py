@@ -3,18 +3,22 @@ gradient compression (`ddpbench project`). No torch.
 
 What the replay takes from the run (its `timeline`: per-parameter gradient-ready times, with
 DDP's all-reduce and under no_sync(); medians over the phase's steps, then the slowest rank):
-forward, backward and optimizer as measured; the order in which gradients become ready. What it
-takes from the network profile: t = alpha + beta * bytes of one all_reduce at world size N.
+forward, backward and optimizer as measured; the order in which gradients become ready; the cost
+of DDP's copies and the hooks' casts; and from its contention probe, how much backward and an
+all-reduce slow each other when they run at once. What it takes from the network profile:
+the time of one all_reduce of S bytes (of the element type on the wire) at world size N.
 
 One step, as DDP runs it:
+0. forward as measured without all-reduce (no_sync steps); data loading and the optimizer as
+   measured in the DDP steps (the optimizer works on the gradients DDP copied back);
 1. backward produces gradients in the measured order and times (backward alone); DDP copies each
    into its bucket (measured copy cost per byte) on the thread that runs backward;
 2. a bucket is ready when its last gradient is; a compression hook then casts it to half on the
    same thread (measured cost per byte), delaying the gradients after it;
 3. buckets are all-reduced one at a time, in order, on one communication queue;
-4. backward is slowed while communication overlaps it: the run's own backward under DDP against
-   backward alone gives the extra backward time per second of overlapped communication, which is
-   applied to the what-if's own overlap (iterated to a fixed point);
+4. while an all-reduce and backward run at the same time, backward advances at the probe's
+   backward rate and the all-reduce at its communication rate (both 1 when they do not
+   interfere; on 2 CPU cores shared by 2 ranks, each near one half);
 5. the step ends when backward and the last all-reduce are done, DDP has copied the buckets back
    into the gradients (unless gradient_as_bucket_view), and the optimizer has run.
 
@@ -34,8 +38,11 @@ from ddpbench.analysis.network import predict
 from ddpbench.records.schema import Record
 
 MIB = 1024 * 1024
+SLOWEST_RATE = 0.05
+"""Rates below this are noise in the probe (an all-reduce that never moves while backward runs)."""
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
-FIXED_POINT_ROUNDS = 6
+WIRE_DTYPE = {"allreduce": "float32", "fp16_compress": "float16", "bf16_compress": "bfloat16"}
+"""What each hook all-reduces (gradients are float32; the compression hooks send halves)."""
 
 
 class ProjectionError(ValueError):
@@ -144,9 +151,49 @@ class Replay:
     comm_end_s: float
     exposed_comm_s: float
     overlapped_comm_s: float
+    """Time during which an all-reduce and backward ran at once."""
     comm_s: float
-    backward_stretch: float
+    """All-reduce time on an idle machine (the profile's), summed over buckets."""
+    backward_slowdown: float
+    """Backward's span in the replay over its span alone (copies, casts and contention)."""
     buckets: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """While an all-reduce and backward run at once: backward seconds done per second, and
+    all-reduce seconds (of its time alone) done per second."""
+
+    backward_rate: float = 1.0
+    comm_rate: float = 1.0
+    basis: str = "not measured: assumed none"
+
+
+def contention_rates(probes: list) -> Contention:
+    """Both rates from the ranks' contention probes. Per round the all-reduce's times are the
+    minimum over ranks (a rank's interval includes waiting for its peer) and backward's the
+    maximum (the slowest rank sets the pace); medians over rounds. Backward (b0 alone, b1 with the
+    all-reduce) and the all-reduce (c0 alone, c1 with backward) overlapped for o = min(b1, c1):
+    the one that finished first ran at its rate for all of it, the other for o and then at full
+    speed, which gives both rates."""
+    probes = [p for p in probes if p is not None and p.comm_alone_s]
+    if not probes:
+        return Contention(basis="not measured (a record from before the contention probe): assumed none")
+    rounds = min(len(p.comm_alone_s) for p in probes)
+    per_round = lambda name, pick: _median(pick(getattr(p, name)[i] for p in probes) for i in range(rounds))  # noqa: E731
+    c0, c1 = per_round("comm_alone_s", min), per_round("comm_with_backward_s", min)
+    b0, b1 = per_round("backward_alone_s", max), per_round("backward_with_comm_s", max)
+    if min(c0, c1, b0, b1) <= 0:
+        return Contention(basis="probe without a usable measurement: assumed none")
+    if c1 <= b1:  # the all-reduce finished inside backward
+        comm, backward = c0 / c1, (b0 - (b1 - c1)) / c1
+    else:  # backward finished first; the all-reduce ran alone after it
+        comm, backward = (c0 - (c1 - b1)) / b1, b0 / b1
+    clamp = lambda rate: min(1.0, max(SLOWEST_RATE, rate))  # noqa: E731
+    return Contention(clamp(backward), clamp(comm),
+                      f"measured: {len(probes)} ranks x {rounds} rounds, backward {b0 * 1e3:.1f} ms alone and "
+                      f"{b1 * 1e3:.1f} ms with an all-reduce of {probes[0].probe_bytes / MIB:.1f} MiB that took "
+                      f"{c0 * 1e3:.1f} ms alone and {c1 * 1e3:.1f} ms with backward")
 
 
 class RunModel:
@@ -167,6 +214,7 @@ class RunModel:
         # DDP's rebuilt buckets follow the order in which gradients became ready under DDP.
         self.order = sorted(range(len(self.param_bytes)), key=lambda i: (self.with_ddp.ready_s[i], -i))
         self.costs = timeline.cast_cost
+        self.contention = contention_rates([r.contention for r in timeline.by_rank])
         self.source = WhatIf(world_size=record.spec.world_size, bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
                              comm_hook=record.spec.ddp.comm_hook,
                              gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
@@ -178,67 +226,89 @@ class RunModel:
         first = int(what.first_bucket_mb * MIB) if what.first_bucket_mb else None
         return rebucket(self.order, self.param_bytes, int(what.bucket_cap_mb * MIB), first)
 
-    def replay(self, what: WhatIf, comm_seconds, extra_per_overlap: float = 0.0, fixed_extra_s: float = 0.0) -> Replay:
-        """One step under `what`; comm_seconds(bytes) is one all-reduce's time on the network."""
+    def backward_work(self, what: WhatIf, buckets: list[list[int]]) -> tuple[list[float], float]:
+        """In seconds of backward alone from its start: when each bucket is ready, and backward's
+        whole work, with DDP's copies and a hook's casts added on the thread that runs backward."""
         base = self.alone
-        span_alone = base.backward_span_s
         hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
-        copy_rate = self.costs.copy_s_per_byte
-        bucket_of = {}
-        buckets = self.buckets(what)
-        for number, members in enumerate(buckets):
-            for index in members:
-                bucket_of[index] = number
-        stretch, result = 1.0 + (fixed_extra_s / span_alone if span_alone > 0 else 0.0), None
-        for _ in range(FIXED_POINT_ROUNDS):
-            overhead, remaining = 0.0, [len(m) for m in buckets]
-            ready_at, last_grad = [0.0] * len(buckets), base.backward_start_s
-            for index in sorted(range(len(self.param_bytes)), key=lambda i: base.ready_s[i]):
-                now = base.backward_start_s + (base.ready_s[index] - base.backward_start_s) * stretch + overhead
-                overhead += copy_rate * self.param_bytes[index]  # into the bucket, on the backward thread
-                number = bucket_of[index]
-                remaining[number] -= 1
-                if remaining[number] == 0:
-                    size = sum(self.param_bytes[i] for i in buckets[number])
-                    if hook:
-                        overhead += hook.compress_s_per_byte * size
-                    ready_at[number] = now + copy_rate * self.param_bytes[index] + (hook.compress_s_per_byte * size if hook else 0)
-                last_grad = max(last_grad, now + copy_rate * self.param_bytes[index])
-            backward_end = max([last_grad, *ready_at]) + base.tail_s  # a last bucket's cast runs on backward's thread
-            queue_free, rows, overlapped, total_comm = 0.0, [], 0.0, 0.0
-            for number, members in enumerate(buckets):
-                size = sum(self.param_bytes[i] for i in members)
-                wire_bytes = size / 2 if hook else size
-                seconds = comm_seconds(wire_bytes) + (hook.decompress_s_per_byte * size if hook else 0.0)
-                start = max(ready_at[number], queue_free)
-                queue_free = start + seconds
-                total_comm += seconds
-                overlapped += max(0.0, min(queue_free, backward_end) - max(start, base.backward_start_s))
-                rows.append({"bucket": number, "params": len(members), "bytes": size, "wire_bytes": wire_bytes,
-                             "ready_s": ready_at[number], "start_s": start, "end_s": queue_free})
-            finalize = 0.0 if what.gradient_as_bucket_view else copy_rate * sum(self.param_bytes)
-            optimizer_start = max(backward_end, queue_free) + finalize
-            step = base.data_s + optimizer_start + base.optimizer_s + base.after_s
-            result = Replay(step_s=step, backward_end_s=backward_end, comm_end_s=queue_free,
-                            exposed_comm_s=max(0.0, queue_free - backward_end), overlapped_comm_s=overlapped,
-                            comm_s=total_comm, backward_stretch=stretch, buckets=rows)
-            new_stretch = 1.0 + (extra_per_overlap * overlapped + fixed_extra_s) / span_alone if span_alone > 0 else 1.0
-            if abs(new_stretch - stretch) < 1e-4:
-                break
-            stretch = new_stretch
-        return result
+        # Into the bucket: with a hook a plain copy (the hook divides); without, the copy divides.
+        copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
+                                                             self.costs.copy_s_per_byte)
+        bucket_of = {index: number for number, members in enumerate(buckets) for index in members}
+        remaining = [len(members) for members in buckets]
+        per_call = self.costs.copy_call_s or 0.0
+        ready_at, added, last = [0.0] * len(buckets), 0.0, 0.0
+        for index in sorted(range(len(self.param_bytes)), key=lambda i: base.ready_s[i]):
+            added += per_call + copy_rate * self.param_bytes[index]  # into the bucket, on the backward thread
+            number = bucket_of[index]
+            remaining[number] -= 1
+            if remaining[number] == 0 and hook:
+                added += hook.compress_s_per_byte * sum(self.param_bytes[i] for i in buckets[number])
+            done = base.ready_s[index] - base.backward_start_s + added
+            last = max(last, done)
+            if remaining[number] == 0:
+                ready_at[number] = done
+        return ready_at, last + base.tail_s
 
-    def interference(self, profile: dict) -> tuple[float, float]:
-        """From the run itself: extra backward seconds per second of overlapped communication, and
-        (when the run had no overlap to blame) a fixed extra. Backward under DDP minus backward
-        alone, after the copies and casts the replay models anyway."""
-        measured_span = self.with_ddp.backward_span_s
-        plain = self.replay(self.source, lambda b: predict(profile, "all_reduce", self.source.world_size, b).seconds)
-        modelled_span = plain.backward_end_s - self.alone.tail_s - self.alone.backward_start_s
-        extra = max(0.0, measured_span - modelled_span)
-        if plain.overlapped_comm_s > 0.01 * self.alone.backward_span_s:
-            return extra / plain.overlapped_comm_s, 0.0
-        return 0.0, extra
+    def replay(self, what: WhatIf, comm_seconds, contention: Contention | None = None) -> Replay:
+        """One step under `what`; comm_seconds(bytes, dtype) is one all-reduce's time on an idle
+        network. Backward and the all-reduce queue advance together, each at its contention rate
+        while the other is busy, from event to event (a bucket ready, an all-reduce done,
+        backward done)."""
+        contention = contention or self.contention
+        base = self.alone
+        hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
+        buckets = self.buckets(what)
+        ready_at, work = self.backward_work(what, buckets)
+        sizes = [sum(self.param_bytes[i] for i in members) for members in buckets]
+        wire = [size / 2 if hook else size for size in sizes]
+        durations = [comm_seconds(wire[n], WIRE_DTYPE[what.comm_hook]) + (hook.decompress_s_per_byte * sizes[n] if hook
+                                                                          else 0.0) for n in range(len(buckets))]
+        clock, done, overlapped = 0.0, 0.0, 0.0  # from backward's start; backward's work done so far
+        current, left, backward_end = 0, None, None  # the bucket being all-reduced, and its time left
+        starts, ends = [0.0] * len(buckets), [0.0] * len(buckets)
+        while True:
+            if left is None and current < len(buckets) and done >= ready_at[current] - 1e-12:
+                left, starts[current] = durations[current], clock
+            backward_busy, comm_busy = done < work - 1e-12, left is not None
+            if backward_end is None and not backward_busy:
+                backward_end = clock
+            if not backward_busy and not comm_busy:
+                break
+            both = backward_busy and comm_busy
+            backward_rate = contention.backward_rate if both else 1.0
+            comm_rate = contention.comm_rate if both else 1.0
+            # Backward runs to the next bucket it makes ready (when the queue waits for it) or to its end.
+            target = ready_at[current] if (not comm_busy and current < len(buckets)) else work
+            steps = [(target - done) / backward_rate] if backward_busy else []
+            if comm_busy:
+                steps.append(left / comm_rate)
+            step = max(0.0, min(steps))
+            clock += step
+            if backward_busy:
+                done = min(work, done + step * backward_rate)
+            if both:
+                overlapped += step
+            if comm_busy:
+                left -= step * comm_rate
+                if left <= 1e-12:
+                    ends[current], current, left = clock, current + 1, None
+        comm_end = ends[-1] if buckets else 0.0
+        finalize = 0.0 if what.gradient_as_bucket_view else \
+            self.costs.copy_s_per_byte * sum(self.param_bytes) + (self.costs.copy_call_s or 0.0) * len(self.param_bytes)
+        optimizer_start = base.backward_start_s + max(backward_end, comm_end) + finalize
+        rows = [{"bucket": n, "params": len(members), "bytes": sizes[n], "wire_bytes": wire[n],
+                 "ready_s": base.backward_start_s + ready_at[n], "start_s": base.backward_start_s + starts[n],
+                 "end_s": base.backward_start_s + ends[n]} for n, members in enumerate(buckets)]
+        span_alone = base.backward_span_s + base.tail_s
+        # The optimizer (and what follows it) as the DDP steps measured it: it runs on the
+        # gradients DDP has just copied back, which the bucket cap and the hook do not change.
+        after = self.with_ddp
+        return Replay(step_s=after.data_s + optimizer_start + after.optimizer_s + after.after_s,
+                      backward_end_s=base.backward_start_s + backward_end, comm_end_s=base.backward_start_s + comm_end,
+                      exposed_comm_s=max(0.0, comm_end - backward_end), overlapped_comm_s=overlapped,
+                      comm_s=sum(durations), backward_slowdown=backward_end / span_alone if span_alone > 0 else 1.0,
+                      buckets=rows)
 
     def timeline_step_s(self) -> float:
         """The run's own DDP step in the timeline phase (slowest rank's median), measured minutes
@@ -260,7 +330,8 @@ class Projection:
     step_high_s: float
     exposed_comm_s: float
     comm_s: float
-    backward_stretch: float
+    backward_slowdown: float
+    contention: Contention
     buckets: int
     throughput: float
     throughput_low: float
@@ -280,16 +351,15 @@ class Projection:
 
 def project(record: Record, profile: dict, what: WhatIf) -> Projection:
     model = RunModel(record)
-    per_overlap, fixed = model.interference(profile)
 
     def run_with(which: str) -> Replay:
-        def seconds(size_bytes: float) -> float:
-            prediction = predict(profile, "all_reduce", what.world_size, size_bytes, what.bandwidth_scale)
+        def seconds(size_bytes: float, dtype: str) -> float:
+            prediction = predict(profile, "all_reduce", what.world_size, size_bytes, what.bandwidth_scale, dtype)
             return {"mid": prediction.seconds, "low": prediction.low_s, "high": prediction.high_s}[which]
-        return model.replay(what, seconds, per_overlap, fixed)
+        return model.replay(what, seconds)
 
     mid, fast, slow = run_with("mid"), run_with("low"), run_with("high")
-    basis = predict(profile, "all_reduce", what.world_size, 1.0).basis
+    basis = predict(profile, "all_reduce", what.world_size, 1.0, dtype=WIRE_DTYPE[what.comm_hook]).basis
     samples = model.batch_size * what.world_size * model.units_per_sample
     single = model.single_device_step_s()
     efficiency = lambda step: single / step  # noqa: E731  (weak scaling: X(N)/(N X(1)) = step(1)/step(N))
@@ -298,7 +368,7 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
     return Projection(
         what=what, profile_name=str(profile.get("name")), basis=basis, step_s=mid.step_s,
         step_low_s=fast.step_s, step_high_s=slow.step_s, exposed_comm_s=mid.exposed_comm_s, comm_s=mid.comm_s,
-        backward_stretch=mid.backward_stretch, buckets=len(mid.buckets),
+        backward_slowdown=mid.backward_slowdown, contention=model.contention, buckets=len(mid.buckets),
         throughput=samples / mid.step_s, throughput_low=samples / slow.step_s, throughput_high=samples / fast.step_s,
         efficiency=efficiency(mid.step_s), efficiency_low=efficiency(slow.step_s),
         efficiency_high=efficiency(fast.step_s), sample_unit=model.sample_unit, measured_step_s=measured)
@@ -316,7 +386,9 @@ def format_projection(projection: Projection, record: Record) -> str:
         f"  to world size {what.world_size} on profile {projection.profile_name} ({projection.basis}), {', '.join(knobs)}",
         f"  step time        {projection.step_s * 1e3:9.2f} ms   band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
         f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms all-reduce over {projection.buckets} buckets",
-        f"  backward slowed  x{projection.backward_stretch:.3f} by overlapping communication (measured rate)",
+        f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces",
+        f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
+        f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
         f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
         f"  efficiency E(N)  {projection.efficiency:9.1%}   band {projection.efficiency_low:.1%} .. {projection.efficiency_high:.1%} "
         "(against one device without DDP, from the run's no_sync steps)",
@@ -339,41 +411,59 @@ def _is_default(record: Record) -> bool:
         and not knobs.static_graph
 
 
+def _what_if_of(record: Record) -> WhatIf:
+    knobs = record.spec.ddp
+    return WhatIf(world_size=record.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb, comm_hook=knobs.comm_hook,
+                  gradient_as_bucket_view=knobs.gradient_as_bucket_view)
+
+
+def _case_label(record: Record) -> str:
+    knobs = record.spec.ddp
+    return f"bucket cap {knobs.bucket_cap_mb:g} MB" if knobs.comm_hook == "allreduce" else knobs.comm_hook
+
+
 def validation_cases(records: list[Record], profile: dict) -> list[dict]:
     """Projection against measurement, for every group of DDP runs that share everything but the
-    bucket cap and the comm hook: the first run with the defaults (cap 25 MB, plain all-reduce)
-    is replayed as itself (next to the spread between default runs) and projected to every other
-    run's knobs."""
+    bucket cap and the comm hook. Every run with the defaults (cap 25 MB, plain all-reduce) is a
+    source: replayed as itself (next to the spread between the default runs: (max - min) / median
+    of their median iteration times), and projected to the knobs of the other runs. With several
+    runs of a knob (or several sources), a what-if compares the median over sources of the
+    projection with the median over runs of the measurement: one run on a shared machine is one
+    draw of its noise."""
     groups: dict[tuple, list[Record]] = {}
     for record in records:
         if record.status == "ok" and record.spec.strategy == "ddp" and record.timeline and record.metrics:
             groups.setdefault(_setting(record), []).append(record)
     cases = []
     for setting, members in sorted(groups.items(), key=lambda item: str(item[0])):
-        defaults = sorted((r for r in members if _is_default(r)), key=lambda r: (r.started_at or "", r.run_id))
-        if not defaults:
+        sources = sorted((r for r in members if _is_default(r)), key=lambda r: (r.started_at or "", r.run_id))
+        if not sources:
             continue
-        source = defaults[0]
-        measured = source.metrics.iteration_time_s.p50
-        replayed = project(source, profile, RunModel(source).source)
-        spread = defaults[1].metrics.iteration_time_s.p50 / measured - 1 if len(defaults) > 1 else None
-        cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
-                      "source": source.run_id, "target": source.run_id, "projected_s": replayed.step_s,
-                      "measured_s": measured, "error": replayed.step_s / measured - 1, "spread": spread,
-                      "timeline_step_s": RunModel(source).timeline_step_s(),
-                      "band_s": [replayed.step_low_s, replayed.step_high_s]})
-        for target in sorted(members, key=lambda r: r.run_id):
-            if _is_default(target):
-                continue
-            knobs = target.spec.ddp
-            what = WhatIf(world_size=target.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb,
-                          comm_hook=knobs.comm_hook, gradient_as_bucket_view=knobs.gradient_as_bucket_view)
-            projected = project(source, profile, what)
-            label = f"bucket cap {knobs.bucket_cap_mb:g} MB" if knobs.comm_hook == "allreduce" else knobs.comm_hook
-            measured = target.metrics.iteration_time_s.p50
-            cases.append({"workload": setting[0], "kind": "what-if", "case": label, "source": source.run_id,
-                          "target": target.run_id, "projected_s": projected.step_s, "measured_s": measured,
-                          "error": projected.step_s / measured - 1, "spread": spread,
-                          "timeline_step_s": RunModel(target).timeline_step_s(),
-                          "band_s": [projected.step_low_s, projected.step_high_s]})
+        own = [r.metrics.iteration_time_s.p50 for r in sources]
+        spread = (max(own) - min(own)) / statistics.median(own) if len(own) > 1 else None
+        for source in sources:
+            replayed = project(source, profile, RunModel(source).source)
+            measured = source.metrics.iteration_time_s.p50
+            cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
+                          "sources": [source.run_id], "targets": [source.run_id], "projected_s": replayed.step_s,
+                          "measured_s": measured, "error": replayed.step_s / measured - 1, "spread": spread,
+                          "timeline_step_s": RunModel(source).timeline_step_s(),
+                          "band_s": [replayed.step_low_s, replayed.step_high_s]})
+        by_knobs: dict[tuple, list[Record]] = {}
+        for target in members:
+            if not _is_default(target):
+                what = _what_if_of(target)
+                by_knobs.setdefault((what.bucket_cap_mb, what.comm_hook, what.gradient_as_bucket_view), []).append(target)
+        for _, targets in sorted(by_knobs.items(), key=lambda item: str(item[0])):
+            targets.sort(key=lambda r: r.run_id)
+            projections = [project(source, profile, _what_if_of(targets[0])) for source in sources]
+            projected = statistics.median(p.step_s for p in projections)
+            measured = statistics.median(t.metrics.iteration_time_s.p50 for t in targets)
+            cases.append({"workload": setting[0], "kind": "what-if", "case": _case_label(targets[0]),
+                          "sources": [r.run_id for r in sources], "targets": [t.run_id for t in targets],
+                          "projected_s": projected, "measured_s": measured, "error": projected / measured - 1,
+                          "spread": spread,
+                          "timeline_step_s": statistics.median(RunModel(t).timeline_step_s() for t in targets),
+                          "band_s": [statistics.median(p.step_low_s for p in projections),
+                                     statistics.median(p.step_high_s for p in projections)]})
     return cases

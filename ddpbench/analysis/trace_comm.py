@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 
 from ddpbench.analysis.network import predict
+from ddpbench.analysis.projection import WIRE_DTYPE, ProjectionError, RunModel
 from ddpbench.analysis.traces import PROFILER_STEP, read_trace
 from ddpbench.records.schema import Record
 
@@ -55,9 +56,23 @@ def bucket_times_s(record: Record) -> list[dict]:
 
 
 def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
-    """Each bucket's all-reduce in the trace next to the profile's prediction for its bytes."""
-    rows = []
-    for row in bucket_times_s(record):
-        predicted = predict(profile, "all_reduce", record.spec.world_size, row["wire_bytes"])
-        rows.append({**row, "predicted_s": predicted.seconds, "error": predicted.seconds / row["trace_s"] - 1})
-    return rows
+    """Each bucket's all-reduce in the trace next to the profile's time for its bytes (an idle
+    network), and next to the replay of the run itself, which adds the measured contention with
+    backward (None for a run without a timeline)."""
+    rows = bucket_times_s(record)
+    replayed: list = [None] * len(rows)
+    try:
+        model = RunModel(record)
+        replay = model.replay(model.source, lambda size, dtype: predict(profile, "all_reduce", record.spec.world_size,
+                                                                        size, dtype=dtype).seconds)
+        if len(replay.buckets) == len(rows):
+            replayed = [bucket["end_s"] - bucket["start_s"] for bucket in replay.buckets]
+    except ProjectionError:
+        pass
+    result = []
+    for row, replay_s in zip(rows, replayed):
+        predicted = predict(profile, "all_reduce", record.spec.world_size, row["wire_bytes"],
+                            dtype=WIRE_DTYPE[record.spec.ddp.comm_hook])
+        result.append({**row, "predicted_s": predicted.seconds, "error": predicted.seconds / row["trace_s"] - 1,
+                       "replayed_s": replay_s, "replay_error": None if replay_s is None else replay_s / row["trace_s"] - 1})
+    return result

@@ -69,6 +69,6 @@ def command_project(args: argparse.Namespace) -> int:
 def command_tune(args: argparse.Namespace) -> int:
     from ddpbench.running.tune import format_tune, run_tune
 
-    found = run_tune(spec_from_args(args), args.repeat, args.out_dir, args.profile)
+    found = run_tune(spec_from_args(args), args.repeat, args.out_dir, args.network_profile)
     print(format_tune(found))
     return 0 if found[0].throughputs else 1

@@ -351,11 +351,27 @@ class TimelineStep(Part):
     optimizer_end_s: float | None
 
 
+class ContentionProbe(Part):
+    """How backward and an all-reduce slow each other (one rank; per round, seconds). Each round:
+    an all-reduce of `probe_bytes` alone after a barrier; backward alone (a no_sync step); and a
+    no_sync step that starts the same all-reduce when backward starts."""
+
+    probe_bytes: int
+    comm_alone_s: list[float]
+    backward_alone_s: list[float]
+    """From the gradient reaching the model to the last parameter's gradient being accumulated."""
+    backward_with_comm_s: list[float]
+    comm_with_backward_s: list[float]
+    """From starting the all-reduce (at the start of backward) to its completion."""
+
+
 class TimelineRank(Part):
     rank: int
     with_ddp: list[TimelineStep]
     without_allreduce: list[TimelineStep]
     """The same kind of steps under DDP's no_sync(): backward alone, no all-reduce."""
+    contention: ContentionProbe | None = None
+    """None in records from before the probe existed."""
 
 
 class HookCast(Part):
@@ -370,6 +386,11 @@ class CastCost(Part):
     """One fp32 copy, per byte: DDP copies gradients into and out of buckets."""
     fp16_compress: HookCast
     bf16_compress: HookCast
+    scaled_copy_s_per_byte: float | None = None
+    """A copy that also divides by the world size, per byte: without a comm hook, DDP's copy into
+    the bucket (None in older records)."""
+    copy_call_s: float | None = None
+    """The fixed cost of one copy call (a one-element copy): DDP copies each gradient on its own."""
 
 
 class Timeline(Part):

@@ -53,18 +53,21 @@ def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
     if not any(case["kind"] == "what-if" for case in cases):
         return []
     frame = pd.DataFrame([{
-        "workload": c["workload"], "case": c["case"], "projected from": c["source"], "measured run": c["target"],
+        "workload": c["workload"], "case": c["case"], "projected from": ", ".join(c["sources"]),
+        "measured runs": ", ".join(c["targets"]),
         "projected step (ms)": c["projected_s"] * 1e3, "measured step (ms)": c["measured_s"] * 1e3,
-        "error": c["error"], "run-to-run spread": c["spread"]} for c in cases])
+        "error": c["error"], "spread of the default runs": c["spread"]} for c in cases])
     what_ifs = frame[[c["kind"] == "what-if" for c in cases]]
     blocks = [html.note(f"Each measured DDP run with the default knobs is replayed with ddpbench project on profile "
                         f"{data.profile.get('name')} ({data.profile.get('source')}), as itself and with the bucket cap "
-                        "or comm hook of every other run of the same setting; measured = that run's median iteration "
-                        f"time. Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
-                        f"{len(what_ifs)} cases.")]
+                        "or comm hook of every other run of the same setting; measured = the median iteration time "
+                        "(the median over the runs, and over the projections from each default run, where there "
+                        f"are several). Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
+                        f"{len(what_ifs)} cases. Spread of the default runs: (max - min) / median of their "
+                        "median iteration times.")]
     blocks.append(html.table_html(frame, {"projected step (ms)": "{:.1f}", "measured step (ms)": "{:.1f}",
-                                          "error": "{:+.1%}", "run-to-run spread": "{:+.1%}"},
-                                  text_columns=("workload", "case", "projected from", "measured run")))
+                                          "error": "{:+.1%}", "spread of the default runs": "{:.1%}"},
+                                  text_columns=("workload", "case", "projected from", "measured runs")))
     return blocks
 
 

@@ -1,16 +1,15 @@
 """`ddpbench tune`: measure the DDP knobs that matter around a run's settings, rank them, and say
 what to change. No torch imported here.
 
-Variants (each a real run, repeated `repeat` times, interleaved so a drift of the machine hits
-every variant alike): the run as given, bucket cap / 5 and x 4, gradient_as_bucket_view,
-static_graph, fp16 and bf16 compression. Each variant's throughput is the median over its repeats,
-with the range of the repeats as its interval.
+Variants (each a real run, repeated `repeat` times in rounds: every round runs every variant
+once, so a drift of the machine hits every variant alike): the run as given, bucket cap / 5 and
+x 4, gradient_as_bucket_view, static_graph, fp16 and bf16 compression. Each variant's throughput
+is the median over its repeats, with the range of the repeats as its interval.
 
-Which differences are real: `is_real_difference` below, kept in one small function so it can be
-swapped for the gate's statistics later. A variant differs for real from the baseline when the
-ranges of their repeats do not overlap AND the ratio of medians is beyond the run-to-run noise
-(`RUN_NOISE`, 6 %: the same configuration's median moves that much between runs on the 2-core
-development machine; see README "How well it works here"). With one repeat nothing can be real.
+Which differences are real: the gate's statistics on the rounds as pairs (`ddpbench ab`'s test):
+the mean of the per-round log ratios against the run as given, with its t interval over the
+rounds, at a family-wise false-alarm rate of 5 % over the variants (Bonferroni), and only beyond
+3 % (smaller gains are not worth a knob). With one round nothing can be real.
 
 When a network profile is given, each variant is also projected from the baseline's first run
 (`ddpbench project`), so the measured gain sits next to the predicted one.
@@ -18,15 +17,16 @@ When a network profile is given, each variant is also projected from the baselin
 
 from __future__ import annotations
 
-import os
+import math
 import statistics
 from dataclasses import dataclass, field
 
 from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
+from ddpbench.gate import stats
 from ddpbench.records.store import load_record
 from ddpbench.running.launch import launch, resolve
 
-RUN_NOISE = 0.06
+TUNE_SETTINGS = stats.GateSettings(max_regression=0.03, family_alpha=0.05)
 
 
 def variants(knobs: DDPKnobs) -> dict[str, DDPKnobs]:
@@ -42,22 +42,30 @@ def variants(knobs: DDPKnobs) -> dict[str, DDPKnobs]:
     }
 
 
-def is_real_difference(baseline: list[float], candidate: list[float], noise: float = RUN_NOISE) -> bool:
-    """Non-overlapping ranges of repeats and a ratio of medians beyond the run-to-run noise."""
-    if len(baseline) < 2 or len(candidate) < 2:
-        return False
-    ratio = statistics.median(candidate) / statistics.median(baseline)
-    apart = min(candidate) > max(baseline) or max(candidate) < min(baseline)
-    return apart and abs(ratio - 1) > noise
+def difference(baseline: dict[int, float], candidate: dict[int, float], tests: int) -> str:
+    """'better', 'worse', 'not real' or 'too few rounds': throughputs by round, paired by round;
+    `tests` is how many variants are compared with the baseline (the family)."""
+    rounds = sorted(set(baseline) & set(candidate))
+    if len(rounds) < 2:
+        return "too few rounds"
+    evidence, _ = stats.paired([math.log(baseline[r]) for r in rounds], [math.log(candidate[r]) for r in rounds])
+    verdict, _ = stats.decide(evidence, TUNE_SETTINGS.family_alpha / max(1, tests), TUNE_SETTINGS)
+    return {"improvement": "better", "regression": "worse"}.get(verdict, "not real")
 
 
 @dataclass
 class Variant:
     name: str
     knobs: DDPKnobs
-    throughputs: list[float] = field(default_factory=list)
+    by_round: dict[int, float] = field(default_factory=dict)
+    """Throughput of this variant's run in each round that finished."""
     record_paths: list[str] = field(default_factory=list)
     projected: float | None = None
+    unit: str = "samples"
+
+    @property
+    def throughputs(self) -> list[float]:
+        return list(self.by_round.values())
 
     @property
     def median(self) -> float | None:
@@ -81,11 +89,16 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
     for round_number in range(repeat):
         for variant in found:
             run_spec = base_spec.replace(ddp=variant.knobs, run_id=f"{base_spec.run_id}-{slug(variant.name)}-r{round_number}")
-            result = launch(run_spec, echo=False)
+            result = launch(run_spec, show_progress=False)
             record = load_record(result.record_path) if result.record_path else None
             if record and record.status == "ok" and record.metrics:
-                variant.throughputs.append(record.metrics.throughput_units_per_s)
+                variant.by_round[round_number] = record.metrics.throughput_units_per_s
                 variant.record_paths.append(result.record_path)
+                variant.unit = record.metrics.sample_unit
+                outcome = f"{record.metrics.throughput_units_per_s:.1f} {record.metrics.sample_unit}/s"
+            else:
+                outcome = f"{record.status if record else 'no record'}; see {result.record_path or run_spec.out_dir}"
+            print(f"tune: round {round_number + 1}/{repeat}  {variant.name:<26} {outcome}", flush=True)
     if profile is not None and found[0].record_paths:
         from ddpbench.analysis.projection import ProjectionError, WhatIf, project
         source = load_record(found[0].record_paths[0])
@@ -104,17 +117,19 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name).strip("-")
 
 
-def format_tune(found: list[Variant], unit: str = "units") -> str:
+def format_tune(found: list[Variant]) -> str:
     base = found[0]
+    unit = next((v.unit for v in found if v.throughputs), "samples")
     lines = [f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
-             f"{'real?':>6} {'projected':>10}"]
+             f"{'real?':>14} {'projected':>10}"]
     ranked = sorted((v for v in found if v.throughputs), key=lambda v: -v.median)
+    tests = len(found) - 1
     for variant in ranked:
         change = variant.median / base.median - 1 if base.median else float("nan")
-        real = "-" if variant is base else ("yes" if is_real_difference(base.throughputs, variant.throughputs) else "no")
+        real = "-" if variant is base else difference(base.by_round, variant.by_round, tests)
         projected = "" if variant.projected is None or base.projected is None else f"{variant.projected / base.projected - 1:+.1%}"
         lines.append(f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
-                     f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>6} {projected:>10}")
+                     f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>10}")
     lines.append(advice(found))
     return "\n".join(lines)
 
@@ -123,12 +138,17 @@ def advice(found: list[Variant]) -> str:
     base = found[0]
     if not base.throughputs:
         return "advice: none; the run as given did not finish, see its record"
-    better = [v for v in found[1:] if v.throughputs and v.median > base.median
-              and is_real_difference(base.throughputs, v.throughputs)]
+    better = [v for v in found[1:] if difference(base.by_round, v.by_round, len(found) - 1) == "better"]
     if not better:
         runs = len(base.throughputs)
-        return (f"advice: keep the settings as given; no knob beat them by more than the run-to-run noise "
-                f"({RUN_NOISE:.0%}) with {runs} run(s) each" + ("" if runs > 1 else "; use --repeat 3 to tell"))
+        text = (f"advice: keep the settings as given; no knob beat them by more than "
+                f"{TUNE_SETTINGS.max_regression:.0%} with significance over {runs} round(s)")
+        hopeful = [v for v in found[1:] if v.throughputs and v.median > base.median * (1 + TUNE_SETTINGS.max_regression)]
+        if hopeful:
+            best = max(hopeful, key=lambda v: v.median)
+            text += (f"; {best.name} measured {best.median / base.median - 1:+.1%} but the rounds cannot tell it "
+                     f"from noise: run --repeat {max(5, runs + 2)} to decide")
+        return text
     best = max(better, key=lambda v: v.median)
     gain = best.median / base.median - 1
     predicted = "" if best.projected is None or base.projected is None else \

@@ -11,6 +11,13 @@ Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wra
 gradient hook on its output (backward reaches the model), `register_post_accumulate_grad_hook` on
 every parameter (its gradient is ready for DDP's bucket), and the optimizer's step pre/post hooks.
 On CPU a mark is perf_counter; on GPUs a CUDA event on the current stream, read after the step.
+
+Then the contention probe: how much backward and an all-reduce slow each other when they run at
+the same time (on CPU, gloo's threads and backward share the cores; on GPUs, NCCL's kernels and
+backward share the SMs and memory). Each round, after a barrier: one all-reduce of a buffer the
+size of all gradients, alone; one no_sync step (backward alone); one no_sync step that starts the
+same all-reduce the moment backward starts. The replay applies the rates this gives while its
+own all-reduces overlap backward, instead of assuming they do not interfere.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
 MARKS = ("forward_start_s", "forward_end_s", "backward_start_s", "optimizer_start_s", "optimizer_end_s")
 
@@ -54,10 +62,14 @@ class GradTimeline:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.marks: dict = {}
         self.ready: list = [None] * len(self.params)
+        self.on_backward_start = None
+        """Called when backward reaches the model (the contention probe starts its all-reduce there)."""
+        self.on_optimizer_start = None
+        """Called before the optimizer's step (the probe waits for its all-reduce there, as DDP does)."""
         self.handles = [
             module.register_forward_pre_hook(lambda *_: self._mark("forward_start_s")),
             module.register_forward_hook(self._on_forward_end),
-            optimizer.register_step_pre_hook(lambda *_: self._mark("optimizer_start_s")),
+            optimizer.register_step_pre_hook(self._on_optimizer_start),
             optimizer.register_step_post_hook(lambda *_: self._mark("optimizer_end_s")),
         ]
         for index, param in enumerate(self.params):
@@ -71,7 +83,17 @@ class GradTimeline:
         first = output if isinstance(output, torch.Tensor) else next(
             (o for o in (output if isinstance(output, (tuple, list)) else []) if isinstance(o, torch.Tensor)), None)
         if first is not None and first.requires_grad:
-            first.register_hook(lambda grad: self._mark("backward_start_s"))
+            first.register_hook(self._on_backward_start)
+
+    def _on_optimizer_start(self, *_) -> None:
+        if self.on_optimizer_start is not None:
+            self.on_optimizer_start()
+        self._mark("optimizer_start_s")
+
+    def _on_backward_start(self, grad) -> None:
+        self._mark("backward_start_s")
+        if self.on_backward_start is not None:
+            self.on_backward_start()
 
     def _ready_hook(self, index: int):
         def hook(param) -> None:
@@ -99,8 +121,14 @@ class GradTimeline:
             handle.remove()
 
 
+def timeline_pairs(timed_steps: int) -> int:
+    """Steps with DDP (and as many without): half the timed window's, between 6 and 20."""
+    return max(6, min(20, timed_steps // 2))
+
+
 def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device, pairs: int, world_size: int) -> dict:
-    """`pairs` steps with DDP's all-reduce and `pairs` under no_sync(), alternating; plus cast costs."""
+    """`pairs` steps with DDP's all-reduce and `pairs` under no_sync(), alternating; cast costs; the
+    contention probe."""
     timeline = GradTimeline(ddp_model, optimizer, device)
     with_ddp, without = [], []
     try:
@@ -113,11 +141,104 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
                 step = timeline.step(step_on, batch)
             step["data_s"] = data_s
             (with_ddp if syncing else without).append(step)
+        grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
+        contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:
         timeline.remove()
-    grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
     return {"param_names": timeline.names, "param_bytes": grad_bytes, "with_ddp": with_ddp,
-            "without_allreduce": without, "cast_cost": cast_costs(sum(grad_bytes), device, world_size)}
+            "without_allreduce": without, "cast_cost": cast_costs(sum(grad_bytes), device, world_size),
+            "contention": contention}
+
+
+class ConcurrentAllReduce:
+    """One all-reduce started from inside backward, timed from its start to its completion.
+
+    CPU: perf_counter when it is started, and in a callback chained to its future (gloo completes
+    the future on its own thread). GPU: a side stream waits for the compute stream to reach the
+    start of backward (so the collective starts there on the device, not when the host gets
+    ahead), then events bracket the collective on that stream."""
+
+    def __init__(self, buffer: torch.Tensor, device: torch.device):
+        self.buffer, self.device = buffer, device
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.work = self.done = self.begin = self.end = None
+
+    def start(self) -> None:
+        if self.cuda:
+            reached = torch.cuda.Event()
+            reached.record()  # on the compute stream, where backward is
+            self.begin, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(self.stream):
+                self.stream.wait_event(reached)
+                self.begin.record()
+                self.work = dist.all_reduce(self.buffer, async_op=True)
+                self.work.wait()  # the side stream (not the host) waits for the collective
+                self.end.record()
+            return
+        self.begin = time.perf_counter()
+        self.work = dist.all_reduce(self.buffer, async_op=True)
+        self.done = self.work.get_future().then(self._finished)
+
+    def _finished(self, future) -> None:
+        self.end = time.perf_counter()
+
+    def wait(self) -> None:
+        """Before the optimizer, as DDP waits for its buckets: the optimizer never overlaps it."""
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_event(self.end)
+        else:
+            self.done.wait()
+
+    def seconds(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)  # sync point: after the probe's step
+            return self.begin.elapsed_time(self.end) / 1000.0
+        self.done.wait()  # the chained future: the callback has run
+        return self.end - self.begin
+
+
+def _all_reduce_alone_s(buffer: torch.Tensor, device: torch.device) -> float:
+    dist.barrier()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: time only the collective
+    started = time.perf_counter()
+    dist.all_reduce(buffer)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+def _backward_span(step: dict) -> float:
+    ready = [r for r in step["grad_ready_s"] if r is not None]
+    return max(ready) - step["backward_start_s"] if ready and step["backward_start_s"] is not None else 0.0
+
+
+PROBE_ROUNDS = 5
+
+
+def contention_probe(ddp_model, timeline: GradTimeline, step_on, batches, device: torch.device,
+                     grad_bytes: int, rounds: int = PROBE_ROUNDS) -> dict:
+    """Per round: the all-reduce alone, backward alone, and both at once (see the module's docstring)."""
+    buffer = torch.ones(max(1, grad_bytes // 4), device=device)  # float32, as DDP's buckets
+    found: dict = {"probe_bytes": buffer.numel() * 4, "comm_alone_s": [], "backward_alone_s": [],
+                   "backward_with_comm_s": [], "comm_with_backward_s": []}
+    _all_reduce_alone_s(buffer, device)  # warm-up: the first call on a new buffer size pays extra
+    for _ in range(rounds):
+        found["comm_alone_s"].append(_all_reduce_alone_s(buffer, device))
+        dist.barrier()
+        with ddp_model.no_sync():
+            found["backward_alone_s"].append(_backward_span(timeline.step(step_on, next(batches))))
+        probe = ConcurrentAllReduce(buffer, device)
+        dist.barrier()
+        timeline.on_backward_start, timeline.on_optimizer_start = probe.start, probe.wait
+        try:
+            with ddp_model.no_sync():
+                found["backward_with_comm_s"].append(_backward_span(timeline.step(step_on, next(batches))))
+        finally:
+            timeline.on_backward_start = timeline.on_optimizer_start = None
+        found["comm_with_backward_s"].append(probe.seconds())
+    return found
 
 
 def _median_seconds(action, device: torch.device, repeats: int = 5) -> float:
@@ -133,15 +254,27 @@ def _median_seconds(action, device: torch.device, repeats: int = 5) -> float:
     return statistics.median(times[1:])  # the first call pays for allocation
 
 
+CALLS = 100
+
+
 def cast_costs(total_bytes: int, device: torch.device, world_size: int) -> dict:
     """Seconds per byte of fp32 gradient for what the compression hooks and DDP's bucket copies do:
     compress = cast to half and divide by the world size (fp16/bf16_compress_hook, on the thread
     that runs backward); decompress = copy the half result back into the fp32 bucket; copy = one
-    fp32 copy (DDP copies gradients into and out of buckets unless gradient_as_bucket_view)."""
+    fp32 copy (DDP copies gradients into and out of buckets unless gradient_as_bucket_view);
+    scaled copy = the same copy divided by the world size on the way."""
     elements = max(1, total_bytes // 4)
     flat = torch.randn(elements, device=device)
     target = torch.empty_like(flat)
-    costs: dict = {"copy_s_per_byte": _median_seconds(lambda: target.copy_(flat), device) / (elements * 4)}
+    costs: dict = {"copy_s_per_byte": _median_seconds(lambda: target.copy_(flat), device) / (elements * 4),
+                   # Without a comm hook DDP divides while it copies a gradient into its bucket
+                   # (the reducer's mul_out), a slower pass than a plain copy.
+                   "scaled_copy_s_per_byte": _median_seconds(lambda: torch.mul(flat, 1.0 / world_size, out=target),
+                                                             device) / (elements * 4)}
+    # DDP copies every parameter's gradient on its own (into the bucket, and back unless
+    # gradient_as_bucket_view): each copy also pays a fixed cost per call (dispatch, a kernel launch).
+    tiny, tiny_target = torch.ones(1, device=device), torch.empty(1, device=device)
+    costs["copy_call_s"] = _median_seconds(lambda: [tiny_target.copy_(tiny) for _ in range(CALLS)], device) / CALLS
     for hook, dtype in (("fp16_compress", torch.float16), ("bf16_compress", torch.bfloat16)):
         half = flat.to(dtype)
         costs[hook] = {
@@ -149,9 +282,6 @@ def cast_costs(total_bytes: int, device: torch.device, world_size: int) -> dict:
             "decompress_s_per_byte": _median_seconds(lambda: target.copy_(half), device) / (elements * 4),
         }
     return costs
-
-
-TIMELINE_PAIRS = 6  # steps with DDP and as many without; a step of the tiny CPU workloads is ~0.1 s
 
 
 def timeline_record(found: list[dict]):
@@ -168,5 +298,6 @@ def timeline_record(found: list[dict]):
         "param_names": first["param_names"], "param_bytes": first["param_bytes"],
         "cast_cost": first["cast_cost"],
         "by_rank": [{"rank": f["rank"], "with_ddp": f["timeline"]["with_ddp"],
-                     "without_allreduce": f["timeline"]["without_allreduce"]} for f in ranks],
+                     "without_allreduce": f["timeline"]["without_allreduce"],
+                     "contention": f["timeline"].get("contention")} for f in ranks],
     }, Timeline)

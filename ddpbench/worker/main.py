@@ -30,7 +30,7 @@ from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import tf32_enabled, torch_facts
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
-from ddpbench.worker.grad_timeline import TIMELINE_PAIRS, timeline_record, timeline_phase
+from ddpbench.worker.grad_timeline import timeline_pairs, timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
@@ -268,7 +268,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
     if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
         found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
-                                           rank.device, TIMELINE_PAIRS, rank.world_size)
+                                           rank.device, timeline_pairs(spec.steps - spec.warmup), rank.world_size)
     return found
 
 
