@@ -288,7 +288,7 @@ def test_replay_slows_both_by_the_contention_rates_while_they_overlap(record):
     free = model.replay(what, comm, Contention(1.0, 1.0))
     shared = model.replay(what, comm, Contention(0.5, 0.25))
     assert free.overlapped_comm_s > 0 and shared.overlapped_comm_s > free.overlapped_comm_s
-    _, work = model.backward_work(what, model.buckets(what))
+    _, work, _ = model.backward_work(what, model.buckets(what))
     start = model.alone.backward_start_s
     for replay, rates in ((free, (1.0, 1.0)), (shared, (0.5, 0.25))):
         # Backward does its work at full speed except while overlapped, where it goes at its rate.
@@ -336,3 +336,31 @@ def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
     assert "too few rounds" in table  # one round cannot call a difference real
     assert table.strip().splitlines()[-1].startswith("advice: keep the settings as given")
     assert len(os.listdir(tmp_path / "runs")) == len(names)
+
+
+def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_is_added(record):
+    import dataclasses
+
+    from msgspec.structs import replace
+
+    # Solo steps: the no_sync steps with DDP's work in them (+1 ms at every gradient, +3 ms after).
+    def with_ddp_work(step):
+        return replace(step, grad_ready_s=[t + 1e-3 for t in step.grad_ready_s],
+                       optimizer_start_s=step.optimizer_start_s + 3e-3, optimizer_end_s=step.optimizer_end_s + 3e-3,
+                       step_s=step.step_s + 3e-3)
+    ranks = [replace(rank, solo=[with_ddp_work(s) for s in rank.without_allreduce]) for rank in record.timeline.by_rank]
+    solo_record = replace(record, timeline=replace(record.timeline, by_rank=ranks))
+    model, older = RunModel(solo_record), RunModel(record)
+    no_network = lambda size, dtype: 0.0  # noqa: E731
+    free = Contention(1.0, 1.0)
+    source = model.replay(model.source, no_network, free)
+    base = model.solo
+    # The run's own knobs: backward, finalizing and all, exactly as the one-rank DDP steps measured it.
+    assert source.step_s == pytest.approx(model.with_ddp.data_s + base.backward_start_s + base.backward_span_s
+                                          + base.tail_s + model.with_ddp.optimizer_s + model.with_ddp.after_s)
+    assert source.step_s != pytest.approx(older.replay(older.source, no_network, free).step_s)
+    # A what-if adds only its difference: gradient_as_bucket_view drops the modelled copy back.
+    view = model.replay(dataclasses.replace(model.source, gradient_as_bucket_view=True), no_network, free)
+    copy_back = model.costs.copy_s_per_byte * sum(model.param_bytes) + \
+        (model.costs.copy_call_s or 0.0) * len(model.param_bytes)
+    assert source.step_s - view.step_s == pytest.approx(min(copy_back, base.tail_s))

@@ -87,12 +87,13 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert all(len(r["no_sync_step_times_s"]) == 10 for r in record["ranks"])
     for view in overlap["reducer"]["by_rank"]:
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
-    # The gradient timeline (half the 22 timed steps with DDP, as many without) and its contention
-    # probe: every round measured on every rank, over a buffer the size of all gradients.
+    # The gradient timeline (half the 22 timed steps with DDP, as many without, as many through a
+    # one-rank DDP) and its contention probe: every round measured on every rank, over a buffer the size of all gradients.
     timeline = record["timeline"]
     assert timeline["cast_cost"]["scaled_copy_s_per_byte"] > 0
     for rank, view in enumerate(timeline["by_rank"]):
         assert view["rank"] == rank and len(view["with_ddp"]) == len(view["without_allreduce"]) == 11
+        assert len(view["solo"]) == 11  # DDP over a one-rank group: its own work, no network
         probe = view["contention"]
         assert probe["probe_bytes"] == sum(timeline["param_bytes"])
         for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):

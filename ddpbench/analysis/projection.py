@@ -11,8 +11,12 @@ the time of one all_reduce of S bytes (of the element type on the wire) at world
 One step, as DDP runs it:
 0. forward as measured without all-reduce (no_sync steps); data loading and the optimizer as
    measured in the DDP steps (the optimizer works on the gradients DDP copied back);
-1. backward produces gradients in the measured order and times (backward alone); DDP copies each
-   into its bucket (measured copy cost per byte) on the thread that runs backward;
+1. backward produces gradients in the measured order and times. Where the run has them, these
+   come from steps through DDP over a process group of one rank: DDP's own work under the run's
+   knobs (copies into buckets, a hook's casts, finalizing) is then measured, not modelled, and
+   only what a what-if changes (another hook, gradient_as_bucket_view) is added at the measured
+   cost per byte. Older records replay backward alone (no_sync steps) and add all of DDP's
+   copies (measured cost per byte) on the thread that runs backward;
 2. a bucket is ready when its last gradient is; a compression hook then casts it to half on the
    same thread (measured cost per byte), delaying the gradients after it;
 3. buckets are all-reduced one at a time, in order, on one communication queue;
@@ -210,6 +214,8 @@ class RunModel:
         self.record = record
         self.param_bytes = timeline.param_bytes
         self.alone = representative([r.without_allreduce for r in timeline.by_rank])
+        solo = [r.solo for r in timeline.by_rank]
+        self.solo = representative(solo) if all(solo) else None
         self.with_ddp = representative([r.with_ddp for r in timeline.by_rank])
         # DDP's rebuilt buckets follow the order in which gradients became ready under DDP.
         self.order = sorted(range(len(self.param_bytes)), key=lambda i: (self.with_ddp.ready_s[i], -i))
@@ -226,29 +232,55 @@ class RunModel:
         first = int(what.first_bucket_mb * MIB) if what.first_bucket_mb else None
         return rebucket(self.order, self.param_bytes, int(what.bucket_cap_mb * MIB), first)
 
-    def backward_work(self, what: WhatIf, buckets: list[list[int]]) -> tuple[list[float], float]:
-        """In seconds of backward alone from its start: when each bucket is ready, and backward's
-        whole work, with DDP's copies and a hook's casts added on the thread that runs backward."""
-        base = self.alone
+    @property
+    def base(self) -> StepTimes:
+        """The steps the replay starts from: DDP over a one-rank group (DDP's own work, no
+        network) where the record has them, else the no_sync steps (backward alone)."""
+        return self.solo or self.alone
+
+    def _ddp_work(self, what: WhatIf, order: list[int]) -> tuple[dict[int, float], float]:
+        """Modelled work DDP adds under `what`: per parameter in `order`, the seconds added on
+        backward's thread up to and including it (its copy into the bucket; a hook's cast when it
+        completes a bucket); and the copy back into the gradients after the all-reduce."""
         hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
         # Into the bucket: with a hook a plain copy (the hook divides); without, the copy divides.
         copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
                                                              self.costs.copy_s_per_byte)
+        per_call = self.costs.copy_call_s or 0.0
+        buckets = self.buckets(what)
         bucket_of = {index: number for number, members in enumerate(buckets) for index in members}
         remaining = [len(members) for members in buckets]
-        per_call = self.costs.copy_call_s or 0.0
-        ready_at, added, last = [0.0] * len(buckets), 0.0, 0.0
-        for index in sorted(range(len(self.param_bytes)), key=lambda i: base.ready_s[i]):
-            added += per_call + copy_rate * self.param_bytes[index]  # into the bucket, on the backward thread
+        added, total = {}, 0.0
+        for index in order:
+            total += per_call + copy_rate * self.param_bytes[index]
             number = bucket_of[index]
             remaining[number] -= 1
             if remaining[number] == 0 and hook:
-                added += hook.compress_s_per_byte * sum(self.param_bytes[i] for i in buckets[number])
-            done = base.ready_s[index] - base.backward_start_s + added
-            last = max(last, done)
-            if remaining[number] == 0:
-                ready_at[number] = done
-        return ready_at, last + base.tail_s
+                total += hook.compress_s_per_byte * sum(self.param_bytes[i] for i in buckets[number])
+            added[index] = total
+        copy_back = 0.0 if what.gradient_as_bucket_view else \
+            self.costs.copy_s_per_byte * sum(self.param_bytes) + per_call * len(self.param_bytes)
+        return added, copy_back
+
+    def backward_work(self, what: WhatIf, buckets: list[list[int]]) -> tuple[list[float], float, float]:
+        """In seconds from backward's start: when each bucket is ready and backward's whole work,
+        with DDP's work on the thread that runs backward; and what follows the last all-reduce
+        before the optimizer. From one-rank DDP steps, DDP's own work under the run's knobs is in
+        the measurement and only the what-if's difference to them is added; from no_sync steps,
+        all of it is modelled."""
+        base = self.base
+        order = sorted(range(len(self.param_bytes)), key=lambda i: base.ready_s[i])
+        added, copy_back = self._ddp_work(what, order)
+        if self.solo is not None:
+            measured, measured_back = self._ddp_work(self.source, order)
+            added = {index: added[index] - measured[index] for index in order}
+            # The solo steps' tail holds finalizing: the copy back, and a one-rank all-reduce.
+            after_comm, tail = base.tail_s + copy_back - measured_back, 0.0
+        else:
+            after_comm, tail = copy_back, base.tail_s
+        done = {index: base.ready_s[index] - base.backward_start_s + added[index] for index in order}
+        ready_at = [max(done[index] for index in members) for members in buckets]
+        return ready_at, max(done.values()) + tail, max(0.0, after_comm)
 
     def replay(self, what: WhatIf, comm_seconds, contention: Contention | None = None) -> Replay:
         """One step under `what`; comm_seconds(bytes, dtype) is one all-reduce's time on an idle
@@ -256,10 +288,10 @@ class RunModel:
         while the other is busy, from event to event (a bucket ready, an all-reduce done,
         backward done)."""
         contention = contention or self.contention
-        base = self.alone
+        base = self.base
         hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
         buckets = self.buckets(what)
-        ready_at, work = self.backward_work(what, buckets)
+        ready_at, work, finalize = self.backward_work(what, buckets)
         sizes = [sum(self.param_bytes[i] for i in members) for members in buckets]
         wire = [size / 2 if hook else size for size in sizes]
         durations = [comm_seconds(wire[n], WIRE_DTYPE[what.comm_hook]) + (hook.decompress_s_per_byte * sizes[n] if hook
@@ -294,13 +326,11 @@ class RunModel:
                 if left <= 1e-12:
                     ends[current], current, left = clock, current + 1, None
         comm_end = ends[-1] if buckets else 0.0
-        finalize = 0.0 if what.gradient_as_bucket_view else \
-            self.costs.copy_s_per_byte * sum(self.param_bytes) + (self.costs.copy_call_s or 0.0) * len(self.param_bytes)
         optimizer_start = base.backward_start_s + max(backward_end, comm_end) + finalize
         rows = [{"bucket": n, "params": len(members), "bytes": sizes[n], "wire_bytes": wire[n],
                  "ready_s": base.backward_start_s + ready_at[n], "start_s": base.backward_start_s + starts[n],
                  "end_s": base.backward_start_s + ends[n]} for n, members in enumerate(buckets)]
-        span_alone = base.backward_span_s + base.tail_s
+        span_alone = self.alone.backward_span_s + self.alone.tail_s
         # The optimizer (and what follows it) as the DDP steps measured it: it runs on the
         # gradients DDP has just copied back, which the bucket cap and the hook do not change.
         after = self.with_ddp

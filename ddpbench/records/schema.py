@@ -372,6 +372,9 @@ class TimelineRank(Part):
     """The same kind of steps under DDP's no_sync(): backward alone, no all-reduce."""
     contention: ContentionProbe | None = None
     """None in records from before the probe existed."""
+    solo: list[TimelineStep] | None = None
+    """Steps through DDP over a process group of this rank alone: DDP's own work (copies, casts,
+    finalizing) without the network. None in older records."""
 
 
 class HookCast(Part):

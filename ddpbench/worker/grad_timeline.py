@@ -126,28 +126,33 @@ def timeline_pairs(timed_steps: int) -> int:
     return max(6, min(20, timed_steps // 2))
 
 
-def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device, pairs: int, world_size: int) -> dict:
-    """`pairs` steps with DDP's all-reduce and `pairs` under no_sync(), alternating; cast costs; the
-    contention probe."""
+def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device, pairs: int, world_size: int,
+                   solo_step_on=None) -> dict:
+    """`pairs` steps with DDP's all-reduce, `pairs` under no_sync() and (given `solo_step_on`, a
+    step through DDP over a group of one rank) `pairs` with DDP's own work but no network, in
+    turn; cast costs; the contention probe."""
     timeline = GradTimeline(ddp_model, optimizer, device)
-    with_ddp, without = [], []
+    kinds = [("with_ddp", step_on, contextlib.nullcontext), ("without_allreduce", step_on, ddp_model.no_sync)]
+    if solo_step_on is not None:
+        # The job's wrapper under no_sync() keeps its own reducer out of these steps.
+        kinds.append(("solo", solo_step_on, ddp_model.no_sync))
+    found: dict = {name: [] for name, _, _ in kinds}
     try:
-        for index in range(2 * pairs):
+        for index in range(len(kinds) * pairs):
+            name, run_step, context = kinds[index % len(kinds)]
             started = time.perf_counter()
             batch = next(batches)
             data_s = time.perf_counter() - started
-            syncing = index % 2 == 0
-            with contextlib.nullcontext() if syncing else ddp_model.no_sync():
-                step = timeline.step(step_on, batch)
+            with context():
+                step = timeline.step(run_step, batch)
             step["data_s"] = data_s
-            (with_ddp if syncing else without).append(step)
+            found[name].append(step)
         grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:
         timeline.remove()
-    return {"param_names": timeline.names, "param_bytes": grad_bytes, "with_ddp": with_ddp,
-            "without_allreduce": without, "cast_cost": cast_costs(sum(grad_bytes), device, world_size),
-            "contention": contention}
+    return {"param_names": timeline.names, "param_bytes": grad_bytes, **found,
+            "cast_cost": cast_costs(sum(grad_bytes), device, world_size), "contention": contention}
 
 
 class ConcurrentAllReduce:
@@ -299,5 +304,6 @@ def timeline_record(found: list[dict]):
         "cast_cost": first["cast_cost"],
         "by_rank": [{"rank": f["rank"], "with_ddp": f["timeline"]["with_ddp"],
                      "without_allreduce": f["timeline"]["without_allreduce"],
+                     "solo": f["timeline"].get("solo"),
                      "contention": f["timeline"].get("contention")} for f in ranks],
     }, Timeline)

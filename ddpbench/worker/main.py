@@ -155,6 +155,11 @@ class Trainer:
     def step(self) -> torch.Tensor:
         return self.step_on(next(self.batches))
 
+    def step_with(self, model, batch) -> torch.Tensor:
+        """One step through another wrapper of the same module (the timeline's one-rank DDP)."""
+        inputs, targets = to_device(batch, self.device)
+        return train_step(model, self.optimizer, self.workload.loss, self.precision, inputs, targets, self.progress)
+
 
 EXTRA_WORK_SIZE = 128
 
@@ -267,8 +272,14 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             trainer.model, trainer.step_on, replay, rank.device)
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
     if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
+        # DDP over a group of this rank alone, same module and knobs: every step of DDP's own work
+        # (copies into and out of buckets, the hook's casts, finalizing) without the network.
+        # new_group is collective: every rank creates every rank's group, in the same order.
+        alone_groups = [dist.new_group([other]) for other in range(rank.world_size)]
+        solo = wrap_ddp(trainer.model.module, rank.device, spec.ddp, process_group=alone_groups[rank.rank])
         found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
-                                           rank.device, timeline_pairs(spec.steps - spec.warmup), rank.world_size)
+                                           rank.device, timeline_pairs(spec.steps - spec.warmup), rank.world_size,
+                                           solo_step_on=lambda batch: trainer.step_with(solo, batch))
     return found
 
 

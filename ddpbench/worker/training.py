@@ -31,12 +31,15 @@ def _buffer_sync_option(enabled: bool) -> dict:
 DDP_RUNTIME_LOGGING_SAMPLE_RATE = 2**30
 
 
-def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> DDP:
+def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs, process_group=None) -> DDP:
+    """DDP as the tutorial builds it; `process_group` None is the whole job (the gradient
+    timeline also wraps the same module over a group of one rank: DDP's work without a network)."""
     # device_ids=[local_rank] on GPUs, as the DDP tutorial does; None for CPU modules.
     device_ids = [device.index] if device.type == "cuda" else None
     ddp_model = DDP(
         model,
         device_ids=device_ids,
+        process_group=process_group,
         bucket_cap_mb=knobs.bucket_cap_mb,
         gradient_as_bucket_view=knobs.gradient_as_bucket_view,
         static_graph=knobs.static_graph,
@@ -52,7 +55,7 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs) -> D
 
         hook = {"fp16_compress": default_hooks.fp16_compress_hook,
                 "bf16_compress": default_hooks.bf16_compress_hook}[knobs.comm_hook]
-        ddp_model.register_comm_hook(state=None, hook=hook)
+        ddp_model.register_comm_hook(state=process_group, hook=hook)  # the hooks' state is their group
     return ddp_model
 
 
