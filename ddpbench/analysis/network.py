@@ -218,7 +218,15 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
     if world_size == 1:
         return Prediction(0.0, 0.0, 0.0, "single device")
     fit, stand_in = _fit_for(profile, collective, world_size, dtype)
-    rate = ", float32 rate" if stand_in else ""
+    if fit is not None and stand_in:
+        # float32's fit stands in: scale it by this type's ratio where one was measured elsewhere.
+        base = predict(profile, collective, world_size, size_bytes, bandwidth_scale)
+        ratio = _dtype_ratio(profile, collective, size_bytes, dtype)
+        if not ratio:
+            return Prediction(base.seconds, base.low_s, base.high_s, base.basis + ", float32 rate")
+        band = (base.high_s - base.seconds) / base.seconds if base.seconds else 0.0
+        seconds = base.seconds * ratio
+        return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), f"{base.basis}, {dtype}/float32 as measured")
     if fit is not None:
         band = fit["band"]
         measured = sorted(fit.get("measured") or [])
@@ -227,9 +235,9 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
                                              np.log([m[1] for m in measured]))))
             # k times the bandwidth divides what is above the fitted latency.
             seconds = fit["alpha_s"] + max(0.0, seconds - fit["alpha_s"]) / bandwidth_scale
-            return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured" + rate)
+            return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured")
         seconds = fit["alpha_s"] + fit["beta_s_per_byte"] * size_bytes / bandwidth_scale
-        return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fit" + rate)
+        return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "fit")
     fabric = profile.get("fabric")
     if not fabric:
         measured = sorted({int(f["world_size"]) for f in profile.get("fits", []) if f["collective"] == collective})
@@ -244,8 +252,8 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
     basis = "fabric"
     if dtype != "float32":
         # The fabric model is float32's. Where the profile measured this element type beside
-        # float32 at some world size, their ratio for these bytes carries over (gloo's half sums
-        # cost the same extra at any world size); else float32's time stands in.
+        # float32 at some world size, their ratio for these bytes is carried over (an assumption:
+        # the ratio was measured at that world size only); else float32's time stands in.
         ratio = _dtype_ratio(profile, collective, size_bytes, dtype)
         seconds, basis = (seconds * ratio, f"fabric, {dtype}/float32 as measured") if ratio else \
             (seconds, "fabric, float32 rate")

@@ -1,30 +1,31 @@
 """Replay one DDP step from a measured run for another world size, network, bucket size or
 gradient compression (`ddpbench project`). No torch.
 
-What the replay takes from the run (its `timeline`: per-parameter gradient-ready times, with
-DDP's all-reduce and under no_sync(); medians over the phase's steps, then the slowest rank):
-forward, backward and optimizer as measured; the order in which gradients become ready; the cost
-of DDP's copies and the hooks' casts; and from its contention probe, how much backward and an
-all-reduce slow each other when they run at once. What it takes from the network profile:
-the time of one all_reduce of S bytes (of the element type on the wire) at world size N.
+What the replay takes from the run (its `timeline`; per step the slowest rank, then the median
+over steps): forward, backward and optimizer as measured; the order in which gradients become
+ready; DDP's own work per step, from steps through DDP over a process group of one rank (or, in
+older records, modelled from the measured cost of its copies and the hooks' casts); and from the
+contention probe, how much backward and an all-reduce slow each other when they run at once.
+What it takes from the network profile: the time of one all_reduce of S bytes (of the element
+type on the wire) at world size N.
 
 One step, as DDP runs it:
-0. forward as measured without all-reduce (no_sync steps); data loading and the optimizer as
-   measured in the DDP steps (the optimizer works on the gradients DDP copied back);
-1. backward produces gradients in the measured order and times. Where the run has them, these
-   come from steps through DDP over a process group of one rank: DDP's own work under the run's
-   knobs (copies into buckets, a hook's casts, finalizing) is then measured, not modelled, and
-   only what a what-if changes (another hook, gradient_as_bucket_view) is added at the measured
-   cost per byte. Older records replay backward alone (no_sync steps) and add all of DDP's
-   copies (measured cost per byte) on the thread that runs backward;
-2. a bucket is ready when its last gradient is; a compression hook then casts it to half on the
-   same thread (measured cost per byte), delaying the gradients after it;
-3. buckets are all-reduced one at a time, in order, on one communication queue;
+0. forward as the one-rank DDP steps measured it (else the no_sync steps); data loading and the
+   optimizer as measured in the DDP steps (the optimizer works on the gradients DDP copied back);
+1. backward produces gradients in the measured order and times. From the one-rank DDP steps,
+   DDP's own work under the run's knobs (copies into buckets, a hook's casts, finalizing) is in
+   the measurement, and only what a what-if changes (another hook, gradient_as_bucket_view) is
+   added at the measured cost per byte. Older records replay backward alone (no_sync steps) and
+   add all of DDP's copies on the thread that runs backward;
+2. a bucket is ready when its last gradient is (and, with a compression hook, cast to half on
+   the same thread);
+3. buckets are all-reduced one at a time, in order, on one communication queue (NCCL's one
+   stream; gloo can run two at once, which this does not model);
 4. while an all-reduce and backward run at the same time, backward advances at the probe's
    backward rate and the all-reduce at its communication rate (both 1 when they do not
-   interfere; on 2 CPU cores shared by 2 ranks, each near one half);
-5. the step ends when backward and the last all-reduce are done, DDP has copied the buckets back
-   into the gradients (unless gradient_as_bucket_view), and the optimizer has run.
+   interfere or were not measured);
+5. the step ends when backward and the last all-reduce are done, DDP has finalized (copied the
+   buckets back into the gradients unless gradient_as_bucket_view), and the optimizer has run.
 
 Re-bucketing (`bucket_cap_mb`) follows DDP's rebuild after its first iteration: parameters in
 gradient-ready order (roughly the reverse of definition order), a bucket closes as soon as it
@@ -35,6 +36,8 @@ it is given (ddpbench always gives it) the first bucket has the same cap.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -43,7 +46,8 @@ from ddpbench.records.schema import Record
 
 MIB = 1024 * 1024
 SLOWEST_RATE = 0.05
-"""Rates below this are noise in the probe (an all-reduce that never moves while backward runs)."""
+"""A floor on the rates: an estimate below it (an all-reduce that barely moves while backward
+runs) is taken as this, so that a replay always ends."""
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
 WIRE_DTYPE = {"allreduce": "float32", "fp16_compress": "float16", "bf16_compress": "bfloat16"}
 """What each hook all-reduces (gradients are float32; the compression hooks send halves)."""
@@ -157,7 +161,8 @@ class Replay:
     overlapped_comm_s: float
     """Time during which an all-reduce and backward ran at once."""
     comm_s: float
-    """All-reduce time on an idle machine (the profile's), summed over buckets."""
+    """All-reduce time on an idle machine (the profile's), plus a hook's decompression, summed
+    over buckets."""
     backward_slowdown: float
     """Backward's span in the replay over its span alone (copies, casts and contention)."""
     buckets: list[dict] = field(default_factory=list)
@@ -173,31 +178,49 @@ class Contention:
     basis: str = "not measured: assumed none"
 
 
+SHORTEST_OVERLAP = 0.25
+"""Rates need the shorter job to last at least this share of the longer one: the rate is one
+minus the slowdown divided by the overlap, and a short overlap turns jitter into a rate."""
+
+
+def _round_rates(c0: float, c1: float, b0: float, b1: float) -> tuple[float, float] | None:
+    """One round's (backward rate, all-reduce rate): the job that finished first ran at its rate
+    for the whole overlap, the other for the overlap and then at full speed."""
+    if min(c0, c1, b0, b1) <= 0 or min(b1, c1) < SHORTEST_OVERLAP * max(b1, c1):
+        return None
+    if c1 <= b1:  # the all-reduce finished inside backward
+        return (b0 - (b1 - c1)) / c1, c0 / c1
+    return b0 / b1, (c0 - (c1 - b1)) / b1  # backward finished first
+
+
 def contention_rates(probes: list) -> Contention:
     """Both rates from the ranks' contention probes. Per round the all-reduce's times are the
     minimum over ranks (a rank's interval includes waiting for its peer) and backward's the
-    maximum (the slowest rank sets the pace); medians over rounds. Backward (b0 alone, b1 with the
-    all-reduce) and the all-reduce (c0 alone, c1 with backward) overlapped for o = min(b1, c1):
-    the one that finished first ran at its rate for all of it, the other for o and then at full
-    speed, which gives both rates."""
+    maximum (the slowest rank sets the pace); each round gives its rates (`_round_rates`), and the
+    median over rounds is the estimate. Rounds whose overlap is too short to tell are left out;
+    with fewer than half the rounds left, nothing is claimed."""
     probes = [p for p in probes if p is not None and p.comm_alone_s]
     if not probes:
-        return Contention(basis="not measured (a record from before the contention probe): assumed none")
+        return Contention(basis="not measured (no contention probe in this record): assumed none")
     rounds = min(len(p.comm_alone_s) for p in probes)
-    per_round = lambda name, pick: _median(pick(getattr(p, name)[i] for p in probes) for i in range(rounds))  # noqa: E731
-    c0, c1 = per_round("comm_alone_s", min), per_round("comm_with_backward_s", min)
-    b0, b1 = per_round("backward_alone_s", max), per_round("backward_with_comm_s", max)
-    if min(c0, c1, b0, b1) <= 0:
-        return Contention(basis="probe without a usable measurement: assumed none")
-    if c1 <= b1:  # the all-reduce finished inside backward
-        comm, backward = c0 / c1, (b0 - (b1 - c1)) / c1
-    else:  # backward finished first; the all-reduce ran alone after it
-        comm, backward = (c0 - (c1 - b1)) / b1, b0 / b1
+    found = []
+    for i in range(rounds):
+        rates = _round_rates(min(p.comm_alone_s[i] for p in probes), min(p.comm_with_backward_s[i] for p in probes),
+                             max(p.backward_alone_s[i] for p in probes), max(p.backward_with_comm_s[i] for p in probes))
+        if rates is not None:
+            found.append(rates)
+    if len(found) * 2 < rounds:
+        return Contention(basis=f"not measured: in {rounds - len(found)} of {rounds} probe rounds backward and the "
+                                f"all-reduce overlapped too little to tell; assumed none")
     clamp = lambda rate: min(1.0, max(SLOWEST_RATE, rate))  # noqa: E731
-    return Contention(clamp(backward), clamp(comm),
-                      f"measured: {len(probes)} ranks x {rounds} rounds, backward {b0 * 1e3:.1f} ms alone and "
-                      f"{b1 * 1e3:.1f} ms with an all-reduce of {probes[0].probe_bytes / MIB:.1f} MiB that took "
-                      f"{c0 * 1e3:.1f} ms alone and {c1 * 1e3:.1f} ms with backward")
+    backward, comm = clamp(_median(r[0] for r in found)), clamp(_median(r[1] for r in found))
+    middle = lambda name, pick: _median(pick(getattr(p, name)[i] for p in probes) for i in range(rounds))  # noqa: E731
+    return Contention(backward, comm,
+                      f"measured: {len(probes)} ranks x {len(found)} rounds, backward "
+                      f"{middle('backward_alone_s', max) * 1e3:.1f} ms alone and "
+                      f"{middle('backward_with_comm_s', max) * 1e3:.1f} ms with an all-reduce of "
+                      f"{probes[0].probe_bytes / MIB:.1f} MiB that took {middle('comm_alone_s', min) * 1e3:.1f} ms "
+                      f"alone and {middle('comm_with_backward_s', min) * 1e3:.1f} ms with backward")
 
 
 class RunModel:
@@ -244,9 +267,14 @@ class RunModel:
         completes a bucket); and the copy back into the gradients after the all-reduce."""
         hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
         # Into the bucket: with a hook a plain copy (the hook divides); without, the copy divides.
-        copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
-                                                             self.costs.copy_s_per_byte)
-        per_call = self.costs.copy_call_s or 0.0
+        # With gradient_as_bucket_view the gradient already is the bucket: no copy; without a hook
+        # DDP still divides it in place, a pass over the same bytes.
+        if what.gradient_as_bucket_view:
+            copy_rate = 0.0 if hook else self.costs.copy_s_per_byte
+        else:
+            copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
+                                                                 self.costs.copy_s_per_byte)
+        per_call = 0.0 if what.gradient_as_bucket_view and hook else (self.costs.copy_call_s or 0.0)
         buckets = self.buckets(what)
         bucket_of = {index: number for number, members in enumerate(buckets) for index in members}
         remaining = [len(members) for members in buckets]
@@ -296,10 +324,13 @@ class RunModel:
         wire = [size / 2 if hook else size for size in sizes]
         durations = [comm_seconds(wire[n], WIRE_DTYPE[what.comm_hook]) + (hook.decompress_s_per_byte * sizes[n] if hook
                                                                           else 0.0) for n in range(len(buckets))]
+        if not all(math.isfinite(d) and d >= 0 for d in durations):
+            raise ProjectionError("the profile gives an all-reduce time that is not a finite, non-negative number "
+                                  f"of seconds: {next(d for d in durations if not (math.isfinite(d) and d >= 0))}")
         clock, done, overlapped = 0.0, 0.0, 0.0  # from backward's start; backward's work done so far
         current, left, backward_end = 0, None, None  # the bucket being all-reduced, and its time left
         starts, ends = [0.0] * len(buckets), [0.0] * len(buckets)
-        while True:
+        for _ in range(4 * len(buckets) + 8):  # each pass starts or ends a bucket, or ends backward
             if left is None and current < len(buckets) and done >= ready_at[current] - 1e-12:
                 left, starts[current] = durations[current], clock
             backward_busy, comm_busy = done < work - 1e-12, left is not None
@@ -325,6 +356,8 @@ class RunModel:
                 left -= step * comm_rate
                 if left <= 1e-12:
                     ends[current], current, left = clock, current + 1, None
+        else:
+            raise ProjectionError("the replay did not finish (a bug: please report it with the record)")
         comm_end = ends[-1] if buckets else 0.0
         optimizer_start = base.backward_start_s + max(backward_end, comm_end) + finalize
         rows = [{"bucket": n, "params": len(members), "bytes": sizes[n], "wire_bytes": wire[n],
@@ -376,11 +409,17 @@ class Projection:
     def as_dict(self) -> dict:
         data = dict(self.__dict__)
         data["what"] = dict(self.what.__dict__)
+        data["contention"] = dataclasses.asdict(self.contention)
         return data
 
 
 def project(record: Record, profile: dict, what: WhatIf) -> Projection:
     model = RunModel(record)
+    if profile.get("backend") and profile.get("backend") != record.spec.backend:
+        # The probe measured this machine's backward against its own collectives: it says nothing
+        # about another fabric's (a gloo CPU run projected onto an NVSwitch preset).
+        model.contention = Contention(basis=f"measured on {record.spec.backend}, not applied to a "
+                                            f"{profile.get('backend')} profile: assumed none")
 
     def run_with(which: str) -> Replay:
         def seconds(size_bytes: float, dtype: str) -> float:
@@ -462,7 +501,8 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
     draw of its noise."""
     groups: dict[tuple, list[Record]] = {}
     for record in records:
-        if record.status == "ok" and record.spec.strategy == "ddp" and record.timeline and record.metrics:
+        modelled = not record.spec.ddp.static_graph and not record.spec.ddp.find_unused_parameters
+        if record.status == "ok" and record.spec.strategy == "ddp" and record.timeline and record.metrics and modelled:
             groups.setdefault(_setting(record), []).append(record)
     cases = []
     for setting, members in sorted(groups.items(), key=lambda item: str(item[0])):

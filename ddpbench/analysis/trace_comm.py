@@ -65,8 +65,12 @@ def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
         model = RunModel(record)
         replay = model.replay(model.source, lambda size, dtype: predict(profile, "all_reduce", record.spec.world_size,
                                                                         size, dtype=dtype).seconds)
-        if len(replay.buckets) == len(rows):
-            replayed = [bucket["end_s"] - bucket["start_s"] for bucket in replay.buckets]
+        # The same buckets (by size, in order), or no comparison. A hook's replayed time also holds
+        # the cast back to float32, which the trace's gloo:all_reduce event does not.
+        if [bucket["bytes"] for bucket in replay.buckets] == [row["bytes"] for row in rows]:
+            hook = getattr(model.costs, record.spec.ddp.comm_hook, None)
+            cast_back = hook.decompress_s_per_byte if hook is not None else 0.0
+            replayed = [bucket["end_s"] - bucket["start_s"] - cast_back * bucket["bytes"] for bucket in replay.buckets]
     except ProjectionError:
         pass
     result = []

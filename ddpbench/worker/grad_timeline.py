@@ -14,10 +14,11 @@ On CPU a mark is perf_counter; on GPUs a CUDA event on the current stream, read 
 
 Then the contention probe: how much backward and an all-reduce slow each other when they run at
 the same time (on CPU, gloo's threads and backward share the cores; on GPUs, NCCL's kernels and
-backward share the SMs and memory). Each round, after a barrier: one all-reduce of a buffer the
-size of all gradients, alone; one no_sync step (backward alone); one no_sync step that starts the
-same all-reduce the moment backward starts. The replay applies the rates this gives while its
-own all-reduces overlap backward, instead of assuming they do not interfere.
+backward share the SMs and memory). Its all-reduce is sized to last about as long as backward
+alone. Each round, after a barrier: that all-reduce alone; one no_sync step (backward alone); one
+no_sync step that starts the same all-reduce the moment backward starts. The replay applies the
+rates this gives while its own all-reduces overlap backward, instead of assuming they do not
+interfere. With one rank there is nothing to contend with, and no probe.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class GradTimeline:
         """Called when backward reaches the model (the contention probe starts its all-reduce there)."""
         self.on_optimizer_start = None
         """Called before the optimizer's step (the probe waits for its all-reduce there, as DDP does)."""
+        self.backward_hooked = False
+        """Whether the last forward's output could mark the start of backward (a tensor with grad)."""
         self.handles = [
             module.register_forward_pre_hook(lambda *_: self._mark("forward_start_s")),
             module.register_forward_hook(self._on_forward_end),
@@ -82,7 +85,8 @@ class GradTimeline:
         self._mark("forward_end_s")
         first = output if isinstance(output, torch.Tensor) else next(
             (o for o in (output if isinstance(output, (tuple, list)) else []) if isinstance(o, torch.Tensor)), None)
-        if first is not None and first.requires_grad:
+        self.backward_hooked = first is not None and first.requires_grad
+        if self.backward_hooked:
             first.register_hook(self._on_backward_start)
 
     def _on_optimizer_start(self, *_) -> None:
@@ -190,12 +194,16 @@ class ConcurrentAllReduce:
 
     def wait(self) -> None:
         """Before the optimizer, as DDP waits for its buckets: the optimizer never overlaps it."""
+        if self.work is None:  # never started (backward's start was not seen)
+            return
         if self.cuda:
             torch.cuda.current_stream(self.device).wait_event(self.end)
         else:
             self.done.wait()
 
     def seconds(self) -> float:
+        if self.work is None:
+            return 0.0  # not a measurement; the analysis drops rounds with a zero
         if self.cuda:
             torch.cuda.synchronize(self.device)  # sync point: after the probe's step
             return self.begin.elapsed_time(self.end) / 1000.0
@@ -204,13 +212,19 @@ class ConcurrentAllReduce:
 
 
 def _all_reduce_alone_s(buffer: torch.Tensor, device: torch.device) -> float:
+    """One all-reduce after a barrier, timed as the concurrent one is: CUDA events around it on
+    the device (the same clock as ConcurrentAllReduce), perf_counter on CPU."""
     dist.barrier()
     if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: time only the collective
+        torch.cuda.synchronize(device)  # sync point: nothing else queued before the collective
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dist.all_reduce(buffer)  # the current stream waits for NCCL's
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
     started = time.perf_counter()
     dist.all_reduce(buffer)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
     return time.perf_counter() - started
 
 
@@ -223,12 +237,28 @@ PROBE_ROUNDS = 5
 
 
 def contention_probe(ddp_model, timeline: GradTimeline, step_on, batches, device: torch.device,
-                     grad_bytes: int, rounds: int = PROBE_ROUNDS) -> dict:
-    """Per round: the all-reduce alone, backward alone, and both at once (see the module's docstring)."""
-    buffer = torch.ones(max(1, grad_bytes // 4), device=device)  # float32, as DDP's buckets
+                     grad_bytes: int, rounds: int = PROBE_ROUNDS) -> dict | None:
+    """Per round: the all-reduce alone, backward alone, and both at once (see the module's
+    docstring). None where it cannot say anything: one rank (no network to contend with), or a
+    model whose output cannot mark the start of backward (the same on every rank)."""
+    if dist.get_world_size() < 2:
+        return None
+    with ddp_model.no_sync():
+        backward_s = _backward_span(timeline.step(step_on, next(batches)))
+    if not timeline.backward_hooked:
+        return None
+    # Size the all-reduce to last about as long as backward: then neither finishes long before
+    # the other, and the overlap that the rates are divided by is not a sliver.
+    full = torch.ones(max(1, grad_bytes // 4), device=device)
+    _all_reduce_alone_s(full, device)  # warm-up: the first call on a new buffer size pays extra
+    comm_s = _all_reduce_alone_s(full, device)
+    wanted = int(grad_bytes * backward_s / comm_s) if comm_s > 0 else grad_bytes
+    size = torch.tensor([float(min(4 * grad_bytes, max(64 * 1024, wanted)))], device=device)
+    dist.all_reduce(size, op=dist.ReduceOp.MAX)  # every rank must all-reduce the same size
+    buffer = torch.ones(max(1, int(size.item()) // 4), device=device)  # float32, as DDP's buckets
     found: dict = {"probe_bytes": buffer.numel() * 4, "comm_alone_s": [], "backward_alone_s": [],
                    "backward_with_comm_s": [], "comm_with_backward_s": []}
-    _all_reduce_alone_s(buffer, device)  # warm-up: the first call on a new buffer size pays extra
+    _all_reduce_alone_s(buffer, device)
     for _ in range(rounds):
         found["comm_alone_s"].append(_all_reduce_alone_s(buffer, device))
         dist.barrier()
