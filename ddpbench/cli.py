@@ -388,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "graph, compression), rank them and say what to change")
     add_run_arguments(tune)
     tune.add_argument("--repeat", type=positive_int, default=3,
-                      help="rounds; each runs every variant once (default 3; 2 or more to call a difference real)")
+                      help="rounds; each runs every variant once (default 3; with 2 only a large, steady "
+                           "difference can be called real, 5 or more tell small ones)")
     # Its own destination: `profile` is the run option that --no-profile turns off (traces).
     tune.add_argument("--profile", dest="network_profile", default=None,
                       help="network profile file or preset: also project each variant (needs the runs' traces)")
