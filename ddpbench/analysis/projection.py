@@ -405,6 +405,8 @@ class Projection:
     sample_unit: str
     measured_step_s: float | None = None
     """The source run's median iteration time (when the what-if is the run itself)."""
+    ddp_work: str = ""
+    """Where DDP's own work per step came from: measured in one-rank DDP steps, or modelled."""
 
     def as_dict(self) -> dict:
         data = dict(self.__dict__)
@@ -440,7 +442,9 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
         backward_slowdown=mid.backward_slowdown, contention=model.contention, buckets=len(mid.buckets),
         throughput=samples / mid.step_s, throughput_low=samples / slow.step_s, throughput_high=samples / fast.step_s,
         efficiency=efficiency(mid.step_s), efficiency_low=efficiency(slow.step_s),
-        efficiency_high=efficiency(fast.step_s), sample_unit=model.sample_unit, measured_step_s=measured)
+        efficiency_high=efficiency(fast.step_s), sample_unit=model.sample_unit, measured_step_s=measured,
+        ddp_work="measured (steps through DDP over a one-rank group)" if model.solo is not None else
+        "modelled from the measured cost of its copies (the record has no one-rank DDP steps)")
 
 
 def format_projection(projection: Projection, record: Record) -> str:
@@ -456,6 +460,7 @@ def format_projection(projection: Projection, record: Record) -> str:
         f"  step time        {projection.step_s * 1e3:9.2f} ms   band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
         f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms all-reduce over {projection.buckets} buckets",
         f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces",
+        f"  DDP's own work   {projection.ddp_work}",
         f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
         f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
         f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
