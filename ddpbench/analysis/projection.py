@@ -201,7 +201,8 @@ def contention_rates(probes: list) -> Contention:
     with fewer than half the rounds left, nothing is claimed."""
     probes = [p for p in probes if p is not None and p.comm_alone_s]
     if not probes:
-        return Contention(basis="not measured (no contention probe in this record): assumed none")
+        return Contention(basis="not measured (no probe: one rank, a model output that cannot mark the start of "
+                                "backward, or an older record): assumed none")
     rounds = min(len(p.comm_alone_s) for p in probes)
     found = []
     for i in range(rounds):
@@ -247,6 +248,7 @@ class RunModel:
         self.source = WhatIf(world_size=record.spec.world_size, bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
                              comm_hook=record.spec.ddp.comm_hook,
                              gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+        self.source_buckets = self.buckets(self.source)  # the run's own, which every what-if compares with
         self.batch_size = record.spec.batch_size or 1
         self.units_per_sample = record.metrics.units_per_sample if record.metrics else 1
         self.sample_unit = record.metrics.sample_unit if record.metrics else "samples"
@@ -261,7 +263,7 @@ class RunModel:
         network) where the record has them, else the no_sync steps (backward alone)."""
         return self.solo or self.alone
 
-    def _ddp_work(self, what: WhatIf, order: list[int]) -> tuple[dict[int, float], float]:
+    def _ddp_work(self, what: WhatIf, order: list[int], buckets: list[list[int]]) -> tuple[dict[int, float], float]:
         """Modelled work DDP adds under `what`: per parameter in `order`, the seconds added on
         backward's thread up to and including it (its copy into the bucket; a hook's cast when it
         completes a bucket); and the copy back into the gradients after the all-reduce."""
@@ -275,7 +277,6 @@ class RunModel:
             copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
                                                                  self.costs.copy_s_per_byte)
         per_call = 0.0 if what.gradient_as_bucket_view and hook else (self.costs.copy_call_s or 0.0)
-        buckets = self.buckets(what)
         bucket_of = {index: number for number, members in enumerate(buckets) for index in members}
         remaining = [len(members) for members in buckets]
         added, total = {}, 0.0
@@ -298,9 +299,9 @@ class RunModel:
         all of it is modelled."""
         base = self.base
         order = sorted(range(len(self.param_bytes)), key=lambda i: base.ready_s[i])
-        added, copy_back = self._ddp_work(what, order)
+        added, copy_back = self._ddp_work(what, order, buckets)
         if self.solo is not None:
-            measured, measured_back = self._ddp_work(self.source, order)
+            measured, measured_back = self._ddp_work(self.source, order, self.source_buckets)
             added = {index: added[index] - measured[index] for index in order}
             # The solo steps' tail holds finalizing: the copy back, and a one-rank all-reduce.
             after_comm, tail = base.tail_s + copy_back - measured_back, 0.0
