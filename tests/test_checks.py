@@ -95,7 +95,7 @@ def _no_averaging_hook(state, bucket):
     return future
 
 
-def _gradient_check_on_rank(rank, world_size, store_path, broken, results):
+def _gradient_check_on_rank(rank, world_size, store_path, broken, results, diverged=False):
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
     try:
         torch.manual_seed(0)
@@ -104,6 +104,8 @@ def _gradient_check_on_rank(rank, world_size, store_path, broken, results):
             model.register_comm_hook(None, _no_averaging_hook)
         torch.manual_seed(100 + rank)  # each rank gets different data, as with a real sampler
         inputs, targets = torch.randn(4, 8), torch.randint(3, (4,))
+        if diverged and rank == 1:
+            inputs[0, 0] = float("nan")  # one bad sample on one rank poisons every rank's average
         results[rank] = checks.gradients_averaged(model, inputs, targets, torch.nn.functional.cross_entropy,
                                                   world_size, "allreduce")
     finally:
@@ -119,3 +121,25 @@ def test_gradient_check_tells_averaged_from_local_gradients(tmp_path, broken):
     assert all(r["ok"] is (not broken) for r in results.values()), results
     if broken:
         assert min(r["details"]["relative_error"] for r in results.values()) > 0.01
+
+
+def test_gradient_check_says_when_gradients_are_not_finite(tmp_path):
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_gradient_check_on_rank, args=(2, str(tmp_path / "store"), False, results, True), nprocs=2)
+        results = dict(results)
+    assert all(r["ok"] is False and "not finite" in r["reason"] for r in results.values()), results
+    merged = checks.all_ranks([results[0], results[1]], worst="relative_error")
+    assert merged["ok"] is False and merged["reason"].startswith("rank 0: gradients are not finite")
+    assert merged["details"]["max_relative_error"] is None
+
+
+def test_all_ranks_keeps_the_worst_error_and_a_failing_ranks_reason():
+    fine = checks.verdict(True, relative_error=1e-7, tolerance=1e-4)
+    bad = checks.verdict(False, "gradients are not finite", relative_error=None, tolerance=1e-4)
+    worse = checks.verdict(False, relative_error=0.5, tolerance=1e-4)
+    merged = checks.all_ranks([fine, bad, worse], worst="relative_error")
+    assert merged["ok"] is False and merged["reason"] == "rank 1: gradients are not finite"
+    assert merged["details"]["max_relative_error"] == 0.5
+    assert checks.all_ranks([fine, fine], worst="relative_error") == checks.verdict(
+        True, max_relative_error=1e-7, tolerance=1e-4)

@@ -27,9 +27,12 @@ def verdict(ok: bool | None, reason: str | None = None, **details) -> dict:
 
 
 def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
-    """One check from every rank's own: ok only if every rank's is, with the worst `worst` detail."""
-    return verdict(all(c["ok"] for c in per_rank),
-                   **{f"max_{worst}": max(c["details"][worst] for c in per_rank),
+    """One check from every rank's own: ok only if every rank's is, with the worst `worst` detail
+    over the ranks that have one, and the first rank's reason where a rank gave one."""
+    values = [c["details"][worst] for c in per_rank if c["details"].get(worst) is not None]
+    reason = next((f"rank {rank}: {c['reason']}" for rank, c in enumerate(per_rank) if c.get("reason")), None)
+    return verdict(all(c["ok"] for c in per_rank), reason,
+                   **{f"max_{worst}": max(values) if values else None,
                       "tolerance": per_rank[0]["details"]["tolerance"]})
 
 
@@ -114,6 +117,11 @@ def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, com
         ddp_model.zero_grad(set_to_none=True)
     finally:
         ddp_model.train(was_training)
-    relative_error = float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
     tolerance = GRADIENT_TOLERANCE[comm_hook]
+    if not (bool(torch.isfinite(expected).all()) and bool(torch.isfinite(actual).all())):
+        # A diverged model (loss NaN or inf): no error can be computed, and a NaN would compare
+        # False without saying why.
+        return verdict(False, "gradients are not finite (NaN or inf; has the loss diverged?), so their average "
+                              "cannot be checked", relative_error=None, tolerance=tolerance)
+    relative_error = float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
     return verdict(relative_error <= tolerance, relative_error=relative_error, tolerance=tolerance)
