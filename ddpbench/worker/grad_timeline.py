@@ -83,9 +83,8 @@ class GradTimeline:
 
     def _on_forward_end(self, module, inputs, output) -> None:
         self._mark("forward_end_s")
-        first = output if isinstance(output, torch.Tensor) else next(
-            (o for o in (output if isinstance(output, (tuple, list)) else []) if isinstance(o, torch.Tensor)), None)
-        self.backward_hooked = first is not None and first.requires_grad
+        first = _first_tensor_with_grad(output)
+        self.backward_hooked = first is not None
         if self.backward_hooked:
             first.register_hook(self._on_backward_start)
 
@@ -123,6 +122,18 @@ class GradTimeline:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def _first_tensor_with_grad(output, depth: int = 3):
+    """The first tensor that backward will reach in a forward's output: the output itself, or
+    inside tuples, lists and dicts (Hugging Face models return a ModelOutput, a dict of the loss
+    and the logits), a few levels deep. None when there is none."""
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    if depth == 0:
+        return None
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    return next((found for item in items if (found := _first_tensor_with_grad(item, depth - 1)) is not None), None)
 
 
 def timeline_pairs(timed_steps: int) -> int:
