@@ -5,10 +5,12 @@
 2. For each workload, real 2-rank DDP runs in --rounds rounds (every round runs every case once,
    so a drift of the shared machine hits every case alike): the default (bucket cap 25 MB, plain
    all-reduce), and bucket cap 1, 5 and 100 MB, fp16_compress and bf16_compress.
-3. (a) replay: every default run projected as itself, against its own median iteration time,
+3. (a) replay: every default run replayed as itself from its parts alone (anchored, a run's
+       projection of itself is its own measurement), against its own median iteration time,
        next to the spread of the default runs ((max - min) / median);
-   (b) what-ifs: the median over the default runs of the projection with each knob, against the
-       median over the runs with that knob;
+   (b) what-ifs: the median over the default runs of the projection with each knob (anchored on
+       that default run's measured step), against the median over the runs with that knob; next
+       to it, the same without the anchor;
    (c) the profile's all_reduce time for each bucket against the trace's (min over ranks per
        bucket, median over profiled steps), in every run; and the replay's, which adds the
        contention with backward.
@@ -78,23 +80,29 @@ def analyse(out: str) -> dict:
     records = [record for _, record in read_records(out)[0] if record.status == "ok"]
     cases = validation_cases(records, profile)
     print("\n### (a) replay of the measured run, (b) what-ifs against real runs\n")
-    print("| workload | case | runs measured | projected ms | measured ms | error | spread of the default runs |")
-    print("|---|---|---|---|---|---|---|")
+    print("Replays are from the run's parts alone; what-ifs are anchored on the default run's measured step "
+          "(\"from parts\": the same what-if without the anchor).\n")
+    print("| workload | case | runs measured | projected ms | measured ms | error | from parts ms | error "
+          "| spread of the default runs |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         measured_runs = case["targets"][0] if case["kind"] == "replay" else f"{len(case['targets'])}"
+        parts = case["modelled_s"] / case["measured_s"] - 1
         print(f"| {case['workload']} | {case['case']} | {measured_runs} | {case['projected_s'] * 1e3:.1f} "
-              f"| {case['measured_s'] * 1e3:.1f} | {pct(case['error'])} "
+              f"| {case['measured_s'] * 1e3:.1f} | {pct(case['error'])} | {case['modelled_s'] * 1e3:.1f} | {pct(parts)} "
               f"| {'' if case['spread'] is None else format(case['spread'], '.1%')} |")
     replay = [abs(c["error"]) for c in cases if c["kind"] == "replay"]
     what_ifs = [abs(c["error"]) for c in cases if c["kind"] == "what-if"]
+    from_parts = [abs(c["modelled_s"] / c["measured_s"] - 1) for c in cases if c["kind"] == "what-if"]
     within = [c for c in cases if c["kind"] == "replay" and c.get("spread") is not None
               and abs(c["error"]) <= c["spread"]]
     summary = {"replay_mae": sum(replay) / len(replay) if replay else None,
                "what_if_mae": sum(what_ifs) / len(what_ifs) if what_ifs else None,
+               "what_if_mae_from_parts": sum(from_parts) / len(from_parts) if from_parts else None,
                "replays_within_spread": f"{len(within)} of {len(replay)}"}
     print(f"\nreplay: mean absolute error {pct(summary['replay_mae'])}, within the run-to-run spread in "
           f"{summary['replays_within_spread']}; what-ifs: mean absolute error {pct(summary['what_if_mae'])} "
-          f"over {len(what_ifs)} cases")
+          f"over {len(what_ifs)} cases ({pct(summary['what_if_mae_from_parts'])} from parts alone)")
     print("\n### (c) gloo profile against the all-reduce times in the traces (min over ranks per bucket)\n")
     print("The profile alone is an idle network; the replay adds the contention with backward that the "
           "run's probe measured.\n")

@@ -108,6 +108,39 @@ def test_what_ifs_move_the_step_the_right_way(record):
     assert bigger.throughput > base.throughput and bigger.efficiency < base.efficiency + 1e-9
 
 
+def test_a_projection_is_the_runs_measured_step_plus_what_the_replay_says_changes(record):
+    from msgspec.structs import replace
+
+    profile = network.load_profile(PROFILE)
+    measured = record.metrics.iteration_time_s.p50
+    itself = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=25))
+    assert itself.step_s == pytest.approx(measured)
+    assert itself.unexplained_s == pytest.approx(measured - itself.modelled_step_s)
+    assert "its replay from parts gives" in itself.anchor
+    small = project(record, profile, WhatIf(world_size=2, bucket_cap_mb=1))
+    assert small.step_s - small.modelled_step_s == pytest.approx(itself.unexplained_s)
+    assert small.step_low_s <= small.step_s <= small.step_high_s
+    # Plant a run measured 10 ms slower: every projection from it moves by those 10 ms, no more.
+    timing = record.metrics.iteration_time_s
+    slower = replace(record, metrics=replace(record.metrics, iteration_time_s=replace(timing, p50=timing.p50 + 0.010)))
+    moved = project(slower, profile, WhatIf(world_size=2, bucket_cap_mb=1))
+    assert moved.step_s - small.step_s == pytest.approx(0.010)
+    assert moved.modelled_step_s == pytest.approx(small.modelled_step_s)
+
+
+def test_no_anchor_on_another_backend_or_when_the_shift_would_eat_the_step(record):
+    from msgspec.structs import replace
+
+    other = project(record, network.load_profile("h100-nvswitch"), WhatIf(world_size=8, bucket_cap_mb=25))
+    assert other.unexplained_s is None and other.step_s == other.modelled_step_s
+    assert other.anchor.startswith("not anchored: the run is gloo and the profile nccl")
+    timing = record.metrics.iteration_time_s
+    tiny = replace(record, metrics=replace(record.metrics, iteration_time_s=replace(timing, p50=1e-6)))
+    refused = project(tiny, network.load_profile(PROFILE), WhatIf(world_size=2, bucket_cap_mb=25, bandwidth_scale=100))
+    assert refused.unexplained_s is None and refused.step_s == refused.modelled_step_s > 0
+    assert "shorter than the replay of the run itself" in refused.anchor
+
+
 def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
     per_rank = [allreduce_intervals_us(path) for path in record.overlap.trace.paths]
     rows = profile_vs_trace(record, network.load_profile(PROFILE))
@@ -126,6 +159,9 @@ def test_validation_cases_compare_against_runs_with_the_knob(record):
     target = replace(record, run_id="mlp-cap1", spec=cap1)
     cases = validation_cases([record, target], network.load_profile(PROFILE))
     assert [c["kind"] for c in cases] == ["replay", "what-if"]
+    # The replay is the model from its parts: anchored, it would be the measurement itself.
+    assert cases[0]["projected_s"] == cases[0]["modelled_s"] != pytest.approx(cases[0]["measured_s"])
+    assert cases[1]["projected_s"] != cases[1]["modelled_s"]  # the what-if is anchored on the default run
     assert cases[1]["case"] == "bucket cap 1 MB" and cases[1]["measured_s"] == target.metrics.iteration_time_s.p50
     assert cases[1]["sources"] == [record.run_id] and cases[1]["targets"] == ["mlp-cap1"]
     # A second run with the knob, three times as slow: measured is the median over the two runs.
@@ -257,6 +293,9 @@ def test_report_marks_the_projection_beyond_this_machine(tmp_path):
     assert "Beyond this machine (projection)" in page and "PROJECTION, not measured." in page
     for world in ("8", "64", "512"):
         assert f" >{world}</td>" in page
+    assert "the replay misses of the measured step" not in page  # a CPU gloo run on an NVSwitch preset
+    own = open(build_report(str(tmp_path), str(tmp_path / "own.html"), PROFILE)).read()
+    assert own.count("ms the replay misses of the measured step") == 3  # anchored at 8, 64 and 512
     without = open(build_report(str(tmp_path), str(tmp_path / "plain.html"))).read()
     assert "No network profile" in without
 
