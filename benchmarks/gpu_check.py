@@ -380,8 +380,11 @@ class Checker:
         record = self.one_run("gpt2-fp16", GPT2_FP16, figures)
         metrics = record["metrics"]
         notes = record["host_sync"]["host_reads_per_step"]
-        return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, gradients averaged "
-                f"within {record['checks']['gradients_averaged']['details']['max_relative_error']:.1e}"
+        averaged = record["checks"]["gradients_averaged"]
+        error = averaged["details"]["max_relative_error"]
+        gradients = f"gradients averaged within {error:.1e}" if error is not None else \
+            f"gradients not checked: {averaged['reason']}"  # e.g. a diverged fp16 run
+        return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, {gradients}"
                 f"{', GradScaler host read noted' if notes else ''}")
 
     def vit_workers(self, figures: dict) -> str:

@@ -34,8 +34,11 @@ has a long tail), and the step's median carries that. So a projection is the run
 step plus what the replay says changes: replay(what-if) - replay(the run itself), both on the same
 profile. What the parts miss, measured minus replay of the run itself, is shown as `unexplained_s`,
 and is assumed the same for every what-if and world size. It is not applied to a profile of another
-backend (what gloo on this CPU misses says nothing about NCCL on NVSwitch), nor where the record has
-no timed steps; the projection then is the replay from parts alone, and says so.
+backend, or one that does not name its backend (what gloo on this CPU misses says nothing about
+NCCL on NVSwitch); to one device from a run of several (no all-reduce left to be slow); where the
+record has no timed steps; or where the measured step is less than half the replay's (a replay
+that far off is not corrected by a shift). The projection then is the replay from parts alone,
+and says so.
 
 Re-bucketing (`bucket_cap_mb`) follows DDP's rebuild after its first iteration: parameters in
 gradient-ready order (roughly the reverse of definition order), a bucket closes as soon as it
@@ -448,10 +451,10 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
         return model.replay(what, seconds)
 
     mid, fast, slow = run_with("mid"), run_with("low"), run_with("high")
-    unexplained, anchor = _anchor(model, record, profile)
-    if unexplained is not None and fast.step_s + unexplained <= 0:
-        unexplained, anchor = None, (f"not anchored: the run's measured step is {-unexplained * 1e3:.2f} ms shorter "
-                                     "than the replay of the run itself, more than this projection's whole step")
+    unexplained, anchor = _anchor(model, record, profile, what)
+    if unexplained is not None and fast.step_s + unexplained <= 0:  # a guard: _anchor refuses such runs first
+        unexplained, anchor = None, (f"not anchored: taking the {-unexplained * 1e3:.2f} ms by which the replay "
+                                     "overestimates the run's own step would leave no step")
     shift = unexplained or 0.0
     step, step_low, step_high = mid.step_s + shift, fast.step_s + shift, slow.step_s + shift
     basis = predict(profile, "all_reduce", what.world_size, 1.0, dtype=WIRE_DTYPE[what.comm_hook]).basis
@@ -472,22 +475,29 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
         modelled_step_s=mid.step_s, unexplained_s=unexplained, anchor=anchor)
 
 
-def _anchor(model: RunModel, record: Record, profile: dict) -> tuple[float | None, str]:
+def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tuple[float | None, str]:
     """What the replay from parts misses of the run's own step, on this profile: the run's median
     iteration time minus the replay of the run itself (its own world size and knobs). None, with
     the reason, where it cannot be applied (see the module's docstring)."""
     backend = profile.get("backend")
-    if backend and backend != record.spec.backend:
-        return None, (f"not anchored: the run is {record.spec.backend} and the profile {backend}, and what the "
-                      "replay misses on one backend says nothing about another")
+    if backend != record.spec.backend:
+        return None, (f"not anchored: the run is {record.spec.backend} and the profile "
+                      f"{backend or 'does not say which backend it measured'}; what the replay misses on one "
+                      "backend says nothing about another")
     if record.metrics is None:
         return None, "not anchored: the record has no timed steps"
+    if what.world_size == 1 and model.source.world_size > 1:
+        return None, ("not anchored: one device has no all-reduce, and what the replay misses of a "
+                      f"{model.source.world_size}-rank step is mostly its all-reduces' time inside the step")
     try:
         own = model.replay(model.source, lambda size, dtype: predict(
             profile, "all_reduce", model.source.world_size, size, 1.0, dtype).seconds)
     except (ProfileError, ProjectionError) as exc:  # e.g. a profile without the run's own element type
         return None, f"not anchored: the profile cannot replay the run itself ({exc})"
     measured = record.metrics.iteration_time_s.p50
+    if measured < own.step_s / 2:
+        return None, (f"not anchored: the run's measured step, {measured * 1e3:.2f} ms, is less than half its "
+                      f"replay's {own.step_s * 1e3:.2f} ms; the replay is too far off to correct")
     return measured - own.step_s, (
         f"the run's measured step, {measured * 1e3:.2f} ms: its replay from parts gives {own.step_s * 1e3:.2f} ms, "
         f"and the {(measured - own.step_s) * 1e3:+.2f} ms it misses is added")
@@ -504,8 +514,10 @@ def format_projection(projection: Projection, record: Record) -> str:
         f"{record.spec.ddp.comm_hook})",
         f"  to world size {what.world_size} on profile {projection.profile_name} ({projection.basis}), {', '.join(knobs)}",
         f"  step time        {projection.step_s * 1e3:9.2f} ms   band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
-        f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms all-reduce over {projection.buckets} buckets",
-        f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces",
+        f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms all-reduce over "
+        f"{projection.buckets} buckets (in the replay from parts)",
+        f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces "
+        "(in the replay from parts)",
         f"  DDP's own work   {projection.ddp_work}",
         f"  anchored on      {projection.anchor}",
         f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
@@ -515,9 +527,10 @@ def format_projection(projection: Projection, record: Record) -> str:
         "(against one device without DDP, from the run's no_sync steps)",
     ]
     if projection.measured_step_s is not None:
-        error = projection.step_s / projection.measured_step_s - 1
+        # Anchored, the run's projection of itself is its measurement: the model's test is the replay from parts.
+        error = projection.modelled_step_s / projection.measured_step_s - 1
         lines.append(f"  measured         {projection.measured_step_s * 1e3:9.2f} ms   (median iteration time of the run; "
-                     f"projection {error:+.1%})")
+                     f"replay from parts {error:+.1%})")
     return "\n".join(lines)
 
 
@@ -571,7 +584,7 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
             measured = source.metrics.iteration_time_s.p50
             shift = replayed.unexplained_s or 0.0
             cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
-                          "sources": [source.run_id], "targets": [source.run_id],
+                          "sources": [source.run_id], "targets": [source.run_id], "anchored": 0,
                           "projected_s": replayed.modelled_step_s, "modelled_s": replayed.modelled_step_s,
                           "measured_s": measured, "error": replayed.modelled_step_s / measured - 1, "spread": spread,
                           "timeline_step_s": RunModel(source).timeline_step_s(),
@@ -588,6 +601,7 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
             measured = statistics.median(t.metrics.iteration_time_s.p50 for t in targets)
             cases.append({"workload": setting[0], "kind": "what-if", "case": _case_label(targets[0]),
                           "sources": [r.run_id for r in sources], "targets": [t.run_id for t in targets],
+                          "anchored": sum(p.unexplained_s is not None for p in projections),
                           "projected_s": projected, "modelled_s": statistics.median(p.modelled_step_s for p in projections),
                           "measured_s": measured, "error": projected / measured - 1,
                           "spread": spread,

@@ -59,13 +59,17 @@ def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
         "measured step (ms)": c["measured_s"] * 1e3,
         "error": c["error"], "spread of the default runs": c["spread"]} for c in cases])
     what_ifs = frame[[c["kind"] == "what-if" for c in cases]]
+    anchored = sum(c["anchored"] for c in cases if c["kind"] == "what-if")
+    anchoring = ("A what-if is anchored on its default run's measured step: that step plus what the replay says the "
+                 "knob changes." if anchored else
+                 "No what-if is anchored on its run's measured step (the profile is not of the runs' backend), so the "
+                 "projected step is the replay from parts.")
     blocks = [html.note(f"Each measured DDP run with the default knobs is replayed with ddpbench project on profile "
                         f"{data.profile.get('name')} ({data.profile.get('source')}), as itself and with the bucket cap "
                         "or comm hook of every other run of the same setting; measured = the median iteration time "
                         "(the median over the runs, and over the projections from each default run, where there "
-                        "are several). A what-if is anchored on its default run's measured step: that step plus what "
-                        "the replay says the knob changes. A replay of the run itself is from its parts alone (anchored, "
-                        "it would be the measurement), and tests the model. "
+                        f"are several). {anchoring} A replay of the run itself is from its parts alone "
+                        "(anchored, it would be the measurement), and tests the model. "
                         f"Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
                         f"{len(what_ifs)} cases. Spread of the default runs: (max - min) / median of their "
                         "median iteration times.")]
