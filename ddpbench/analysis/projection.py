@@ -436,6 +436,15 @@ class Projection:
         return data
 
 
+def all_reduce_seconds(profile: dict, world_size: int, bandwidth_scale: float = 1.0, which: str = "mid"):
+    """The replay's comm_seconds(bytes, dtype) from a network profile: its prediction, or the low
+    or high end of its band."""
+    def seconds(size_bytes: float, dtype: str) -> float:
+        prediction = predict(profile, "all_reduce", world_size, size_bytes, bandwidth_scale, dtype)
+        return {"mid": prediction.seconds, "low": prediction.low_s, "high": prediction.high_s}[which]
+    return seconds
+
+
 def project(record: Record, profile: dict, what: WhatIf) -> Projection:
     model = RunModel(record)
     if profile.get("backend") and profile.get("backend") != record.spec.backend:
@@ -444,13 +453,8 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
         model.contention = Contention(basis=f"measured on {record.spec.backend}, not applied to a "
                                             f"{profile.get('backend')} profile: assumed none")
 
-    def run_with(which: str) -> Replay:
-        def seconds(size_bytes: float, dtype: str) -> float:
-            prediction = predict(profile, "all_reduce", what.world_size, size_bytes, what.bandwidth_scale, dtype)
-            return {"mid": prediction.seconds, "low": prediction.low_s, "high": prediction.high_s}[which]
-        return model.replay(what, seconds)
-
-    mid, fast, slow = run_with("mid"), run_with("low"), run_with("high")
+    mid, fast, slow = (model.replay(what, all_reduce_seconds(profile, what.world_size, what.bandwidth_scale, which))
+                       for which in ("mid", "low", "high"))
     unexplained, anchor = _anchor(model, record, profile, what)
     if unexplained is not None and fast.step_s + unexplained <= 0:  # a guard: _anchor refuses such runs first
         unexplained, anchor = None, (f"not anchored: taking the {-unexplained * 1e3:.2f} ms by which the replay "
@@ -490,8 +494,7 @@ def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tup
         return None, ("not anchored: one device has no all-reduce, and what the replay misses of a "
                       f"{model.source.world_size}-rank step is mostly its all-reduces' time inside the step")
     try:
-        own = model.replay(model.source, lambda size, dtype: predict(
-            profile, "all_reduce", model.source.world_size, size, 1.0, dtype).seconds)
+        own = model.replay(model.source, all_reduce_seconds(profile, model.source.world_size))
     except (ProfileError, ProjectionError) as exc:  # e.g. a profile without the run's own element type
         return None, f"not anchored: the profile cannot replay the run itself ({exc})"
     measured = record.metrics.iteration_time_s.p50
@@ -580,14 +583,15 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
         for source in sources:
             # Anchored, a run's projection of itself is its own measurement: the test of the model
             # is the replay from its parts alone.
-            replayed = project(source, profile, RunModel(source).source)
+            model = RunModel(source)
+            replayed = project(source, profile, model.source)
             measured = source.metrics.iteration_time_s.p50
             shift = replayed.unexplained_s or 0.0
             cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
                           "sources": [source.run_id], "targets": [source.run_id], "anchored": 0,
                           "projected_s": replayed.modelled_step_s, "modelled_s": replayed.modelled_step_s,
                           "measured_s": measured, "error": replayed.modelled_step_s / measured - 1, "spread": spread,
-                          "timeline_step_s": RunModel(source).timeline_step_s(),
+                          "timeline_step_s": model.timeline_step_s(),
                           "band_s": [replayed.step_low_s - shift, replayed.step_high_s - shift]})
         by_knobs: dict[tuple, list[Record]] = {}
         for target in members:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from ddpbench.analysis.network import predict
-from ddpbench.analysis.projection import WIRE_DTYPE, ProjectionError, RunModel
+from ddpbench.analysis.projection import WIRE_DTYPE, ProjectionError, RunModel, all_reduce_seconds
 from ddpbench.analysis.traces import PROFILER_STEP, read_trace
 from ddpbench.records.schema import Record
 
@@ -63,8 +63,7 @@ def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
     replayed: list = [None] * len(rows)
     try:
         model = RunModel(record)
-        replay = model.replay(model.source, lambda size, dtype: predict(profile, "all_reduce", record.spec.world_size,
-                                                                        size, dtype=dtype).seconds)
+        replay = model.replay(model.source, all_reduce_seconds(profile, record.spec.world_size))
         # The same buckets (by size, in order), or no comparison. A hook's replayed time also holds
         # the cast back to float32, which the trace's gloo:all_reduce event does not.
         if [bucket["bytes"] for bucket in replay.buckets] == [row["bytes"] for row in rows]:
