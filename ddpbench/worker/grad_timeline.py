@@ -2,9 +2,10 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), so both see the
-same machine state; the backward alone vs under DDP difference is the slowdown that overlapping
-communication causes, measured rather than assumed zero. It runs last, after the no_sync phase:
+Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), each after a
+barrier, so both see the same machine state and the ranks start each step together; the backward
+alone vs under DDP difference is the slowdown that overlapping communication causes, measured
+rather than assumed zero. It runs last, after the no_sync phase:
 like that phase it lets replicas drift apart, which no check looks at any more.
 
 Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wrapped module, a
@@ -155,6 +156,12 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
     try:
         for index in range(len(kinds) * pairs):
             name, run_step, context = kinds[index % len(kinds)]
+            if world_size > 1:
+                # The no_sync and one-rank steps never meet the other ranks, so without this the
+                # ranks would start a DDP step as far apart as those steps drifted, and its tail
+                # would hold that skew. The timed window's steps start nearly together (the
+                # previous step's all-reduce ends on all ranks at about the same time); so do these.
+                dist.barrier()
             started = time.perf_counter()
             batch = next(batches)
             data_s = time.perf_counter() - started
