@@ -7,7 +7,12 @@ It follows nccl-tests' conventions so the numbers compare with theirs:
   --max-bytes, rounded to whole elements that split evenly over the ranks;
 - float32 by default; --dtypes adds float16/bfloat16, what DDP's compression hooks all-reduce
   (on CPU gloo sums half precision far slower per byte than float32, so half the bytes is not
-  half the time there);
+  half the time there). A hook casts each bucket into a new tensor every step, so an all_reduce
+  in half precision gets a fresh tensor every call, cast from float32 before the barrier (not
+  timed). With gloo on a CPU a fresh tensor costs more than a reused one (at 8 MiB on the 2-core
+  development machine, `benchmarks/fresh_tensor_allreduce.py`: a median 1.14 times for float16,
+  1.31 for bfloat16, 1.04 for float32), and DDP's float32 buckets are buffers it reuses, so
+  float32 reuses one;
 - algorithm bandwidth algbw = S / t; bus bandwidth busbw = algbw * factor, with factor
   2(N-1)/N for all_reduce, (N-1)/N for reduce_scatter and all_gather, 1 for broadcast.
 
@@ -94,17 +99,38 @@ def slowest_rank(values: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
+FRESH_EACH_CALL = ("float16", "bfloat16")
+"""Element types an all_reduce gets a new tensor for on every call (as the compression hooks do)."""
+
+
+def call_inputs(collective: str, dtype: str, whole: torch.Tensor):
+    """The tensor for each call, and whether it is a new one every call: for an all_reduce in half
+    precision a fresh cast from float32 (made while the previous call's tensor still lives, which
+    is then freed, as a hook's is after its step); otherwise `whole` every time."""
+    fresh = collective == "all_reduce" and dtype in FRESH_EACH_CALL
+    source, held, element_type = (whole.float() if fresh else None), [None if fresh else whole], whole.dtype
+
+    def next_input() -> torch.Tensor:
+        if fresh:
+            held[0] = source.to(element_type)
+        return held[0]
+
+    return next_input, fresh
+
+
 def measure_size(collective: str, dtype: str, size_bytes: int, world: int, device: torch.device, args) -> dict:
     whole, part, real_bytes, element_bytes = buffers(collective, size_bytes, world, device, DTYPES[dtype])
-    warm = [timed_call(collective, whole, part, device) for _ in range(args.warmup)]
+    tensor, fresh = call_inputs(collective, dtype, whole)
+    del whole  # a fresh cast each call needs only its float32 source: one whole-size tensor fewer
+    warm = [timed_call(collective, tensor(), part, device) for _ in range(args.warmup)]
     # Every rank must make the same number of calls: agree on the slowest rank's warm-up estimate.
     per_call_s = max(slowest_rank([statistics.median(warm[1:] or warm)], device)[0], 1e-7)
     iterations = int(min(args.max_iters, max(args.min_iters, args.seconds_per_size / per_call_s)))
-    times_s = slowest_rank([timed_call(collective, whole, part, device) for _ in range(iterations)], device)
+    times_s = slowest_rank([timed_call(collective, tensor(), part, device) for _ in range(iterations)], device)
     p50 = percentile(times_s, 50)
     algbw = real_bytes / p50
     return {"collective": collective, "dtype": dtype, "bytes": real_bytes, "elements": real_bytes // element_bytes,
-            "iterations": iterations, "p50_s": p50, "p90_s": percentile(times_s, 90),
+            "iterations": iterations, "fresh_tensor_each_call": fresh, "p50_s": p50, "p90_s": percentile(times_s, 90),
             "mean_s": statistics.fmean(times_s), "min_s": min(times_s),
             "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUS_FACTORS[collective](world)}
 
