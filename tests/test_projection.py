@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from ddpbench.analysis import network
-from ddpbench.analysis.projection import (Contention, ProjectionError, RunModel, WhatIf, contention_rates, project,
+from ddpbench.analysis.projection import (Contention, RunModel, WhatIf, contention_rates, project,
                                           rebucket, validation_cases)
 from ddpbench.records.schema import ContentionProbe
 from ddpbench.analysis.trace_comm import allreduce_intervals_us, profile_vs_trace
@@ -151,8 +151,57 @@ def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
     rows = profile_vs_trace(record, network.load_profile(PROFILE))
     assert len(rows) == 1 and rows[0]["bytes"] == 16834600
     shared = sorted(set(per_rank[0]) & set(per_rank[1]))
-    expected = sorted(min(r[s][0] for r in per_rank) for s in shared)[len(shared) // 2] / 1e6
+    expected = sorted(min(r[s][0][0] for r in per_rank) for s in shared)[len(shared) // 2] / 1e6
     assert rows[0]["trace_s"] == pytest.approx(expected)
+
+
+def _chrome_trace(path, events) -> str:
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+                                                for name, ts, dur, tid in events]}))
+    return str(path)
+
+
+def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_profiles_time(
+        record, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from msgspec.structs import replace
+
+    from ddpbench.analysis import trace_comm
+
+    backward = "autograd::engine::evaluate_function: AddmmBackward0"
+    # Step 1: backward covers 40 us of bucket 0 (100 us); bucket 1 starts while bucket 0 still runs
+    # (gloo's second thread): they share 20 us. Step 2: a backward node that began in step 1 covers
+    # 5 us of bucket 0; bucket 1 runs alone.
+    rank0 = _chrome_trace(tmp_path / "rank-0.json", [
+        ("ProfilerStep#1", 0, 1000, 1), (backward, 0, 140, 1), ("gloo:all_reduce", 100, 100, 2),
+        ("gloo:all_reduce", 180, 50, 3),
+        ("ProfilerStep#2", 1000, 1200, 1), (backward, 990, 115, 1), ("gloo:all_reduce", 1100, 80, 2),
+        ("gloo:all_reduce", 1200, 40, 3)])
+    # Rank 1 waits for rank 0 in every all-reduce (longer intervals) and nothing overlaps them.
+    rank1 = _chrome_trace(tmp_path / "rank-1.json", [
+        ("ProfilerStep#1", 0, 1100, 1), ("gloo:all_reduce", 50, 300, 2), ("gloo:all_reduce", 400, 60, 2),
+        ("ProfilerStep#2", 1100, 1300, 1), ("gloo:all_reduce", 1150, 200, 2), ("gloo:all_reduce", 1400, 45, 2)])
+    # Overlap is the union of what ran beside it: bucket 0 in step 1 is 40 (backward) + 20 (bucket 1).
+    assert allreduce_intervals_us(rank0) == {1: [(100, 60), (50, 20)], 2: [(80, 5), (40, 0)]}
+    trace = replace(record.overlap.trace, paths=[rank0, rank1])
+    reducer = record.overlap.reducer
+    two_buckets = replace(reducer, by_rank=[replace(reducer.by_rank[0], rebuilt_bucket_sizes_bytes=[4000, 2000])])
+    traced = replace(record, overlap=replace(record.overlap, trace=trace, reducer=two_buckets))
+    rows = trace_comm.bucket_times_s(traced)
+    # The minimum over ranks per step, then the median over steps (of two: their mean).
+    assert [row["trace_s"] for row in rows] == [pytest.approx(90e-6), pytest.approx(45e-6)]
+
+    def alone_with_profile_time(seconds: float) -> list[tuple]:
+        monkeypatch.setattr(trace_comm, "predict", lambda *args, **kwargs: SimpleNamespace(seconds=seconds))
+        return [(row["alone_steps"], row["alone_s"]) for row in trace_comm.profile_vs_trace(traced, network.load_profile(PROFILE))]
+
+    # The yardstick is the profile's time, not the step's interval: at 100 us, 10 us of overlap is
+    # allowed (step 2 only); at 650 us, 65 us (both steps), though 60 of bucket 0's 100 us overlapped.
+    assert alone_with_profile_time(100e-6) == [(1, pytest.approx(80e-6)), (1, pytest.approx(40e-6))]
+    assert alone_with_profile_time(650e-6) == [(2, pytest.approx(90e-6)), (2, pytest.approx(45e-6))]
+    assert trace_comm.profiled_step_s(traced) == pytest.approx(1200e-6)  # the slower rank's: 1100 and 1300 us
+    assert trace_comm.profiled_step_s(replace(record, overlap=None)) is None
 
 
 def test_validation_cases_compare_against_runs_with_the_knob(record):
@@ -249,11 +298,29 @@ def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
         factor = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5, "broadcast": 1.0}[row["collective"]]
         assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor)
         assert row["p50_s"] <= row["p90_s"]
+        assert row["fresh_tensor_each_call"] == (row["collective"] == "all_reduce" and row["dtype"] == "bfloat16")
     profile = network.load_profile(str(tmp_path / "profile.json"))
     assert {(f["collective"], f["dtype"]) for f in profile["fits"]} == \
         {(c, d) for c in network.COLLECTIVES for d in ("float32", "bfloat16")}
     assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
     assert "busbw GB/s" in result.stdout
+
+
+def test_half_precision_all_reduces_get_a_fresh_tensor_every_call_as_the_hooks_send_them():
+    torch = pytest.importorskip("torch")
+    from ddpbench.worker.comm_bench import call_inputs
+
+    for dtype in (torch.bfloat16, torch.float16):
+        whole = torch.ones(1 << 16, dtype=dtype)
+        next_input, fresh = call_inputs("all_reduce", str(dtype).removeprefix("torch."), whole)
+        first, second = next_input(), next_input()
+        assert fresh and first is not whole and second is not first  # a new cast every call, not a cached one
+        assert second.dtype == dtype and torch.equal(second, whole)
+    # float32 is DDP's reused bucket; other collectives are not what the hooks send.
+    for collective, dtype in (("all_reduce", "float32"), ("all_gather", "bfloat16")):
+        tensor = torch.ones(16, dtype=getattr(torch, dtype))
+        next_input, fresh = call_inputs(collective, dtype, tensor)
+        assert not fresh and next_input() is tensor and next_input() is tensor
 
 
 def test_tune_calls_a_difference_real_only_with_significance_beyond_3_percent():

@@ -57,7 +57,8 @@ def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
         "measured runs": ", ".join(c["targets"]),
         "projected step (ms)": c["projected_s"] * 1e3, "from parts alone (ms)": c["modelled_s"] * 1e3,
         "measured step (ms)": c["measured_s"] * 1e3,
-        "error": c["error"], "spread of the default runs": c["spread"]} for c in cases])
+        "error": c["error"], "timeline DDP steps (ms)": c["timeline_step_s"] * 1e3,
+        "spread of the default runs": c["spread"]} for c in cases])
     what_ifs = frame[[c["kind"] == "what-if" for c in cases]]
     anchored = sum(c["anchored"] for c in cases if c["kind"] == "what-if")
     anchoring = ("A what-if is anchored on its default run's measured step: that step plus what the replay says the "
@@ -72,9 +73,13 @@ def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
                         "(anchored, it would be the measurement), and tests the model. "
                         f"Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
                         f"{len(what_ifs)} cases. Spread of the default runs: (max - min) / median of their "
-                        "median iteration times.")]
+                        "median iteration times. Timeline DDP steps: the measured runs' own DDP steps in their "
+                        "gradient timeline, each after a barrier, minutes after their timed window. For a replay of "
+                        "the run itself these are the steps its parts come from, so the replay from parts is best "
+                        "compared with them, and the measured step with them shows how far the machine moved in "
+                        "between; for a what-if they are the steps of the runs with the knob.")]
     blocks.append(html.table_html(frame, {"projected step (ms)": "{:.1f}", "from parts alone (ms)": "{:.1f}",
-                                          "measured step (ms)": "{:.1f}",
+                                          "measured step (ms)": "{:.1f}", "timeline DDP steps (ms)": "{:.1f}",
                                           "error": "{:+.1%}", "spread of the default runs": "{:.1%}"},
                                   text_columns=("workload", "case", "projected from", "measured runs")))
     return blocks
