@@ -28,10 +28,10 @@ One step, as DDP runs it:
    buckets back into the gradients unless gradient_as_bucket_view), and the optimizer has run.
 
 Anchored on the run's own measurement. The replay from these parts does not explain all of a
-measured step: on gloo, an all-reduce inside a training step takes longer than `ddpbench comm`
-measures after a barrier (waking the threads that finish it on a busy CPU; its time inside a step
-has a long tail), and the step's median carries that. So a projection is the run's measured median
-step plus what the replay says changes: replay(what-if) - replay(the run itself), both on the same
+measured step: besides the model's own miss (on gloo a small all-reduce inside a step can take
+several times what `ddpbench comm` measures after a barrier), the parts are measured minutes after
+the timed window, and a shared machine moves in between. So a projection is the run's measured
+median step plus what the replay says changes: replay(what-if) - replay(the run itself), both on the same
 profile. What the parts miss, measured minus replay of the run itself, is shown as `unexplained_s`,
 and is assumed the same for every what-if and world size. It is not applied to a profile of another
 backend, or one that does not name its backend (what gloo on this CPU misses says nothing about
