@@ -15,9 +15,9 @@
        bucket, median over --profile-steps profiled steps), in every run, over all the steps and
        over the steps where the bucket ran alone (backward and other all-reduces beside it for at
        most a tenth of the profile's time for it; those below and from 8 MiB on the wire apart);
-       and the replay's, which adds the contention with backward. Next to each run, how much slower its
-       profiled steps were than its timed ones: the profiler's own cost on the traces.
-       The profiled steps' all-reduce times, not the timed steps', are what (c) compares.
+       and the replay's, which adds the contention with backward. Next to each run, how much
+       slower its profiled steps were than its timed ones: the profiler's own cost on the traces,
+       whose all-reduce times (not the timed steps') are what (c) compares.
 
 Every measurement command is wrapped in `flock /tmp/ddpbench-bench.lock` so it never runs side by
 side with another benchmark on the shared machine. Prints Markdown tables and writes

@@ -10,9 +10,10 @@ bucket ran alone, with hardly any backward or other all-reduce beside it on any 
 to two at once, on its two threads). So each bucket also says in how many steps it ran alone, and
 its time in those steps. "Hardly any" is measured against the profile's own time for the bucket,
 not against the step's interval: a share of that interval would let a slow instance (a long
-interval dilutes the same overlap) pass more often than a fast one, and bias the steps kept. And the profiled steps themselves are slower than the run's timed steps (the
-profiler records every op, which on a busy CPU also delays gloo's threads): `profiled_step_s`
-gives the trace's own step time, to set beside the run's measured one.
+interval dilutes the same overlap) pass more often than a fast one, and bias the steps kept. And
+the profiled steps themselves are slower than the run's timed steps (the profiler records every
+op, which on a busy CPU also delays gloo's threads): `profiled_step_s` gives the trace's own step
+time, to set beside the run's measured one.
 """
 
 from __future__ import annotations
@@ -130,5 +131,6 @@ def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
         result.append({**row, "predicted_s": predicted, "error": relative(predicted, row["trace_s"]),
                        "alone_steps": len(alone), "alone_s": alone_s,
                        "alone_error": None if alone_s is None else relative(predicted, alone_s),
-                       "replayed_s": replay_s, "replay_error": None if replay_s is None else relative(replay_s, row["trace_s"])})
+                       "replayed_s": replay_s,
+                       "replay_error": None if replay_s is None else relative(replay_s, row["trace_s"])})
     return result
