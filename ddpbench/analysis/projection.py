@@ -29,16 +29,16 @@ One step, as DDP runs it:
 
 Anchored on the run's own measurement. The replay from these parts does not explain all of a
 measured step: besides the model's own miss (on gloo a small all-reduce inside a step can take
-several times what `ddpbench comm` measures after a barrier), the parts are measured minutes after
-the timed window, and a shared machine moves in between. So a projection is the run's measured
-median step plus what the replay says changes: replay(what-if) - replay(the run itself), both on
-the same profile. What the parts miss, measured minus replay of the run itself, is shown as
-`unexplained_s`, and is assumed the same for every what-if and world size. It is not applied to a
-profile of another backend, or one that does not name its backend (what gloo on this CPU misses
-says nothing about NCCL on NVSwitch); to one device from a run of several (no all-reduce left to
-be slow); where the record has no timed steps; or where the measured step is less than half the
-replay's (a replay that far off is not corrected by a shift). The projection then is the replay
-from parts alone, and says so.
+several times what `ddpbench comm` measures after a barrier), the parts are measured at the end of
+the run, after the profiled and no_sync phases, and a shared machine moves in between. So a
+projection is the run's measured median step plus what the replay says changes: replay(what-if) -
+replay(the run itself), both on the same profile. What the parts miss, measured minus replay of
+the run itself, is shown as `unexplained_s`, and is assumed the same for every what-if and world
+size. It is not applied to a profile of another backend, or one that does not name its backend
+(what gloo on this CPU misses says nothing about NCCL on NVSwitch); to one device from a run of
+several (no all-reduce left to be slow); where the record has no timed steps; or where the
+measured step is less than half the replay's (a replay that far off is not corrected by a shift).
+The projection then is the replay from parts alone, and says so.
 
 Re-bucketing (`bucket_cap_mb`) follows DDP's rebuild after its first iteration: parameters in
 gradient-ready order (roughly the reverse of definition order), a bucket closes as soon as it
@@ -388,8 +388,9 @@ class RunModel:
                       buckets=rows)
 
     def timeline_step_s(self) -> float:
-        """The run's own DDP step in the timeline phase (slowest rank's median), measured minutes
-        apart from the timed window: the replay's inputs and this come from the same steps."""
+        """The run's own DDP step in the timeline phase (slowest rank's median), measured at the
+        end of the run, apart from the timed window: the replay's inputs and this come from the
+        same steps."""
         return self.with_ddp.data_s + self.with_ddp.step_s
 
     def single_device_step_s(self) -> float:
