@@ -156,8 +156,10 @@ def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
 
 
 def _chrome_trace(path, events) -> str:
-    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
-                                                for name, ts, dur, tid in events]}))
+    """A CPU trace as torch.profiler writes one: annotations (steps, gloo's collectives) and ops."""
+    category = lambda name: "user_annotation" if name.startswith(("ProfilerStep#", "gloo:")) else "cpu_op"  # noqa: E731
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": category(name), "name": name, "ts": ts, "dur": dur,
+                                                 "pid": 1, "tid": tid} for name, ts, dur, tid in events]}))
     return str(path)
 
 
@@ -165,9 +167,12 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
         record, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    import msgspec
     from msgspec.structs import replace
 
     from ddpbench.analysis import trace_comm
+    from ddpbench.analysis.traces import analyze_trace
+    from ddpbench.records.schema import TraceSummary
 
     backward = "autograd::engine::evaluate_function: AddmmBackward0"
     # Step 1: backward covers 40 us of bucket 0 (100 us); bucket 1 starts while bucket 0 still runs
@@ -184,7 +189,9 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
         ("ProfilerStep#2", 1100, 1300, 1), ("gloo:all_reduce", 1150, 200, 2), ("gloo:all_reduce", 1400, 45, 2)])
     # Overlap is the union of what ran beside it: bucket 0 in step 1 is 40 (backward) + 20 (bucket 1).
     assert allreduce_intervals_us(rank0) == {1: [(100, 60), (50, 20)], 2: [(80, 5), (40, 0)]}
-    trace = replace(record.overlap.trace, paths=[rank0, rank1])
+    # The record keeps each rank's trace analysed, as the worker does after its profiled phase.
+    summaries = [msgspec.convert(analyze_trace(path).summary(), TraceSummary) for path in (rank0, rank1)]
+    trace = replace(record.overlap.trace, paths=[rank0, rank1], by_rank=summaries)
     reducer = record.overlap.reducer
     two_buckets = replace(reducer, by_rank=[replace(reducer.by_rank[0], rebuilt_bucket_sizes_bytes=[4000, 2000])])
     traced = replace(record, overlap=replace(record.overlap, trace=trace, reducer=two_buckets))

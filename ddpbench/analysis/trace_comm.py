@@ -12,7 +12,7 @@ its time in those steps. "Hardly any" is measured against the profile's own time
 not against the step's interval: a share of that interval would let a slow instance (a long
 interval dilutes the same overlap) pass more often than a fast one, and bias the steps kept. And
 the profiled steps themselves are slower than the run's timed steps (the profiler records every
-op, which on a busy CPU also delays gloo's threads): `profiled_step_s` gives the trace's own step
+op, which on a busy CPU also delays gloo's threads): `profiled_step_s` gives the traces' own step
 time, to set beside the run's measured one.
 """
 
@@ -66,16 +66,11 @@ def allreduce_intervals_us(path: str) -> dict[int, list[tuple[float, float]]]:
 
 
 def profiled_step_s(record: Record) -> float | None:
-    """The median over the traces' profiler steps of the slowest rank's step; None without traces."""
-    paths = record.overlap.trace.paths if record.overlap and record.overlap.trace else []
-    per_rank = []
-    for path in paths:
-        steps = {}
-        for event in read_trace(path).traceEvents:
-            match = PROFILER_STEP.match(event.name) if event.ph == "X" and isinstance(event.name, str) else None
-            if match:
-                steps[int(match.group(1))] = event.dur / 1e6
-        per_rank.append(steps)
+    """The median over the profiled steps of the slowest rank's step; None without traces. From
+    the per-step spans the run already keeps of its traces (`overlap.trace.by_rank`): on a CPU
+    trace a span is the ProfilerStep itself; a rank whose trace could not be analysed has none."""
+    summaries = record.overlap.trace.by_rank if record.overlap and record.overlap.trace else []
+    per_rank = [{step.step: step.span_us / 1e6 for step in summary.steps} for summary in summaries]
     common = set.intersection(*(set(steps) for steps in per_rank)) if per_rank else set()
     return statistics.median(max(steps[n] for steps in per_rank) for n in common) if common else None
 
