@@ -42,7 +42,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from ddpbench.analysis.network import load_profile  # noqa: E402
 from ddpbench.analysis.projection import validation_cases  # noqa: E402
-from ddpbench.analysis.trace_comm import profile_vs_trace, profiled_step_s  # noqa: E402
+from ddpbench.analysis.registry import profiled_step_p50_s  # noqa: E402
+from ddpbench.analysis.trace_comm import profile_vs_trace  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 LOCK = ["flock", "/tmp/ddpbench-bench.lock"]
@@ -142,7 +143,7 @@ def analyse(out: str) -> dict:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     trace_rows, slowdowns = [], []
     for record in records:
-        profiled = profiled_step_s(record)
+        profiled = profiled_step_p50_s(record)
         slowdown = profiled / record.metrics.iteration_time_s.p50 if profiled and record.metrics else None
         rows = profile_vs_trace(record, profile)
         if rows and slowdown is not None:

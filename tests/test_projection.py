@@ -171,6 +171,7 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
     from msgspec.structs import replace
 
     from ddpbench.analysis import trace_comm
+    from ddpbench.analysis.registry import profiled_step_p50_s
     from ddpbench.analysis.traces import analyze_trace
     from ddpbench.records.schema import TraceSummary
 
@@ -207,8 +208,8 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
     # allowed (step 2 only); at 650 us, 65 us (both steps), though 60 of bucket 0's 100 us overlapped.
     assert alone_with_profile_time(100e-6) == [(1, pytest.approx(80e-6)), (1, pytest.approx(40e-6))]
     assert alone_with_profile_time(650e-6) == [(2, pytest.approx(90e-6)), (2, pytest.approx(45e-6))]
-    assert trace_comm.profiled_step_s(traced) == pytest.approx(1200e-6)  # the slower rank's: 1100 and 1300 us
-    assert trace_comm.profiled_step_s(replace(record, overlap=None)) is None
+    assert profiled_step_p50_s(traced) == pytest.approx(1200e-6)  # the slower rank's: 1100 and 1300 us
+    assert profiled_step_p50_s(replace(record, overlap=None)) is None
 
 
 def test_validation_cases_compare_against_runs_with_the_knob(record):

@@ -4,6 +4,7 @@ import json
 import os
 import re
 
+import pandas as pd
 import pytest
 
 import ddpbench
@@ -64,3 +65,24 @@ def test_every_metric_reads_real_records():
         assert metric.name in runs.columns
         if metric.name.startswith(("throughput", "iteration", "window")):
             assert ok[metric.name].notna().all(), metric.name
+
+
+def test_the_profiled_steps_own_time_stands_beside_the_timed_one():
+    """Overlap and the trace's exposed time come from the profiled steps; the profiler slows them,
+    so the overlap table (report and terminal) shows their p50 next to the timed iteration p50."""
+    import statistics
+
+    from ddpbench.analysis.frames import format_overlap, overlap_table
+
+    raw = json.load(open(os.path.join(SWEEP, "runs", "mlp-ddp-n2.json")))
+    spans = [{step["step"]: step["span_us"] for step in rank["steps"]} for rank in raw["overlap"]["trace"]["by_rank"]]
+    assert len(spans) == 2 and spans[0].keys() == spans[1].keys()
+    expected = statistics.median(max(rank[n] for rank in spans) for n in spans[0]) / 1e6
+    runs = ddpbench.load(SWEEP)
+    table = overlap_table(runs).set_index("world_size")
+    assert table.loc[2, "profiled_step_p50_s"] == pytest.approx(expected)
+    assert table.loc[2, "profiled_step_p50_s"] != pytest.approx(table.loc[2, "iteration_p50_s"])
+    printed = format_overlap(runs)
+    assert "profiled step p50 ms" in printed and f"{expected * 1000:,.2f}" in printed
+    # A run that failed before its profiled phase has no trace, and no value.
+    assert pd.isna(runs.set_index("run_id").loc["broken-ddp-n2", "profiled_step_p50_s"])

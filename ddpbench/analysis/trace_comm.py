@@ -12,8 +12,8 @@ its time in those steps. "Hardly any" is measured against the profile's own time
 not against the step's interval: a share of that interval would let a slow instance (a long
 interval dilutes the same overlap) pass more often than a fast one, and bias the steps kept. And
 the profiled steps themselves are slower than the run's timed steps (the profiler records every
-op, which on a busy CPU also delays gloo's threads): `profiled_step_s` gives the traces' own step
-time, to set beside the run's measured one.
+op, which on a busy CPU also delays gloo's threads): the registry's `profiled_step_p50_s` gives the
+traces' own step time, to set beside the run's measured one.
 """
 
 from __future__ import annotations
@@ -63,16 +63,6 @@ def allreduce_intervals_us(path: str) -> dict[int, list[tuple[float, float]]]:
         if rows:
             found[number] = rows
     return found
-
-
-def profiled_step_s(record: Record) -> float | None:
-    """The median over the profiled steps of the slowest rank's step; None without traces. From
-    the per-step spans the run already keeps of its traces (`overlap.trace.by_rank`): on a CPU
-    trace a span is the ProfilerStep itself; a rank whose trace could not be analysed has none."""
-    summaries = record.overlap.trace.by_rank if record.overlap and record.overlap.trace else []
-    per_rank = [{step.step: step.span_us / 1e6 for step in summary.steps} for summary in summaries]
-    common = set.intersection(*(set(steps) for steps in per_rank)) if per_rank else set()
-    return statistics.median(max(steps[n] for steps in per_rank) for n in common) if common else None
 
 
 def bucket_times_s(record: Record) -> list[dict]:

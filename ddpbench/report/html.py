@@ -46,6 +46,11 @@ GLOSSARY = [
                               "in-memory batches under no_sync(), alternating, after the timed window; and from "
                               "DDP's reducer timers over those replayed steps (their overlap runs start-to-end "
                               "rather than being a true intersection)."),
+    ("profiled step", "A step run under torch.profiler, after the timed window: overlap, the trace's exposed "
+                      "communication and the step breakdown come from these. The profiler records every op and "
+                      "slows them, most where a step is many small ops; their p50 (the slowest rank's, per step) "
+                      "stands beside the timed iteration p50. CPU: the ProfilerStep; GPU: from a step's first "
+                      "kernel to its last."),
     ("step breakdown", "A profiled step split into compute, exposed communication, other (memory copies, "
                        "data loading) and idle; the four add up to the step's span."),
     ("DataParallel on CPU", "nn.DataParallel without CUDA just calls the module: one process with N times the "
