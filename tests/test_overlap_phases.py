@@ -70,3 +70,45 @@ def test_recorded_iteration_count_follows_torchs_sampling_rule():
     assert phases.recorded_before(6) == 6      # iterations 1-6, all among the first ten
     assert phases.recorded_before(10) == 10
     assert phases.recorded_before(25) == 11    # 1-10, plus iteration 25 logged by the first rate-1 forward
+
+
+def _timeline_calls(rank, store_path, world_size, results):
+    from ddpbench.worker.grad_timeline import timeline_phase
+
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=1)
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                                                            torch.nn.Linear(8, 1)))
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        calls = []
+
+        def step_on(batch):
+            # DDP's own flag: False inside no_sync(), where no all-reduce runs.
+            calls.append("ddp" if ddp.require_backward_grad_sync else "no_sync")
+            optimizer.zero_grad()
+            ddp(batch).sum().backward()
+            optimizer.step()
+
+        batches = iter(lambda: torch.randn(4, 8), None)
+        found = timeline_phase(ddp, optimizer, step_on, batches, torch.device("cpu"), pairs=3, world_size=world_size)
+        results["calls"] = calls
+        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce")}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_every_marked_ddp_step_follows_a_ddp_step_where_ranks_must_meet(tmp_path, world_size):
+    """As in the timed window, where every DDP step follows one: with more than one rank each
+    marked DDP step of the timeline comes right after an unmarked one (after the barrier that
+    gathers the ranks). The process group has one rank; world_size is what the phase is told."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_timeline_calls, args=(str(tmp_path / "store"), world_size, results), nprocs=1)
+        results = dict(results)
+    per_pair = ["ddp", "ddp", "no_sync"] if world_size > 1 else ["ddp", "no_sync"]
+    # The contention probe (more than one rank only) needs a second rank in the group: it adds nothing here.
+    assert results["calls"] == per_pair * 3
+    assert results["marked"] == {"with_ddp": 3, "without_allreduce": 3}

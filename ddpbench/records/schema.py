@@ -368,6 +368,8 @@ class ContentionProbe(Part):
 class TimelineRank(Part):
     rank: int
     with_ddp: list[TimelineStep]
+    """Steps with DDP's all-reduce, each after a barrier and then one unmarked DDP step, as every
+    timed step follows one (records made before that lead-in have the barrier only)."""
     without_allreduce: list[TimelineStep]
     """The same kind of steps under DDP's no_sync(): backward alone, no all-reduce."""
     contention: ContentionProbe | None = None

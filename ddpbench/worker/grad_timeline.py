@@ -2,11 +2,13 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), each after a
-barrier, so both see the same machine state and the ranks start each step together; the backward
-alone vs under DDP difference is the slowdown that overlapping communication causes, measured
-rather than assumed zero. It runs last, after the no_sync phase:
-like that phase it lets replicas drift apart, which no check looks at any more.
+Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), and with more
+than one rank each starts after a barrier, so both see the same machine state and no step starts
+where the steps before it left the ranks. Each marked DDP step also follows an unmarked DDP step,
+as every step of the timed window follows one: a step after a barrier alone ran a few per cent
+faster than the timed steps. The backward alone vs under DDP difference is the slowdown that
+overlapping communication causes, measured rather than assumed zero. It runs last, after the
+no_sync phase: like that phase it lets replicas drift apart, which no check looks at any more.
 
 Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wrapped module, a
 gradient hook on its output (backward reaches the model), `register_post_accumulate_grad_hook` on
@@ -159,9 +161,14 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
             if world_size > 1:
                 # The no_sync and one-rank steps never meet the other ranks, so without this the
                 # ranks would start a DDP step as far apart as those steps drifted, and its tail
-                # would hold that skew. The timed window's steps start nearly together (the
-                # previous step's all-reduce ends on all ranks at about the same time); so do these.
+                # would hold that skew.
                 dist.barrier()
+                if name == "with_ddp":
+                    # An unmarked lead-in DDP step: the timed window's DDP steps each follow a DDP
+                    # step, not a barrier, which costs them a few per cent on a busy machine
+                    # (benchmarks/step_conditions.py). The marked step starts where it leaves the
+                    # ranks, as a timed step does.
+                    run_step(next(batches))
             started = time.perf_counter()
             batch = next(batches)
             data_s = time.perf_counter() - started
