@@ -443,7 +443,7 @@ def test_replay_slows_both_by_the_contention_rates_while_they_overlap(record):
     shared = model.replay(what, comm, Contention(0.5, 0.25))
     assert free.overlapped_comm_s > 0 and shared.overlapped_comm_s > free.overlapped_comm_s
     _, work, _ = model.backward_work(what, model.buckets(what))
-    start = model.base.backward_start_s
+    start = model.with_ddp.backward_start_s  # backward starts where the DDP steps' forward ends
     for replay, rates in ((free, (1.0, 1.0)), (shared, (0.5, 0.25))):
         # Backward does its work at full speed except while overlapped, where it goes at its rate.
         assert replay.backward_end_s - start == pytest.approx(work + replay.overlapped_comm_s * (1 - rates[0]))
@@ -515,7 +515,7 @@ def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_i
     source = model.replay(model.source, no_network, free)
     base = model.solo
     # The run's own knobs: backward, finalizing and all, exactly as the one-rank DDP steps measured it.
-    assert source.step_s == pytest.approx(model.with_ddp.data_s + base.backward_start_s + base.backward_span_s
+    assert source.step_s == pytest.approx(model.with_ddp.data_s + model.with_ddp.backward_start_s + base.backward_span_s
                                           + base.tail_s + model.with_ddp.optimizer_s + model.with_ddp.after_s)
     assert source.step_s != pytest.approx(older.replay(older.source, no_network, free).step_s)
     # A what-if adds only its difference: gradient_as_bucket_view drops the copy back, and turns
@@ -525,3 +525,27 @@ def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_i
     copy_back = costs.copy_s_per_byte * total + (costs.copy_call_s or 0.0) * len(model.param_bytes)
     lighter_copy_in = (costs.scaled_copy_s_per_byte - costs.copy_s_per_byte) * total
     assert source.step_s - view.step_s == pytest.approx(lighter_copy_in + min(copy_back, base.tail_s))
+
+
+def test_the_replay_takes_forward_from_the_ddp_steps(record):
+    """A forward right after a DDP step (as in every timed step) runs slower than one after the
+    no_sync or one-rank steps, so the replay's forward is the DDP steps': a longer forward there
+    (everything after it later by as much) moves every replay by as much, and a longer forward in
+    the one-rank steps, whose backward the replay takes, moves nothing."""
+    from msgspec.structs import replace
+
+    def longer_forward(kind: str, seconds: float):
+        def later(step):
+            return replace(step, backward_start_s=step.backward_start_s + seconds,
+                           grad_ready_s=[t + seconds for t in step.grad_ready_s],
+                           optimizer_start_s=step.optimizer_start_s + seconds,
+                           optimizer_end_s=step.optimizer_end_s + seconds, step_s=step.step_s + seconds)
+        ranks = [replace(rank, **{kind: [later(step) for step in getattr(rank, kind)]})
+                 for rank in record.timeline.by_rank]
+        return replace(record, timeline=replace(record.timeline, by_rank=ranks))
+
+    comm = lambda size, dtype: 2e-3 + size * 1e-9  # noqa: E731
+    for what in (WhatIf(world_size=2, bucket_cap_mb=25), WhatIf(world_size=8, bucket_cap_mb=1)):
+        before = RunModel(record).replay(what, comm).step_s
+        assert RunModel(longer_forward("with_ddp", 0.005)).replay(what, comm).step_s == pytest.approx(before + 0.005)
+        assert RunModel(longer_forward("solo", 0.005)).replay(what, comm).step_s == pytest.approx(before)
