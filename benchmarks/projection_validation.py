@@ -100,7 +100,7 @@ def analyse(out: str) -> dict:
     print("\n### (a) replay of the measured run, (b) what-ifs against real runs\n")
     print("Replays are from the run's parts alone; what-ifs are anchored on the default run's measured step "
           "(\"from parts\": the same what-if without the anchor). \"timeline ms\": the measured runs' own DDP "
-          "steps in their gradient timeline (each after a barrier, at the end of the run); for a "
+          "steps in their gradient timeline (each after a barrier and an unmarked DDP step, at the end of the run); for a "
           "replay these are the steps its parts come from, for a what-if those of the runs with the knob "
           "(the parts come from the default runs). Next to it, the replay from parts against them.\n")
     print("| workload | case | runs measured | projected ms | measured ms | error | from parts ms | error "

@@ -74,8 +74,8 @@ def projection_vs_measurement_section(data, html: Blocks) -> list[Markup]:
                         f"Mean absolute error of the what-ifs: {what_ifs['error'].abs().mean():.1%} over "
                         f"{len(what_ifs)} cases. Spread of the default runs: (max - min) / median of their "
                         "median iteration times. Timeline DDP steps: the measured runs' own DDP steps in their "
-                        "gradient timeline, each after a barrier, at the end of the run (after the profiled and "
-                        "no_sync phases). For a replay of "
+                        "gradient timeline, each after a barrier and an unmarked DDP step (as a timed step follows "
+                        "one), at the end of the run (after the profiled and no_sync phases). For a replay of "
                         "the run itself these are the steps its parts come from, so the replay from parts is best "
                         "compared with them, and the measured step with them shows how far the machine moved in "
                         "between; for a what-if they are the steps of the runs with the knob.")]
