@@ -2,8 +2,9 @@
 the same right after backward as right after another all_reduce?
 
 The timed window runs its steps back to back; the gradient timeline, whose parts `ddpbench
-project` replays, runs each step after a barrier; `ddpbench comm` times all_reduces that follow
-one another. This measures both differences on a textbook DDP loop that shares no code with
+project` replays, ran each of its DDP steps after a barrier only, until each got an unmarked DDP
+step before it (this is the measurement behind that); `ddpbench comm` times all_reduces that
+follow one another. This measures both differences on a textbook DDP loop that shares no code with
 ddpbench: the tiny MLP of `workloads/mlp.py` (4 x Linear(1024, 1024), batch 8, SGD with
 momentum), 2 gloo processes of one thread each, plain `DDP(model, bucket_cap_mb=25)` as ddpbench
 wraps it.
@@ -16,7 +17,8 @@ Per round (alternating which kind goes first, so a drift of the machine hits bot
 2. --calls all_reduces of the model's gradient bytes, each after a barrier: right after a backward
    (no_sync, so the caches hold what backward touched) and right after another all_reduce of the
    same tensor (as `ddpbench comm` times them). The all_reduce's time from the later rank's start
-   to the earlier rank's end.
+   to the earlier rank's end. (Inside a DDP step there is no barrier: this isolates what ran
+   just before.)
 Prints each round, then the medians over rounds of back to back / after a barrier and of after
 backward / after an all_reduce.
 

@@ -73,42 +73,58 @@ def test_recorded_iteration_count_follows_torchs_sampling_rule():
 
 
 def _timeline_calls(rank, store_path, world_size, results):
-    from ddpbench.worker.grad_timeline import timeline_phase
+    from ddpbench.worker import grad_timeline
 
+    barrier, mark = dist.barrier, grad_timeline.GradTimeline.step
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=1)
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),
-                                                                            torch.nn.Linear(8, 1)))
+        module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        ddp = torch.nn.parallel.DistributedDataParallel(module)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
         calls = []
 
-        def step_on(batch):
-            # DDP's own flag: False inside no_sync(), where no all-reduce runs.
-            calls.append("ddp" if ddp.require_backward_grad_sync else "no_sync")
-            optimizer.zero_grad()
-            ddp(batch).sum().backward()
-            optimizer.step()
+        def step_through(model, name):
+            def step_on(batch):
+                calls.append(name)
+                optimizer.zero_grad()
+                model(batch).sum().backward()
+                optimizer.step()
+            return step_on
 
+        def job_step(batch):
+            # DDP's own flag: False inside no_sync(), where no all-reduce runs.
+            step_through(ddp, "ddp" if ddp.require_backward_grad_sync else "no_sync")(batch)
+
+        # Log the barriers and which steps the timeline marks, in the order they happen.
+        grad_timeline.dist.barrier = lambda *args, **kwargs: (calls.append("barrier"), barrier(*args, **kwargs))[1]
+        grad_timeline.GradTimeline.step = lambda self, *args: (calls.append("marked:"), mark(self, *args))[1]
         batches = iter(lambda: torch.randn(4, 8), None)
-        found = timeline_phase(ddp, optimizer, step_on, batches, torch.device("cpu"), pairs=3, world_size=world_size)
+        found = grad_timeline.timeline_phase(ddp, optimizer, job_step, batches, torch.device("cpu"), pairs=2,
+                                             world_size=world_size, solo_step_on=step_through(module, "solo"))
         results["calls"] = calls
-        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce")}
+        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce", "solo")}
+        results["lead_in_recorded"] = grad_timeline.timeline_record([{"rank": 0, "timeline": found}]).ddp_lead_in
     finally:
+        dist.barrier, grad_timeline.GradTimeline.step = barrier, mark
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_every_marked_ddp_step_follows_a_ddp_step_where_ranks_must_meet(tmp_path, world_size):
-    """As in the timed window, where every DDP step follows one: with more than one rank each
-    marked DDP step of the timeline comes right after an unmarked one (after the barrier that
-    gathers the ranks). The process group has one rank; world_size is what the phase is told."""
+def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(tmp_path, world_size):
+    """As in the timed window, where every DDP step follows one: each marked DDP step of the
+    timeline comes right after an unmarked one, which comes after the barrier that gathers the
+    ranks (with more than one rank), so the marked step starts where a DDP step leaves them. The
+    other kinds get no lead-in. The process group has one rank; world_size is what the phase is
+    told. The record says the steps had the lead-in."""
     with mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(_timeline_calls, args=(str(tmp_path / "store"), world_size, results), nprocs=1)
         results = dict(results)
-    per_pair = ["ddp", "ddp", "no_sync"] if world_size > 1 else ["ddp", "no_sync"]
-    # The contention probe (more than one rank only) needs a second rank in the group: it adds nothing here.
-    assert results["calls"] == per_pair * 3
-    assert results["marked"] == {"with_ddp": 3, "without_allreduce": 3}
+    gather = ["barrier"] if world_size > 1 else []
+    per_pair = [*gather, "ddp", "marked:", "ddp", *gather, "marked:", "no_sync", *gather, "marked:", "solo"]
+    # The contention probe needs a second rank in the group: here it adds nothing.
+    assert results["calls"] == per_pair * 2
+    assert results["marked"] == {"with_ddp": 2, "without_allreduce": 2, "solo": 2}
+    assert results["lead_in_recorded"] is True

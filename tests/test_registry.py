@@ -67,7 +67,7 @@ def test_every_metric_reads_real_records():
             assert ok[metric.name].notna().all(), metric.name
 
 
-def test_the_profiled_steps_own_time_stands_beside_the_timed_one():
+def test_the_profiled_steps_own_time_stands_beside_the_timed_one(tmp_path):
     """Overlap and the trace's exposed time come from the profiled steps; the profiler slows them,
     so the overlap table (report and terminal) shows their p50 next to the timed iteration p50."""
     import statistics
@@ -84,5 +84,7 @@ def test_the_profiled_steps_own_time_stands_beside_the_timed_one():
     assert table.loc[2, "profiled_step_p50_s"] != pytest.approx(table.loc[2, "iteration_p50_s"])
     printed = format_overlap(runs)
     assert "profiled step p50 ms" in printed and f"{expected * 1000:,.2f}" in printed
+    page = open(build_report(SWEEP, str(tmp_path / "index.html"))).read()
+    assert "profiled step p50 (ms)" in page and f"{expected * 1000:,.2f}" in re.findall(r"<td[^>]*>([^<]*)</td>", page)
     # A run that failed before its profiled phase has no trace, and no value.
     assert pd.isna(runs.set_index("run_id").loc["broken-ddp-n2", "profiled_step_p50_s"])

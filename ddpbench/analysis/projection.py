@@ -10,9 +10,9 @@ What it takes from the network profile: the time of one all_reduce of S bytes (o
 type on the wire) at world size N.
 
 One step, as DDP runs it:
-0. forward, data loading and the optimizer as measured in the DDP steps (in the timeline each
-   follows a DDP step, as a timed step does, and a forward right after one runs slower than
-   after the other kinds of step; the optimizer works on the gradients DDP copied back);
+0. forward, data loading and the optimizer as measured in the DDP steps (the timeline's steps
+   most like the timed ones: each follows a DDP step; the optimizer works on the gradients DDP
+   copied back);
 1. backward produces gradients in the measured order and times. From the one-rank DDP steps,
    DDP's own work under the run's knobs (copies into buckets, a hook's casts, finalizing) is in
    the measurement, and only what a what-if changes (another hook, gradient_as_bucket_view) is
@@ -273,8 +273,10 @@ class RunModel:
 
     @property
     def base(self) -> StepTimes:
-        """The steps the replay starts from: DDP over a one-rank group (DDP's own work, no
-        network) where the record has them, else the no_sync steps (backward alone)."""
+        """The steps the replay's backward comes from (when each gradient is ready, and what
+        follows the last one): DDP over a one-rank group (DDP's own work, no network) where the
+        record has them, else the no_sync steps (backward alone). Forward comes from the DDP
+        steps (see `replay`)."""
         return self.solo or self.alone
 
     def _ddp_work(self, what: WhatIf, order: list[int], buckets: list[list[int]]) -> tuple[dict[int, float], float]:
@@ -331,12 +333,12 @@ class RunModel:
         while the other is busy, from event to event (a bucket ready, an all-reduce done,
         backward done)."""
         contention = contention or self.contention
-        # Forward as the DDP steps measured it. Each follows a DDP step, as every timed step does,
-        # and a forward right after a DDP step ran slower than one after the no_sync or one-rank
-        # steps that the backward parts come from (in two validation sets, the median over runs:
-        # mlp 4.0 ms against 3.0 through the one-rank DDP; vit_b_16 alike). It also holds DDP's
-        # broadcast of the module's buffers (resnet50's BatchNorm statistics; 23.2 and 23.7 ms
-        # against 20.4 and 20.5), which a one-rank group does not send.
+        # Forward as the DDP steps measured it: with the lead-in (`Timeline.ddp_lead_in`) they are
+        # the timeline's steps that run as the timed ones do, each after a DDP step. Their forward
+        # and that of the no_sync steps right after them took longer than the one-rank steps'
+        # (medians over two validation sets' runs: mlp 4.0 and 3.9 ms against 3.0; resnet50 23.2
+        # to 23.7 and 21.8 to 22.1 against 20.4 to 20.5; vit_b_16 2.2 to 2.3 ms in all three).
+        # Why, the timeline cannot tell; taking the one-rank steps' forward left replays shorter.
         forward_s = self.with_ddp.backward_start_s
         hook = None if what.comm_hook == "allreduce" else getattr(self.costs, what.comm_hook)
         buckets = self.buckets(what)

@@ -368,8 +368,7 @@ class ContentionProbe(Part):
 class TimelineRank(Part):
     rank: int
     with_ddp: list[TimelineStep]
-    """Steps with DDP's all-reduce, each after a barrier and then one unmarked DDP step, as every
-    timed step follows one (records made before that lead-in have the barrier only)."""
+    """Steps with DDP's all-reduce (see `Timeline.ddp_lead_in` for what precedes each)."""
     without_allreduce: list[TimelineStep]
     """The same kind of steps under DDP's no_sync(): backward alone, no all-reduce."""
     contention: ContentionProbe | None = None
@@ -407,6 +406,10 @@ class Timeline(Part):
     by_rank: list[TimelineRank]
     cast_cost: CastCost
     """Measured on rank 0 over a buffer the size of all gradients."""
+    ddp_lead_in: bool = False
+    """Whether each marked DDP step followed an unmarked DDP step (after the barrier, with more
+    than one rank), as every timed step follows one. False in records made before the lead-in,
+    whose DDP steps followed a barrier only and ran faster than the timed steps."""
 
 
 class HangEvidence(Part):

@@ -2,13 +2,14 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), and with more
-than one rank each starts after a barrier, so both see the same machine state and no step starts
-where the steps before it left the ranks. Each marked DDP step also follows an unmarked DDP step,
-as every step of the timed window follows one: a step after a barrier alone ran a few per cent
-faster than the timed steps. The backward alone vs under DDP difference is the slowdown that
-overlapping communication causes, measured rather than assumed zero. It runs last, after the
-no_sync phase: like that phase it lets replicas drift apart, which no check looks at any more.
+Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), so both see the
+same machine state. With more than one rank each starts after a barrier: the no_sync and
+one-rank steps never meet the other ranks, and a step must not inherit the skew they leave. Each
+marked DDP step then follows an unmarked DDP step, as every step of the timed window follows one
+(after the barrier alone it ran faster than the timed steps). The backward alone vs under DDP
+difference is the slowdown that overlapping communication causes, measured rather than assumed
+zero. It runs last, after the no_sync phase: like that phase it lets replicas drift apart, which
+no check looks at any more.
 
 Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wrapped module, a
 gradient hook on its output (backward reaches the model), `register_post_accumulate_grad_hook` on
@@ -160,15 +161,16 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
             name, run_step, context = kinds[index % len(kinds)]
             if world_size > 1:
                 # The no_sync and one-rank steps never meet the other ranks, so without this the
-                # ranks would start a DDP step as far apart as those steps drifted, and its tail
-                # would hold that skew.
+                # ranks would start a step as far apart as those steps drifted, and a DDP step's
+                # tail would hold that skew.
                 dist.barrier()
-                if name == "with_ddp":
-                    # An unmarked lead-in DDP step: the timed window's DDP steps each follow a DDP
-                    # step, not a barrier, which costs them a few per cent on a busy machine
-                    # (benchmarks/step_conditions.py). The marked step starts where it leaves the
-                    # ranks, as a timed step does.
-                    run_step(next(batches))
+            if name == "with_ddp":
+                # An unmarked lead-in DDP step, so that the marked one follows a DDP step as every
+                # timed step does. After only a barrier it ran faster than the timed steps (timed
+                # over timeline: median 1.022 to 1.037 in four validation sets; 1.000 and 0.995
+                # with the lead-in), and back-to-back steps in benchmarks/step_conditions.py
+                # were slower than steps after a barrier by a median of 0.6 to 7.5 %.
+                run_step(next(batches))
             started = time.perf_counter()
             batch = next(batches)
             data_s = time.perf_counter() - started
@@ -180,7 +182,7 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:
         timeline.remove()
-    return {"param_names": timeline.names, "param_bytes": grad_bytes, **found,
+    return {"param_names": timeline.names, "param_bytes": grad_bytes, **found, "ddp_lead_in": True,
             "cast_cost": cast_costs(sum(grad_bytes), device, world_size), "contention": contention}
 
 
@@ -356,7 +358,7 @@ def timeline_record(found: list[dict]):
     first = ranks[0]["timeline"]
     return msgspec.convert({
         "param_names": first["param_names"], "param_bytes": first["param_bytes"],
-        "cast_cost": first["cast_cost"],
+        "cast_cost": first["cast_cost"], "ddp_lead_in": first.get("ddp_lead_in", False),
         "by_rank": [{"rank": f["rank"], "with_ddp": f["timeline"]["with_ddp"],
                      "without_allreduce": f["timeline"]["without_allreduce"],
                      "solo": f["timeline"].get("solo"),
