@@ -528,8 +528,8 @@ def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_i
 
 
 def test_the_replay_takes_forward_from_the_ddp_steps(record):
-    """A forward right after a DDP step (as in every timed step) runs slower than one after the
-    no_sync or one-rank steps, so the replay's forward is the DDP steps': a longer forward there
+    """The replay's forward is the DDP steps' (the timeline's steps most like the timed ones; in
+    the validation sets their forward took longer than the one-rank steps'): a longer forward there
     (everything after it later by as much) moves every replay by as much, and a longer forward in
     the one-rank steps, whose backward the replay takes, moves nothing."""
     from msgspec.structs import replace

@@ -78,10 +78,10 @@ def profiled_step_p50_s(record: Record) -> float | None:
     steps; None without traces. Overlap and the trace's exposed communication come from these
     steps, and the profiler slows them (it records every op, which costs most where a step is many
     small ops), so next to iteration p50 it says how far those figures' steps are from the timed
-    ones. Read from
-    the spans the record keeps of each rank's trace (`overlap.trace.by_rank[].steps`): on a CPU
-    trace the ProfilerStep itself; on a GPU trace from the step's first kernel to its last, which
-    leaves out a step's idle edges. A rank whose trace could not be analysed has none."""
+    ones. Read from the spans the record keeps of each rank's trace
+    (`overlap.trace.by_rank[].steps`): on a CPU trace the ProfilerStep itself; on a GPU trace from
+    the step's first kernel to its last, which leaves out a step's idle edges. A rank whose trace
+    could not be analysed has none."""
     summaries = record.overlap.trace.by_rank if record.overlap and record.overlap.trace else []
     per_rank = [{step.step: step.span_us / 1e6 for step in summary.steps} for summary in summaries]
     common = set.intersection(*(set(steps) for steps in per_rank)) if per_rank else set()
