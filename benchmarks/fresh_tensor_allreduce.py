@@ -11,11 +11,11 @@ round's median times and the ratio fresh / reused, side by side from the same mi
     .venv/bin/python benchmarks/fresh_tensor_allreduce.py [--mib 8] [--rounds 8] [--calls 30]
 """
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from two_ranks import WORKER_FLAG, run_on_two_ranks
 
 
 def worker(mib: int, rounds: int, calls: int) -> None:
@@ -57,14 +57,12 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.mib, args.rounds, args.calls)
         return 0
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           os.path.abspath(__file__), "--worker", "--mib", str(args.mib), "--rounds", str(args.rounds),
-                           "--calls", str(args.calls)], env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
+    return run_on_two_ranks(__file__, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -25,11 +25,11 @@ backward / after an all_reduce.
     .venv/bin/python benchmarks/step_conditions.py [--rounds 6] [--steps 10] [--calls 10]
 """
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from two_ranks import WORKER_FLAG, run_on_two_ranks
 
 WIDTH, LAYERS, BATCH, CLASSES = 1024, 4, 8, 10
 
@@ -131,15 +131,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.rounds, args.steps, args.calls)
         return 0
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           os.path.abspath(__file__), "--worker", "--rounds", str(args.rounds), "--steps",
-                           str(args.steps), "--calls", str(args.calls)],
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
+    return run_on_two_ranks(__file__, sys.argv[1:])
 
 
 if __name__ == "__main__":
