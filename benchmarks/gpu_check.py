@@ -12,7 +12,8 @@ passed, 1 otherwise.
 
 Checks, in order: preflight (device, driver, NCCL, bf16, packages, refusal of more GPUs than
 there are), an event-clock and matrix-product probe, resnet50 bf16 under local / ddp / dp,
-`trace analyze` on the ddp run's own NCCL trace, gpt2 fp16 with fp16 gradient compression, vit_b_16
+`trace analyze` on the ddp run's own NCCL trace, gpt2 fp16 with fp16 gradient compression, DDP on two
+GPUs (the one check that compares ranks; skipped, and said so, on one GPU), vit_b_16
 bf16 with DataLoader workers, a `sweep --gpus 1` with its table and report, and tests/test_cuda.py.
 Throughput and MFU are checked against plausibility ranges, not only printed.
 """
@@ -56,6 +57,8 @@ RESNET = ["--workload", "resnet50", "--size", "full", "--precision", "bf16", "--
           "--steps", "30", "--warmup", "11"]
 GPT2_FP16 = ["--workload", "gpt2", "--size", "full", "--precision", "fp16", "--comm-hook", "fp16_compress",
              "--batch-size", "8", "--steps", "25", "--strategy", "ddp"]
+GPT2_BF16_TWO = ["--workload", "gpt2", "--size", "full", "--precision", "bf16", "--batch-size", "8",
+                 "--steps", "25", "--strategy", "ddp"]
 VIT_WORKERS = ["--workload", "vit_b_16", "--size", "full", "--precision", "bf16", "--batch-size", "64",
                "--steps", "25", "--num-workers", "4", "--strategy", "ddp"]
 
@@ -381,11 +384,29 @@ class Checker:
         metrics = record["metrics"]
         notes = record["host_sync"]["host_reads_per_step"]
         averaged = record["checks"]["gradients_averaged"]
-        error = averaged["details"]["max_relative_error"]
+        error = averaged["details"].get("max_relative_error")
         gradients = f"gradients averaged within {error:.1e}" if error is not None else \
-            f"gradients not checked: {averaged['reason']}"  # e.g. a diverged fp16 run
+            f"gradients not checked: {averaged['reason']}"  # one GPU, or a diverged fp16 run
         return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, {gradients}"
                 f"{', GradScaler host read noted' if notes else ''}")
+
+    def ddp_two_gpus(self, figures: dict) -> str:
+        """DDP over NCCL across two GPUs: the only check here that compares ranks. On one GPU the
+        averaging and replica checks have a single rank and are recorded as not checked."""
+        gpus = (self.summary.get("device") or {}).get("gpu_count") or 0
+        figures["gpu_count"] = gpus
+        if gpus < 2:
+            raise CheckSkipped(f"this machine has {gpus} GPU(s): one GPU cannot check that DDP averages gradients "
+                               "or keeps replicas in sync (there is no second rank to compare); needs 2 GPUs")
+        record = self.one_run("gpt2-ddp-2gpu", [*GPT2_BF16_TWO, "--nproc", "2"], figures)
+        checks = record["checks"]
+        undecided = [name for name in ("gradients_averaged", "replicas_in_sync", "shards_disjoint")
+                     if checks[name]["ok"] is not True]
+        if undecided:
+            raise CheckFailed(f"with 2 ranks these checks were not decided: {undecided}")
+        error = checks["gradients_averaged"]["details"]["max_relative_error"]
+        return (f"2 ranks over NCCL: gradients averaged within {error:.1e}, replicas in sync, "
+                f"{record['metrics']['throughput_units_per_s']:,.0f} tokens/s")
 
     def vit_workers(self, figures: dict) -> str:
         record = self.one_run("vit-workers", VIT_WORKERS, figures)
@@ -504,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         ("trace analyze (own nccl trace)", 5, checker.trace_analyze),
         ("gradient timeline and project (nccl)", 10, checker.contention_projection),
         ("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
+        ("ddp averaging on 2 gpus (nccl)", 60, checker.ddp_two_gpus),
         ("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
         ("sweep --gpus 1, table, report", 90, checker.sweep),
         ("tests/test_cuda.py", 120, checker.cuda_tests),

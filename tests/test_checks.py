@@ -1,3 +1,4 @@
+import os
 
 import pytest
 import torch
@@ -72,6 +73,27 @@ def test_replicas_in_sync_names_the_odd_rank_out():
     assert checks.replicas_in_sync(["a", "a", "a"])["ok"]
     result = checks.replicas_in_sync(["a", "a", "b", "a"])
     assert not result["ok"] and result["details"]["ranks_differing_from_rank0"] == [2]
+
+
+def test_one_rank_has_nothing_to_compare():
+    for check in (checks.replicas_in_sync(["a"]), checks.one_rank(),
+                  checks.shard_checks([[0, 1, 2]], dataset_length=3, world_size=1)["shards_disjoint"]):
+        assert check["ok"] is None and check["reason"].startswith("one rank")
+    # Coverage is still a real check with one rank: it can miss samples.
+    assert checks.shard_checks([[0, 1]], dataset_length=3, world_size=1)["shards_cover_dataset"]["ok"] is False
+
+
+def test_an_old_one_rank_record_that_says_ok_reads_as_not_checked():
+    from conftest import REPO
+    from ddpbench.records.store import load_record
+
+    runs = os.path.join(REPO, "tests", "fixtures", "sweeps", "cpu-mlp-with-failure", "runs")
+    one_rank = load_record(os.path.join(runs, "mlp-ddp-n1.json"))  # written with gradients_averaged ok
+    for name in ("gradients_averaged", "replicas_in_sync", "shards_disjoint"):
+        assert one_rank.checks[name].ok is None and one_rank.checks[name].reason.startswith("one rank")
+    assert one_rank.checks["shards_cover_dataset"].ok is True
+    two_ranks = load_record(os.path.join(runs, "mlp-ddp-n2.json"))
+    assert all(two_ranks.checks[name].ok is True for name in ("gradients_averaged", "replicas_in_sync"))
 
 
 def test_parameter_digest_handles_scalar_parameters():

@@ -213,6 +213,12 @@ class HostSync(Part):
     host_reads_per_step: list[str] = []
 
 
+# Checks that compare one rank with another. At world size 1 they have nothing to compare (a
+# gradient is its own mean, one digest matches itself), so a record never holds them as passed there.
+RANK_COMPARING_CHECKS = ("replicas_in_sync", "gradients_averaged", "shards_disjoint")
+ONE_RANK_REASON = "one rank: nothing to compare (needs 2 or more ranks)"
+
+
 class Check(Part):
     """One correctness check: passed (True), failed (False) or could not be decided (None)."""
 
@@ -538,6 +544,15 @@ class Record(Part):
     step_times_sidecar: StepTimesSidecar | None = None
     """Set when the ranks' step times are kept beside the record (runs with at least
     `ddpbench.records.sidecar.SIDECAR_MIN_VALUES` step times); None when they are inline."""
+
+    def __post_init__(self):
+        # Records written before world-size-1 checks were left undecided say `ok` for them; read
+        # them as not checked, so an old one-rank run never reads as proof of averaging.
+        if self.spec.world_size == 1:
+            for name in RANK_COMPARING_CHECKS:
+                check = self.checks.get(name)
+                if check is not None and check.ok is True:
+                    self.checks[name] = Check(ok=None, reason=ONE_RANK_REASON, details=check.details)
 
     def failed_checks(self) -> list[str]:
         return [name for name, check in self.checks.items() if check.ok is False]

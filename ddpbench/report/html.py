@@ -321,7 +321,7 @@ def runs_section(data: ReportData) -> list[Markup]:
         shown = shown.rename(columns={
             "run_id": "run", "strategy_label": "strategy", "world_size": "world size", "batch_size": "batch / device",
             "threads_per_rank": "threads / process", "sample_unit": "unit", "checks_failed": "failed checks",
-            "checks_not_decided": "checks not decided"})
+            "checks_not_decided": "not checked"})
         formats["batch / device"] = "{:.0f}"
         blocks.append(table_html(shown, formats, text_columns=(
             "run", "status", "workload", "strategy", "unit", "failed checks", "checks not decided")))

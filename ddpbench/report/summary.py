@@ -93,9 +93,12 @@ def format_summary(record: Record, path: str) -> str:
         for name in record.failed_checks():
             check = record.checks[name]
             lines.append(f"  !! CHECK FAILED: {name}: {check.reason or ''} {check.details}".rstrip())
+        undecided: dict[str, list[str]] = {}  # one line per reason: one rank leaves three undecided
         for name, check in record.checks.items():
             if check.ok is None:
-                lines.append(f"  check not decided: {name}: {check.reason or 'no reason given'}")
+                undecided.setdefault(check.reason or "no reason given", []).append(name)
+        for reason, names in undecided.items():
+            lines.append(f"  not checked  {', '.join(names)}: {reason}")
         if record.error:
             lines.append(f"  !! {record.error.message}")
         for attempt in record.oom_backoff or []:

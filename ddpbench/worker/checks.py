@@ -6,6 +6,10 @@
 - reshuffled_each_epoch: set_epoch was called (epoch orders differ), when a run spans epochs.
 - gradients_averaged: DDP's gradient equals the mean of the ranks' local gradients, i.e. the
   all-reduce during backward really averaged them.
+
+Checks that compare ranks are not decided (`ok` None, "not checked") at world size 1: one rank's
+gradient is its own mean and one digest always agrees with itself, so an `ok` there would say
+nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from ddpbench.records.schema import ONE_RANK_REASON
+
 # Relative error allowed between DDP's gradient and the mean of local gradients. fp32 all-reduce
 # differs only by summation order; the compression hooks round every gradient to 16 bits.
 GRADIENT_TOLERANCE = {"allreduce": 1e-4, "fp16_compress": 5e-3, "bf16_compress": 3e-2}
@@ -24,6 +30,11 @@ GRADIENT_TOLERANCE = {"allreduce": 1e-4, "fp16_compress": 5e-3, "bf16_compress":
 
 def verdict(ok: bool | None, reason: str | None = None, **details) -> dict:
     return {"ok": ok, "reason": reason, "details": details}
+
+
+def one_rank() -> dict:
+    """A check that compares ranks, at world size 1."""
+    return verdict(None, ONE_RANK_REASON)
 
 
 def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
@@ -46,6 +57,8 @@ def parameter_digest(model: torch.nn.Module) -> str:
 
 
 def replicas_in_sync(digests: Sequence[str]) -> dict:
+    if len(digests) < 2:
+        return one_rank()
     distinct = sorted(set(digests))
     out_of_sync = [rank for rank, digest in enumerate(digests) if digest != digests[0]]
     return verdict(len(distinct) == 1, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
@@ -62,7 +75,7 @@ def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int, 
     shard_sizes = [len(s) for s in indices_by_rank]
     disjoint = repeats <= padding
     return {
-        "shards_disjoint": verdict(
+        "shards_disjoint": one_rank() if len(indices_by_rank) < 2 else verdict(
             disjoint, None if disjoint else f"{repeats} indices were read by more than one rank; "
             f"DistributedSampler's padding allows {padding}",
             repeated_indices=repeats, padding_allowed=padding, shard_sizes=shard_sizes),
