@@ -293,8 +293,61 @@ def test_mfu_uses_the_published_peak_of_the_device_and_precision():
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H200 NVL", "bf16")["basis"]["matched"] == "H200 NVL"
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H100 80GB HBM3", "fp16")["basis"]["matched"] == "H100 SXM"
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H100 PCIe", "bf16")["basis"]["matched"] == "H100 PCIe"
-    assert model_flops_utilisation(1e9, 1.0, "NVIDIA A100-SXM4-80GB", "fp32", tf32_enabled=True)[
-        "basis"]["peak_flops_per_s"] == 156e12
+    assert model_flops_utilisation(1e9, 1.0, "NVIDIA A100-SXM4-80GB", "fp32", matmul_tf32=True)[
+        "basis"]["peak_flops_per_s"] == pytest.approx(156e12)
     unknown = model_flops_utilisation(1e9, 1.0, "NVIDIA GeForce RTX 4090", "bf16")
     assert unknown["mfu"] is None and unknown["basis"]["reason"] == "no published peak for this device"
     assert model_flops_utilisation(1e9, 1.0, None, "fp32")["mfu"] is None
+
+
+def test_fp32_mfu_follows_what_each_op_class_computed_in():
+    # torch's defaults: cuDNN convolutions may use TF32, cuBLAS matrix products may not.
+    matmuls = model_flops_utilisation(1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True,
+                                      conv_flops_share=0.0)  # gpt2, vit_b_16, mlp
+    assert matmuls["basis"]["precision"] == "fp32" and matmuls["basis"]["peak_flops_per_s"] == pytest.approx(67e12)
+    assert matmuls["mfu"] == pytest.approx(1e12 / 67e12)
+    convs = model_flops_utilisation(1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True,
+                                    conv_flops_share=0.9)  # resnet50: mostly convolutions, a linear head
+    assert convs["basis"]["precision"] == "fp32+tf32"
+    assert convs["basis"]["peak_flops_per_s"] == pytest.approx(1e12 / (0.1 / 67 + 0.9 / 494.5))
+    assert convs["basis"]["matmul_precision"] == "fp32" and convs["basis"]["conv_precision"] == "tf32"
+    both = model_flops_utilisation(1e9, 1.0, "NVIDIA H200", "fp32", matmul_tf32=True, conv_tf32=True,
+                                   conv_flops_share=0.5)
+    assert both["basis"]["precision"] == "tf32" and both["basis"]["peak_flops_per_s"] == pytest.approx(494.5e12)
+    # Autocast runs both classes in the half precision, whatever the TF32 settings.
+    half = model_flops_utilisation(1e9, 1.0, "NVIDIA H200", "bf16", conv_tf32=True, conv_flops_share=0.9)
+    assert half["basis"]["precision"] == "bf16" and half["basis"]["peak_flops_per_s"] == pytest.approx(989.5e12)
+
+
+def test_the_flop_counter_tells_convolutions_from_matrix_products():
+    import torch
+
+    from ddpbench.worker.training import flops_per_sample
+
+    loss = torch.nn.functional.cross_entropy
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    per_sample, conv_share = flops_per_sample(mlp, loss, torch.randn(4, 32), torch.randint(0, 10, (4,)))
+    # forward 2*(32*64 + 64*10) per sample, backward twice that (input and weight gradients), but
+    # the first layer's input gradient is not needed.
+    assert conv_share == 0.0 and per_sample == pytest.approx(6 * (32 * 64 + 64 * 10) - 2 * 32 * 64)
+    convnet = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                  torch.nn.Linear(16 * 6 * 6, 10))
+    _, conv_share = flops_per_sample(convnet, loss, torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
+    assert 0.5 < conv_share < 1.0
+
+
+def test_the_worker_reads_the_two_tf32_settings_apart():
+    import torch
+
+    from ddpbench.worker.environment import tf32_allowed
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = True  # torch's default
+        assert tf32_allowed() == {"matmul": False, "conv": True}
+        torch.set_float32_matmul_precision("high")
+        assert tf32_allowed()["matmul"] is True
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]

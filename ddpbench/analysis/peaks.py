@@ -1,9 +1,15 @@
 """Published peak FLOP/s of a few GPUs, and model FLOPs utilisation (MFU) from them. No torch.
 
 MFU = model FLOPs per sample x samples per second per device / the device's peak FLOP/s for the
-precision the run computed in. The FLOPs per sample are counted by torch's FlopCounterMode
+precision each op class computed in. The FLOPs per sample are counted by torch's FlopCounterMode
 (forward + backward, 2 per multiply-add), so MFU counts only the model's own arithmetic, not
 recomputation or communication.
+
+An fp32 run does not compute in one precision: cuBLAS matrix products use TF32 only when asked
+(`torch.backends.cuda.matmul.allow_tf32`, i.e. `float32_matmul_precision` "high" or "medium"),
+while cuDNN convolutions use TF32 by default (`torch.backends.cudnn.allow_tf32`). So the peak is
+the one of the mix: the time the device would need at peak is each class's FLOPs over its own
+peak, summed; the effective peak is the FLOPs over that time.
 
 Peaks are the dense tensor-core figures of NVIDIA's datasheets: the datasheets print bf16, fp16
 and tf32 *with sparsity*, which is twice the dense rate, so those are halved here. fp32 is the
@@ -66,23 +72,37 @@ def device_peak(device_name: str | None) -> DevicePeak | None:
     return next((peak for peak in PEAKS if re.search(peak.name_pattern, device_name)), None)
 
 
-def compute_precision(precision: str, tf32_enabled: bool) -> str:
-    """What the tensor cores computed in: fp32 runs use TF32 where torch allows it."""
-    if precision == "fp32" and tf32_enabled:
-        return "tf32"
-    return precision
+def fp32_class_precisions(matmul_tf32: bool, conv_tf32: bool) -> dict:
+    """What an fp32 run's matrix products and convolutions computed in."""
+    return {"matmul": "tf32" if matmul_tf32 else "fp32", "conv": "tf32" if conv_tf32 else "fp32"}
 
 
 def model_flops_utilisation(flops_per_sample: float | None, samples_per_s_per_device: float,
-                            device_name: str | None, precision: str, tf32_enabled: bool = False) -> dict:
-    """{"mfu": fraction or None, "basis": how it was computed, or why it is unknown}."""
-    computed_in = compute_precision(precision, tf32_enabled)
+                            device_name: str | None, precision: str, matmul_tf32: bool = False,
+                            conv_tf32: bool = False, conv_flops_share: float | None = None) -> dict:
+    """{"mfu": fraction or None, "basis": how it was computed, or why it is unknown}.
+
+    `conv_flops_share` is the fraction of the FLOPs in convolutions; the rest counts as matrix
+    products (linear layers, attention). It matters only for fp32, where the two classes may run
+    in different precisions; None (unknown) is taken as no convolutions."""
+    conv_share = conv_flops_share or 0.0
+    if precision == "fp32":
+        by_class = fp32_class_precisions(matmul_tf32, conv_tf32)
+    else:  # autocast: both classes run in the half precision
+        by_class = {"matmul": precision, "conv": precision}
+    used = {kind for kind, share in (("matmul", 1 - conv_share), ("conv", conv_share)) if share > 0}
+    kinds = sorted({by_class[kind] for kind in used}) or [by_class["matmul"]]
+    computed_in = kinds[0] if len(kinds) == 1 else "+".join(kinds)
+    basis = {"device": device_name, "precision": computed_in, "matmul_precision": by_class["matmul"],
+             "conv_precision": by_class["conv"], "conv_flops_share": conv_flops_share}
     peak = device_peak(device_name)
     if peak is None:
-        reason = "no published peak for this device" if device_name else "no GPU (CPU run): no published peak"
-        return {"mfu": None, "basis": {"device": device_name, "precision": computed_in, "reason": reason}}
-    basis = {"device": device_name, "matched": peak.label, "precision": computed_in,
-             "peak_flops_per_s": peak.tflops[computed_in] * TERA, "source": peak.source}
+        basis["reason"] = "no published peak for this device" if device_name else "no GPU (CPU run): no published peak"
+        return {"mfu": None, "basis": basis}
+    # Seconds per FLOP at peak, weighted by each class's share: a harmonic mean of the two peaks.
+    seconds_per_flop = ((1 - conv_share) / peak.tflops[by_class["matmul"]]
+                        + conv_share / peak.tflops[by_class["conv"]]) / TERA
+    basis.update(matched=peak.label, peak_flops_per_s=1 / seconds_per_flop, source=peak.source)
     if not flops_per_sample:
         basis["reason"] = "FLOPs per sample unknown (the FLOP counter could not trace the model)"
         return {"mfu": None, "basis": basis}

@@ -165,8 +165,17 @@ class MfuBasis(Part):
     matched: str | None = None
     """The entry of the published-peak table the device matched."""
     precision: str | None = None
-    """What the tensor cores computed in: bf16, fp16, tf32 (fp32 with TF32 allowed) or fp32."""
+    """What the run computed in: bf16, fp16, tf32, fp32, or fp32+tf32 where an fp32 run's matrix
+    products and convolutions ran in different precisions."""
+    matmul_precision: str | None = None
+    """What matrix products (cuBLAS) computed in; fp32 runs use TF32 only with matmul TF32 allowed."""
+    conv_precision: str | None = None
+    """What convolutions (cuDNN) computed in; cuDNN allows TF32 by default."""
+    conv_flops_share: float | None = None
+    """Fraction of the model's FLOPs in convolutions (the rest are matrix products); None in older
+    records."""
     peak_flops_per_s: float | None = None
+    """The peak of the mix: FLOPs / sum over op classes of (their FLOPs / their precision's peak)."""
     source: str | None = None
     reason: str | None = None
     """Why MFU is unknown."""

@@ -41,8 +41,12 @@ def _mfu(metrics: Metrics) -> str:
     basis = metrics.mfu_basis
     if metrics.mfu is None:
         return f"unknown ({basis.reason if basis and basis.reason else 'not measured'})"
+    mix = ""
+    if basis.matmul_precision and basis.conv_precision and basis.matmul_precision != basis.conv_precision:
+        mix = (f"; matmuls {basis.matmul_precision}, convolutions ({100 * (basis.conv_flops_share or 0):.0f} % "
+               f"of FLOPs) {basis.conv_precision}")
     return (f"{100 * metrics.mfu:.1f} % of {basis.peak_flops_per_s / 1e12:,.1f} TFLOP/s "
-            f"{basis.precision} ({basis.matched}, published dense peak)")
+            f"{basis.precision} ({basis.matched}, published dense peak{mix})")
 
 
 def _host_sync_notes(record: Record) -> list[str]:

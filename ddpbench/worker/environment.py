@@ -7,9 +7,10 @@ import torch
 import torchvision
 
 
-def tf32_enabled() -> bool:
-    """Whether fp32 matrix products or convolutions may run on TF32 tensor cores."""
-    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+def tf32_allowed() -> dict:
+    """Whether fp32 matrix products (cuBLAS; set by `float32_matmul_precision` too) and
+    convolutions (cuDNN) may run on TF32 tensor cores: two settings with different defaults."""
+    return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "conv": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def math_settings() -> dict:

@@ -28,7 +28,7 @@ from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.running.environment import host_facts
-from ddpbench.worker.environment import tf32_enabled, torch_facts
+from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_pairs, timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
@@ -117,7 +117,8 @@ class Trainer:
                                            sampler_class=RecordingSampler)
         model = self.workload.model.to(rank.device)
         flops_inputs, flops_targets = to_device(default_collate([self.dataset[0], self.dataset[1]]), rank.device)
-        self.flops_per_sample = flops_per_sample(model, self.workload.loss, flops_inputs, flops_targets)
+        self.flops_per_sample, self.conv_flops_share = flops_per_sample(model, self.workload.loss, flops_inputs,
+                                                                        flops_targets)
         if rank.distributed:
             model = wrap_ddp(model, rank.device, spec.ddp)
         elif spec.strategy == "dp":
@@ -252,8 +253,9 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     shared = {"window_s": window_s, "dataset_length": len(trainer.dataset),
               "host_synchronisation": trainer.host_synchronisation,
               "device_name": torch.cuda.get_device_name(rank.device) if rank.device.type == "cuda" else None,
-              "tf32_enabled": rank.device.type == "cuda" and tf32_enabled(),
-              "flops_per_sample": trainer.flops_per_sample, "sample_unit": trainer.workload.sample_unit,
+              "tf32_allowed": tf32_allowed() if rank.device.type == "cuda" else {"matmul": False, "conv": False},
+              "flops_per_sample": trainer.flops_per_sample, "conv_flops_share": trainer.conv_flops_share,
+              "sample_unit": trainer.workload.sample_unit,
               "units_per_sample": trainer.workload.units_per_sample}
     return result, shared, replay
 
@@ -311,7 +313,10 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     metrics.update({key: shared[key] for key in ("sample_unit", "units_per_sample", "flops_per_sample")})
     metrics["final_loss"] = results[0]["final_loss"]
     utilisation = model_flops_utilisation(shared["flops_per_sample"], metrics["throughput_samples_per_s_per_device"],
-                                          shared["device_name"], spec.precision, shared["tf32_enabled"])
+                                          shared["device_name"], spec.precision,
+                                          matmul_tf32=shared["tf32_allowed"]["matmul"],
+                                          conv_tf32=shared["tf32_allowed"]["conv"],
+                                          conv_flops_share=shared["conv_flops_share"])
     metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 
     first_pass = [r["sampler_passes"][0][1] for r in results]

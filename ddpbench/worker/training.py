@@ -156,9 +156,11 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn
 
 
 def flops_per_sample(model: torch.nn.Module, loss_fn: Callable, inputs: torch.Tensor,
-                     targets: torch.Tensor) -> float | None:
-    """Training FLOPs (forward + backward) per sample, counted by torch's FlopCounterMode on two
-    samples (BatchNorm refuses one). Runs before any timing; gradients are cleared after."""
+                     targets: torch.Tensor) -> tuple[float | None, float | None]:
+    """Training FLOPs (forward + backward) per sample and the share of them in convolutions,
+    counted by torch's FlopCounterMode on two samples (BatchNorm refuses one). The share sets the
+    MFU peak of fp32 runs: cuDNN convolutions and cuBLAS matrix products differ in their TF32
+    defaults. Runs before any timing; gradients are cleared after."""
     from torch.utils.flop_counter import FlopCounterMode
 
     samples = min(2, inputs.shape[0])
@@ -166,9 +168,12 @@ def flops_per_sample(model: torch.nn.Module, loss_fn: Callable, inputs: torch.Te
         counter = FlopCounterMode(display=False)
         with counter:
             loss_fn(model(inputs[:samples]), targets[:samples]).backward()
-        return counter.get_total_flops() / samples
+        total = counter.get_total_flops()
+        by_op = counter.get_flop_counts().get("Global", {})
+        conv = sum(count for op, count in by_op.items() if "convolution" in str(op))
+        return total / samples, (conv / total if total else None)
     except Exception:  # a user's model may use ops the counter cannot trace; FLOPs stay unknown
-        return None
+        return None, None
     finally:
         model.zero_grad(set_to_none=True)
 
