@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -549,3 +550,26 @@ def test_the_replay_takes_forward_from_the_ddp_steps(record):
         before = RunModel(record).replay(what, comm).step_s
         assert RunModel(longer_forward("with_ddp", 0.005)).replay(what, comm).step_s == pytest.approx(before + 0.005)
         assert RunModel(longer_forward("solo", 0.005)).replay(what, comm).step_s == pytest.approx(before)
+
+
+def test_projected_efficiency_divides_by_the_scaling_tables_x1(tmp_path, capsys):
+    from ddpbench.analysis.frames import load, scaling_table
+    from ddpbench.cli import main
+
+    runs = tmp_path / "sweep" / "runs"
+    runs.mkdir(parents=True)
+    shutil.copy(RECORD, runs / "mlp2.json")
+    local = os.path.join(ROOT, "tests", "fixtures", "sweeps", "cpu-mlp-with-failure", "runs", "mlp-local-n1.json")
+    shutil.copy(local, runs / "mlp-local-n1.json")
+    x1 = load_record(local).metrics.throughput_units_per_s
+    assert main(["project", str(runs / "mlp2.json"), "--world", "2", "--profile", PROFILE, "--json"]) == 0
+    projected = json.loads(capsys.readouterr().out)
+    assert projected["efficiency_reference"] == "X(1) of the sweep's local run (mlp-local-n1)"
+    assert projected["efficiency"] == pytest.approx(projected["throughput"] / (2 * x1))
+    # The same X(1) as the scaling table's row for the run itself.
+    row = scaling_table(load(str(tmp_path / "sweep"))).query("strategy == 'ddp'").iloc[0]
+    assert row["throughput"] / (2 * row["efficiency"]) == pytest.approx(x1)
+
+    os.remove(runs / "mlp-local-n1.json")  # no local run: the run's own no_sync steps, and said so
+    assert main(["project", str(runs / "mlp2.json"), "--world", "2", "--profile", PROFILE]) == 0
+    assert "(against one device without DDP from the run's own no_sync steps (no local run" in capsys.readouterr().out

@@ -97,6 +97,21 @@ def _reference_batch(row: pd.Series) -> float:
     return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
 
 
+def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
+    """X(1) for one run, as the scaling table takes it: the median throughput of the sweep's ok
+    `local` runs of the same configuration and reference batch. None, with the reason, without one."""
+    row = record_row(record)
+    runs = runs_frame(records)
+    local = runs[(runs["status"] == "ok") & (runs["strategy"] == "local")
+                 & (runs["batch_size"] == _reference_batch(row))]
+    for column in CONFIGURATION:
+        local = local[local[column] == row[column]]
+    if local.empty:
+        return None, (f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
+                      "thread(s) per device in the sweep")
+    return float(local["throughput"].median()), f"X(1) of the sweep's local run ({', '.join(local['run_id'])})"
+
+
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration, strategy and world size (ok runs only): the table's metrics,
     speedup and efficiency against X(1), the local run of the same configuration. Runs that differ

@@ -426,6 +426,8 @@ class Projection:
     efficiency: float
     efficiency_low: float
     efficiency_high: float
+    efficiency_reference: str
+    """What X(1) the efficiency divides by: the sweep's local run, or the run's own no_sync steps."""
     sample_unit: str
     measured_step_s: float | None = None
     """The source run's median iteration time (when the what-if is the run itself)."""
@@ -455,7 +457,14 @@ def all_reduce_seconds(profile: dict, world_size: int, bandwidth_scale: float = 
     return seconds
 
 
-def project(record: Record, profile: dict, what: WhatIf) -> Projection:
+NO_SYNC_REFERENCE = "one device without DDP from the run's own no_sync steps"
+
+
+def project(record: Record, profile: dict, what: WhatIf, reference_throughput: float | None = None,
+            reference: str = "") -> Projection:
+    """`reference_throughput` is X(1) in the run's unit per second, the scaling table's (its
+    sweep's local run), so the projection's efficiency is the table's; without it, X(1) is the
+    step of one device from the run's own no_sync steps, and `efficiency_reference` says so."""
     model = RunModel(record)
     if profile.get("backend") and profile.get("backend") != record.spec.backend:
         # The probe measured this machine's backward against its own collectives: it says nothing
@@ -473,8 +482,15 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
     step, step_low, step_high = mid.step_s + shift, fast.step_s + shift, slow.step_s + shift
     basis = predict(profile, "all_reduce", what.world_size, 1.0, dtype=WIRE_DTYPE[what.comm_hook]).basis
     samples = model.batch_size * what.world_size * model.units_per_sample
-    single = model.single_device_step_s()
-    efficiency = lambda step: single / step  # noqa: E731  (weak scaling: X(N)/(N X(1)) = step(1)/step(N))
+    if reference_throughput:
+        def efficiency(step: float) -> float:  # E(N) = X(N) / (N X(1))
+            return samples / step / (what.world_size * reference_throughput)
+    else:
+        single = model.single_device_step_s()
+
+        def efficiency(step: float) -> float:  # weak scaling: X(N)/(N X(1)) = step(1)/step(N)
+            return single / step
+        reference = f"{NO_SYNC_REFERENCE}{f' ({reference})' if reference else ''}"
     same_as_run = what == replace(model.source, first_bucket_mb=what.first_bucket_mb)
     measured = record.metrics.iteration_time_s.p50 if (record.metrics and same_as_run) else None
     return Projection(
@@ -483,7 +499,8 @@ def project(record: Record, profile: dict, what: WhatIf) -> Projection:
         backward_slowdown=mid.backward_slowdown, contention=model.contention, buckets=len(mid.buckets),
         throughput=samples / step, throughput_low=samples / step_high, throughput_high=samples / step_low,
         efficiency=efficiency(step), efficiency_low=efficiency(step_high),
-        efficiency_high=efficiency(step_low), sample_unit=model.sample_unit, measured_step_s=measured,
+        efficiency_high=efficiency(step_low), efficiency_reference=reference, sample_unit=model.sample_unit,
+        measured_step_s=measured,
         ddp_work="measured (steps through DDP over a one-rank group)" if model.solo is not None else
         "modelled from the measured cost of its copies (the record has no one-rank DDP steps)",
         modelled_step_s=mid.step_s, unexplained_s=unexplained, anchor=anchor)
@@ -537,7 +554,7 @@ def format_projection(projection: Projection, record: Record) -> str:
         f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
         f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
         f"  efficiency E(N)  {projection.efficiency:9.1%}   band {projection.efficiency_low:.1%} .. {projection.efficiency_high:.1%} "
-        "(against one device without DDP, from the run's no_sync steps)",
+        f"(against {projection.efficiency_reference})",
     ]
     if projection.measured_step_s is not None:
         # Anchored, the run's projection of itself is its measurement: the model's test is the replay from parts.

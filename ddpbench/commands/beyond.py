@@ -45,6 +45,20 @@ def load_run_record(path: str):
         raise SpecError(str(exc)) from None
 
 
+def sweep_reference(run: str, record) -> tuple[float | None, str]:
+    """X(1) for a run from its own sweep (SWEEP/runs/RUN.json), as the scaling table takes it."""
+    from ddpbench.analysis.frames import reference_throughput
+    from ddpbench.records.store import read_records
+
+    folder = os.path.abspath(run if os.path.isdir(run) else os.path.dirname(run))
+    sweep = os.path.dirname(folder) if os.path.basename(folder) == "runs" else folder
+    try:
+        records, _ = read_records(sweep)
+    except OSError:
+        return None, "no sweep folder around the record"
+    return reference_throughput(record, records)
+
+
 def command_project(args: argparse.Namespace) -> int:
     from ddpbench.analysis.network import ProfileError, load_profile
     from ddpbench.analysis.projection import ProjectionError, WhatIf, format_projection, project
@@ -56,7 +70,7 @@ def command_project(args: argparse.Namespace) -> int:
                       bucket_cap_mb=record.spec.ddp.bucket_cap_mb if args.bucket_cap_mb is None else args.bucket_cap_mb,
                       comm_hook=args.comm_hook or record.spec.ddp.comm_hook, bandwidth_scale=args.bandwidth_scale,
                       gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
-        projection = project(record, profile, what)
+        projection = project(record, profile, what, *sweep_reference(args.run, record))
     except (ProfileError, ProjectionError) as exc:
         raise SpecError(str(exc)) from None
     if args.json:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from markupsafe import Markup
 
+from ddpbench.analysis.frames import reference_throughput
 from ddpbench.analysis.network import ProfileError, load_profile
 from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project, validation_cases
 from ddpbench.report.plots import PALETTE
@@ -109,7 +110,7 @@ def beyond_this_machine_section(data, html: Blocks) -> list[Markup]:
                 what = WhatIf(world_size=world, bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
                               comm_hook=record.spec.ddp.comm_hook,
                               gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
-                result = project(record, data.profile, what)
+                result = project(record, data.profile, what, *reference_throughput(record, data.records))
             except (ProjectionError, ProfileError):
                 continue
             rows.append({"workload": workload, "projected from": record.run_id, "world size": world,
@@ -117,7 +118,7 @@ def beyond_this_machine_section(data, html: Blocks) -> list[Markup]:
                          "low": result.throughput_low, "high": result.throughput_high,
                          "efficiency": result.efficiency, "efficiency low": result.efficiency_low,
                          "efficiency high": result.efficiency_high, "exposed comm (ms)": result.exposed_comm_s * 1e3,
-                         "basis": result.basis,
+                         "basis": result.basis, "efficiency against": result.efficiency_reference,
                          "anchored": "no" if result.unexplained_s is None else
                          f"{result.unexplained_s * 1e3:+.2f} ms the replay misses of the measured step"})
     if not rows:
@@ -129,15 +130,16 @@ def beyond_this_machine_section(data, html: Blocks) -> list[Markup]:
             f"devices on profile {data.profile.get('name')}: {data.profile.get('source')}. Compute is this machine's, "
             "as measured; only communication changes. On a profile of the run's own backend a projection is "
             "anchored on the run's measured step (what the replay from parts misses of it is added, assumed the "
-            "same at every world size); on another backend's it is the replay alone. Efficiency is against one "
-            "device of this machine without DDP; the band comes from the profile's fit (or its stated "
-            "uncertainty).") + Markup("</p>"),
+            "same at every world size); on another backend's it is the replay alone. Efficiency is against the "
+            "scaling table's X(1), the sweep's local run, where the sweep has one (else one device without DDP "
+            "from the run's no_sync steps, as the table's last column says); the band comes from the profile's "
+            "fit (or its stated uncertainty).") + Markup("</p>"),
         html.figure_html(beyond_figure(frame), "Line charts of projected throughput against world size 8, 64 and "
                          "512 with a shaded band, one line per workload.",
                          "Projected throughput (shaded: the band from the network profile). A projection, not a measurement."),
         html.table_html(frame, {"throughput (/s)": "{:,.1f}", "low": "{:,.1f}", "high": "{:,.1f}", "efficiency": "{:.1%}",
                                 "efficiency low": "{:.1%}", "efficiency high": "{:.1%}", "exposed comm (ms)": "{:.2f}"},
-                        text_columns=("workload", "projected from", "unit", "basis", "anchored")),
+                        text_columns=("workload", "projected from", "unit", "basis", "anchored", "efficiency against")),
     ]
 
 
