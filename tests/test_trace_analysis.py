@@ -127,12 +127,12 @@ def test_rank_is_taken_from_the_file_name_without_distributed_info(tmp_path):
 
 
 def test_the_real_gpu_trace_matches_hta_0_5_0():
+    # Equal to what HTA 0.5.0 reports, to the digit it reports: 14.31 % (14.305 before its
+    # rounding) and whole microseconds.
     hta = analyze_trace(REAL_GPU_TRACE, mode="hta").hta
-    assert hta["overlap_pct"] == pytest.approx(14.31, abs=0.1)
-    assert hta["compute_us"] == pytest.approx(75169, rel=0.01)
-    assert hta["non_compute_us"] == pytest.approx(21636, rel=0.01)
-    assert hta["idle_us"] == pytest.approx(338781, rel=0.01)
-    assert hta["kernel_span_us"] == pytest.approx(435586, rel=0.01)
+    assert round(hta["overlap_pct"], 2) == 14.31 and round(hta["overlap_pct"], 3) == 14.305
+    assert (hta["compute_us"], hta["non_compute_us"], hta["idle_us"], hta["kernel_span_us"]) == \
+        (75169, 21636, 338781, 435586)
 
 
 def test_the_real_gpu_trace_per_step():
@@ -175,4 +175,4 @@ def test_json_output_is_machine_readable():
     done = ddpbench("trace", "analyze", "--json", "--mode", "hta", REAL_GPU_TRACE)
     assert done.returncode == 0
     parsed = json.loads(done.stdout)
-    assert parsed["ranks"][0]["hta"]["overlap_pct"] == pytest.approx(14.305, abs=0.01)
+    assert round(parsed["ranks"][0]["hta"]["overlap_pct"], 3) == 14.305
