@@ -50,10 +50,10 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
 
 def command_gate(args: argparse.Namespace) -> int:
     from ddpbench.gate.baselines import baseline_dir
-    from ddpbench.gate.changepoints import change_points, since_last_change
     from ddpbench.gate.compare import (GateError, comparability, compare, compare_values, env_differences, load_side,
                                        usable)
-    from ddpbench.gate.history import HistoryError, history_dir, missing_from_history, read_history
+    from ddpbench.gate.history import (HistoryError, history_dir, leave_out_runs, missing_from_history, read_history,
+                                       recent_rows, sweep_id, values_of, without_runs)
     from ddpbench.gate.values import MEASURE_NAMES, side_values
 
     try:
@@ -66,28 +66,40 @@ def command_gate(args: argparse.Namespace) -> int:
         ok = [r for r in candidate if r.status == "ok"]
         folder = args.history_folder or (history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate)
                                          else None)
-        history, method = {}, ""
+        recent, method, own_rows = {}, "", 0
         if args.baseline == "history" or (folder and os.path.isdir(folder)):
-            series = read_history(folder) if folder else {}
-            points, method = change_points({key: s.values("throughput") for key, s in series.items()})
-            history = {key: {m: since_last_change(s.rows, points[key]) for m in MEASURE_NAMES}
-                       for key, s in series.items()}
-            history = {key: {m: [row[m] for row in rows[m] if row[m] is not None] for m in MEASURE_NAMES}
-                       for key, rows in history.items()}
+            # A sweep added to the history before it was gated is there already: its own rows are no
+            # evidence about it (as baseline they would pull the verdict toward pass), so the gate
+            # sees the history as it was before that `history add`.
+            series, own_rows = leave_out_runs(read_history(folder) if folder else {}, sweep_id(args.candidate),
+                                              candidate)
+            recent, method = recent_rows(series)
+        own_note = (f"left out: {own_rows} history row(s) that are the candidate's own runs (added before this "
+                    f"gate; a run is no evidence about itself)")
         if args.baseline == "history":
-            if not history:
+            if not recent and own_rows:
+                raise GateError(f"the history in {folder} holds only the candidate's own runs ({own_rows} rows, "
+                                f"added with history add): nothing else to compare it with; gate a sweep before "
+                                f"adding it, or use --baseline auto or a baseline sweep")
+            if not recent:
                 raise GateError("--baseline history needs a history folder (--history-folder, or a sweep folder "
                                 "as --candidate so its machine class and suite name one)")
             baseline_path, env_notes = folder, []
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
             missing, more = missing_from_history(series, candidate, args.allow_missing)
             failures, notes = failures + missing, notes + more
-            comparisons, more = compare_values({k: {m: v for m, v in h.items() if v} for k, h in history.items()},
-                                               side_values([r for r in candidate if usable(r)]), settings, measures,
-                                               baseline_is_history=True)
+            stored = {key: {m: v for m, v in measured.items() if v} for key, measured in values_of(recent).items()}
+            comparisons, more = compare_values(stored, side_values([r for r in candidate if usable(r)]), settings,
+                                               measures, baseline_is_history=True)
             comparisons, notes = failures + comparisons, notes + more
             notes.append(f"baseline: the history since each series' last change point ({method})")
+            notes += [own_note] if own_rows else []
         else:
+            if args.baseline == "auto" and not os.path.isdir(args.candidate):
+                # The stored baseline is found by the sweep's machine class and suite; one record has no suite.
+                raise GateError(f"--baseline auto needs a sweep folder as --candidate (its machine class and suite "
+                                f"name the stored baseline); {args.candidate!r} is a record file: gate it against "
+                                "--baseline SWEEP_DIR or RUN.json instead")
             baseline_path = baseline_dir(args.candidate) if args.baseline == "auto" else args.baseline
             if args.baseline == "auto" and not os.path.isdir(baseline_path):
                 raise GateError(f"no stored baseline for this machine class and suite at {baseline_path}; "
@@ -97,10 +109,18 @@ def command_gate(args: argparse.Namespace) -> int:
             if env_notes and not args.allow_env_mismatch:
                 raise GateError("baseline and candidate ran on different machines or software ("
                                 + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
-            comparisons, notes = compare(baseline, candidate, settings, measures, history or None,
+            # The baseline's runs may be in the history too (a nightly saved as baseline): they count
+            # once in the noise, as baseline repeats.
+            shared = {key: without_runs(rows, sweep_id(baseline_path), baseline) for key, rows in recent.items()}
+            twice = sum(map(len, recent.values())) - sum(map(len, shared.values()))
+            comparisons, notes = compare(baseline, candidate, settings, measures, values_of(shared) or None,
                                          args.allow_failed_runs, args.allow_missing)
-            if history:
+            if recent:
                 notes.append(f"noise also from the history in {folder} since its last change points ({method})")
+            notes += [own_note] if own_rows else []
+            if twice:
+                notes.append(f"left out of the history's noise: {twice} row(s) that are the baseline's runs (counted "
+                             f"once, as baseline repeats)")
             notes = env_notes + notes if args.allow_env_mismatch else notes
     except (GateError, HistoryError, ValueError) as exc:
         raise SpecError(str(exc)) from None

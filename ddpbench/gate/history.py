@@ -8,7 +8,9 @@ per ok run, oldest first:
     ended_at,sweep,run_id,git_sha,throughput,efficiency,exposed_share
 
 `throughput` is in the workload's unit per second, `efficiency` and `exposed_share` are fractions
-(empty where they do not apply). Adding the same sweep twice adds nothing.
+(empty where they do not apply); every value in a row is that row's run's own. Adding the same
+sweep twice adds nothing. A run already in the history is left out of what the gate compares it
+with, and counted once in its noise (`leave_out_runs`, `without_runs`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import os
 from dataclasses import dataclass, field
 
 from ddpbench.gate.baselines import machine_class, suite_of
-from ddpbench.gate.values import MEASURE_NAMES, describe, group_by_key, run_key, series_name, side_values
+from ddpbench.gate.values import (MEASURE_NAMES, _by_start, describe, efficiencies, group_by_key, local_key, run_key,
+                                  series_name, side_values, throughput)
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
 
@@ -103,6 +106,34 @@ def read_history(folder: str) -> dict[tuple, Series]:
     return found
 
 
+def sweep_id(path: str) -> str | None:
+    """The name a sweep's rows carry in the history: its folder's name (of a record file, the folder
+    above its `runs/`); None for a record file outside a sweep."""
+    path = os.path.normpath(path)
+    if os.path.isdir(path):
+        return os.path.basename(path)
+    folder = os.path.dirname(path)
+    return os.path.basename(os.path.dirname(folder)) if os.path.basename(folder) == "runs" else None
+
+
+def values_by_run(records: list[Record]) -> list[tuple[Record, dict[str, float | None]]]:
+    """Each run with its own value of every measure (None where it has none). Every run needs a
+    throughput; E(N) pairs a run with a local run as the gate does (`values.efficiencies`)."""
+    groups = group_by_key(records)
+    measured = []
+    for key, runs in groups.items():
+        ordered = _by_start(runs)
+        local = groups.get(local_key(runs[0])) if key[2] != "local" and key[3] > 1 else None
+        # With a throughput for every run, efficiencies() gives one value per run, in start order.
+        scaling = efficiencies(ordered, local) if local else []
+        for position, record in enumerate(ordered):
+            own = side_values([record]).get(key, {})  # this run alone: its throughput and exposed share
+            values = {measure: (own.get(measure) or [None])[0] for measure in MEASURE_NAMES}
+            values["efficiency"] = scaling[position] if len(scaling) == len(ordered) else None
+            measured.append((record, values))
+    return measured
+
+
 def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[str]]:
     """Append a sweep's ok runs (without failed checks) to their series; returns the folder and
     notes on what was left out. Every file is checked before any is written."""
@@ -115,35 +146,76 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
         if record.status != "ok" or record.failed_checks() or record.metrics is None:
             why = record.status if record.status != "ok" else "failed checks: " + ", ".join(record.failed_checks())
             notes.append(f"left out {record.run_id} ({why})")
+        elif throughput(record) is None:
+            notes.append(f"left out {record.run_id} (no throughput: a history row needs one)")
         else:
             good.append(record)
     if not good:
         raise HistoryError(f"{sweep_dir!r} holds no successful run records to add")
     folder = history_dir(good, sweep_dir, root)
-    sweep = os.path.basename(os.path.normpath(sweep_dir))
-    values = side_values(good)
+    sweep = sweep_id(sweep_dir)
+    by_key: dict[tuple, list[tuple[Record, dict]]] = {}
+    for record, values in values_by_run(good):
+        by_key.setdefault(run_key(record), []).append((record, values))
     updated = []
-    for key, runs in group_by_key(good).items():
+    for key, runs in by_key.items():
         path = os.path.join(folder, series_name(key) + ".csv")
         series = read_series(path) if os.path.exists(path) else Series(path, describe(key), key)
         if tuple(series.key) != tuple(json.loads(json.dumps(list(key)))):
             raise HistoryError(f"{path}: holds another configuration ({series.configuration})")
         seen = {(row["sweep"], row["run_id"]) for row in series.rows}
-        ordered = sorted(runs, key=lambda r: (r.started_at or r.ended_at or "", r.run_id))
-        for index, record in enumerate(ordered):
-            if (sweep, record.run_id) in seen:
-                continue
-            row = {"ended_at": record.ended_at or "", "sweep": sweep, "run_id": record.run_id,
-                   "git_sha": record.env.git_sha or ""}
-            for measure in MEASURE_NAMES:
-                measured = values.get(key, {}).get(measure, [])
-                row[measure] = measured[index] if index < len(measured) else None
-            series.rows.append(row)
+        for record, values in runs:
+            if (sweep, record.run_id) not in seen:
+                series.rows.append({"ended_at": record.ended_at or "", "sweep": sweep, "run_id": record.run_id,
+                                    "git_sha": record.env.git_sha or "", **values})
         series.rows.sort(key=lambda row: (row["ended_at"], row["sweep"], row["run_id"]))
         updated.append(series)
     for series in updated:
         write_atomic(series.path, format_series(series))
     return folder, notes
+
+
+def is_run_of(row: dict, sweep: str | None, record: Record) -> bool:
+    """Whether a history row is this run: the same run id in the same sweep, or with the same end
+    time (a stored baseline is a copy of a sweep under another folder name)."""
+    if row["run_id"] != record.run_id:
+        return False
+    return (sweep is not None and row["sweep"] == sweep) or bool(row["ended_at"] and row["ended_at"] == record.ended_at)
+
+
+def without_runs(rows: list[dict], sweep: str | None, records: list[Record]) -> list[dict]:
+    """The rows that are none of these runs (`records`, from the sweep named `sweep`)."""
+    by_id: dict[str, list[Record]] = {}
+    for record in records:
+        by_id.setdefault(record.run_id, []).append(record)
+    return [row for row in rows if not any(is_run_of(row, sweep, r) for r in by_id.get(row["run_id"], []))]
+
+
+def leave_out_runs(series: dict[tuple, Series], sweep: str | None,
+                   records: list[Record]) -> tuple[dict[tuple, Series], int]:
+    """The series without the rows that are these runs (series left empty are dropped), and how
+    many rows that left out."""
+    kept, left_out = {}, 0
+    for key, one in series.items():
+        rows = without_runs(one.rows, sweep, records)
+        left_out += len(one.rows) - len(rows)
+        if rows:
+            kept[key] = Series(one.path, one.configuration, one.key, rows)
+    return kept, left_out
+
+
+def recent_rows(series: dict[tuple, Series]) -> tuple[dict[tuple, list[dict]], str]:
+    """Each series' rows since its last change point, and the change-point method in words."""
+    from ddpbench.gate.changepoints import change_points, since_last_change
+
+    points, method = change_points({key: s.values("throughput") for key, s in series.items()})
+    return {key: since_last_change(s.rows, points[key]) for key, s in series.items()}, method
+
+
+def values_of(rows_by_key: dict[tuple, list[dict]]) -> dict[tuple, dict[str, list[float]]]:
+    """Per configuration and measure, the stored values (as `values.side_values` gives a sweep's)."""
+    return {key: {measure: [row[measure] for row in rows if row[measure] is not None] for measure in MEASURE_NAMES}
+            for key, rows in rows_by_key.items()}
 
 
 def key_of(record: Record) -> tuple:
