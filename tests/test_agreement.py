@@ -38,7 +38,9 @@ def test_an_estimate_far_from_the_others_is_named_with_a_reason(factor, words):
     middle = sorted(estimates_agreement(record).estimates_s.values())[1]
     changed = with_trace_exposed(record, middle * factor)
     found = estimates_agreement(changed)
-    assert found.agree is False and words in found.sentence and "likely because" in found.sentence
+    # Said in measured terms (the breakdown's), not guessed.
+    assert found.agree is False and words in found.sentence and "likely" not in found.sentence
+    assert "in measured terms, trace" in found.sentence and "profiled steps of" in found.sentence
 
 
 def test_an_old_no_sync_estimate_is_explained_by_its_method():

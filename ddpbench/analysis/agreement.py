@@ -7,7 +7,9 @@ The estimates measure different things on purpose (see the README's "Communicati
   in-memory batches (older records: the timed steps, data loading included, against a replay);
 - reducer: DDP's own timers, from the first bucket's all-reduce start to backward's end.
 When they agree within AGREEMENT (relative to their median), any of them can be quoted; when they
-do not, the sentence says which one stands out and the usual reason for that direction.
+do not, the sentence says which one stands out and what it holds in the measured terms of the
+breakdown (`ddpbench.analysis.breakdown`), with figures; a record without the measurements that
+split it says what the estimate contains by definition.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ AGREEMENT = 0.20
 
 OLD_NO_SYNC_METHOD = "data loading included"
 
+# What each estimate contains by definition, for records that cannot split it into measured terms.
 REASONS = {
     ("trace", "low"): "the trace counts only time inside the collectives' own events, while a step also waits "
                       "for its all-reduce to start (queued behind earlier buckets, or for the slower rank), "
@@ -64,11 +67,28 @@ def estimates_agreement(record: Record) -> Agreement:
         return Agreement(estimates, True, f"the estimates agree within {AGREEMENT:.0%} ({shown})")
     name = max(far, key=lambda n: abs(far[n]))
     direction = "high" if far[name] > 0 else "low"
-    reason = REASONS[(name, direction)]
     view = record.overlap.no_sync if record.overlap else None
+    measured = _in_terms(record, name)
     if name == "no_sync" and view is not None and OLD_NO_SYNC_METHOD in view.method:
         reason = ("this record's no_sync estimate compared timed steps that fetched their batches with a replay "
                   "of batches already in memory, so data loading counted as communication")
+    elif measured:
+        reason = f"in measured terms, {measured}"
+    else:
+        reason = f"this record cannot split it into measured terms (no gradient timeline); by definition, " \
+                 f"{REASONS[(name, direction)]}"
     return Agreement(estimates, False,
                      f"{name} is {abs(far[name]):.0%} {'above' if direction == 'high' else 'below'} the median "
-                     f"of the estimates ({shown}), likely because {reason}")
+                     f"of the estimates ({shown}): {reason}")
+
+
+def _in_terms(record: Record, estimate: str) -> str | None:
+    """The breakdown's line for one estimate, where the record measured the terms it needs."""
+    from ddpbench.analysis.breakdown import reconcile, run_terms
+
+    measured, _ = run_terms(record)
+    if estimate in ("no_sync", "reducer") and measured["overlap_slowdown"][0] is None:
+        return None
+    lines = reconcile(record, {name: value for name, (value, _) in measured.items()})
+    prefix = {"trace": "trace ", "no_sync": "no_sync difference ", "reducer": "reducer "}[estimate]
+    return next((line for line in lines if line.startswith(prefix)), None)

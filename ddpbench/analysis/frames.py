@@ -97,19 +97,29 @@ def _reference_batch(row: pd.Series) -> float:
     return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
 
 
-def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
-    """X(1) for one run, as the scaling table takes it: the median throughput of the sweep's ok
-    `local` runs of the same configuration and reference batch. None, with the reason, without one."""
+def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[list[Record], str]:
+    """The sweep's ok `local` runs that are X(1) for one run, as the scaling table matches them
+    (same configuration and reference batch); an empty list with the reason without one."""
     row = record_row(record)
-    runs = runs_frame(records)
-    local = runs[(runs["status"] == "ok") & (runs["strategy"] == "local")
-                 & (runs["batch_size"] == _reference_batch(row))]
-    for column in CONFIGURATION:
-        local = local[local[column] == row[column]]
-    if local.empty:
-        return None, (f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
-                      "thread(s) per device in the sweep")
-    return float(local["throughput"].median()), f"X(1) of the sweep's local run ({', '.join(local['run_id'])})"
+    batch = _reference_batch(row)
+    found = []
+    for _, other in records:
+        candidate = record_row(other)
+        if (other.status == "ok" and candidate["strategy"] == "local" and candidate["batch_size"] == batch
+                and all(candidate[column] == row[column] for column in CONFIGURATION)):
+            found.append(other)
+    if not found:
+        return [], (f"no local run with batch {batch:.0f} and {row['threads_per_device']} thread(s) per device "
+                    "in the sweep")
+    return found, f"X(1) of the sweep's local run ({', '.join(run.run_id for run in found)})"
+
+
+def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
+    """X(1) for one run, as the scaling table takes it: the median throughput of its reference
+    runs (`reference_runs`). None, with the reason, without one."""
+    found, basis = reference_runs(record, records)
+    values = [run.metrics.throughput_units_per_s for run in found if run.metrics]
+    return (float(np.median(values)) if values else None), basis
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
