@@ -156,6 +156,7 @@ def test_peak_memory_in_the_record_is_the_timed_windows(gpt2_bf16_runs):
         phases = rank["peak_memory_by_phase"]
         assert rank["peak_memory_bytes"] == phases["timed"]["peak_bytes"] > 0
         assert set(phases) == {"warm-up", "timed", "checks"}
+        assert rank["data_wait_mean_s"] is not None  # read from CUDA events after the window, every strategy
 
 
 @pytest.mark.launches

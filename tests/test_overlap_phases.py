@@ -102,10 +102,16 @@ def _timeline_calls(rank, store_path, world_size, results):
         grad_timeline.GradTimeline.step = lambda self, *args: (calls.append("marked:"), mark(self, *args))[1]
         batches = iter(lambda: torch.randn(4, 8), None)
         found = grad_timeline.timeline_phase(ddp, optimizer, job_step, batches, torch.device("cpu"), pairs=2,
-                                             world_size=world_size, solo_step_on=step_through(module, "solo"))
+                                             world_size=world_size, solo_step_on=step_through(module, "solo"),
+                                             unwrapped_step_on=step_through(module, "unwrapped"))
         results["calls"] = calls
-        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce", "solo")}
-        results["lead_in_recorded"] = grad_timeline.timeline_record([{"rank": 0, "timeline": found}]).ddp_lead_in
+        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped")}
+        record = grad_timeline.timeline_record([{"rank": 0, "timeline": found}])
+        results["lead_in_recorded"] = record.ddp_lead_in
+        # The timeline's hooks sit on the module, so they mark the bare module's steps too.
+        results["unwrapped_fully_marked"] = [
+            None not in (step.forward_start_s, step.forward_end_s, step.optimizer_end_s, *step.grad_ready_s)
+            for step in record.by_rank[0].unwrapped]
     finally:
         dist.barrier, grad_timeline.GradTimeline.step = barrier, mark
         dist.destroy_process_group()
@@ -116,15 +122,18 @@ def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(tmp_path, world_size
     """As in the timed window, where every DDP step follows one: each marked DDP step of the
     timeline comes right after an unmarked one, which comes after the barrier that gathers the
     ranks (with more than one rank), so the marked step starts where a DDP step leaves them. The
-    other kinds get no lead-in. The process group has one rank; world_size is what the phase is
-    told. The record says the steps had the lead-in."""
+    other kinds get no lead-in; the unwrapped module's steps come after the barrier too, as many
+    as the others. The process group has one rank; world_size is what the phase is told. The
+    record says the steps had the lead-in and holds the unwrapped steps, fully marked."""
     with mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(_timeline_calls, args=(str(tmp_path / "store"), world_size, results), nprocs=1)
         results = dict(results)
     gather = ["barrier"] if world_size > 1 else []
-    per_pair = [*gather, "ddp", "marked:", "ddp", *gather, "marked:", "no_sync", *gather, "marked:", "solo"]
+    per_pair = [*gather, "ddp", "marked:", "ddp", *gather, "marked:", "no_sync", *gather, "marked:", "solo",
+                *gather, "marked:", "unwrapped"]
     # The contention probe needs a second rank in the group: here it adds nothing.
     assert results["calls"] == per_pair * 2
-    assert results["marked"] == {"with_ddp": 2, "without_allreduce": 2, "solo": 2}
+    assert results["marked"] == {"with_ddp": 2, "without_allreduce": 2, "solo": 2, "unwrapped": 2}
     assert results["lead_in_recorded"] is True
+    assert results["unwrapped_fully_marked"] == [True, True]

@@ -85,6 +85,10 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
         assert view["exposed_comm_us"] == pytest.approx(view["comm_us"] - view["overlap_us"])
     assert len(overlap["no_sync"]["by_rank"]) == 2 and overlap["no_sync"]["by_rank"][0]["steps"] == 10
     assert all(len(r["no_sync_step_times_s"]) == 10 for r in record["ranks"])
+    # Every rank's wait for its batches in the timed window, summarised (the per-step list is not kept).
+    for entry in record["ranks"]:
+        assert entry["data_wait_mean_s"] >= 0 and entry["data_wait_p50_s"] >= 0, entry
+        assert entry["data_wait_mean_s"] < sum(entry["step_times_s"]) / len(entry["step_times_s"])
     for view in overlap["reducer"]["by_rank"]:
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
     # The gradient timeline (half the 22 timed steps with DDP, as many without, as many through a
@@ -94,6 +98,8 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     for rank, view in enumerate(timeline["by_rank"]):
         assert view["rank"] == rank and len(view["with_ddp"]) == len(view["without_allreduce"]) == 11
         assert len(view["solo"]) == 11  # DDP over a one-rank group: its own work, no network
+        # The same module with no wrapper, as many steps: what solo's DDP work is measured against.
+        assert len(view["unwrapped"]) == 11 and all(step["step_s"] > 0 for step in view["unwrapped"])
         probe = view["contention"]
         # Sized to last about as long as backward: between 64 KiB and 4 x the gradients' bytes.
         assert 64 * 1024 <= probe["probe_bytes"] <= 4 * sum(timeline["param_bytes"]) and probe["probe_bytes"] % 4 == 0

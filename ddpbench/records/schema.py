@@ -144,6 +144,11 @@ class RankResult(Part):
     replay_step_times_s: list[float] | None = None
     """The same batches replayed with all-reduce, alternating with the no_sync steps. Records
     before this field compared the no_sync replay with the timed steps themselves."""
+    data_wait_mean_s: float | None = None
+    """Host time from a timed step's start until its batch was in hand (GPU: the device's idle time
+    waiting for it), mean over the timed steps; None in older records."""
+    data_wait_p50_s: float | None = None
+    """The same, median over the timed steps; None in older records."""
 
 
 class Distribution(Part):
@@ -391,6 +396,9 @@ class TimelineRank(Part):
     solo: list[TimelineStep] | None = None
     """Steps through DDP over a process group of this rank alone: DDP's own work (copies, casts,
     finalizing) without the network. None in older records."""
+    unwrapped: list[TimelineStep] | None = None
+    """Steps of the same module without DDP (no wrapper; DDP's gradient hooks return at once), in
+    this run: the reference DDP's own work is measured against. None in older records."""
 
 
 class HookCast(Part):

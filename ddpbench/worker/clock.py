@@ -1,9 +1,13 @@
 """Step timestamps: the only thing the hot loop does besides training.
 
 `mark()` is called at the start of every timed step and once after the last, so step i lasts
-from mark i to mark i+1. On GPUs a mark records a CUDA event on the current stream: it costs
-microseconds and never waits for the GPU. The events are read only in `step_times_s()`, after the
-window, so no synchronize ever happens inside the loop. On CPU a mark is perf_counter().
+from mark i to mark i+1. `mark_data()` is called once per step, the moment its batch is in hand,
+so step i waited for data from mark i to data mark i. On GPUs a mark records a CUDA event on the
+current stream: it costs microseconds and never waits for the GPU. A data mark enqueues no work
+of its own, so on the device it lands right after the previous step's last kernel when the host
+ran ahead (a wait of zero), and later by as long as the device sat idle for the batch when it did
+not. The events are read only in `step_times_s()` and `data_times_s()`, after the window, so no
+synchronize ever happens inside the loop. On CPU a mark is perf_counter().
 """
 
 from __future__ import annotations
@@ -17,18 +21,34 @@ class StepClock:
     def __init__(self, device: torch.device):
         self.on_cuda = device.type == "cuda"
         self.marks: list = []
+        self.data_marks: list = []
 
-    def mark(self) -> None:
+    def _now(self):
         if self.on_cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
+            return event
+        return time.perf_counter()
 
-    def step_times_s(self) -> list[float]:
+    def mark(self) -> None:
+        self.marks.append(self._now())
+
+    def mark_data(self) -> None:
+        """The current step's batch is in hand (call once per step, after its `mark()`)."""
+        self.data_marks.append(self._now())
+
+    def _seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1000.0 if self.on_cuda else end - start
+
+    def _read(self, starts: list, ends: list) -> list[float]:
         if self.on_cuda:
             # Sync point: wait for the last event once, after the window, then read all of them.
             self.marks[-1].synchronize()
-            return [start.elapsed_time(end) / 1000.0 for start, end in zip(self.marks, self.marks[1:])]
-        return [end - start for start, end in zip(self.marks, self.marks[1:])]
+        return [self._seconds(start, end) for start, end in zip(starts, ends)]
+
+    def step_times_s(self) -> list[float]:
+        return self._read(self.marks, self.marks[1:])
+
+    def data_times_s(self) -> list[float]:
+        """Per step with a data mark: its start to its batch in hand."""
+        return self._read(self.marks, self.data_marks)

@@ -2,11 +2,15 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-Steps alternate between plain DDP and `no_sync()` (same model, fresh batches), so both see the
-same machine state. With more than one rank each starts after a barrier: the no_sync and
-one-rank steps never meet the other ranks, and a step must not inherit the skew they leave. Each
-marked DDP step then follows an unmarked DDP step, as every step of the timed window follows one
-(after the barrier alone it ran faster than the timed steps). The backward alone vs under DDP
+Four kinds of step take turns (same model, fresh batches), so all see the same machine state:
+plain DDP; DDP under `no_sync()`; `solo`, the same module under DDP over a process group of this
+rank alone (DDP's own work without the network); and `unwrapped`, the same module with no wrapper
+at all. DDP's own work is then solo minus unwrapped, both measured inside this one run rather than
+against another run (a `local` run elsewhere in time, placement and load). With more than one
+rank each step starts after a barrier: the no_sync, one-rank and unwrapped steps never meet the
+other ranks, and a step must not inherit the skew they leave. Each marked DDP step then follows
+an unmarked DDP step, as every step of the timed window follows one (after the barrier alone it
+ran faster than the timed steps); the other kinds get no lead-in. The backward alone vs under DDP
 difference is the slowdown that overlapping communication causes, measured rather than assumed
 zero. It runs last, after the no_sync phase: like that phase it lets replicas drift apart, which
 no check looks at any more.
@@ -14,6 +18,8 @@ no check looks at any more.
 Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wrapped module, a
 gradient hook on its output (backward reaches the model), `register_post_accumulate_grad_hook` on
 every parameter (its gradient is ready for DDP's bucket), and the optimizer's step pre/post hooks.
+All sit on the module, its parameters and the optimizer, none on a wrapper: they fire for every
+kind of step alike, unwrapped included.
 On CPU a mark is perf_counter; on GPUs a CUDA event on the current stream, read after the step.
 
 Then the contention probe: how much backward and an all-reduce slow each other when they run at
@@ -146,15 +152,21 @@ def timeline_pairs(timed_steps: int) -> int:
 
 
 def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device, pairs: int, world_size: int,
-                   solo_step_on=None) -> dict:
-    """`pairs` steps with DDP's all-reduce, `pairs` under no_sync() and (given `solo_step_on`, a
-    step through DDP over a group of one rank) `pairs` with DDP's own work but no network, in
-    turn; cast costs; the contention probe."""
+                   solo_step_on=None, unwrapped_step_on=None) -> dict:
+    """`pairs` steps with DDP's all-reduce, `pairs` under no_sync(), (given `solo_step_on`, a
+    step through DDP over a group of one rank) `pairs` with DDP's own work but no network and
+    (given `unwrapped_step_on`, a step of `ddp_model.module` itself) `pairs` without DDP, in turn;
+    cast costs; the contention probe."""
     timeline = GradTimeline(ddp_model, optimizer, device)
     kinds = [("with_ddp", step_on, contextlib.nullcontext), ("without_allreduce", step_on, ddp_model.no_sync)]
     if solo_step_on is not None:
         # The job's wrapper under no_sync() keeps its own reducer out of these steps.
         kinds.append(("solo", solo_step_on, ddp_model.no_sync))
+    if unwrapped_step_on is not None:
+        # No DDP forward runs, so no reducer expects this backward: the gradient hooks that both
+        # DDPs keep on the parameters return at once (with find_unused_parameters, after marking
+        # the parameter used, as under no_sync()). The timeline's own hooks are on the module.
+        kinds.append(("unwrapped", unwrapped_step_on, contextlib.nullcontext))
     found: dict = {name: [] for name, _, _ in kinds}
     try:
         for index in range(len(kinds) * pairs):
@@ -361,6 +373,6 @@ def timeline_record(found: list[dict]):
         "cast_cost": first["cast_cost"], "ddp_lead_in": first.get("ddp_lead_in", False),
         "by_rank": [{"rank": f["rank"], "with_ddp": f["timeline"]["with_ddp"],
                      "without_allreduce": f["timeline"]["without_allreduce"],
-                     "solo": f["timeline"].get("solo"),
+                     "solo": f["timeline"].get("solo"), "unwrapped": f["timeline"].get("unwrapped"),
                      "contention": f["timeline"].get("contention")} for f in ranks],
     }, Timeline)

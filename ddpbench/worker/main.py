@@ -157,7 +157,8 @@ class Trainer:
         return self.step_on(next(self.batches))
 
     def step_with(self, model, batch) -> torch.Tensor:
-        """One step through another wrapper of the same module (the timeline's one-rank DDP)."""
+        """One step through another wrapper of the same module, or none (the timeline's one-rank DDP
+        and its unwrapped module)."""
         inputs, targets = to_device(batch, self.device)
         return train_step(model, self.optimizer, self.workload.loss, self.precision, inputs, targets, self.progress)
 
@@ -211,6 +212,9 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             if spec.fault:
                 maybe_inject(spec.fault, rank.rank, step)
             batch = next(trainer.batches)
+            # No sync: on GPUs an event on the current stream. It precedes the copy to the device,
+            # which step_on makes (to_device): the wait is for the loader alone, the copy is step work.
+            clock.mark_data()
             if len(replay) < spec.no_sync_replays:
                 replay.append(batch)
             loss = trainer.step_on(batch)
@@ -233,6 +237,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "device": str(rank.device),
         "threads": torch.get_num_threads(),
         "step_times_s": clock.step_times_s(),
+        **data_wait(clock.data_times_s()),
         "window_cpu_s": window_cpu_s,
         "window_s": window_s,
         "final_loss": float(loss),  # sync point, after the window
@@ -260,6 +265,14 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     return result, shared, replay
 
 
+def data_wait(data_times_s: list[float]) -> dict:
+    """The record's summary of a rank's data waits: the per-step list stays here (1,024 ranks'
+    lists would swell the record)."""
+    if not data_times_s:
+        return {"data_wait_mean_s": None, "data_wait_p50_s": None}
+    return {"data_wait_mean_s": statistics.fmean(data_times_s), "data_wait_p50_s": statistics.median(data_times_s)}
+
+
 def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) -> dict:
     """The profiled phase, then the replay with and without all-reduce and DDP's reducer timers
     over the same batches (last: no_sync lets replicas drift apart)."""
@@ -279,9 +292,13 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         # new_group is collective: every rank creates every rank's group, in the same order.
         alone_groups = [dist.new_group([other]) for other in range(rank.world_size)]
         solo = wrap_ddp(trainer.model.module, rank.device, spec.ddp, process_group=alone_groups[rank.rank])
+        # And the same module with no wrapper at all (the optimizer holds its very parameters): the
+        # reference in this run that solo's steps are DDP's own work on top of.
+        unwrapped = trainer.model.module
         found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
                                            rank.device, timeline_pairs(spec.steps - spec.warmup), rank.world_size,
-                                           solo_step_on=lambda batch: trainer.step_with(solo, batch))
+                                           solo_step_on=lambda batch: trainer.step_with(solo, batch),
+                                           unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch))
     return found
 
 
