@@ -9,11 +9,13 @@ import os
 import signal
 import sys
 import time
+import warnings
 
 from ddpbench.commands.arguments import (USAGE_ERROR, OneLineErrorParser, add_launcher_argument,
                                         add_reliability_arguments, add_run_arguments, add_verbose_argument,
                                         comma_list, node_counts, on_sweep_folder, positive_int, spec_from_args)
 from ddpbench.commands.beyond import command_comm, command_project, command_tune
+from ddpbench.commands.explain import add_explain_parser, closing_lines
 from ddpbench.commands.gate import (add_verdict_arguments, command_ab, command_baseline_save, command_gate,
                                     command_history_add, command_history_changes)
 from ddpbench.config.faults import parse_fault
@@ -149,6 +151,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     run_sweep(sweep_dir, manifest, plan, fixed_timeout_s=args.run_timeout, oom_backoff=args.oom_backoff,
               fixed_pg_timeout_s=args.pg_timeout_s, verbose=args.verbose)
     status = print_table(sweep_dir, save=True)
+    for line in closing_lines(sweep_dir):
+        print(line)
     print(f"report: {build_report(sweep_dir)}")
     return status
 
@@ -220,9 +224,16 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
 
     if not os.path.isdir(sweep_dir):
         raise SpecError(f"{sweep_dir!r} is not a folder")
-    runs = load(sweep_dir)
-    if runs.empty and not runs.attrs["unreadable"]:
+    with warnings.catch_warnings():  # the table lists unreadable records itself, below
+        warnings.simplefilter("ignore", UserWarning)
+        runs = load(sweep_dir)
+    unreadable = runs.attrs["unreadable"]
+    if runs.empty and not unreadable:
         raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
+    if runs.empty:
+        path, reason = unreadable[0]
+        raise SpecError(f"{sweep_dir!r} holds no readable run record ({len(unreadable)} unreadable; "
+                        f"{path}: {reason})")
     table = scaling_table(runs)
     print(format_side_by_side(table))
     overlap = format_overlap(runs)
@@ -299,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
     table.add_argument("sweep_dir")
     table.set_defaults(handler=command_table)
+    add_explain_parser(commands)
     report = commands.add_parser("report", help="write the HTML scaling report of a sweep, from its records")
     report.add_argument("sweep_dir")
     report.add_argument("-o", "--output", default=None, help="HTML file (default reports/<sweep-id>/index.html)")
@@ -433,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except SpecError as exc:
-        print(f"ddpbench {args.command}: error: {exc}", file=sys.stderr)
+        # Named as argparse names it (`ddpbench history add`), so every usage error reads alike.
+        command = " ".join(filter(None, (args.command, getattr(args, f"{args.command}_command", None))))
+        print(f"ddpbench {command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)

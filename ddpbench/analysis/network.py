@@ -180,12 +180,65 @@ def load_profile(spec: str) -> dict:
     if not isinstance(profile, dict) or profile.get("kind") != PROFILE_KIND:
         raise ProfileError(f"{spec!r} is not a network profile (no \"kind\": \"{PROFILE_KIND}\"; "
                            "make one with ddpbench comm, or use a preset)")
-    for fit in profile.get("fits", []):
-        if not {"collective", "world_size", "alpha_s", "beta_s_per_byte", "band"} <= set(fit):
-            raise ProfileError(f"{spec!r}: a fit lacks alpha_s/beta_s_per_byte/band: {fit}")
-    if not profile.get("fits") and not profile.get("fabric"):
-        raise ProfileError(f"{spec!r} holds neither fits nor a fabric model")
+    check_profile(profile, spec)
     return profile
+
+
+FABRIC_FIELDS = {"intra_busbw": "bytes/s > 0", "inter_busbw": "bytes/s > 0",
+                 "intra_latency_s": "seconds >= 0", "inter_latency_s": "seconds >= 0"}
+FIT_FIELDS = {"alpha_s": "seconds >= 0", "beta_s_per_byte": "seconds per byte >= 0", "band": "a fraction >= 0"}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value) -> bool:
+    return _number(value) and float(value).is_integer() and value >= 1
+
+
+def check_profile(profile: dict, spec: str) -> None:
+    """Every field a prediction reads, checked once when the profile is loaded: a hand-edited or
+    truncated profile fails here, naming the field and what it may hold, not deep in a replay."""
+    fits, fabric = profile.get("fits") or [], profile.get("fabric")
+    if not isinstance(fits, list):
+        raise ProfileError(f"profile {spec!r}: \"fits\" must be a list of fits; got {type(fits).__name__}")
+    for number, fit in enumerate(fits, start=1):
+        where = f"profile {spec!r}: fit {number}"
+        if not isinstance(fit, dict):
+            raise ProfileError(f"{where} must be an object; got {type(fit).__name__}")
+        if not isinstance(fit.get("collective"), str):
+            raise ProfileError(f"{where} needs \"collective\", one of {', '.join(COLLECTIVES)}")
+        where += f" ({fit['collective']})"
+        if not _whole(fit.get("world_size")):
+            raise ProfileError(f"{where}: world_size must be a whole number >= 1; got {fit.get('world_size')!r}")
+        for name, allowed in FIT_FIELDS.items():
+            if not (_number(fit.get(name)) and fit[name] >= 0):
+                raise ProfileError(f"{where}: {name} must be {allowed}; got {fit.get(name)!r}")
+        if not isinstance(fit.get("dtype", "float32"), str):
+            raise ProfileError(f"{where}: dtype must be one of {', '.join(DTYPES)}; got {fit['dtype']!r}")
+        measured = fit.get("measured") or []
+        if not isinstance(measured, list) or not all(
+                isinstance(point, list) and len(point) == 2 and all(_number(v) and v > 0 for v in point)
+                for point in measured):
+            raise ProfileError(f"{where}: measured must be a list of [bytes, seconds] pairs, both > 0")
+    if fabric is not None:
+        if not isinstance(fabric, dict):
+            raise ProfileError(f"profile {spec!r}: \"fabric\" must be an object or null; got {type(fabric).__name__}")
+        for name, allowed in FABRIC_FIELDS.items():
+            if name not in fabric:
+                raise ProfileError(f"profile {spec!r}: the fabric lacks {name}; a fabric needs "
+                                   + ", ".join(f"{n} ({a})" for n, a in FABRIC_FIELDS.items()))
+            if not (_number(fabric[name]) and (fabric[name] > 0 if allowed.endswith("> 0") else fabric[name] >= 0)):
+                raise ProfileError(f"profile {spec!r}: the fabric's {name} must be {allowed}; got {fabric[name]!r}")
+        if fabric.get("devices_per_node") is not None and not _whole(fabric["devices_per_node"]):
+            raise ProfileError(f"profile {spec!r}: the fabric's devices_per_node must be a whole number >= 1 or null; "
+                               f"got {fabric['devices_per_node']!r}")
+    if not fits and not fabric:
+        raise ProfileError(f"{spec!r} holds neither fits nor a fabric model")
+    uncertainty = profile.get("uncertainty", PRESET_UNCERTAINTY)
+    if not (_number(uncertainty) and uncertainty >= 0):
+        raise ProfileError(f"profile {spec!r}: uncertainty must be a fraction >= 0; got {uncertainty!r}")
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from ddpbench.commands.arguments import spec_from_args
 from ddpbench.config.errors import SpecError
 
 def command_comm(args: argparse.Namespace) -> int:
-    from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommOptions, parse_bytes, report_comm, run_comm
+    from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommFailed, CommOptions, parse_bytes, report_comm, run_comm
     from ddpbench.running.environment import visible_gpu_count
 
     gpus = visible_gpu_count()
@@ -23,7 +24,12 @@ def command_comm(args: argparse.Namespace) -> int:
         max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
         warmup=args.warmup, min_iters=args.min_iters, max_iters=args.max_iters,
         seconds_per_size=args.seconds_per_size, out=args.out, name=args.name)
-    results, profile, folder = run_comm(options)
+    try:
+        results, profile, folder = run_comm(options)
+    except CommFailed as exc:
+        # A run that failed, as `ddpbench run` reports a failed launch: exit 1, not bad input's 2.
+        print(f"ddpbench comm: error: {exc}", file=sys.stderr)
+        return 1
     print(report_comm(results, profile, folder))
     return 1 if results.get("exit_code") else 0
 

@@ -82,6 +82,10 @@ class CommOptions:
             raise SpecError(f"--nproc {self.nproc} is more processes than the {usable_cores()} usable cores")
 
 
+class CommFailed(RuntimeError):
+    """The benchmark ended before it measured anything: a failed run, not bad input (exit 1)."""
+
+
 def run_comm(options: CommOptions) -> tuple[dict, dict, str]:
     """Run the benchmark; returns (results, profile, folder). A run cut short keeps what it measured."""
     os.makedirs(options.out, exist_ok=True)
@@ -104,7 +108,8 @@ def run_comm(options: CommOptions) -> tuple[dict, dict, str]:
     finally:
         end_process_group(process)
     if not os.path.exists(results_path):
-        raise RuntimeError(f"the collective benchmark exited with code {exit_code} before measuring anything")
+        raise CommFailed(f"the collective benchmark exited with code {exit_code} before measuring any size, so "
+                         f"nothing was written to {options.out}; its processes' output above says why")
     with open(results_path, encoding="utf-8") as handle:
         results = json.load(handle)
     results["exit_code"] = exit_code

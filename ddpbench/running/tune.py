@@ -12,18 +12,22 @@ rounds, at a family-wise false-alarm rate of 5 % over the variants (Bonferroni),
 3 % (smaller gains are not worth a knob). With one round nothing can be real.
 
 When a network profile is given, each variant is also projected from the baseline's first run
-(`ddpbench project`), so the measured gain sits next to the predicted one.
+(`ddpbench project`), so the measured gain sits next to the predicted one. The profile is loaded,
+and checked to predict an all_reduce at the run's world size, before any variant runs; where it
+still cannot serve the run (e.g. a run without a gradient timeline), the projection column says
+"unavailable" and why, and the measurements are printed as ever.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import sys
 from dataclasses import dataclass, field
 
 from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
 from ddpbench.gate import stats
-from ddpbench.records.store import load_record
+from ddpbench.records.store import UnreadableRecord, load_record
 from ddpbench.running.launch import launch, resolve
 
 TUNE_SETTINGS = stats.GateSettings(max_regression=0.03, family_alpha=0.05)
@@ -63,6 +67,8 @@ class Variant:
     """Throughput of this variant's run in each round that finished."""
     record_paths: list[str] = field(default_factory=list)
     projected: float | None = None
+    projection_unavailable: str | None = None
+    """Why a projection was asked for (a profile given) and this variant has none."""
     unit: str = "samples"
 
     @property
@@ -79,20 +85,17 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
         raise SpecError("tune measures DDP knobs: use --strategy ddp with --nproc 2 or more")
     if repeat < 1:
         raise SpecError(f"--repeat must be >= 1; got {repeat}")
-    profile = None
-    if profile_spec:
-        from ddpbench.analysis.network import ProfileError, load_profile
-        try:
-            profile = load_profile(profile_spec)
-        except ProfileError as exc:
-            raise SpecError(str(exc)) from None
+    profile = tune_profile(profile_spec, spec.world_size) if profile_spec else None
+    if profile is not None and not spec.profile:
+        print("ddpbench tune: note: with --no-profile the runs record no gradient timeline, so the projection "
+              "column will be unavailable", file=sys.stderr)
     found = [Variant(name, knobs) for name, knobs in variants(spec.ddp).items()]
     base_spec = resolve(spec.replace(out_dir=out_dir, run_id=""))
     for round_number in range(repeat):
         for variant in found:
             run_spec = base_spec.replace(ddp=variant.knobs, run_id=f"{base_spec.run_id}-{slug(variant.name)}-r{round_number}")
             result = launch(run_spec, show_progress=False)
-            record = load_record(result.record_path) if result.record_path else None
+            record = readable_record(result.record_path)
             if record and record.status == "ok" and record.metrics:
                 variant.by_round[round_number] = record.metrics.throughput_units_per_s
                 variant.record_paths.append(result.record_path)
@@ -101,18 +104,63 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
             else:
                 outcome = f"{record.status if record else 'no record'}; see {result.record_path or run_spec.out_dir}"
             print(f"tune: round {round_number + 1}/{repeat}  {variant.name:<26} {outcome}", flush=True)
-    if profile is not None and found[0].record_paths:
-        from ddpbench.analysis.projection import ProjectionError, WhatIf, project
-        source = load_record(found[0].record_paths[0])
-        for variant in found:
-            try:
-                what = WhatIf(world_size=spec.world_size, bucket_cap_mb=variant.knobs.bucket_cap_mb,
-                              comm_hook=variant.knobs.comm_hook,
-                              gradient_as_bucket_view=variant.knobs.gradient_as_bucket_view)
-                variant.projected = project(source, profile, what).throughput
-            except ProjectionError:
-                variant.projected = None
+    if profile is not None:
+        project_variants(found, profile, spec.world_size)
     return found
+
+
+def readable_record(path: str | None):
+    """The variant's record, or None when there is none to read: one bad run never costs the table."""
+    try:
+        return load_record(path) if path else None
+    except UnreadableRecord as exc:
+        print(f"ddpbench tune: note: {exc}", file=sys.stderr)
+        return None
+
+
+def tune_profile(profile_spec: str, world_size: int) -> dict:
+    """The network profile, refused before any variant runs when it cannot be read or cannot
+    predict an all_reduce at the run's world size (every variant's projection would need one)."""
+    from ddpbench.analysis.network import ProfileError, load_profile, predict
+
+    try:
+        profile = load_profile(profile_spec)
+    except ProfileError as exc:
+        raise SpecError(str(exc)) from None
+    try:
+        predict(profile, "all_reduce", world_size, 1.0)
+    except ProfileError as exc:
+        raise SpecError(f"{exc}; tune projects every variant at the run's world size, {world_size}: give a profile "
+                        "measured there, one with a fabric model, or a preset") from None
+    return profile
+
+
+def project_variants(found: list[Variant], profile: dict, world_size: int) -> None:
+    """Each variant projected from the first record of the run as given. What the profile or
+    that record cannot serve is kept as the reason on each variant: the measurements stand."""
+    from ddpbench.analysis.network import ProfileError
+    from ddpbench.analysis.projection import ProjectionError, WhatIf, project
+
+    for variant in found:
+        variant.projected, variant.projection_unavailable = None, None
+    if not found[0].record_paths:
+        for variant in found:
+            variant.projection_unavailable = "the run as given did not finish: no record to project from"
+        return
+    try:
+        source = load_record(found[0].record_paths[0])
+    except UnreadableRecord as exc:
+        for variant in found:
+            variant.projection_unavailable = str(exc)
+        return
+    for variant in found:
+        try:
+            what = WhatIf(world_size=world_size, bucket_cap_mb=variant.knobs.bucket_cap_mb,
+                          comm_hook=variant.knobs.comm_hook,
+                          gradient_as_bucket_view=variant.knobs.gradient_as_bucket_view)
+            variant.projected = project(source, profile, what).throughput
+        except (ProfileError, ProjectionError) as exc:
+            variant.projection_unavailable = str(exc)
 
 
 def slug(name: str) -> str:
@@ -123,17 +171,43 @@ def format_tune(found: list[Variant]) -> str:
     base = found[0]
     unit = next((v.unit for v in found if v.throughputs), "samples")
     lines = [f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
-             f"{'real?':>14} {'projected':>10}"]
+             f"{'real?':>14} {'projected':>11}"]
     ranked = sorted((v for v in found if v.throughputs), key=lambda v: -v.median)
     tests = len(found) - 1
     for variant in ranked:
         change = variant.median / base.median - 1 if base.median else float("nan")
         real = "-" if variant is base else difference(base.by_round, variant.by_round, tests)
-        projected = "" if variant.projected is None or base.projected is None else f"{variant.projected / base.projected - 1:+.1%}"
+        projected = projected_change(variant, base)
         lines.append(f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
-                     f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>10}")
+                     f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11}")
+    unavailable = projection_unavailable(found)
+    if unavailable:
+        lines.append(unavailable)
     lines.append(advice(found))
     return "\n".join(lines)
+
+
+def projected_change(variant: Variant, base: Variant) -> str:
+    """The projection column: the predicted change against the run as given."""
+    if variant.projected is not None and base.projected is not None:
+        return f"{variant.projected / base.projected - 1:+.1%}"
+    # A change needs both projections: without the base's, no variant has one.
+    return "unavailable" if variant.projection_unavailable or base.projection_unavailable else ""
+
+
+def projection_unavailable(found: list[Variant]) -> str:
+    """One line saying why the projection column is (partly) unavailable; empty when it is not."""
+    base = found[0]
+    if base.projection_unavailable:
+        return f"projected: unavailable: {base.projection_unavailable}"
+    reasons = {}
+    for variant in found[1:]:
+        if variant.projection_unavailable and variant.throughputs:
+            reasons.setdefault(variant.projection_unavailable, []).append(variant.name)
+    if not reasons:
+        return ""
+    return "projected: unavailable " + "; ".join(f"for {', '.join(names)}: {reason}"
+                                                 for reason, names in reasons.items())
 
 
 def advice(found: list[Variant]) -> str:

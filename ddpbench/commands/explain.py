@@ -1,0 +1,68 @@
+"""`ddpbench explain SWEEP_DIR`: where each DDP run's scaling went, term by term. No torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ddpbench.config.errors import SpecError
+
+
+def add_explain_parser(commands) -> None:
+    explain = commands.add_parser("explain", help="where each DDP run's efficiency went: the lost time per step split "
+                                                  "into measured terms, with advice")
+    explain.add_argument("sweep_dir")
+    explain.add_argument("--json", dest="json_path", metavar="PATH", default=None,
+                         help="also write the breakdowns as JSON, a list with one object per DDP run")
+    explain.set_defaults(handler=command_explain)
+
+
+def sweep_breakdowns(sweep_dir: str):
+    """(breakdowns, lines for runs that could not be explained); ExplainError where nothing can be."""
+    from ddpbench.analysis.breakdown import explain_sweep
+    from ddpbench.records.store import read_records
+
+    records, _ = read_records(sweep_dir)
+    if not records:
+        raise SpecError(f"{sweep_dir!r} holds no run records (SWEEP_DIR/runs/*.json): run `ddpbench sweep` first")
+    return explain_sweep(records)
+
+
+def command_explain(args: argparse.Namespace) -> int:
+    from ddpbench.analysis.breakdown import ExplainError, format_breakdown
+
+    if not os.path.isdir(args.sweep_dir):
+        raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
+    try:
+        breakdowns, problems = sweep_breakdowns(args.sweep_dir)
+    except ExplainError as exc:
+        raise SpecError(str(exc)) from None
+    if not breakdowns:
+        raise SpecError("no DDP run could be explained: " + "; ".join(problems))
+    print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))
+    for line in problems:
+        print(f"not explained: {line}")
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as handle:
+            json.dump([breakdown.as_dict() for breakdown in breakdowns], handle, indent=1)
+        print(f"json: {args.json_path}")
+    return 0
+
+
+def closing_lines(sweep_dir: str) -> list[str]:
+    """The sweep's last words: the largest measured loss per workload and world size."""
+    from ddpbench.analysis.breakdown import LABELS, ExplainError
+
+    try:
+        breakdowns, _ = sweep_breakdowns(sweep_dir)
+    except (ExplainError, SpecError):
+        return []
+    lines = []
+    for breakdown in breakdowns:
+        name, term = breakdown.largest()
+        lines.append(f"largest loss  {breakdown.workload} x{breakdown.world_size}: {LABELS[name]} "
+                     f"{term.points:.1f} of {100 - 100 * breakdown.efficiency:.1f} points lost")
+    if lines:
+        lines.append(f"(ddpbench explain {sweep_dir} breaks every loss down)")
+    return lines

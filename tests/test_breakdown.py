@@ -1,0 +1,94 @@
+"""`ddpbench explain` on saved records: the terms add up, each says how it was measured or why it
+could not be, and bad input is one line. The planted causes run for real in test_breakdown_runs.py."""
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import REPO
+from ddpbench.analysis.breakdown import TERM_NAMES, ExplainError, explain, explain_sweep
+from ddpbench.cli import main
+from ddpbench.records.store import load_record, read_records
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+DDP = os.path.join(FIXTURES, "projection", "mlp2.json")
+LOCAL = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-local-n1.json")
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    runs = tmp_path / "sweep" / "runs"
+    runs.mkdir(parents=True)
+    shutil.copy(DDP, runs / "mlp2.json")
+    shutil.copy(LOCAL, runs / "mlp-local-n1.json")
+    return tmp_path / "sweep"
+
+
+def test_the_terms_add_up_to_the_lost_time_and_points(sweep):
+    records, _ = read_records(str(sweep))
+    found = explain(load_record(DDP), records)
+    ddp, local = load_record(DDP), load_record(LOCAL)
+    # t(1) / t(N) is the scaling table's efficiency: X(N) / (N X(1)).
+    assert found.efficiency == pytest.approx(ddp.metrics.throughput_units_per_s
+                                             / (2 * local.metrics.throughput_units_per_s))
+    assert found.step_s - found.reference_step_s == pytest.approx(
+        sum(term.s_per_step for term in found.terms.values() if term.s_per_step is not None))
+    assert sum(t.points for t in found.terms.values() if t.points is not None) == pytest.approx(
+        100 - 100 * found.efficiency)
+    assert list(found.terms) == list(TERM_NAMES)
+    # This record predates the data-loading times: the term says so and unexplained holds it.
+    assert found.terms["data"].s_per_step is None and "no data-loading times" in found.terms["data"].basis
+    assert "it also holds data" in found.terms["unexplained"].basis
+    # exposed_comm is the least-waiting rank's: the trace's worst rank shows more (its wait).
+    worst = max(r.exposed_comm_us_per_step for r in ddp.overlap.trace.by_rank) / 1e6
+    assert found.terms["exposed_comm"].s_per_step < worst
+    assert any(line.startswith("no_sync difference") for line in found.estimates)
+    assert not any("likely" in line for line in found.estimates)
+
+
+def test_a_run_without_its_local_reference_says_how_to_get_one(sweep):
+    os.remove(sweep / "runs" / "mlp-local-n1.json")
+    records, _ = read_records(str(sweep))
+    with pytest.raises(ExplainError, match="add `local` to --strategies"):
+        explain(load_record(DDP), records)
+
+
+def test_explain_prints_every_term_and_writes_json(sweep, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["explain", str(sweep), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in TERM_NAMES) and "advice" in printed
+    written = json.loads(out.read_text())
+    assert [entry["run_id"] for entry in written] == ["mlp2"]
+    entry = written[0]
+    assert set(entry) >= {"run_id", "workload", "world_size", "efficiency", "step_s", "reference_step_s", "terms"}
+    assert set(entry["terms"]) == set(TERM_NAMES)
+    assert set(entry["terms"]["exposed_comm"]) == {"s_per_step", "points", "basis"}
+
+
+def _sweep_of(root, *records):
+    (root / "s" / "runs").mkdir(parents=True)
+    for path in records:
+        shutil.copy(path, root / "s" / "runs")
+    return root / "s"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: root, "holds no run records"),
+    (lambda root: root / "missing", "is not a sweep folder"),
+    (lambda root: shutil.copytree(os.path.dirname(LOCAL), root / "s" / "runs",
+                                  ignore=lambda d, names: [n for n in names if "ddp" in n]) and root / "s",
+     "no ok DDP runs at world size 2 or more"),
+    (lambda root: _sweep_of(root, DDP), "add `local` to --strategies"),
+])
+def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
+    assert main(["explain", str(make(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ddpbench explain: error:") and message in err
+
+
+def test_only_runs_of_two_or_more_ranks_are_explained():
+    records, _ = read_records(os.path.dirname(os.path.dirname(LOCAL)))
+    breakdowns, problems = explain_sweep(records)
+    assert [b.run_id for b in breakdowns] == ["mlp-ddp-n2"] and problems == []
