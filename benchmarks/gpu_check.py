@@ -441,9 +441,26 @@ class Checker:
         figures["table"] = table.strip().splitlines()[-8:]
         if table_code != 0:
             problems.append(f"table exit code {table_code}")
+        # One GPU: the breakdown of DDP x1 against local can only hold DDP's own work and data
+        # loading (no communication, no other rank); both must be measured on the GPU's clock.
+        explained = os.path.join(self.out_dir, "explain.json")
+        explain_code, explain_text = self.ddpbench("explain", folder, "--json", explained, timeout_s=120)
+        figures["explain"] = explain_text.strip().splitlines()[:10]
+        terms = {}
+        if explain_code != 0 or not os.path.exists(explained):
+            problems.append(f"explain exit code {explain_code}")
+        else:
+            with open(explained, encoding="utf-8") as handle:
+                terms = json.load(handle)[0]["terms"]
+            figures["breakdown_terms"] = terms
+            unmeasured = [name for name in ("ddp_work", "data") if terms[name]["s_per_step"] is None]
+            if unmeasured:
+                problems.append(f"explain did not measure {unmeasured} on the GPU")
         if problems:
             raise CheckFailed("; ".join(problems) + f": {tail(output)}")
-        return f"3 runs ok, scaling.csv, table and report ({report})"
+        shown = ", ".join(f"{name} {terms[name]['s_per_step'] * 1e3:.2f} ms" for name in ("ddp_work", "data"))
+        return (f"3 runs ok, scaling.csv, table and report ({report}); DDP x1 breakdown (ddp_work and data only, "
+                f"one GPU): {shown}")
 
     def cuda_tests(self, figures: dict) -> str:
         if importlib.util.find_spec("pytest") is None:

@@ -454,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddpbench: {'terminated' if terminated else 'interrupted'}; runs in progress were ended, "
               "finished records are kept", file=sys.stderr)
         return 143 if terminated else 130
+    except BrokenPipeError:
+        # The reader went away (`ddpbench explain ... | head`): not an error of ours. Point stdout at
+        # /dev/null so the interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def _sweep_of(root, *records):
     (lambda root: root / "missing", "is not a sweep folder"),
     (lambda root: shutil.copytree(os.path.dirname(LOCAL), root / "s" / "runs",
                                   ignore=lambda d, names: [n for n in names if "ddp" in n]) and root / "s",
-     "no ok DDP runs at world size 2 or more"),
+     "no ok DDP runs in the sweep"),
     (lambda root: _sweep_of(root, DDP), "add `local` to --strategies"),
 ])
 def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
@@ -88,7 +88,9 @@ def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
     assert err.count("\n") == 1 and err.startswith("ddpbench explain: error:") and message in err
 
 
-def test_only_runs_of_two_or_more_ranks_are_explained():
+def test_every_ok_ddp_run_is_explained_and_one_rank_waits_for_nobody():
     records, _ = read_records(os.path.dirname(os.path.dirname(LOCAL)))
     breakdowns, problems = explain_sweep(records)
-    assert [b.run_id for b in breakdowns] == ["mlp-ddp-n2"] and problems == []
+    assert [b.run_id for b in breakdowns] == ["mlp-ddp-n1", "mlp-ddp-n2"] and problems == []
+    one = breakdowns[0].terms["slowest_rank"]
+    assert one.s_per_step == 0.0 and one.basis.startswith("one rank")

@@ -159,10 +159,16 @@ def _per_rank(record: Record, kind_a: str, kind_b: str, read) -> list[float]:
     return found
 
 
+def _no_timeline(record: Record) -> str:
+    if record.spec.profile:
+        return "the record has no gradient timeline (made before ddpbench recorded one)"
+    return "no gradient timeline (it runs with profiling on: drop --no-profile)"
+
+
 def ddp_work(record: Record) -> tuple[float | None, str]:
     timeline = record.timeline
     if timeline is None:
-        return None, "no gradient timeline (it runs with profiling on: drop --no-profile)"
+        return None, _no_timeline(record)
     steps = lambda step: step.step_s  # noqa: E731
     if all(getattr(rank, "unwrapped", None) for rank in timeline.by_rank):
         values = _per_rank(record, "solo", "unwrapped", steps)
@@ -178,7 +184,7 @@ def ddp_work(record: Record) -> tuple[float | None, str]:
 
 def overlap_slowdown(record: Record) -> tuple[float | None, str]:
     if record.timeline is None:
-        return None, "no gradient timeline (it runs with profiling on: drop --no-profile)"
+        return None, _no_timeline(record)
     values = _per_rank(record, "with_ddp", "solo", _backward_span)
     if not values:
         return None, "the gradient timeline has no one-rank DDP steps to compare backward with"
@@ -195,8 +201,8 @@ def _trace_exposed(record: Record) -> list[float]:
 def exposed_comm(record: Record) -> tuple[float | None, str]:
     exposed = _trace_exposed(record)
     if exposed:
-        return min(exposed), (f"trace: the profiled steps of the rank that waits least ({len(exposed)} ranks' "
-                              "traces)")
+        ranks = f"of {len(exposed)} ranks' traces" if len(exposed) > 1 else "one rank's trace"
+        return min(exposed), f"trace: the profiled steps of the rank that waits least ({ranks})"
     waits = [min(values) for values in [_timeline_waits(record)] if values]
     if waits:
         return waits[0], "timeline: the wait for the last all-reduce after backward, the rank that waits least"
@@ -214,6 +220,8 @@ def _timeline_waits(record: Record) -> list[float]:
 
 def slowest_rank(record: Record) -> tuple[float | None, str, int | None]:
     """(seconds, basis, the slowest rank)."""
+    if record.spec.world_size == 1:
+        return 0.0, "one rank: there is no other rank to wait for", None
     view = record.overlap.no_sync if record.overlap else None
     if view and len(view.by_rank) > 1:
         own = [rank.no_sync_step_time_median_s for rank in view.by_rank]
@@ -375,12 +383,12 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None) -> list[st
 
 
 def explain_sweep(records: list[tuple[str, Record]]) -> tuple[list[Breakdown], list[str]]:
-    """Every ok DDP run of 2 or more ranks, and a line for each that could not be explained."""
-    runs = [record for _, record in records if record.spec.strategy == "ddp" and record.status == "ok"
-            and record.spec.world_size > 1]
+    """Every ok DDP run, and a line for each that could not be explained. At world size 1 only
+    DDP's own work and data loading can be lost (no communication, no other rank), and the terms
+    say so."""
+    runs = [record for _, record in records if record.spec.strategy == "ddp" and record.status == "ok"]
     if not runs:
-        raise ExplainError("no ok DDP runs at world size 2 or more: add `ddp` to --strategies and a world size "
-                           "above 1 (ddpbench sweep --nproc 2)")
+        raise ExplainError("no ok DDP runs in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     breakdowns, problems = [], []
     for record in sorted(runs, key=lambda r: (r.spec.workload, r.spec.world_size, r.run_id)):
         try:
