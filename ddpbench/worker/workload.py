@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,7 +50,10 @@ def _load_factory(name: str) -> Callable[..., Workload]:
         module_name = "ddpbench_user_" + os.path.splitext(os.path.basename(path))[0]
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        with warnings.catch_warnings():
+            # A user's file on an old import path should hear about it, in the run's log.
+            warnings.simplefilter("always", DeprecationWarning)
+            module_spec.loader.exec_module(module)
     else:
         module_path, _, attr = BUILTIN_WORKLOADS[name].partition(":")
         module = importlib.import_module(module_path)
