@@ -27,7 +27,7 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see the threshold."""
     from ddpbench.gate.compare import overall_verdict, underpowered
-    from ddpbench.gate.output import as_json, format_table, markdown_summary, sight_lines
+    from ddpbench.gate.output import percent, as_json, format_table, markdown_summary, sight_lines
     from ddpbench.records.store import write_atomic
 
     print(format_table(comparisons, settings))
@@ -38,7 +38,7 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
     result = overall_verdict(comparisons)
     blind = underpowered(comparisons)
     print(f"verdict: {result.upper()} ({header})" + (f"; {len(blind)} comparison(s) cannot see "
-                                                     f"{settings.max_regression:.0%}" if blind else ""))
+                                                     f"{percent(settings.target)}" if blind else ""))
     if args.summary_md:
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
     if args.json:

@@ -58,9 +58,13 @@ class Comparison:
     mde: float | None = None
     """Smallest slowdown (fraction) this comparison catches with the settings' power."""
     runs_needed: int | None = None
-    """Runs per side (A/B rounds when paired) for the test to see a slowdown of the threshold; None: over 1000."""
+    """Runs per side (A/B rounds when paired) with which the gate would catch the target slowdown
+    (twice the threshold on the log scale) with the settings' power; None: over 1000."""
     sees_threshold: bool | None = None
-    """Whether this comparison is powered to see a slowdown the size of the threshold."""
+    """Whether this comparison catches the target slowdown with the settings' power (a slowdown
+    exactly at the threshold is caught at most half the time, however many runs)."""
+    threshold_power: float | None = None
+    """Probability that this comparison flags a slowdown exactly the size of the threshold."""
     se: float | None = None
     """Standard error of the log change."""
     df: float | None = None
@@ -208,11 +212,12 @@ def finish(pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | 
         comparison.paired = paired
         comparison.se = evidence.se
         comparison.df = evidence.df if math.isfinite(evidence.df) else None
-        comparison.mde = stats.as_slowdown(stats.detectable_log(evidence.se, evidence.df, alpha, settings))
-        comparison.runs_needed = stats.runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df,
-                                                   paired_rounds=paired)
-        sig_only = (stats.quantile(1 - alpha, evidence.df) + stats.quantile(settings.power, evidence.df)) * evidence.se
-        comparison.sees_threshold = bool(sig_only <= settings.threshold_log)
+        # What it can see, by the power of the whole rule (test and threshold), not the test alone.
+        sight = stats.sight(evidence, noise, alpha, settings, paired_rounds=paired)
+        comparison.mde = stats.as_slowdown(sight.mde_log)
+        comparison.runs_needed = sight.runs_needed
+        comparison.sees_threshold = sight.sees_target
+        comparison.threshold_power = sight.threshold_power
     return [comparison for comparison, _, _ in pending]
 
 

@@ -22,18 +22,47 @@ def _needed(comparison: Comparison) -> str:
     return str(comparison.runs_needed)
 
 
+def percent(fraction: float) -> str:
+    """A setting as given: 5 %, 2.5 %, 9.75 %."""
+    return f"{100 * fraction:.3g}%"
+
+
+def _slowdown(fraction: float) -> str:
+    """A slowdown the gate catches, rounded up (to 0.1 % below 10 %), so that the claim stays true."""
+    step = 0.001 if fraction < 0.1 else 0.01
+    rounded = min(1.0, math.ceil(fraction / step - 1e-9) * step)
+    return f"{rounded:.1%}" if step < 0.01 else f"{rounded:.0%}"
+
+
+def _chance(probability: float) -> str:
+    """A probability of catching, rounded down, so that the claim stays true."""
+    return f"{math.floor(100 * probability + 1e-9):.0f}%"
+
+
 def sight(comparison: Comparison, settings: GateSettings) -> str:
-    """In words: what this comparison can catch, and what it would take to see the threshold."""
+    """In words: what this comparison can catch, and what it would take to see the target (twice
+    the threshold: one exactly at the threshold is caught at most half the time)."""
     if comparison.mde is None:
         return ""
     unit = "rounds" if comparison.paired else "runs per side"
     have = (f"{comparison.candidate_runs} paired rounds" if comparison.paired
             else f"{comparison.baseline_runs} baseline and {comparison.candidate_runs} candidate run(s)")
-    caught = f"catches a {comparison.mde:.0%} slowdown {settings.power:.0%} of the time"
+    target = percent(settings.target)
+    caught = f"catches a {_slowdown(comparison.mde)} slowdown {settings.power:.0%} of the time"
     if comparison.sees_threshold:
-        return f"sees {settings.max_regression:.0%}: {caught} ({have})"
-    return (f"CANNOT SEE {settings.max_regression:.0%}: with {have} it only {caught}; "
-            f"{_needed(comparison)} {unit} would be needed to see {settings.max_regression:.0%}")
+        at_threshold = ("" if comparison.threshold_power is None else
+                        f" and one of {percent(settings.max_regression)} (the threshold) "
+                        f"{_chance(comparison.threshold_power)}")
+        return f"sees {target}: {caught}{at_threshold} ({have})"
+    return (f"CANNOT SEE {target}: with {have} it only {caught}; "
+            f"{_needed(comparison)} {unit} would be needed to see {target}")
+
+
+def _seeing(settings: GateSettings) -> str:
+    """What 'see' means, for the footnotes."""
+    return (f"to see {percent(settings.target)} is to catch that slowdown {settings.power:.0%} of the time: twice "
+            f"the {percent(settings.max_regression)} threshold on the log scale, since one exactly at the threshold "
+            f"is caught at most half the time however many runs there are")
 
 
 def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
@@ -43,7 +72,7 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
         ratio = f"{c.ratio:.3f}" if c.ratio is not None else ""
         p = f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else ""
         noise = f"{c.noise:.1%}" if c.noise is not None and math.isfinite(c.noise) else ""
-        mde = f"{c.mde:.0%}" if c.mde is not None else ""
+        mde = _slowdown(c.mde) if c.mde is not None else ""
         runs = _needed(c) if c.mde is not None else ""
         verdict = c.verdict.upper() if c.verdict in ("regression", "not comparable") else c.verdict
         note = f"  ({c.note})" if c.note else ""
@@ -53,9 +82,10 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
     lines.append(
         f"ratio = candidate / baseline, above 1 is better (exposed communication: (1 - share now) / (1 - share "
         f"before)); regression when one-sided p < {settings.family_alpha:g} / comparisons AND ratio < "
-        f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown caught "
-        f"{settings.power:.0%} of the time; runs = {'rounds' if any(c.paired for c in comparisons) else 'runs per side'} "
-        f"needed to see {settings.max_regression:.0%}.")
+        f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown that rule (test and "
+        f"threshold) catches {settings.power:.0%} of the time; runs = "
+        f"{'rounds' if any(c.paired for c in comparisons) else 'runs per side'} needed to see "
+        f"{percent(settings.target)} ({_seeing(settings)}).")
     return "\n".join(lines)
 
 
@@ -80,25 +110,25 @@ def markdown_summary(comparisons: list[Comparison], settings: GateSettings, note
     blind = underpowered(comparisons)
     if blind:
         lines += [f"{len(blind)} of {sum(c.mde is not None for c in comparisons)} comparisons cannot see a "
-                  f"{settings.max_regression:.0%} slowdown:", ""]
+                  f"{percent(settings.target)} slowdown ({_seeing(settings)}):", ""]
         lines += [f"- {c.configuration}, {c.label}: {sight(c, settings)}" for c in blind]
         lines.append("")
     lines += ["| configuration | measure | baseline | candidate | ratio | p | noise (source) | catches | "
-              "runs to see threshold | verdict |",
+              f"runs to see {percent(settings.target)} | verdict |",
               "|---|---|---:|---:|---:|---:|---|---:|---:|---|"]
     for c in comparisons:
         cells = [c.configuration, c.label if c.measure != "run" else "run", _value(c, c.baseline),
                  _value(c, c.candidate), f"{c.ratio:.3f}" if c.ratio is not None else "",
                  f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else "",
                  f"{c.noise:.1%} ({c.noise_source})" if c.noise is not None else c.note,
-                 f"{c.mde:.0%}" if c.mde is not None else "", _needed(c) if c.mde is not None else "",
+                 _slowdown(c.mde) if c.mde is not None else "", _needed(c) if c.mde is not None else "",
                  f"**{c.verdict}**" if c.verdict in ("regression", "not comparable") else c.verdict]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     lines += ["", f"Ratio = candidate / baseline, above 1 is better. A regression needs both a one-sided test "
                   f"significant at a family-wise {settings.family_alpha:.0%} (Bonferroni over "
                   f"{sum(c.mde is not None for c in comparisons)} comparisons) and a ratio below "
-                  f"{1 - settings.max_regression:.2f}. 'catches' is the slowdown caught {settings.power:.0%} of "
-                  f"the time."]
+                  f"{1 - settings.max_regression:.2f}. 'catches' is the slowdown that rule catches "
+                  f"{settings.power:.0%} of the time; {_seeing(settings)}."]
     for note in env_notes + notes:
         lines.append(f"- {note}")
     return "\n".join(lines) + "\n"
@@ -115,6 +145,7 @@ def as_json(comparisons: list[Comparison], settings: GateSettings, notes: list[s
         row["label"] = c.label
         row["sight"] = sight(c, settings)
         rows.append(row)
-    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings), "comparisons": rows,
+    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings), "target_slowdown": settings.target,
+            "comparisons": rows,
             "underpowered": len(underpowered(comparisons)), "notes": notes, "environment_differences": env_notes,
             **(extra or {})}

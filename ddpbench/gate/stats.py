@@ -17,20 +17,23 @@ positive is better) and a threshold t (the allowed slowdown):
 - improvement when the mirror test is significant and exp(change) > 1 + t (informational: passes);
 - pass otherwise. Noise therefore passes; only evidence fails.
 
-What the gate can see: with that rule a slowdown d (in log units) is caught when the estimate lands
-beyond both the test's critical value and the threshold, so the minimum detectable effect at power
-p is max(crit * se, d_t) + q_p * se (exact for known noise, the usual t approximation otherwise).
-The runs per side needed are those that make the test alone see a slowdown the size of the
-threshold with power p.
+What the gate can see: the power of that whole rule, test and threshold together (`rule_power`),
+not of the test alone. A slowdown exactly at the threshold is flagged at most half the time however
+many runs there are (its estimate is as likely to land short of the threshold as beyond), so what a
+comparison "sees" is judged at twice the threshold on the log scale (`GateSettings.target`), where
+the threshold lies halfway between no change and the slowdown to catch. The minimum detectable
+effect is the slowdown the rule catches with the settings' power; the runs per side needed are the
+fewest with which it catches the target that often.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
-from scipy import stats as scipy_stats
+from scipy import special
 
 # Run-to-run spread (standard deviation of a run's log throughput) assumed when neither repeats
 # nor history say anything. CPU: this project's 2-core development machine moves 8-12 % between
@@ -67,6 +70,18 @@ class GateSettings:
     def threshold_log(self) -> float:
         """The allowed slowdown in log units: a ratio below 1 - t is a change below -threshold_log."""
         return -math.log(1 - self.max_regression)
+
+    @property
+    def target_log(self) -> float:
+        """The slowdown (log units) a comparison must catch with the settings' power to "see" the
+        threshold: twice the threshold, a ratio of (1 - t)^2. At the threshold itself the rule
+        fires at most half the time, so no number of runs could see that."""
+        return 2 * self.threshold_log
+
+    @property
+    def target(self) -> float:
+        """`target_log` as a fraction of throughput lost (9.75 % for a 5 % threshold)."""
+        return 1 - (1 - self.max_regression) ** 2
 
     def prior(self, device: str) -> float:
         return self.prior_noise if self.prior_noise is not None else PRIOR_NOISE.get(device, PRIOR_NOISE["cpu"])
@@ -138,7 +153,7 @@ def combined(minuend: Evidence, subtrahend: Evidence) -> Evidence:
 
 
 def quantile(probability: float, df: float) -> float:
-    return float(scipy_stats.norm.ppf(probability) if not math.isfinite(df) else scipy_stats.t.ppf(probability, df))
+    return float(special.ndtri(probability) if not math.isfinite(df) else special.stdtrit(df, probability))
 
 
 def p_worse(evidence: Evidence) -> float:
@@ -148,7 +163,7 @@ def p_worse(evidence: Evidence) -> float:
     if not math.isfinite(evidence.se):
         return math.nan
     z = evidence.change / evidence.se
-    return float(scipy_stats.norm.cdf(z) if not math.isfinite(evidence.df) else scipy_stats.t.cdf(z, evidence.df))
+    return float(special.ndtr(z) if not math.isfinite(evidence.df) else special.stdtr(evidence.df, z))
 
 
 def decide(evidence: Evidence, alpha: float, settings: GateSettings) -> tuple[str, float]:
@@ -166,11 +181,133 @@ def decide(evidence: Evidence, alpha: float, settings: GateSettings) -> tuple[st
     return "pass", p
 
 
+# Gauss-Legendre rule for the one-dimensional integrals of `rule_power`: each integrand is smooth
+# on the interval it is integrated over, where 64 points are exact to far below what is printed.
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(64)
+NORMAL_REACH = 9.0  # standard deviations of the estimate either side of its mean: all but 1e-19 of it
+SPREAD_TAIL = 1e-13  # probability left out in each tail of the sample spread's distribution
+
+
+def _gauss_legendre(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    half = (hi - lo)[..., None] / 2
+    return half * _NODES + (hi + lo)[..., None] / 2, half * _WEIGHTS
+
+
+def rule_power(slowdown_log, se, df, alpha, threshold_log) -> np.ndarray:
+    """Probability that `decide` flags a true slowdown of `slowdown_log` (log units): that the
+    estimate lands beyond the threshold AND its t statistic beyond the critical value. Arrays
+    broadcast; df may be inf (the noise taken as known).
+
+    With lambda = slowdown / se, b = threshold / se, c the one-sided critical value, Z ~ N(0, 1)
+    the estimate's error and W = sample sd / true sd (nu W^2 ~ chi-square with nu = df, independent
+    of Z for normal per-run values), the rule fires when Z < lambda - max(c W, b). So
+        power = E_W[Phi(lambda - max(c W, b))]  (= Phi(lambda - max(c, b)) for known noise).
+    The expectation is a one-dimensional integral, taken over whichever variable is the narrower:
+    - over y = lambda - Z when the critical value spreads more than the estimate (c / sqrt(2 nu) >= 1,
+      few degrees of freedom): power = int_b^inf phi(lambda - y) P(c W <= y) dy;
+    - over W otherwise: power = Phi(lambda - b) P(W < b / c) + int_{b / c}^inf Phi(lambda - c w) f_W(w) dw.
+    """
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (slowdown_log, se, df, alpha, threshold_log)))
+    d, se, df, alpha, tau = (a.ravel() for a in arrays)
+    found = np.full(d.shape, np.nan)
+    usable = np.isfinite(se) & (se > 0)
+    exact = se == 0  # no noise: the estimate is the slowdown itself
+    found[exact] = (d[exact] > tau[exact]).astype(float)
+    known = usable & ~np.isfinite(df)
+    if known.any():
+        found[known] = special.ndtr((d[known] - np.maximum(special.ndtri(1 - alpha[known]) * se[known], tau[known]))
+                                    / se[known])
+    estimated = usable & np.isfinite(df)
+    if estimated.any():
+        nu, shift, bar = df[estimated], d[estimated] / se[estimated], tau[estimated] / se[estimated]
+        crit = special.stdtrit(nu, 1 - alpha[estimated])
+        wide = crit / np.sqrt(2 * nu) >= 1
+        power = np.empty(nu.shape)
+        if wide.any():
+            power[wide] = _over_estimate(shift[wide], bar[wide], crit[wide], nu[wide])
+        if not wide.all():
+            power[~wide] = _over_spread(shift[~wide], bar[~wide], crit[~wide], nu[~wide])
+        found[estimated] = power
+    return np.clip(found, 0.0, 1.0).reshape(arrays[0].shape)
+
+
+def _over_estimate(shift, bar, crit, nu):
+    """int_b^inf phi(lambda - y) P(c W <= y) dy over the estimate's normal density."""
+    lo = np.maximum(bar, shift - NORMAL_REACH)
+    y, weights = _gauss_legendre(lo, np.maximum(lo, shift + NORMAL_REACH))
+    significant = special.gammainc(nu[:, None] / 2, nu[:, None] * (y / crit[:, None]) ** 2 / 2)
+    density = np.exp(-(shift[:, None] - y) ** 2 / 2) / math.sqrt(2 * math.pi)
+    return np.sum(weights * density * significant, axis=1)
+
+
+def _over_spread(shift, bar, crit, nu):
+    """Phi(lambda - b) P(W < b / c) + int_{b / c}^inf Phi(lambda - c w) f_W(w) dw over the spread's density."""
+    half = nu / 2
+    w_lo = np.sqrt(special.gammaincinv(half, SPREAD_TAIL) / half)
+    w_hi = np.sqrt(special.gammainccinv(half, SPREAD_TAIL) / half)
+    w_bar = bar / crit
+    below = special.ndtr(shift - bar) * special.gammainc(half, half * w_bar ** 2)
+    w, weights = _gauss_legendre(np.clip(w_bar, w_lo, w_hi), w_hi)
+    half = half[:, None]
+    density = np.exp(math.log(2) + half * np.log(half) - special.gammaln(half) + (2 * half - 1) * np.log(w)
+                     - half * w ** 2)
+    return below + np.sum(weights * special.ndtr(shift[:, None] - crit[:, None] * w) * density, axis=1)
+
+
+def catch_probability(slowdown_log: float, se: float, df: float, alpha: float, settings: GateSettings) -> float:
+    """Probability that `decide` flags a true slowdown of `slowdown_log` (the power curve behind
+    `detectable_log`; used by the calibration to check the printed figures)."""
+    return float(rule_power(slowdown_log, se, df, alpha, settings.threshold_log))
+
+
+def _first_reaching(power_of, lo: float, hi: float, power: float, integers: bool) -> float | None:
+    """Where an increasing vectorised `power_of`, short of `power` at lo, first reaches it in
+    (lo, hi]: grids that narrow the bracket (a few array calls in all), then, between reals,
+    linear interpolation. None if not by hi."""
+    low_power, high_power = power_of(np.array([lo, hi], dtype=float))
+    if high_power < power:
+        return None
+    while True:
+        if integers and hi - lo <= 1:
+            return hi
+        if not integers and hi - lo <= 1e-4 * hi:
+            share = (power - low_power) / (high_power - low_power) if high_power > low_power else 1.0
+            return lo + (hi - lo) * min(max(share, 0.0), 1.0)
+        grid = (np.unique(np.round(np.geomspace(lo + 1, hi - 1, min(31, int(hi - lo) - 1)))) if integers
+                else np.linspace(lo, hi, 34)[1:-1])
+        powers = power_of(grid)
+        reached = powers >= power
+        first = int(np.argmax(reached)) if reached.any() else len(grid)
+        if first < len(grid):
+            hi, high_power = float(grid[first]), powers[first]
+        if first > 0:
+            lo, low_power = float(grid[first - 1]), powers[first - 1]
+
+
 def detectable_log(se: float, df: float, alpha: float, settings: GateSettings) -> float:
-    """Smallest slowdown (log units) caught with probability `power` by `decide`."""
+    """Smallest slowdown (log units) `decide` catches with the settings' power: closed form for
+    known noise, else where `rule_power` reaches it."""
     if not math.isfinite(se):
         return math.inf
-    return max(quantile(1 - alpha, df) * se, settings.threshold_log) + quantile(settings.power, df) * se
+    threshold = settings.threshold_log
+    if se == 0:
+        return threshold
+    if not math.isfinite(df):
+        return max(quantile(1 - alpha, df) * se, threshold) + quantile(settings.power, df) * se
+    # Clearing the threshold alone needs this much (the test can only take power away); the
+    # usual t approximation is a first guess for the other end of the bracket.
+    lo = threshold + quantile(settings.power, math.inf) * se
+    hi = max(max(quantile(1 - alpha, df) * se, threshold) + quantile(settings.power, df) * se, lo + se)
+
+    def power_of(slowdowns):
+        return rule_power(slowdowns, se, df, alpha, threshold)
+
+    while hi - lo < 1e6 * se:
+        found = _first_reaching(power_of, lo, hi, settings.power, integers=False)
+        if found is not None:
+            return found
+        lo, hi = hi, lo + 4 * (hi - lo)
+    return math.inf
 
 
 def as_slowdown(log_change: float) -> float:
@@ -180,32 +317,56 @@ def as_slowdown(log_change: float) -> float:
 
 def runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float = 0.0, paired_rounds: bool = False,
                 efficiency_terms: int = 1) -> int | None:
-    """Runs per side (or A/B rounds) for the test to see a slowdown the size of the threshold with
-    the settings' power; None when more than MAX_RUNS_NEEDED. `fixed_df`: degrees of freedom that
-    do not grow with the runs (history); `efficiency_terms` = 2 where two configurations' noise adds
-    up (scaling efficiency compares a run at N with a local run)."""
+    """Runs per side (or A/B rounds) with which `decide` catches the settings' target slowdown
+    (twice the threshold) with their power; None when more than MAX_RUNS_NEEDED. `fixed_df`:
+    degrees of freedom that do not grow with the runs (history); `efficiency_terms` = 2 where two
+    configurations' noise adds up (scaling efficiency compares a run at N with a local run)."""
     if not math.isfinite(sigma) or sigma <= 0:
         return None if not math.isfinite(sigma) else 1
-    for runs in range(1 if not paired_rounds else 2, MAX_RUNS_NEEDED + 1):
+    return _runs_needed(float(sigma), float(alpha), settings, float(fixed_df), bool(paired_rounds),
+                        int(efficiency_terms))
+
+
+@lru_cache(maxsize=4096)  # the prior noise is the same for every comparison without repeats
+def _runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float, paired_rounds: bool,
+                 efficiency_terms: int) -> int | None:
+    def power_of(runs: np.ndarray) -> np.ndarray:
         if paired_rounds:
-            se, df = sigma / math.sqrt(runs), runs - 1
+            se, df = sigma / np.sqrt(runs), runs - 1.0
         else:
-            se = sigma * math.sqrt(efficiency_terms * 2 / runs)
-            df = fixed_df + 2 * (runs - 1)
-            df = math.inf if df == 0 else df
-        if (quantile(1 - alpha, df) + quantile(settings.power, df)) * se <= settings.threshold_log:
-            return runs
-    return None
+            se, df = sigma * np.sqrt(efficiency_terms * 2 / runs), fixed_df + 2 * (runs - 1)
+            df = np.where(df == 0, math.inf, df)
+        return rule_power(settings.target_log, se, df, alpha, settings.threshold_log)
+
+    # More runs shrink the standard error and the critical value together, so the power grows
+    # with the runs and the fewest that are enough are where it first reaches the settings' power.
+    fewest = 2 if paired_rounds else 1
+    if power_of(np.array([fewest], dtype=float))[0] >= settings.power:
+        return fewest
+    found = _first_reaching(power_of, fewest, MAX_RUNS_NEEDED, settings.power, integers=True)
+    return None if found is None else int(found)
 
 
-def catch_probability(slowdown_log: float, se: float, df: float, alpha: float, settings: GateSettings) -> float:
-    """Probability that `decide` flags a true slowdown of `slowdown_log` (the power curve behind
-    `detectable_log`; used by the calibration to check the printed figures)."""
-    if not math.isfinite(se) or se <= 0:
-        return math.nan
-    bar = max(quantile(1 - alpha, df) * se, settings.threshold_log)
-    shift = (slowdown_log - bar) / se
-    return float(scipy_stats.norm.cdf(shift) if not math.isfinite(df) else scipy_stats.t.cdf(shift, df))
+@dataclass(frozen=True)
+class Sight:
+    """What one comparison can see, by the power of the whole rule (test and threshold)."""
+
+    mde_log: float
+    """Slowdown (log units) caught with the settings' power."""
+    threshold_power: float
+    """Probability a slowdown exactly the size of the threshold is caught (at most 1/2)."""
+    sees_target: bool
+    """Whether the target slowdown (twice the threshold) is caught with the settings' power."""
+    runs_needed: int | None
+    """Runs per side (rounds, paired) that would catch the target with that power; None: over 1000."""
+
+
+def sight(evidence: Evidence, noise: Noise, alpha: float, settings: GateSettings, paired_rounds: bool = False) -> Sight:
+    at_threshold, at_target = rule_power([settings.threshold_log, settings.target_log], evidence.se, evidence.df,
+                                         alpha, settings.threshold_log)
+    return Sight(detectable_log(evidence.se, evidence.df, alpha, settings), float(at_threshold),
+                 bool(at_target >= settings.power),
+                 runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df, paired_rounds=paired_rounds))
 
 
 def parse_fraction(text: str, what: str) -> float:
