@@ -368,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(handler=command_export)
     comm = commands.add_parser("comm", help="collective microbenchmark (nccl-tests style) and its network profile")
     comm.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo")
+    comm.add_argument("--device", choices=DEVICES, default="auto",
+                      help="as for run and sweep: cpu measures gloo, cuda NCCL (default auto: GPUs where there are)")
     comm.add_argument("--nproc", type=positive_int, default=None, help="processes, one per device (default: every GPU, or 2)")
     comm.add_argument("--collectives", type=comma_list, default=("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
     comm.add_argument("--dtypes", type=comma_list, default=("float32",),

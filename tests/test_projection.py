@@ -288,17 +288,20 @@ def test_a_cpu_runs_contention_is_not_carried_to_another_fabric(record):
 def test_comm_bad_input_is_one_line_and_exit_2():
     for args, message in ((["--nproc", "1"], "at least two processes"), (["--max-bytes", "lots"], "not a whole number"),
                           (["--collectives", "all_to_all"], "unknown collective"),
-                          (["--dtypes", "float64"], "unknown element type")):
+                          (["--dtypes", "float64"], "unknown element type"),
+                          (["--device", "cpu", "--backend", "nccl"], "does not go with --device cpu")):
         result = cli("comm", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
 @pytest.mark.launches
 def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
-    result = cli("comm", "--max-bytes", "64K", "--min-iters", "3", "--max-iters", "10", "--warmup", "2",
+    # --device as run and sweep take it: cpu measures gloo.
+    result = cli("comm", "--device", "cpu", "--max-bytes", "64K", "--min-iters", "3", "--max-iters", "10", "--warmup", "2",
                  "--seconds-per-size", "0.02", "--dtypes", "float32,bfloat16", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     results = json.load(open(tmp_path / "results.json"))
+    assert "gloo" in json.dumps(results)
     assert {r["collective"] for r in results["results"]} == set(network.COLLECTIVES)
     for dtype in ("float32", "bfloat16"):
         sizes = sorted(r["bytes"] for r in results["results"] if (r["collective"], r["dtype"]) == ("all_reduce", dtype))

@@ -15,7 +15,13 @@ def command_comm(args: argparse.Namespace) -> int:
     from ddpbench.running.environment import visible_gpu_count
 
     gpus = visible_gpu_count()
-    backend = args.backend or ("nccl" if gpus else "gloo")
+    by_device = {"cpu": "gloo", "cuda": "nccl"}.get(args.device)
+    if args.backend and by_device and args.backend != by_device:
+        raise SpecError(f"--backend {args.backend} does not go with --device {args.device}: cpu measures gloo, "
+                        "cuda measures nccl")
+    if args.device == "cuda" and not gpus:
+        raise SpecError("--device cuda: this machine has no visible GPU")
+    backend = args.backend or by_device or ("nccl" if gpus else "gloo")
     device = "cuda" if backend == "nccl" else "cpu"
     options = CommOptions(
         nproc=args.nproc or (gpus if backend == "nccl" else 2), backend=backend, collectives=args.collectives,
