@@ -44,7 +44,7 @@ def test_table_numbers_are_those_recomputed_from_the_records(page):
 def test_the_page_is_self_contained(page):
     _, html_text = page
     sources = re.findall(r'<img [^>]*src="([^"]*)"', html_text)
-    assert len(sources) == 6 and all(src.startswith("data:image/png;base64,") for src in sources)
+    assert len(sources) == 7 and all(src.startswith("data:image/png;base64,") for src in sources)
     assert "<script" not in html_text and "http://" not in html_text
     assert re.findall(r'<link ', html_text) == []
     assert all('alt="' in tag for tag in re.findall(r"<img [^>]*>", html_text))
@@ -127,5 +127,5 @@ def test_a_browser_shows_the_report_without_errors(page, tmp_path):
         view.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert problems == []
-    assert len(images) == 6 and all(complete and width > 0 for complete, width in images)
+    assert len(images) == 7 and all(complete and width > 0 for complete, width in images)  # six, and the waterfall
     assert page_width <= 1366  # no sideways scrolling of the page itself on a laptop

@@ -27,7 +27,7 @@ from ddpbench.config.errors import SpecError
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
-from ddpbench.report import plots, projection_sections
+from ddpbench.report import breakdown_section, plots, projection_sections
 
 GLOSSARY = [
     ("step time", "On one rank, from the start of step i to the start of step i+1, data loading included. "
@@ -55,6 +55,7 @@ GLOSSARY = [
                        "data loading) and idle; the four add up to the step's span."),
     ("DataParallel on CPU", "nn.DataParallel without CUDA just calls the module: one process with N times the "
                             "threads and the global batch. Nothing is replicated."),
+    *breakdown_section.glossary(),
 ]
 
 
@@ -434,6 +435,8 @@ SECTIONS = [
     Section("Step times", step_times_section),
     Section("Stragglers", stragglers_section),
     Section("Communication", communication_section),
+    Section("Where the scaling went", lambda data: breakdown_section.where_the_scaling_went_section(
+        data, projection_sections.Blocks(table_html, figure_html, note))),
     Section("Projection vs measurement", lambda data: projection_sections.projection_vs_measurement_section(
         data, projection_sections.Blocks(table_html, figure_html, note))),
     Section("Beyond this machine (projection)", lambda data: projection_sections.beyond_this_machine_section(
