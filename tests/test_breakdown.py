@@ -74,6 +74,12 @@ def _sweep_of(root, *records):
     return root / "s"
 
 
+def _truncated(sweep):
+    path = sweep / "runs" / "mlp2.json"
+    path.write_text(path.read_text()[:500])
+    return sweep
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda root: root, "holds no run records"),
     (lambda root: root / "missing", "is not a sweep folder"),
@@ -81,6 +87,8 @@ def _sweep_of(root, *records):
                                   ignore=lambda d, names: [n for n in names if "ddp" in n]) and root / "s",
      "no ok DDP runs in the sweep"),
     (lambda root: _sweep_of(root, DDP), "add `local` to --strategies"),
+    (lambda root: _truncated(_sweep_of(root, DDP)), "holds no readable run record"),
+    (lambda root: _sweep_of(root, DDP) / "runs" / "mlp2.json", "is not a sweep folder"),
 ])
 def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
     assert main(["explain", str(make(tmp_path))]) == 2

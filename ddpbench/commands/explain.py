@@ -23,7 +23,10 @@ def sweep_breakdowns(sweep_dir: str):
     from ddpbench.analysis.breakdown import explain_sweep
     from ddpbench.records.store import read_records
 
-    records, _ = read_records(sweep_dir)
+    records, unreadable = read_records(sweep_dir)
+    if not records and unreadable:
+        path, reason = unreadable[0]
+        raise SpecError(f"{sweep_dir!r} holds no readable run record ({len(unreadable)} unreadable; {path}: {reason})")
     if not records:
         raise SpecError(f"{sweep_dir!r} holds no run records (SWEEP_DIR/runs/*.json): run `ddpbench sweep` first")
     return explain_sweep(records)
