@@ -148,3 +148,19 @@ def test_sight_figures_for_many_comparisons_agree_with_one_at_a_time():
             return stats.catch_probability(SETTINGS.target_log, se, df, 0.002, SETTINGS)
 
         assert power(needed) >= SETTINGS.power > power(needed - 1), (sigma, history_df, paired, needed)
+
+
+def test_runs_needed_against_a_history_counts_candidate_runs_only():
+    """With the history as baseline its runs stay as they are: simulated with the history's M
+    runs and the candidate runs it says are needed, the gate's own rule catches the target."""
+    sigma, history_runs, alpha = 0.05, 3, 0.01
+    needed = stats.runs_needed(sigma, alpha, SETTINGS, fixed_df=history_runs - 1, fixed_baseline_runs=history_runs)
+    both_sides = stats.runs_needed(sigma, alpha, SETTINGS, fixed_df=history_runs - 1)
+    assert needed is not None and needed > both_sides  # a baseline that does not grow needs more candidate runs
+    rng, trials, flagged = np.random.default_rng(17), 2000, 0
+    for _ in range(trials):
+        history = rng.normal(0, sigma, history_runs)
+        candidate = rng.normal(-SETTINGS.target_log, sigma, needed)
+        noise = stats.estimate_noise({"history": [history], "candidate repeats": [candidate]}, prior=sigma)
+        flagged += stats.decide(stats.two_sample(history, candidate, noise), alpha, SETTINGS)[0] == "regression"
+    assert at_least(flagged / trials, SETTINGS.power, trials), (needed, flagged / trials)

@@ -482,6 +482,10 @@ def project(record: Record, profile: dict, what: WhatIf, reference_throughput: f
     step, step_low, step_high = mid.step_s + shift, fast.step_s + shift, slow.step_s + shift
     basis = predict(profile, "all_reduce", what.world_size, 1.0, dtype=WIRE_DTYPE[what.comm_hook]).basis
     samples = model.batch_size * what.world_size * model.units_per_sample
+    if reference_throughput and record.spec.scaling != "weak":
+        # The projection keeps the per-device batch: a strong-scaling X(1) (one device taking the
+        # whole global batch) is not the reference of its world sizes.
+        reference_throughput, reference = None, "strong-scaling record: its local run is not a per-device reference"
     if reference_throughput:
         def efficiency(step: float) -> float:  # E(N) = X(N) / (N X(1))
             return samples / step / (what.world_size * reference_throughput)

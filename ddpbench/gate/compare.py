@@ -12,6 +12,7 @@ status is not ok, and a configuration the baseline has but the candidate lacks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -164,6 +165,8 @@ def _evidence(measure: str, baseline: list[float], candidate: list[float], histo
     # Efficiency divides two runs, so without data its prior spread is that of two runs.
     prior = settings.prior(device) * (math.sqrt(2) if measure == "efficiency" else 1)
     noise = stats.estimate_noise(_noise_groups(logs_b, logs_c, history_logs, baseline_is_history), prior)
+    if baseline_is_history:  # more candidate runs do not add history runs
+        noise = dataclasses.replace(noise, fixed_baseline_runs=len(logs_b))
     return stats.two_sample(logs_b, logs_c, noise), noise
 
 

@@ -37,9 +37,9 @@ from scipy import special
 
 # Run-to-run spread (standard deviation of a run's log throughput) assumed when neither repeats
 # nor history say anything. CPU: this project's 2-core development machine moves 8-12 % between
-# runs of one configuration (single processes up to 17 %), and 16 % under heavy load from others
-# (benchmarks/gate_calibration.py, where 12 % gave 3 of 90 A/A false alarms and 15 % none); GPU:
-# dedicated nodes typically 1-2 %.
+# runs of one configuration (single processes up to 17 %), and 16 % under heavy load from others;
+# GPU: dedicated nodes typically 1-2 %. A machine that drifts under load moves far more: measured
+# out of sample, 15 % gave 20 % A/A false alarms there (docs/measurements/gate-calibration.md).
 # Both are set a little above what was measured: a prior that is too small is a false alarm.
 PRIOR_NOISE = {"cpu": 0.15, "cuda": 0.03}
 MAX_RUNS_NEEDED = 1000
@@ -98,6 +98,9 @@ class Noise:
     """Where it came from, in words: repeats, history, or prior."""
     history_df: float = 0.0
     """The part of `df` that does not depend on how many runs the two sides have."""
+    fixed_baseline_runs: int = 0
+    """With the history as baseline: its runs, which more candidate runs do not add to (0: the
+    baseline grows with the candidate, run for run)."""
 
 
 def estimate_noise(groups: dict[str, list[np.ndarray]], prior: float) -> Noise:
@@ -316,23 +319,28 @@ def as_slowdown(log_change: float) -> float:
 
 
 def runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float = 0.0, paired_rounds: bool = False,
-                efficiency_terms: int = 1) -> int | None:
+                efficiency_terms: int = 1, fixed_baseline_runs: int = 0) -> int | None:
     """Runs per side (or A/B rounds) with which `decide` catches the settings' target slowdown
     (twice the threshold) with their power; None when more than MAX_RUNS_NEEDED. `fixed_df`:
     degrees of freedom that do not grow with the runs (history); `efficiency_terms` = 2 where two
-    configurations' noise adds up (scaling efficiency compares a run at N with a local run)."""
+    configurations' noise adds up (scaling efficiency compares a run at N with a local run);
+    `fixed_baseline_runs` > 0: the baseline is that many history runs and only the candidate's
+    runs grow, so the count is of candidate runs."""
     if not math.isfinite(sigma) or sigma <= 0:
         return None if not math.isfinite(sigma) else 1
     return _runs_needed(float(sigma), float(alpha), settings, float(fixed_df), bool(paired_rounds),
-                        int(efficiency_terms))
+                        int(efficiency_terms), int(fixed_baseline_runs))
 
 
 @lru_cache(maxsize=4096)  # the prior noise is the same for every comparison without repeats
 def _runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float, paired_rounds: bool,
-                 efficiency_terms: int) -> int | None:
+                 efficiency_terms: int, fixed_baseline_runs: int = 0) -> int | None:
     def power_of(runs: np.ndarray) -> np.ndarray:
         if paired_rounds:
             se, df = sigma / np.sqrt(runs), runs - 1.0
+        elif fixed_baseline_runs:
+            se = sigma * np.sqrt(efficiency_terms * (1 / fixed_baseline_runs + 1 / runs))
+            df = np.where(fixed_df + runs - 1 == 0, math.inf, fixed_df + runs - 1)
         else:
             se, df = sigma * np.sqrt(efficiency_terms * 2 / runs), fixed_df + 2 * (runs - 1)
             df = np.where(df == 0, math.inf, df)
@@ -366,7 +374,8 @@ def sight(evidence: Evidence, noise: Noise, alpha: float, settings: GateSettings
                                          alpha, settings.threshold_log)
     return Sight(detectable_log(evidence.se, evidence.df, alpha, settings), float(at_threshold),
                  bool(at_target >= settings.power),
-                 runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df, paired_rounds=paired_rounds))
+                 runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df, paired_rounds=paired_rounds,
+                             fixed_baseline_runs=noise.fixed_baseline_runs))
 
 
 def parse_fraction(text: str, what: str) -> float:

@@ -325,7 +325,7 @@ def runs_section(data: ReportData) -> list[Markup]:
             "checks_not_decided": "not checked"})
         formats["batch / device"] = "{:.0f}"
         blocks.append(table_html(shown, formats, text_columns=(
-            "run", "status", "workload", "strategy", "unit", "failed checks", "checks not decided")))
+            "run", "status", "workload", "strategy", "unit", "failed checks", "not checked")))
     problems = [record for _, record in data.records if record.error]
     if problems:
         items = []
