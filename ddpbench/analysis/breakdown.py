@@ -170,7 +170,7 @@ def ddp_work(record: Record) -> tuple[float | None, str]:
     if timeline is None:
         return None, _no_timeline(record)
     steps = lambda step: step.step_s  # noqa: E731
-    if all(getattr(rank, "unwrapped", None) for rank in timeline.by_rank):
+    if all(rank.unwrapped for rank in timeline.by_rank):
         values = _per_rank(record, "solo", "unwrapped", steps)
         if values:
             return _typical(values), ("timeline: one-rank DDP steps against the same module unwrapped, median rank "
@@ -207,9 +207,9 @@ def exposed_comm(record: Record) -> tuple[float | None, str]:
         waits = _timeline_waits(record)
         check = f"; the timeline's wait after backward: {min(waits) * 1e3:.2f} ms" if waits else ""
         return min(exposed), f"trace: the profiled steps of the rank that waits least ({ranks}){check}"
-    waits = [min(values) for values in [_timeline_waits(record)] if values]
+    waits = _timeline_waits(record)
     if waits:
-        return waits[0], "timeline: the wait for the last all-reduce after backward, the rank that waits least"
+        return min(waits), "timeline: the wait for the last all-reduce after backward, the rank that waits least"
     return None, "no trace and no gradient timeline (both need profiling on: drop --no-profile)"
 
 
@@ -243,7 +243,7 @@ def slowest_rank(record: Record) -> tuple[float | None, str, int | None]:
 
 def data_wait(record: Record) -> float | None:
     """The slowest rank's mean wait for its batch in the timed window (it sets the pace)."""
-    values = [rank.data_wait_mean_s for rank in record.ranks if getattr(rank, "data_wait_mean_s", None) is not None]
+    values = [rank.data_wait_mean_s for rank in record.ranks if rank.data_wait_mean_s is not None]
     return max(values) if values else None
 
 
