@@ -102,3 +102,16 @@ def test_every_ok_ddp_run_is_explained_and_one_rank_waits_for_nobody():
     assert [b.run_id for b in breakdowns] == ["mlp-ddp-n1", "mlp-ddp-n2"] and problems == []
     one = breakdowns[0].terms["slowest_rank"]
     assert one.s_per_step == 0.0 and one.basis.startswith("one rank")
+
+
+def test_a_large_unexplained_part_is_called_out_with_what_was_measured_beside_it(sweep):
+    records, _ = read_records(str(sweep))
+    found = explain(load_record(DDP), records)
+    unexplained, lost = found.terms["unexplained"].s_per_step, found.step_s - found.reference_step_s
+    assert abs(unexplained) > 0.15 * lost  # this fixture: 8 of 29 ms
+    # Its timeline has no unwrapped steps (an older record): only the timed-vs-timeline gap is measured.
+    assert list(found.unexplained_parts) == ["timed_beyond_timeline_s"]
+    said = [line for line in found.advice if "is not explained" in line]
+    assert len(said) == 1 and f"({abs(unexplained) / lost:.0%} of the lost time)" in said[0]
+    assert "than the timeline's DDP steps" in said[0] and "unwrapped" not in said[0]
+    assert "unexplained_parts" in found.as_dict()

@@ -101,6 +101,9 @@ class Breakdown:
     estimates: list[str] = field(default_factory=list)
     """The three exposed-communication estimates, each in the terms it holds."""
     advice: list[str] = field(default_factory=list)
+    unexplained_parts: dict[str, float] = field(default_factory=dict)
+    """Measured beside `unexplained` (see `unexplained_parts`), seconds: compute_at_n_s,
+    timed_beyond_timeline_s."""
 
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "workload": self.workload, "world_size": self.world_size,
@@ -108,7 +111,8 @@ class Breakdown:
                 "reference": self.reference,
                 "terms": {name: {"s_per_step": term.s_per_step, "points": term.points, "basis": term.basis}
                           for name, term in self.terms.items()},
-                "phases": self.phases, "estimates": self.estimates, "advice": self.advice}
+                "phases": self.phases, "estimates": self.estimates, "advice": self.advice,
+                "unexplained_parts": self.unexplained_parts}
 
     def largest(self) -> tuple[str, Term]:
         """The measured term (not `unexplained`) that lost the most."""
@@ -285,7 +289,10 @@ def explain(record: Record, records: list[tuple[str, Record]]) -> Breakdown:
     missing = [name for name, (value, _) in measured.items() if value is None]
     rest = lost - sum(value for value, _ in measured.values() if value is not None)
     holds = f"; it also holds {', '.join(missing)}, not measured in this run" if missing else ""
-    measured["unexplained"] = (rest, f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}")
+    parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
+    within = "; ".join(f"{PART_WORDS[name]} {value * 1e3:.2f} ms" for name, value in parts.items())
+    measured["unexplained"] = (rest, f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
+                                     + (f"; measured beside it: {within}" if within else ""))
     terms = {name: Term(value, None if value is None else 100 * value / step, basis)
              for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)}
 
@@ -295,9 +302,37 @@ def explain(record: Record, records: list[tuple[str, Record]]) -> Breakdown:
     transfer, wait = terms["exposed_comm"].s_per_step, terms["slowest_rank"].s_per_step
     breakdown.phases = {"data": data_n, "exposed_comm": transfer, "waiting": wait,
                         "compute": step - sum(v for v in (data_n, transfer, wait) if v is not None)}
+    breakdown.unexplained_parts = parts
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
     breakdown.advice = advice(breakdown, record, slowest)
     return breakdown
+
+
+UNEXPLAINED_SHARE = 0.15
+"""Above this share of the lost time, `unexplained` is called out with what was measured beside it."""
+
+
+PART_WORDS = {"compute_at_n_s": "the module's own step at N (unwrapped) beyond the reference's compute",
+              "timed_beyond_timeline_s": "the timed steps beyond the timeline's DDP steps"}
+
+
+def unexplained_parts(record: Record, step: float, reference_compute: float, data_n: float) -> dict[str, float]:
+    """What the terms do not cover, measured where the record allows, in seconds (PART_WORDS):
+    - the same module's own step at N (unwrapped, in the timeline) against the reference's step
+      without its data wait: compute slowed by running N ranks at once (on CPU: shared memory
+      bandwidth and caches), which no term holds, since every term is a difference taken at N;
+    - the timed step against the timeline's own DDP steps (and the data wait): how far the steps
+      the terms come from ran from the timed ones."""
+    found = {}
+    if record.timeline is None:
+        return found
+    unwrapped = [_median([s.step_s for s in rank.unwrapped or []]) for rank in record.timeline.by_rank]
+    if unwrapped and all(value is not None for value in unwrapped):
+        found["compute_at_n_s"] = _typical(unwrapped) - reference_compute
+    with_ddp = [_median([s.step_s for s in rank.with_ddp]) for rank in record.timeline.by_rank]
+    if with_ddp and all(value is not None for value in with_ddp):
+        found["timed_beyond_timeline_s"] = step - data_n - _typical(with_ddp)
+    return found
 
 
 def run_terms(record: Record) -> tuple[dict[str, tuple[float | None, str]], int | None]:
@@ -379,11 +414,29 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None) -> list[st
         elif name == "overlap_slowdown":
             said.append(f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
                         "(--comm-hook bf16_compress) shorten the time all-reduces compete with backward.")
-        elif name == "unexplained":
-            said.append(f"{term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} points) is not explained by "
-                        "the terms: the run's compute at N may be slower than the reference's (shared memory "
-                        "bandwidth or caches), or the phases the terms come from differ from the timed steps.")
-    return said
+    return said + _unexplained_advice(breakdown)
+
+
+def _unexplained_advice(breakdown: Breakdown) -> list[str]:
+    """Said when `unexplained` is more than UNEXPLAINED_SHARE of the lost time: how much, and what
+    was measured beside it."""
+    term, lost = breakdown.terms["unexplained"], breakdown.step_s - breakdown.reference_step_s
+    if term.s_per_step is None or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
+        return []
+    share = f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
+    parts = breakdown.unexplained_parts
+    if not parts:
+        return [f"{share}; this record has no gradient timeline to say what lies beside it."]
+    beside = []
+    if "compute_at_n_s" in parts:
+        value = parts["compute_at_n_s"]
+        beside.append(f"the same module, unwrapped, steps {abs(value) * 1e3:.2f} ms {'slower' if value > 0 else 'faster'}"
+                      " at N than one device computes (N ranks at once share memory bandwidth and caches)")
+    if "timed_beyond_timeline_s" in parts:
+        value = parts["timed_beyond_timeline_s"]
+        beside.append(f"the timed steps ran {abs(value) * 1e3:.2f} ms {'longer' if value > 0 else 'shorter'} than "
+                      "the timeline's DDP steps the terms come from")
+    return [f"{share}: measured beside it, {' and '.join(beside)}."]
 
 
 def explain_sweep(records: list[tuple[str, Record]]) -> tuple[list[Breakdown], list[str]]:
