@@ -7,6 +7,8 @@ import pytest
 import ddpbench
 from conftest import REPO, ddpbench as run_cli, foreign_lines
 from ddpbench.analysis.frames import scaling_table
+from ddpbench.records.store import load_record
+from ddpbench.report.summary import format_summary
 
 pytestmark = pytest.mark.launches
 
@@ -48,7 +50,9 @@ def test_sweep_runs_local_ddp_and_dp_at_world_sizes_1_and_2(sweep):
     for name in ("gradients_averaged", "replicas_in_sync", "shards_disjoint"):
         assert ddp1[name]["ok"] is None and "one rank" in ddp1[name]["reason"], name
         assert ddp2["checks"][name]["ok"] is True, name
-    assert "not checked  gradients_averaged, replicas_in_sync, shards_disjoint: one rank" in done.stdout
+    summary = format_summary(load_record(str(folder / "runs" / "mlp-ddp-n1.json")), "r.json")
+    assert "not checked  gradients_averaged, replicas_in_sync, shards_disjoint: one rank" in summary
+    assert "largest loss  mlp x2:" in done.stdout and "ddpbench explain" in done.stdout
 
 
 def test_printed_and_saved_table_match_the_records(sweep):
