@@ -115,3 +115,15 @@ def test_a_large_unexplained_part_is_called_out_with_what_was_measured_beside_it
     assert len(said) == 1 and f"({abs(unexplained) / lost:.0%} of the lost time)" in said[0]
     assert "than the timeline's DDP steps" in said[0] and "unwrapped" not in said[0]
     assert "unexplained_parts" in found.as_dict()
+
+
+def test_with_a_profile_the_advice_projects_each_knob_and_says_it_is_a_projection(sweep, capsys):
+    profile = os.path.join(FIXTURES, "projection", "gloo-profile.json")
+    assert main(["explain", str(sweep), "--profile", profile]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "exposed communication costs" in line]
+    assert "PROJECTION, not measured (profile " in line
+    for knob in ("--bucket-cap-mb 50", "--bucket-cap-mb 12.5", "--comm-hook bf16_compress", "--gradient-as-bucket-view"):
+        assert knob in line
+    # Without a profile, nothing is projected.
+    assert main(["explain", str(sweep)]) == 0
+    assert "PROJECTION" not in capsys.readouterr().out

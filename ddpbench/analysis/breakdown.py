@@ -29,7 +29,7 @@ whole lead over the other.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddpbench.analysis.frames import reference_runs
 from ddpbench.records.schema import Record, TimelineStep
@@ -258,8 +258,9 @@ def step_time_s(record: Record) -> float:
     return record.metrics.window_s / record.metrics.timed_steps
 
 
-def explain(record: Record, records: list[tuple[str, Record]]) -> Breakdown:
-    """The breakdown of one ok DDP run against its sweep's local reference."""
+def explain(record: Record, records: list[tuple[str, Record]], profile: dict | None = None) -> Breakdown:
+    """The breakdown of one ok DDP run against its sweep's local reference. With a network
+    `profile`, the advice on exposed communication carries `ddpbench project`'s projected gains."""
     spec = record.spec
     if spec.strategy != "ddp" or record.status != "ok" or record.metrics is None:
         raise ExplainError(f"{record.run_id}: only ok DDP runs are explained")
@@ -304,7 +305,7 @@ def explain(record: Record, records: list[tuple[str, Record]]) -> Breakdown:
                         "compute": step - sum(v for v in (data_n, transfer, wait) if v is not None)}
     breakdown.unexplained_parts = parts
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
-    breakdown.advice = advice(breakdown, record, slowest)
+    breakdown.advice = advice(breakdown, record, slowest, profile)
     return breakdown
 
 
@@ -388,7 +389,33 @@ def _bucket_work(record: Record) -> tuple[float | None, str]:
     return (_typical(values), "timeline") if values else (None, "no one-rank DDP steps")
 
 
-def advice(breakdown: Breakdown, record: Record, slowest: int | None) -> list[str]:
+def projected_gain(record: Record, profile: dict | None) -> str:
+    """The best of a few what-ifs for exposed communication, projected from the run's own record
+    (`ddpbench project`), in words and marked as a projection; "" where none can be made."""
+    from ddpbench.analysis.network import ProfileError
+    from ddpbench.analysis.projection import ProjectionError, WhatIf, project
+
+    if profile is None or record.timeline is None:
+        return ""
+    knobs = record.spec.ddp
+    own = WhatIf(world_size=record.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb, comm_hook=knobs.comm_hook,
+                 gradient_as_bucket_view=knobs.gradient_as_bucket_view)
+    options = {f"--bucket-cap-mb {2 * knobs.bucket_cap_mb:g}": replace(own, bucket_cap_mb=2 * knobs.bucket_cap_mb),
+               f"--bucket-cap-mb {knobs.bucket_cap_mb / 2:g}": replace(own, bucket_cap_mb=knobs.bucket_cap_mb / 2),
+               "--comm-hook bf16_compress": replace(own, comm_hook="bf16_compress"),
+               "--gradient-as-bucket-view": replace(own, gradient_as_bucket_view=True)}
+    try:
+        base = project(record, profile, own).throughput
+        gains = {flag: project(record, profile, what).throughput / base - 1 for flag, what in options.items()
+                 if what != own}
+    except (ProfileError, ProjectionError):
+        return ""
+    flag = max(gains, key=gains.get)
+    return (f" PROJECTION, not measured (profile {profile.get('name')}): {flag} gives {gains[flag]:+.1%} "
+            "throughput, the best of " + ", ".join(f"{name} {gain:+.1%}" for name, gain in gains.items()) + ".")
+
+
+def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: dict | None = None) -> list[str]:
     """One sentence per term worth at least ADVICE_MIN_POINTS, largest first."""
     said = []
     worth = sorted(((name, term) for name, term in breakdown.terms.items()
@@ -400,7 +427,7 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None) -> list[st
         if name == "exposed_comm":
             said.append(f"{lost}: try another bucket cap (now {knobs.bucket_cap_mb:g} MB, --bucket-cap-mb), gradient "
                         "compression (--comm-hook bf16_compress) and --gradient-as-bucket-view; `ddpbench project` "
-                        "projects each from this record.")
+                        "projects each from this record." + projected_gain(record, profile))
         elif name == "data":
             said.append(f"{lost} more than at one device: give the DataLoader more workers (--num-workers, now "
                         f"{record.spec.num_workers}) and pin memory.")
@@ -439,7 +466,7 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
     return [f"{share}: measured beside it, {' and '.join(beside)}."]
 
 
-def explain_sweep(records: list[tuple[str, Record]]) -> tuple[list[Breakdown], list[str]]:
+def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None) -> tuple[list[Breakdown], list[str]]:
     """Every ok DDP run, and a line for each that could not be explained. At world size 1 only
     DDP's own work and data loading can be lost (no communication, no other rank), and the terms
     say so."""
@@ -449,7 +476,7 @@ def explain_sweep(records: list[tuple[str, Record]]) -> tuple[list[Breakdown], l
     breakdowns, problems = [], []
     for record in sorted(runs, key=lambda r: (r.spec.workload, r.spec.world_size, r.run_id)):
         try:
-            breakdowns.append(explain(record, records))
+            breakdowns.append(explain(record, records, profile))
         except ExplainError as exc:
             problems.append(str(exc))
     return breakdowns, problems

@@ -15,10 +15,13 @@ def add_explain_parser(commands) -> None:
     explain.add_argument("sweep_dir")
     explain.add_argument("--json", dest="json_path", metavar="PATH", default=None,
                          help="also write the breakdowns as JSON, a list with one object per DDP run")
+    explain.add_argument("--profile", default=None, metavar="FILE|PRESET",
+                         help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "
+                              "communication then projects the gain of each knob (marked as a projection)")
     explain.set_defaults(handler=command_explain)
 
 
-def sweep_breakdowns(sweep_dir: str):
+def sweep_breakdowns(sweep_dir: str, profile: dict | None = None):
     """(breakdowns, lines for runs that could not be explained); ExplainError where nothing can be."""
     from ddpbench.analysis.breakdown import explain_sweep
     from ddpbench.records.store import read_records
@@ -29,7 +32,7 @@ def sweep_breakdowns(sweep_dir: str):
         raise SpecError(f"{sweep_dir!r} holds no readable run record ({len(unreadable)} unreadable; {path}: {reason})")
     if not records:
         raise SpecError(f"{sweep_dir!r} holds no run records (SWEEP_DIR/runs/*.json): run `ddpbench sweep` first")
-    return explain_sweep(records)
+    return explain_sweep(records, profile)
 
 
 def command_explain(args: argparse.Namespace) -> int:
@@ -37,9 +40,12 @@ def command_explain(args: argparse.Namespace) -> int:
 
     if not os.path.isdir(args.sweep_dir):
         raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
+    from ddpbench.analysis.network import ProfileError, load_profile
+
     try:
-        breakdowns, problems = sweep_breakdowns(args.sweep_dir)
-    except ExplainError as exc:
+        profile = load_profile(args.profile) if args.profile else None
+        breakdowns, problems = sweep_breakdowns(args.sweep_dir, profile)
+    except (ExplainError, ProfileError) as exc:
         raise SpecError(str(exc)) from None
     if not breakdowns:
         raise SpecError("no DDP run could be explained: " + "; ".join(problems))

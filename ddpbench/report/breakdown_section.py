@@ -39,7 +39,7 @@ def glossary() -> list[tuple[str, str]]:
 def where_the_scaling_went_section(data, html) -> list[Markup]:
     """`html` is the report's block makers (table_html, figure_html, note)."""
     try:
-        breakdowns, problems = explain_sweep(data.records)
+        breakdowns, problems = explain_sweep(data.records, data.profile)
     except ExplainError as exc:
         return [html.note(f"Not broken down: {exc}.")]
     if not breakdowns:
