@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ddpbench.analysis.breakdown import reconcile, run_terms
 from ddpbench.analysis.registry import exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s
 from ddpbench.records.schema import Record
 
@@ -84,8 +85,6 @@ def estimates_agreement(record: Record) -> Agreement:
 
 def _in_terms(record: Record, estimate: str) -> str | None:
     """The breakdown's line for one estimate, where the record measured the terms it needs."""
-    from ddpbench.analysis.breakdown import reconcile, run_terms
-
     measured, _ = run_terms(record)
     if estimate in ("no_sync", "reducer") and measured["overlap_slowdown"][0] is None:
         return None

@@ -32,6 +32,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from ddpbench.analysis.frames import reference_runs
+from ddpbench.analysis.registry import (exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s,
+                                        iteration_p50_s, profiled_step_p50_s)
 from ddpbench.records.schema import Record, TimelineStep
 
 
@@ -349,9 +351,6 @@ def run_terms(record: Record) -> tuple[dict[str, tuple[float | None, str]], int 
 def reconcile(record: Record, seconds: dict[str, float | None]) -> list[str]:
     """The three exposed-communication estimates, each said in the terms it contains, with figures
     (`seconds`: term name -> seconds per step, from `run_terms` or a breakdown)."""
-    from ddpbench.analysis.registry import (exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s,
-                                            iteration_p50_s, profiled_step_p50_s)
-
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value * 1e3:.2f} ms"
 

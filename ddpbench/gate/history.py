@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 
 from ddpbench.gate.baselines import machine_class, suite_of
-from ddpbench.gate.values import (MEASURE_NAMES, _by_start, describe, efficiencies, group_by_key, local_key, run_key,
+from ddpbench.gate.values import (MEASURE_NAMES, by_start, describe, efficiencies, group_by_key, local_key, run_key,
                                   series_name, side_values, throughput)
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
@@ -122,7 +122,7 @@ def values_by_run(records: list[Record]) -> list[tuple[Record, dict[str, float |
     groups = group_by_key(records)
     measured = []
     for key, runs in groups.items():
-        ordered = _by_start(runs)
+        ordered = by_start(runs)
         local = groups.get(local_key(runs[0])) if key[2] != "local" and key[3] > 1 else None
         # With a throughput for every run, efficiencies() gives one value per run, in start order.
         scaling = efficiencies(ordered, local) if local else []

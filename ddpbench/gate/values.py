@@ -86,7 +86,8 @@ def from_log(measure: str, log_value: float) -> float:
     return 1 - math.exp(log_value) if measure == "exposed_share" else math.exp(log_value)
 
 
-def _by_start(records: list[Record]) -> list[Record]:
+def by_start(records: list[Record]) -> list[Record]:
+    """Runs in the order they started: the order every per-run list of values is kept in."""
     return sorted(records, key=lambda r: (r.started_at or r.ended_at or "", r.run_id))
 
 
@@ -94,10 +95,10 @@ def efficiencies(runs: list[Record], local_runs: list[Record]) -> list[float]:
     """Per-run E(N): the i-th run at N (by start time) against the i-th local run when both were
     repeated equally often, else against the median local throughput."""
     world_size = runs[0].spec.world_size
-    local = [x for x in (throughput(r) for r in _by_start(local_runs)) if x]
+    local = [x for x in (throughput(r) for r in by_start(local_runs)) if x]
     if not local:
         return []
-    ordered = [throughput(r) for r in _by_start(runs)]
+    ordered = [throughput(r) for r in by_start(runs)]
     if len(local) == len(ordered):
         return [x / (world_size * x1) for x, x1 in zip(ordered, local) if x]
     reference = statistics.median(local)
