@@ -16,7 +16,7 @@ import pytest
 from ddpbench.config.errors import SpecError
 from ddpbench.config.plan import SweepOptions, plan_sweep
 from ddpbench.running import slurm
-from ddpbench.running.diagnose import error_files
+from ddpbench.running.diagnose import error_files, rendezvous_failed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -77,6 +77,19 @@ def test_error_files_of_several_agents_get_their_global_ranks_from_torchruns_sum
     found = error_files(str(tmp_path), 0, 1, summary)
     assert found[1]["message"] == "FileNotFoundError: shard"
     assert found[0]["message"] == "peer closed the connection"
+
+
+def test_a_lost_store_after_a_rank_raised_is_not_a_rendezvous_failure(tmp_path):
+    # On two nodes, the agent whose partner died loses the c10d store and prints a rendezvous
+    # error; retrying on a fresh port would only repeat the rank's own failure.
+    (tmp_path / "output.log").write_text("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
+                                         "The connection to the C10d store has failed.\n")
+    assert rendezvous_failed(str(tmp_path))
+    folder = tmp_path / "ranks" / "run_x" / "attempt_0" / "1"
+    folder.mkdir(parents=True)
+    (folder / "error.json").write_text(json.dumps({"message": {"message": "FileNotFoundError: shard", "extraInfo": {
+        "py_callstack": "Traceback ...", "timestamp": "1"}}}))
+    assert not rendezvous_failed(str(tmp_path))
 
 
 def test_sbatch_script_resumes_when_submitted_again():
@@ -182,3 +195,4 @@ def test_a_rank_failing_on_another_node_is_named_in_the_record(cluster, tmp_path
     assert record["error"]["message"].startswith("rank 1 raised FileNotFoundError"), record["error"]
     assert 1 in record["error"]["failed_ranks"] and "FileNotFoundError" in record["error"]["tracebacks"]["1"]
     assert record["launch"]["command"][0] == "srun" and record["env"]["scheduler"]["job_num_nodes"] == 2
+    assert record["launch"]["attempts"] == 1, record["launch"]["notes"]

@@ -106,8 +106,17 @@ def last_exception(output: str) -> str | None:
     return (own or found or [None])[-1]
 
 
-def rendezvous_failed(output: str) -> bool:
-    return bool(_RENDEZVOUS_FAILURE.search(output))
+def rendezvous_failed(log_dir: str) -> bool:
+    """Whether the run ended because its rendezvous broke (port taken, store unreachable), so
+    that a retry on a fresh port can help. Once a rank has raised an error of its own, the
+    rendezvous had worked: on several nodes the other agents then lose the store and print a
+    rendezvous error too, but that is the failure's consequence, and retrying would only repeat it."""
+    output = read_output(os.path.join(log_dir, "output.log"))
+    if not _RENDEZVOUS_FAILURE.search(output):
+        return False
+    errors = error_files(os.path.join(log_dir, "ranks"), 0, 1, output)
+    return not any(not _RENDEZVOUS_FAILURE.search(e["message"]) and not _PEER_FAILURE.search(e["message"])
+                   for e in errors.values())
 
 
 def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: str, node_rank: int = 0,

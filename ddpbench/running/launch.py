@@ -25,7 +25,7 @@ from datetime import datetime
 
 import msgspec
 
-from ddpbench.running.diagnose import diagnose, read_output, rendezvous_failed
+from ddpbench.running.diagnose import diagnose, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
 from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, read_heartbeats
 from ddpbench.running import slurm
@@ -321,7 +321,7 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
         command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, verbose, show_progress)
         rendezvous_broke = (exit_code != 0 and not timed_out and not os.path.exists(path)
                             and spec.strategy == "ddp"
-                            and rendezvous_failed(read_output(os.path.join(log_dir, "output.log"))))
+                            and rendezvous_failed(log_dir))
         # Another node's endpoint cannot be moved (unless ddpbench chose it: slurm): only a
         # single-node rendezvous is retried.
         if not rendezvous_broke or (spec.rdzv_endpoint and spec.launcher != "slurm"):
