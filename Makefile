@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test gate clean hta-venv otava-venv gpu-check
+.PHONY: install bench test lint gate clean hta-venv otava-venv gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ gate: install
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Every GPU path once, in about 6 minutes on one GPU, with the interpreter given (one that already
 # has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.

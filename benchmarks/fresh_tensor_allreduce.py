@@ -10,6 +10,7 @@ round's median times and the ratio fresh / reused, side by side from the same mi
 
     .venv/bin/python benchmarks/fresh_tensor_allreduce.py [--mib 8] [--rounds 8] [--calls 30]
 """
+
 import argparse
 import statistics
 import sys
@@ -38,17 +39,24 @@ def worker(mib: int, rounds: int, calls: int) -> None:
 
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         reused = source.to(dtype)
-        kinds = [("reused", lambda: reused), ("fresh", lambda: source.to(dtype))]
+        kinds = [("reused", lambda reused=reused: reused), ("fresh", lambda dtype=dtype: source.to(dtype))]
         name, ratios = str(dtype).removeprefix("torch."), []
         for round_index in range(rounds):
             found = {kind: median_ms(make) for kind, make in (kinds if round_index % 2 == 0 else kinds[::-1])}
             ratios.append(found["fresh"] / found["reused"])
             if dist.get_rank() == 0:
-                print(f"{name:>9} round {round_index + 1}: reused {found['reused']:7.2f} ms  fresh {found['fresh']:7.2f} ms"
-                      f"  fresh / reused {ratios[-1]:.2f}", flush=True)
+                print(
+                    f"{name:>9} round {round_index + 1}: reused {found['reused']:7.2f} ms  "
+                    f"fresh {found['fresh']:7.2f} ms"
+                    f"  fresh / reused {ratios[-1]:.2f}",
+                    flush=True,
+                )
         if dist.get_rank() == 0:
-            print(f"{name:>9} fresh / reused: median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, "
-                  f"max {max(ratios):.2f} over {rounds} rounds", flush=True)
+            print(
+                f"{name:>9} fresh / reused: median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, "
+                f"max {max(ratios):.2f} over {rounds} rounds",
+                flush=True,
+            )
     dist.destroy_process_group()
 
 

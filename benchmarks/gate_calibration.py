@@ -19,6 +19,7 @@ effect) next to the detection observed: an honest MDE makes the two agree.
     python benchmarks/gate_calibration.py --rounds 12 --keep DIR     # collect, then analyse
     python benchmarks/gate_calibration.py --from DIR                 # analyse records kept earlier
 """
+
 import argparse
 import glob
 import itertools
@@ -48,12 +49,32 @@ KEY = ("calibration",) * 6 + ("cpu", "")
 def collect(out: str, rounds: int, args) -> None:
     for index in range(1, rounds + 1):
         for slowdown in SLOWDOWNS:
-            command = ["flock", "/tmp/ddpbench-bench.lock", sys.executable, "-m", "ddpbench", "run",
-                       "--workload", args.workload, "--nproc", "2", "--steps", str(args.steps), "--warmup", "5",
-                       "--no-profile", "--slowdown", str(slowdown), "--out", os.path.join(out, f"slowdown-{slowdown}"),
-                       "--run-id", f"r{index:02d}"]
-            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                                  env={**os.environ, "PYTHONPATH": REPO})
+            command = [
+                "flock",
+                "/tmp/ddpbench-bench.lock",
+                sys.executable,
+                "-m",
+                "ddpbench",
+                "run",
+                "--workload",
+                args.workload,
+                "--nproc",
+                "2",
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                "5",
+                "--no-profile",
+                "--slowdown",
+                str(slowdown),
+                "--out",
+                os.path.join(out, f"slowdown-{slowdown}"),
+                "--run-id",
+                f"r{index:02d}",
+            ]
+            done = subprocess.run(
+                command, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}
+            )
             if done.returncode != 0:
                 print(f"round {index} slowdown {slowdown} failed (exit {done.returncode}); left out", flush=True)
         print(f"round {index}/{rounds} done", flush=True)
@@ -121,8 +142,10 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="keep the records in this folder")
     parser.add_argument("--from", dest="source", default=None, help="use records kept earlier; run nothing")
     args = parser.parse_args()
-    settings = GateSettings(max_regression=parse_threshold(args.max_regression),
-                            prior_noise=parse_fraction(args.prior_noise, "--prior-noise") if args.prior_noise else None)
+    settings = GateSettings(
+        max_regression=parse_threshold(args.max_regression),
+        prior_noise=parse_fraction(args.prior_noise, "--prior-noise") if args.prior_noise else None,
+    )
     if args.source:
         folder = args.source
     else:
@@ -134,16 +157,21 @@ def main() -> None:
     slowed = {s: [runs[s][r] for r in rounds] for s in SLOWDOWNS[1:]}
     effects = {s: math.log(statistics.mean(slowed[s]) / statistics.mean(plain)) if s else 0.0 for s in SLOWDOWNS}
     logs = np.log(plain)
-    print(f"{args.workload} tiny, ddp x2 on gloo, {args.steps} steps, {len(rounds)} complete rounds; run-to-run "
-          f"spread of plain runs' log throughput: {np.std(logs, ddof=1):.1%}; measured effect of --slowdown "
-          + ", ".join(f"{s:.2f}: {1 - math.exp(effects[s]):.1%} less throughput" for s in SLOWDOWNS[1:]))
+    print(
+        f"{args.workload} tiny, ddp x2 on gloo, {args.steps} steps, {len(rounds)} complete rounds; run-to-run "
+        f"spread of plain runs' log throughput: {np.std(logs, ddof=1):.1%}; measured effect of --slowdown "
+        + ", ".join(f"{s:.2f}: {1 - math.exp(effects[s]):.1%} less throughput" for s in SLOWDOWNS[1:])
+    )
     rng = random.Random(0)
     k, h = args.per_side, args.history_runs
     cases = {}
     cases["1 run per side (prior)"] = {
         0.0: [two_sided_trial([a], [b], settings) for a, b in itertools.permutations(plain, 2)],
-        **{s: [two_sided_trial([a], [b], settings) for a, b in itertools.product(plain, slowed[s])]
-           for s in SLOWDOWNS[1:]}}
+        **{
+            s: [two_sided_trial([a], [b], settings) for a, b in itertools.product(plain, slowed[s])]
+            for s in SLOWDOWNS[1:]
+        },
+    }
 
     def groups(first, second, size, disjoint):
         out = []
@@ -156,8 +184,10 @@ def main() -> None:
         return out
 
     if len(plain) >= 2 * k:
-        cases[f"{k} runs per side"] = {s: [two_sided_trial(b, c, settings) for b, c in
-                                           groups(plain, slowed.get(s, plain), k, s == 0.0)] for s in SLOWDOWNS}
+        cases[f"{k} runs per side"] = {
+            s: [two_sided_trial(b, c, settings) for b, c in groups(plain, slowed.get(s, plain), k, s == 0.0)]
+            for s in SLOWDOWNS
+        }
     if len(plain) > h:
         history_cases = {}
         for s in SLOWDOWNS:
@@ -165,27 +195,41 @@ def main() -> None:
             for _ in range(args.draws):
                 chosen = rng.sample(range(len(plain)), h + 1)
                 candidate = [plain[chosen[-1]]] if s == 0.0 else [rng.choice(slowed[s])]
-                trials.append(two_sided_trial([plain[i] for i in chosen[:h]], candidate, settings,
-                                              baseline_is_history=True))
+                trials.append(
+                    two_sided_trial([plain[i] for i in chosen[:h]], candidate, settings, baseline_is_history=True)
+                )
             history_cases[s] = trials
         cases[f"history of {h} runs, 1 candidate run"] = history_cases
     r = args.ab_rounds
     if len(rounds) > r:
         windows = range(len(rounds) - r)
         cases[f"ab, {r} rounds"] = {
-            0.0: [paired_trial(plain[i:i + r], plain[i + 1:i + r + 1], settings) for i in windows],
-            **{s: [paired_trial(plain[i:i + r], slowed[s][i:i + r], settings) for i in windows]
-               for s in SLOWDOWNS[1:]}}
-    header = ["case", "A/A pass", "false alarms", "10 % caught (observed / predicted)",
-              "25 % caught (observed / predicted)", "median MDE", f"runs needed to see {settings.target:.2%}", "trials"]
+            0.0: [paired_trial(plain[i : i + r], plain[i + 1 : i + r + 1], settings) for i in windows],
+            **{
+                s: [paired_trial(plain[i : i + r], slowed[s][i : i + r], settings) for i in windows]
+                for s in SLOWDOWNS[1:]
+            },
+        }
+    header = [
+        "case",
+        "A/A pass",
+        "false alarms",
+        "10 % caught (observed / predicted)",
+        "25 % caught (observed / predicted)",
+        "median MDE",
+        f"runs needed to see {settings.target:.2%}",
+        "trials",
+    ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, trials in cases.items():
         print("| " + " | ".join(summarise(name, trials, settings, effects)) + " |")
-    print(f"threshold {settings.max_regression:.0%} (seen: {settings.target:.2%} caught {settings.power:.0%} of the "
-          f"time), family-wise false-alarm rate {settings.family_alpha:.0%} "
-          f"(one comparison per trial), power {settings.power:.0%}; 'predicted' = the gate's own power curve at "
-          f"the measured effect, averaged over trials")
+    print(
+        f"threshold {settings.max_regression:.0%} (seen: {settings.target:.2%} caught {settings.power:.0%} of the "
+        f"time), family-wise false-alarm rate {settings.family_alpha:.0%} "
+        f"(one comparison per trial), power {settings.power:.0%}; 'predicted' = the gate's own power curve at "
+        f"the measured effect, averaged over trials"
+    )
 
 
 if __name__ == "__main__":

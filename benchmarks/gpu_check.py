@@ -40,8 +40,19 @@ from ddpbench.analysis.peaks import device_peak  # noqa: E402  (no torch: safe b
 
 # Packages the harness imports. msgspec is needed to analyse traces (every profiled run does);
 # isal only makes reading them faster.
-PACKAGES = ("torch", "torchvision", "numpy", "pandas", "tqdm", "msgspec", "isal", "matplotlib", "seaborn",
-            "scipy", "pytest")
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "numpy",
+    "pandas",
+    "tqdm",
+    "msgspec",
+    "isal",
+    "matplotlib",
+    "seaborn",
+    "scipy",
+    "pytest",
+)
 REQUIRED = ("torch", "torchvision", "numpy", "pandas", "tqdm", "msgspec")
 
 # MFU a healthy eager-PyTorch run lands in on one recent GPU at the batch used here. Below the
@@ -54,14 +65,66 @@ MATMUL_FRACTION_RANGE = (0.40, 1.00)
 # DDP and DataParallel on one GPU do the same work as no wrapper.
 ONE_GPU_AGREEMENT = 0.10
 
-RESNET = ["--workload", "resnet50", "--size", "full", "--precision", "bf16", "--batch-size", "64",
-          "--steps", "30", "--warmup", "11"]
-GPT2_FP16 = ["--workload", "gpt2", "--size", "full", "--precision", "fp16", "--comm-hook", "fp16_compress",
-             "--batch-size", "8", "--steps", "25", "--strategy", "ddp"]
-GPT2_BF16_TWO = ["--workload", "gpt2", "--size", "full", "--precision", "bf16", "--batch-size", "8",
-                 "--steps", "25", "--strategy", "ddp"]
-VIT_WORKERS = ["--workload", "vit_b_16", "--size", "full", "--precision", "bf16", "--batch-size", "64",
-               "--steps", "25", "--num-workers", "4", "--strategy", "ddp"]
+RESNET = [
+    "--workload",
+    "resnet50",
+    "--size",
+    "full",
+    "--precision",
+    "bf16",
+    "--batch-size",
+    "64",
+    "--steps",
+    "30",
+    "--warmup",
+    "11",
+]
+GPT2_FP16 = [
+    "--workload",
+    "gpt2",
+    "--size",
+    "full",
+    "--precision",
+    "fp16",
+    "--comm-hook",
+    "fp16_compress",
+    "--batch-size",
+    "8",
+    "--steps",
+    "25",
+    "--strategy",
+    "ddp",
+]
+GPT2_BF16_TWO = [
+    "--workload",
+    "gpt2",
+    "--size",
+    "full",
+    "--precision",
+    "bf16",
+    "--batch-size",
+    "8",
+    "--steps",
+    "25",
+    "--strategy",
+    "ddp",
+]
+VIT_WORKERS = [
+    "--workload",
+    "vit_b_16",
+    "--size",
+    "full",
+    "--precision",
+    "bf16",
+    "--batch-size",
+    "64",
+    "--steps",
+    "25",
+    "--num-workers",
+    "4",
+    "--strategy",
+    "ddp",
+]
 
 
 def utc_now() -> str:
@@ -77,8 +140,15 @@ def child_env() -> dict:
 
 def run_command(args: list[str], timeout_s: float, cwd: str) -> tuple[int, str]:
     """Run in a session of its own; on timeout end the whole group (torchrun and its ranks)."""
-    process = subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = process.communicate(timeout=timeout_s)
         return process.returncode, output
@@ -125,8 +195,13 @@ class Checker:
     def __init__(self, out_dir: str, budget_s: float):
         self.out_dir = out_dir
         self.deadline = time.monotonic() + budget_s
-        self.summary = {"started_at": utc_now(), "python": sys.executable, "project": PROJECT, "device": None,
-                        "checks": []}
+        self.summary = {
+            "started_at": utc_now(),
+            "python": sys.executable,
+            "project": PROJECT,
+            "device": None,
+            "checks": [],
+        }
         self.records: dict[str, dict] = {}
         self.device_name: str | None = None
 
@@ -158,18 +233,24 @@ class Checker:
 
     def write(self) -> None:
         checks = self.summary["checks"]
-        self.summary.update(ended_at=utc_now(), passed=sum(c["ok"] is True for c in checks),
-                            failed=sum(c["ok"] is False for c in checks),
-                            skipped=sum(c["ok"] is None for c in checks))
+        self.summary.update(
+            ended_at=utc_now(),
+            passed=sum(c["ok"] is True for c in checks),
+            failed=sum(c["ok"] is False for c in checks),
+            skipped=sum(c["ok"] is None for c in checks),
+        )
         with open(os.path.join(self.out_dir, "gpu_check.json"), "w", encoding="utf-8") as handle:
             json.dump(self.summary, handle, indent=1, sort_keys=True, default=str)
-        lines = [f"ddpbench GPU check  {self.summary['started_at']}  python {sys.executable}",
-                 f"device: {json.dumps(self.summary['device'], default=str)}"]
+        lines = [
+            f"ddpbench GPU check  {self.summary['started_at']}  python {sys.executable}",
+            f"device: {json.dumps(self.summary['device'], default=str)}",
+        ]
         for check in checks:
             verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[check["ok"]]
             lines.append(f"{verdict}  {check['name']:<34} {check['seconds']:6.1f} s  {check['message']}")
-        lines.append(f"{self.summary['passed']} passed, {self.summary['failed']} failed, "
-                     f"{self.summary['skipped']} skipped")
+        lines.append(
+            f"{self.summary['passed']} passed, {self.summary['failed']} failed, " f"{self.summary['skipped']} skipped"
+        )
         with open(os.path.join(self.out_dir, "gpu_check.txt"), "w", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
 
@@ -192,29 +273,64 @@ class Checker:
             "import json; from ddpbench.worker.environment import torch_facts;"
             "from ddpbench.running.environment import gpu_host_facts;"
             "import torch; f = {**torch_facts(), **gpu_host_facts()};"
-            "f['cuda_available'] = torch.cuda.is_available(); print(json.dumps(f, default=str))", 120, self.out_dir)
-        figures.update({key: facts.get(key) for key in (
-            "torch", "cuda", "cudnn", "nccl", "gpu_count", "gpu_names", "gpu_capabilities", "gpu_memory_bytes",
-            "bf16_supported", "driver_version", "mig_mode", "matmul_allow_tf32", "cudnn_allow_tf32",
-            "cudnn_benchmark", "cuda_available")})
+            "f['cuda_available'] = torch.cuda.is_available(); print(json.dumps(f, default=str))",
+            120,
+            self.out_dir,
+        )
+        figures.update(
+            {
+                key: facts.get(key)
+                for key in (
+                    "torch",
+                    "cuda",
+                    "cudnn",
+                    "nccl",
+                    "gpu_count",
+                    "gpu_names",
+                    "gpu_capabilities",
+                    "gpu_memory_bytes",
+                    "bf16_supported",
+                    "driver_version",
+                    "mig_mode",
+                    "matmul_allow_tf32",
+                    "cudnn_allow_tf32",
+                    "cudnn_benchmark",
+                    "cuda_available",
+                )
+            }
+        )
         figures["gpu_topology"] = facts.get("gpu_topology")
-        self.summary["device"] = {key: figures.get(key) for key in (
-            "gpu_names", "gpu_count", "driver_version", "cuda", "nccl", "torch", "bf16_supported", "mig_mode")}
+        self.summary["device"] = {
+            key: figures.get(key)
+            for key in (
+                "gpu_names",
+                "gpu_count",
+                "driver_version",
+                "cuda",
+                "nccl",
+                "torch",
+                "bf16_supported",
+                "mig_mode",
+            )
+        }
         if not facts.get("cuda_available") or not facts.get("gpu_count"):
             raise CheckFailed("torch sees no CUDA GPU")
         self.device_name = facts["gpu_names"][0]
         peak = device_peak(self.device_name)
-        figures["published_peak"] = None if peak is None else {"matched": peak.label, "tflops": peak.tflops,
-                                                                "source": peak.source}
-        problems = [f"missing required package {name} (see README 'GPU check')"
-                    for name in REQUIRED if packages.get(name) is None]
+        figures["published_peak"] = (
+            None if peak is None else {"matched": peak.label, "tflops": peak.tflops, "source": peak.source}
+        )
+        problems = [
+            f"missing required package {name} (see README 'GPU check')"
+            for name in REQUIRED
+            if packages.get(name) is None
+        ]
         if not facts.get("nccl"):
             problems.append("no NCCL version reported")
         if not facts.get("bf16_supported"):
             problems.append("bf16 not supported natively")
         too_many = str(facts["gpu_count"] + 1)
-        code, output = self.ddpbench("run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many,
-                                     timeout_s=120)
+        code, output = self.ddpbench("run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many, timeout_s=120)
         figures["refusal_run"] = tail(output, 2)
         if code != 2 or f"this machine has {facts['gpu_count']}" not in output:
             problems.append(f"run --nproc {too_many} was not refused with exit code 2 (got {code})")
@@ -224,9 +340,11 @@ class Checker:
             problems.append(f"sweep --gpus {too_many} was not refused with exit code 2 (got {code})")
         if problems:
             raise CheckFailed("; ".join(problems))
-        return (f"{self.device_name} x{facts['gpu_count']}, driver {facts.get('driver_version')}, CUDA "
-                f"{facts.get('cuda')}, NCCL {facts.get('nccl')}, torch {facts.get('torch')}, bf16 native, "
-                f"peak {'unknown' if peak is None else peak.label}")
+        return (
+            f"{self.device_name} x{facts['gpu_count']}, driver {facts.get('driver_version')}, CUDA "
+            f"{facts.get('cuda')}, NCCL {facts.get('nccl')}, torch {facts.get('torch')}, bf16 native, "
+            f"peak {'unknown' if peak is None else peak.label}"
+        )
 
     def probe(self, figures: dict) -> str:
         found = python_json(PROBE_CODE, 180, self.out_dir)
@@ -235,7 +353,9 @@ class Checker:
         if abs(found["events_over_wall"] - 1) > 0.03:
             problems.append(f"CUDA-event step times sum to {found['events_over_wall']:.3f} x the window's wall time")
         if found["min_step_with_sleep_s"] < 0.05:
-            problems.append(f"a 50 ms host sleep inside a step was not in its time ({found['min_step_with_sleep_s']:.4f} s)")
+            problems.append(
+                f"a 50 ms host sleep inside a step was not in its time ({found['min_step_with_sleep_s']:.4f} s)"
+            )
         peak = device_peak(self.device_name)
         message = f"events/wall {found['events_over_wall']:.4f}, bf16 matmul {found['bf16_matmul_tflops']:.0f} TFLOP/s"
         if peak is not None:
@@ -243,8 +363,10 @@ class Checker:
             figures["bf16_matmul_fraction_of_peak"] = fraction
             low, high = MATMUL_FRACTION_RANGE
             if not low <= fraction <= high:
-                problems.append(f"bf16 matmul at {100 * fraction:.0f} % of the {peak.label} peak, "
-                                f"outside {100 * low:.0f}-{100 * high:.0f} %")
+                problems.append(
+                    f"bf16 matmul at {100 * fraction:.0f} % of the {peak.label} peak, "
+                    f"outside {100 * low:.0f}-{100 * high:.0f} %"
+                )
             message += f" ({100 * fraction:.0f} % of {peak.tflops['bf16']} peak)"
         if problems:
             raise CheckFailed("; ".join(problems))
@@ -253,8 +375,19 @@ class Checker:
     def one_run(self, key: str, args: list[str], figures: dict, timeout_s: float = 240) -> dict:
         """`ddpbench run` on the GPU; the record is checked for status, checks, finite loss, MFU."""
         out = os.path.join(self.out_dir, "runs", key)
-        code, output = self.ddpbench("run", "--device", "cuda", "--run-id", key, "--out", out,
-                                     "--run-timeout", str(int(timeout_s - 30)), *args, timeout_s=timeout_s)
+        code, output = self.ddpbench(
+            "run",
+            "--device",
+            "cuda",
+            "--run-id",
+            key,
+            "--out",
+            out,
+            "--run-timeout",
+            str(int(timeout_s - 30)),
+            *args,
+            timeout_s=timeout_s,
+        )
         path = os.path.join(out, "runs", f"{key}.json")
         if not os.path.exists(path):
             raise CheckFailed(f"no record (exit code {code}): {tail(output)}")
@@ -262,19 +395,29 @@ class Checker:
             record = json.load(handle)
         self.records[key] = record
         metrics = record.get("metrics") or {}
-        figures.update({
-            "record": path, "status": record["status"], "exit_code": code,
-            "throughput_units_per_s": metrics.get("throughput_units_per_s"), "unit": metrics.get("sample_unit"),
-            "samples_per_s_per_device": metrics.get("throughput_samples_per_s_per_device"),
-            "iteration_p50_s": (metrics.get("iteration_time_s") or {}).get("p50"), "mfu": metrics.get("mfu"),
-            "mfu_basis": metrics.get("mfu_basis"), "flops_per_sample": metrics.get("flops_per_sample"),
-            "peak_memory_bytes": [r.get("peak_memory_bytes") for r in record.get("ranks", [])],
-            "host_sync": record.get("host_sync"), "error": record.get("error"),
-        })
+        figures.update(
+            {
+                "record": path,
+                "status": record["status"],
+                "exit_code": code,
+                "throughput_units_per_s": metrics.get("throughput_units_per_s"),
+                "unit": metrics.get("sample_unit"),
+                "samples_per_s_per_device": metrics.get("throughput_samples_per_s_per_device"),
+                "iteration_p50_s": (metrics.get("iteration_time_s") or {}).get("p50"),
+                "mfu": metrics.get("mfu"),
+                "mfu_basis": metrics.get("mfu_basis"),
+                "flops_per_sample": metrics.get("flops_per_sample"),
+                "peak_memory_bytes": [r.get("peak_memory_bytes") for r in record.get("ranks", [])],
+                "host_sync": record.get("host_sync"),
+                "error": record.get("error"),
+            }
+        )
         failed = [name for name, check in (record.get("checks") or {}).items() if check.get("ok") is False]
         if record["status"] != "ok" or code != 0 or failed:
-            raise CheckFailed(f"status {record['status']}, exit code {code}, failed checks {failed}: "
-                              f"{(record.get('error') or {}).get('message', tail(output))}")
+            raise CheckFailed(
+                f"status {record['status']}, exit code {code}, failed checks {failed}: "
+                f"{(record.get('error') or {}).get('message', tail(output))}"
+            )
         if not math.isfinite(metrics.get("final_loss", float("nan"))):
             raise CheckFailed(f"final loss {metrics.get('final_loss')} is not finite")
         self.plausible(record["spec"]["workload"], metrics, figures)
@@ -294,9 +437,11 @@ class Checker:
         highest = high * basis["peak_flops_per_s"] / per_sample
         figures["plausibility"] = {"mfu_range": [low, high], "samples_per_s_per_device_range": [lowest, highest]}
         if not low <= metrics["mfu"] <= high:
-            raise CheckFailed(f"MFU {100 * metrics['mfu']:.1f} % outside the plausible {100 * low:.0f}-"
-                              f"{100 * high:.0f} % ({metrics['throughput_samples_per_s_per_device']:.1f} samples/s "
-                              f"per device; plausible {lowest:.0f}-{highest:.0f})")
+            raise CheckFailed(
+                f"MFU {100 * metrics['mfu']:.1f} % outside the plausible {100 * low:.0f}-"
+                f"{100 * high:.0f} % ({metrics['throughput_samples_per_s_per_device']:.1f} samples/s "
+                f"per device; plausible {lowest:.0f}-{highest:.0f})"
+            )
 
     def resnet(self, strategy: str):
         def check(figures: dict) -> str:
@@ -310,13 +455,16 @@ class Checker:
                 figures["throughput_over_local"] = ratio
                 message += f", {ratio:.3f} x local"
                 if abs(ratio - 1) > ONE_GPU_AGREEMENT:
-                    raise CheckFailed(f"{strategy} on one GPU runs at {ratio:.3f} x local (allowed within "
-                                      f"{100 * ONE_GPU_AGREEMENT:.0f} %)")
+                    raise CheckFailed(
+                        f"{strategy} on one GPU runs at {ratio:.3f} x local (allowed within "
+                        f"{100 * ONE_GPU_AGREEMENT:.0f} %)"
+                    )
             if strategy == "ddp":
                 logging = record["host_sync"]["ddp_runtime_logging"]
                 if logging["timed_steps_host_synchronised"]:
                     raise CheckFailed(logging["how"])
             return message
+
         return check
 
     def contention_projection(self, figures: dict) -> str:
@@ -329,7 +477,9 @@ class Checker:
         view = record["timeline"]["by_rank"][0]
         probe = view.get("contention")
         figures["probe"] = probe
-        figures["timeline_steps"] = {kind: len(view.get(kind) or []) for kind in ("with_ddp", "without_allreduce", "solo")}
+        figures["timeline_steps"] = {
+            kind: len(view.get(kind) or []) for kind in ("with_ddp", "without_allreduce", "solo")
+        }
         problems = [f"{kind}: no steps" for kind, count in figures["timeline_steps"].items() if not count]
         if record["spec"]["world_size"] > 1:
             for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):
@@ -338,8 +488,9 @@ class Checker:
                     problems.append(f"{name}: {values}")
         elif probe is not None:
             problems.append("a one-rank run has a contention probe")
-        code, output = self.ddpbench("project", self.record_path("resnet50-ddp"),
-                                     "--world", "8", "--profile", "h200-nvswitch", timeout_s=60)
+        code, output = self.ddpbench(
+            "project", self.record_path("resnet50-ddp"), "--world", "8", "--profile", "h200-nvswitch", timeout_s=60
+        )
         figures["project"] = tail(output, 12)
         if code != 0 or "contention" not in output:
             problems.append(f"project exited {code}: {tail(output)}")
@@ -358,9 +509,22 @@ class Checker:
         code, output = self.ddpbench("trace", "analyze", "--json", path, timeout_s=120)
         if code != 0:
             raise CheckFailed(f"exit code {code}: {tail(output)}")
-        rank = json.loads(output[output.index("{"):])["ranks"][0]
-        figures.update({key: rank.get(key) for key in ("kind", "backend", "steps_analysed", "compute_us", "comm_us",
-                                                      "overlap_pct", "exposed_comm_us", "kernels")})
+        rank = json.loads(output[output.index("{") :])["ranks"][0]
+        figures.update(
+            {
+                key: rank.get(key)
+                for key in (
+                    "kind",
+                    "backend",
+                    "steps_analysed",
+                    "compute_us",
+                    "comm_us",
+                    "overlap_pct",
+                    "exposed_comm_us",
+                    "kernels",
+                )
+            }
+        )
         code, hta_output = self.ddpbench("trace", "analyze", "--mode", "hta", path, timeout_s=120)
         figures["hta_mode"] = tail(hta_output, 3)
         problems = []
@@ -371,8 +535,10 @@ class Checker:
         if not rank["compute_us"] > 0:
             problems.append("no compute time")
         if (rank.get("kernels") or {}).get("without_launch"):
-            problems.append(f"{rank['kernels']['without_launch']} kernels without a launch event "
-                            "(NCCL launching through an API the analysis does not link?)")
+            problems.append(
+                f"{rank['kernels']['without_launch']} kernels without a launch event "
+                "(NCCL launching through an API the analysis does not link?)"
+            )
         if code != 0:
             problems.append(f"--mode hta exit code {code}")
         if problems:
@@ -386,10 +552,15 @@ class Checker:
         notes = record["host_sync"]["host_reads_per_step"]
         averaged = record["checks"]["gradients_averaged"]
         error = averaged["details"].get("max_relative_error")
-        gradients = f"gradients averaged within {error:.1e}" if error is not None else \
-            f"gradients not checked: {averaged['reason']}"  # one GPU, or a diverged fp16 run
-        return (f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, {gradients}"
-                f"{', GradScaler host read noted' if notes else ''}")
+        gradients = (
+            f"gradients averaged within {error:.1e}"
+            if error is not None
+            else f"gradients not checked: {averaged['reason']}"
+        )  # one GPU, or a diverged fp16 run
+        return (
+            f"{metrics['throughput_units_per_s']:,.0f} tokens/s, MFU {mfu_text(metrics)}, {gradients}"
+            f"{', GradScaler host read noted' if notes else ''}"
+        )
 
     def ddp_two_gpus(self, figures: dict) -> str:
         """DDP over NCCL across two GPUs: the only check here that compares ranks. On one GPU the
@@ -397,17 +568,24 @@ class Checker:
         gpus = (self.summary.get("device") or {}).get("gpu_count") or 0
         figures["gpu_count"] = gpus
         if gpus < 2:
-            raise CheckSkipped(f"this machine has {gpus} GPU(s): one GPU cannot check that DDP averages gradients "
-                               "or keeps replicas in sync (there is no second rank to compare); needs 2 GPUs")
+            raise CheckSkipped(
+                f"this machine has {gpus} GPU(s): one GPU cannot check that DDP averages gradients "
+                "or keeps replicas in sync (there is no second rank to compare); needs 2 GPUs"
+            )
         record = self.one_run("gpt2-ddp-2gpu", [*GPT2_BF16_TWO, "--nproc", "2"], figures)
         checks = record["checks"]
-        undecided = [name for name in ("gradients_averaged", "replicas_in_sync", "shards_disjoint")
-                     if checks[name]["ok"] is not True]
+        undecided = [
+            name
+            for name in ("gradients_averaged", "replicas_in_sync", "shards_disjoint")
+            if checks[name]["ok"] is not True
+        ]
         if undecided:
             raise CheckFailed(f"with 2 ranks these checks were not decided: {undecided}")
         error = checks["gradients_averaged"]["details"]["max_relative_error"]
-        return (f"2 ranks over NCCL: gradients averaged within {error:.1e}, replicas in sync, "
-                f"{record['metrics']['throughput_units_per_s']:,.0f} tokens/s")
+        return (
+            f"2 ranks over NCCL: gradients averaged within {error:.1e}, replicas in sync, "
+            f"{record['metrics']['throughput_units_per_s']:,.0f} tokens/s"
+        )
 
     def vit_workers(self, figures: dict) -> str:
         record = self.one_run("vit-workers", VIT_WORKERS, figures)
@@ -416,9 +594,24 @@ class Checker:
 
     def sweep(self, figures: dict) -> str:
         sweeps = os.path.join(self.out_dir, "sweeps")
-        code, output = self.ddpbench("sweep", "--gpus", "1", "--workloads", "mlp", "--steps", "24", "--warmup", "11",
-                                     "--out", sweeps, "--sweep-id", "gpu-check", "--run-timeout", "150",
-                                     timeout_s=420)
+        code, output = self.ddpbench(
+            "sweep",
+            "--gpus",
+            "1",
+            "--workloads",
+            "mlp",
+            "--steps",
+            "24",
+            "--warmup",
+            "11",
+            "--out",
+            sweeps,
+            "--sweep-id",
+            "gpu-check",
+            "--run-timeout",
+            "150",
+            timeout_s=420,
+        )
         folder = os.path.join(sweeps, "gpu-check")
         figures["output_tail"] = tail(output, 12)
         runs = sorted(os.listdir(os.path.join(folder, "runs"))) if os.path.isdir(os.path.join(folder, "runs")) else []
@@ -459,17 +652,34 @@ class Checker:
         if problems:
             raise CheckFailed("; ".join(problems) + f": {tail(output)}")
         shown = ", ".join(f"{name} {terms[name]['s_per_step'] * 1e3:.2f} ms" for name in ("ddp_work", "data"))
-        return (f"3 runs ok, scaling.csv, table and report ({report}); DDP x1 breakdown (ddp_work and data only, "
-                f"one GPU): {shown}")
+        return (
+            f"3 runs ok, scaling.csv, table and report ({report}); DDP x1 breakdown (ddp_work and data only, "
+            f"one GPU): {shown}"
+        )
 
     def cuda_tests(self, figures: dict) -> str:
         if importlib.util.find_spec("pytest") is None:
             raise CheckSkipped("pytest is not installed for this interpreter (README 'GPU check' says how to bring it)")
         timeout_s = max(60.0, self.left_s() - 10)
-        code, output = run_command([sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
-                                    os.path.join(PROJECT, "tests", "test_cuda.py")], timeout_s, PROJECT)
-        summary = [line for line in output.splitlines() if " passed" in line or " failed" in line
-                   or " error" in line or " skipped" in line]
+        code, output = run_command(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-rfEs",
+                "-p",
+                "no:cacheprovider",
+                os.path.join(PROJECT, "tests", "test_cuda.py"),
+            ],
+            timeout_s,
+            PROJECT,
+        )
+        summary = [
+            line
+            for line in output.splitlines()
+            if " passed" in line or " failed" in line or " error" in line or " skipped" in line
+        ]
         figures["summary"] = summary[-1] if summary else None
         figures["output_tail"] = output.strip().splitlines()[-40:]
         if code != 0:
@@ -479,7 +689,7 @@ class Checker:
         return summary[-1]
 
 
-PROBE_CODE = r'''
+PROBE_CODE = r"""
 import json, time, torch
 from ddpbench.worker.clock import StepClock
 device = torch.device("cuda", 0)
@@ -520,18 +730,23 @@ seconds = start.elapsed_time(end) / 1000 / 10
 print(json.dumps({"window_wall_s": wall, "event_step_sum_s": sum(steps), "events_over_wall": sum(steps) / wall,
                   "step_s_median": sorted(steps)[len(steps) // 2], "min_step_with_sleep_s": min(sleep_steps),
                   "bf16_matmul_tflops": 2 * 8192 ** 3 / seconds / 1e12}))
-'''
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="output folder (default results/gpu-check-<time>)")
-    parser.add_argument("--budget-s", type=float, default=540.0,
-                        help="total seconds; checks that no longer fit are skipped and say so (default 540)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="total seconds; checks that no longer fit are skipped and say so (default 540)",
+    )
     parser.add_argument("--only", default=None, help="comma-separated check names to run (default: all)")
     args = parser.parse_args(argv)
-    out_dir = os.path.abspath(args.out or os.path.join(PROJECT, "results",
-                                                       "gpu-check-" + datetime.now().strftime("%Y%m%dT%H%M%S")))
+    out_dir = os.path.abspath(
+        args.out or os.path.join(PROJECT, "results", "gpu-check-" + datetime.now().strftime("%Y%m%dT%H%M%S"))
+    )
     os.makedirs(out_dir, exist_ok=True)
     checker = Checker(out_dir, args.budget_s)
     plan = [  # name, seconds it needs at least, check
@@ -555,8 +770,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         checker.run(name, needs_s, check)
     checker.write()
-    print(f"{checker.summary['passed']} passed, {checker.summary['failed']} failed, "
-          f"{checker.summary['skipped']} skipped; summary in {out_dir}/gpu_check.txt and gpu_check.json")
+    print(
+        f"{checker.summary['passed']} passed, {checker.summary['failed']} failed, "
+        f"{checker.summary['skipped']} skipped; summary in {out_dir}/gpu_check.txt and gpu_check.json"
+    )
     return 0 if checker.summary["failed"] == 0 else 1
 
 

@@ -6,6 +6,7 @@ min and max. One run is one sample: the machine's speed drifts between runs, so 
 
     .venv/bin/python benchmarks/harness_overhead.py [--nproc 2] [--rounds 6] [--steps 210] [--warmup 10]
 """
+
 import argparse
 import glob
 import json
@@ -20,22 +21,58 @@ REPO = os.path.dirname(HERE)
 
 
 def plain(args) -> float:
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={args.nproc}", os.path.join(HERE, "plain_ddp.py"),
-                           str(args.steps), str(args.warmup), str(args.threads), str(args.batch)],
-                          cwd=REPO, capture_output=True, text=True, check=True,
-                          env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={args.nproc}",
+            os.path.join(HERE, "plain_ddp.py"),
+            str(args.steps),
+            str(args.warmup),
+            str(args.threads),
+            str(args.batch),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
+    )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     return found["throughput_samples_per_s"], found["cpu_s_per_step"]
 
 
 def harness(args) -> float:
     with tempfile.TemporaryDirectory() as out:
-        done = subprocess.run([sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--device", "cpu",
-                               "--nproc", str(args.nproc), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                               "--batch-size", str(args.batch), "--threads-per-rank", str(args.threads),
-                               "--out", out],
-                              cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ddpbench",
+                "run",
+                "--workload",
+                "mlp",
+                "--device",
+                "cpu",
+                "--nproc",
+                str(args.nproc),
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--batch-size",
+                str(args.batch),
+                "--threads-per-rank",
+                str(args.threads),
+                "--out",
+                out,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             sys.exit(f"ddpbench run failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
         record = json.load(open(glob.glob(os.path.join(out, "runs", "*.json"))[0]))
@@ -62,15 +99,25 @@ def main() -> None:
         (plain_x, plain_cpu), (harness_x, harness_cpu) = measured["plain"], measured["harness"]
         ratios.append(harness_x / plain_x)
         cpu_ratios.append(plain_cpu / harness_cpu)  # above 1: the harness uses less CPU per step
-        print(f"round {round_index + 1}: plain {plain_x:.1f} samples/s, harness {harness_x:.1f} samples/s, "
-              f"ratio {ratios[-1]:.3f}; CPU per step plain {plain_cpu * 1e3:.2f} ms, harness "
-              f"{harness_cpu * 1e3:.2f} ms, ratio {cpu_ratios[-1]:.3f}", flush=True)
-    what = (f"mlp tiny, batch {args.batch}, {args.nproc} ranks x {args.threads} thread(s), "
-            f"{args.steps - args.warmup} timed steps")
-    print(f"throughput ratio harness/plain over {args.rounds} rounds: median {statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f}); {what}")
-    print(f"CPU-time ratio plain/harness per step: median {statistics.median(cpu_ratios):.3f} "
-          f"(min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f})")
+        print(
+            f"round {round_index + 1}: plain {plain_x:.1f} samples/s, harness {harness_x:.1f} samples/s, "
+            f"ratio {ratios[-1]:.3f}; CPU per step plain {plain_cpu * 1e3:.2f} ms, harness "
+            f"{harness_cpu * 1e3:.2f} ms, ratio {cpu_ratios[-1]:.3f}",
+            flush=True,
+        )
+    what = (
+        f"mlp tiny, batch {args.batch}, {args.nproc} ranks x {args.threads} thread(s), "
+        f"{args.steps - args.warmup} timed steps"
+    )
+    print(
+        f"throughput ratio harness/plain over {args.rounds} rounds: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}); {what}"
+    )
+    print(
+        f"CPU-time ratio plain/harness per step: median {statistics.median(cpu_ratios):.3f} "
+        f"(min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f})"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ long epoch, DistributedSampler with set_epoch(0), SGD with momentum, and prints 
 rank 0: {"throughput_samples_per_s": ...} = global samples in the barrier-aligned window / its
 wall time, and "cpu_s_per_step": CPU time all ranks' processes used in the window, per step.
 """
+
 import json
 import sys
 import time
@@ -46,8 +47,14 @@ def main() -> None:
     cpu_by_rank = [None] * world_size
     dist.all_gather_object(cpu_by_rank, cpu_s)
     if rank == 0:
-        print(json.dumps({"throughput_samples_per_s": batch * world_size * (steps - warmup) / window_s,
-                          "cpu_s_per_step": sum(cpu_by_rank) / (steps - warmup)}))
+        print(
+            json.dumps(
+                {
+                    "throughput_samples_per_s": batch * world_size * (steps - warmup) / window_s,
+                    "cpu_s_per_step": sum(cpu_by_rank) / (steps - warmup),
+                }
+            )
+        )
     dist.destroy_process_group()
 
 

@@ -43,17 +43,42 @@ with open(PLANTED, encoding="utf-8") as source:
         name, _, value = line.partition(" = ")
         if name in ("FORWARD_DELAY_S", "GETITEM_DELAY_S", "GETITEM_BATCH_SIZE"):
             AMOUNTS[name] = float(value)
-CASES = {"baseline": "steady_ranks", "slow_rank": "slow_rank_one", "slow_getitem": "slow_getitem",
-         "shaped": "steady_ranks"}
+CASES = {
+    "baseline": "steady_ranks",
+    "slow_rank": "slow_rank_one",
+    "slow_getitem": "slow_getitem",
+    "shaped": "steady_ranks",
+}
 TOLERANCE = 0.25
 
 
 def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str]) -> bool:
     # Every DDP run on loopback, the only interface inside the namespace: the same transport in every case.
     env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", GLOO_SOCKET_IFNAME="lo")
-    command = [*LOCK, *prefix, sys.executable, "-m", "ddpbench", "sweep", "--device", "cpu", "--nproc", "2",
-               "--workloads", f"{PLANTED}:{CASES[case]}", "--strategies", "local,ddp", "--steps", str(steps),
-               "--warmup", str(warmup), "--out", out, "--sweep-id", case]
+    command = [
+        *LOCK,
+        *prefix,
+        sys.executable,
+        "-m",
+        "ddpbench",
+        "sweep",
+        "--device",
+        "cpu",
+        "--nproc",
+        "2",
+        "--workloads",
+        f"{PLANTED}:{CASES[case]}",
+        "--strategies",
+        "local,ddp",
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--out",
+        out,
+        "--sweep-id",
+        case,
+    ]
     started = time.time()
     done = subprocess.run(command, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(f"  [{time.time() - started:5.0f} s] {case}: exit {done.returncode}", file=sys.stderr)
@@ -70,9 +95,10 @@ def in_shaped_namespace(out: str, steps: int, warmup: int, rate: str) -> str | N
         return f"`ip netns add` does not work here: {added.stderr.strip()}"
     try:
         # tbf's burst must exceed the MTU, or no packet ever leaves.
-        for command in (["ip", "link", "set", "lo", "up", "mtu", "9000"],
-                        ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst", "200kb",
-                         "latency", "50ms"]):
+        for command in (
+            ["ip", "link", "set", "lo", "up", "mtu", "9000"],
+            ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst", "200kb", "latency", "50ms"],
+        ):
             done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
             if done.returncode:
                 return f"cannot shape the namespace's loopback: {done.stderr.strip()}"
@@ -99,20 +125,29 @@ def term_ms(breakdown, name: str) -> float | None:
 
 
 def attribution_table(found: dict) -> list[str]:
-    lines = ["| case | step ms | reference ms | lost ms (points) | " + " | ".join(TERM_NAMES) + " |",
-             "|---" * (4 + len(TERM_NAMES)) + "|"]
+    lines = [
+        "| case | step ms | reference ms | lost ms (points) | " + " | ".join(TERM_NAMES) + " |",
+        "|---" * (4 + len(TERM_NAMES)) + "|",
+    ]
     for case, breakdown in found.items():
         lost = breakdown.step_s - breakdown.reference_step_s
-        cells = [f"{ms(t.s_per_step)} ({t.points:.1f})" if t.s_per_step is not None else "n/a"
-                 for t in (breakdown.terms[name] for name in TERM_NAMES)]
-        lines.append(f"| {case} | {ms(breakdown.step_s)} | {ms(breakdown.reference_step_s)} | "
-                     f"{ms(lost)} ({100 - 100 * breakdown.efficiency:.1f}) | " + " | ".join(cells) + " |")
+        cells = [
+            f"{ms(t.s_per_step)} ({t.points:.1f})" if t.s_per_step is not None else "n/a"
+            for t in (breakdown.terms[name] for name in TERM_NAMES)
+        ]
+        lines.append(
+            f"| {case} | {ms(breakdown.step_s)} | {ms(breakdown.reference_step_s)} | "
+            f"{ms(lost)} ({100 - 100 * breakdown.efficiency:.1f}) | " + " | ".join(cells) + " |"
+        )
     return lines
 
 
 def growth(breakdown, baseline, names) -> dict[str, float]:
-    return {name: term_ms(breakdown, name) - term_ms(baseline, name) for name in names
-            if term_ms(breakdown, name) is not None and term_ms(baseline, name) is not None}
+    return {
+        name: term_ms(breakdown, name) - term_ms(baseline, name)
+        for name in names
+        if term_ms(breakdown, name) is not None and term_ms(baseline, name) is not None
+    }
 
 
 def verdict(measured: float, planted: float) -> str:
@@ -121,8 +156,11 @@ def verdict(measured: float, planted: float) -> str:
 
 def planted_table(found: dict) -> list[str]:
     """Per case, the planted amount next to the term that should hold it."""
-    lines = ["| case | planted | ms per step | should be held by | it holds ms | within 25 % | "
-             "other terms, largest growth against baseline |", "|---" * 7 + "|"]
+    lines = [
+        "| case | planted | ms per step | should be held by | it holds ms | within 25 % | "
+        "other terms, largest growth against baseline |",
+        "|---" * 7 + "|",
+    ]
     baseline = found.get("baseline")
     if baseline is None:
         return lines + ["| (no baseline run) |"]
@@ -131,27 +169,33 @@ def planted_table(found: dict) -> list[str]:
         delay = AMOUNTS["FORWARD_DELAY_S"]
         others = growth(slow, baseline, [n for n in TERM_NAMES if n != "slowest_rank"])
         name, most = max(others.items(), key=lambda item: item[1])
-        lines.append(f"| slow_rank | rank 1's forward sleeps | {ms(delay)} | slowest_rank | "
-                     f"{ms(term_ms(slow, 'slowest_rank'))} | {verdict(term_ms(slow, 'slowest_rank'), delay)} | "
-                     f"{name} {ms(most)} ({'within' if most <= TOLERANCE * delay else 'over'} the limit "
-                     f"{ms(TOLERANCE * delay)}) |")
+        lines.append(
+            f"| slow_rank | rank 1's forward sleeps | {ms(delay)} | slowest_rank | "
+            f"{ms(term_ms(slow, 'slowest_rank'))} | {verdict(term_ms(slow, 'slowest_rank'), delay)} | "
+            f"{name} {ms(most)} ({'within' if most <= TOLERANCE * delay else 'over'} the limit "
+            f"{ms(TOLERANCE * delay)}) |"
+        )
     data = found.get("slow_getitem")
     if data is not None:
         planted = AMOUNTS["GETITEM_DELAY_S"] * AMOUNTS["GETITEM_BATCH_SIZE"]
         seen = data.phases["data"]
         held = term_ms(data, "data")
-        lines.append(f"| slow_getitem | every sample sleeps, every rank | {ms(planted)} (data time at N "
-                     f"{ms(seen)}) | data stays near 0 | {ms(held)} | "
-                     f"{'yes' if abs(held) < TOLERANCE * seen else 'no'} (limit {ms(TOLERANCE * seen)}) | |")
+        lines.append(
+            f"| slow_getitem | every sample sleeps, every rank | {ms(planted)} (data time at N "
+            f"{ms(seen)}) | data stays near 0 | {ms(held)} | "
+            f"{'yes' if abs(held) < TOLERANCE * seen else 'no'} (limit {ms(TOLERANCE * seen)}) | |"
+        )
     shaped = found.get("shaped")
     if shaped is not None:
         slower = shaped.step_s - baseline.step_s
         held = sum(growth(shaped, baseline, ["exposed_comm", "overlap_slowdown"]).values())
         others = growth(shaped, baseline, [n for n in TERM_NAMES if n not in ("exposed_comm", "overlap_slowdown")])
         name, most = max(others.items(), key=lambda item: item[1])
-        lines.append(f"| shaped | tbf on loopback (step increase over baseline) | {ms(slower)} | "
-                     f"exposed_comm + overlap_slowdown, growth | {ms(held)} | {verdict(held, slower)} | "
-                     f"{name} {ms(most)} |")
+        lines.append(
+            f"| shaped | tbf on loopback (step increase over baseline) | {ms(slower)} | "
+            f"exposed_comm + overlap_slowdown, growth | {ms(held)} | {verdict(held, slower)} | "
+            f"{name} {ms(most)} |"
+        )
     return lines
 
 

@@ -11,6 +11,7 @@ all-reduce path is real):
 
     .venv/bin/python benchmarks/progress_overhead.py [--rounds 10] [--steps 50]
 """
+
 import argparse
 import os
 import statistics
@@ -45,8 +46,12 @@ def steps_s(model, optimizer, workload, precision, batch, progress, count: int) 
 def store_cost_s(beat) -> float:
     """Seconds per step for the stores the loop and train_step make, minus an empty loop."""
     number = 1_000_000
-    stores = timeit.timeit('beat.step, beat.where = 1, "data"; beat.where = "forward"; '
-                           'beat.where = "backward"; beat.where = "optimizer"', globals={"beat": beat}, number=number)
+    stores = timeit.timeit(
+        'beat.step, beat.where = 1, "data"; beat.where = "forward"; '
+        'beat.where = "backward"; beat.where = "optimizer"',
+        globals={"beat": beat},
+        number=number,
+    )
     empty = timeit.timeit("pass", number=number)
     return max(0.0, stores - empty) / number
 
@@ -93,9 +98,13 @@ def main() -> None:
     step = statistics.median(untracked_all)
     print(f"tiny MLP step (DDP, 1-rank gloo, {args.threads} thread): median {step * 1e3:.2f} ms")
     print(f"1. progress stores per step: {per_step * 1e9:.0f} ns = {100 * per_step / step:.4f} % of a step")
-    print(f"2. heartbeat thread, once a second: {thread_work * 1e6:.0f} us of CPU = {100 * thread_work:.4f} % of a second")
-    print(f"3. tracked / untracked median step time, {args.rounds} alternating rounds of {args.steps} steps: "
-          f"median {statistics.median(ratios):.4f} (rounds {min(ratios):.4f} .. {max(ratios):.4f})")
+    print(
+        f"2. heartbeat thread, once a second: {thread_work * 1e6:.0f} us of CPU = {100 * thread_work:.4f} % of a second"
+    )
+    print(
+        f"3. tracked / untracked median step time, {args.rounds} alternating rounds of {args.steps} steps: "
+        f"median {statistics.median(ratios):.4f} (rounds {min(ratios):.4f} .. {max(ratios):.4f})"
+    )
     dist.destroy_process_group()
 
 

@@ -39,8 +39,13 @@ def measure(command: list[str], cwd: str) -> dict:
     process.returncode = os.waitstatus_to_exitcode(status)
     error = process.stderr.read().decode()[-500:]
     process.stderr.close()
-    return {"wall_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
-            "exit": process.returncode, "error": error}
+    return {
+        "wall_s": wall_s,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "exit": process.returncode,
+        "error": error,
+    }
 
 
 def ddpbench(*args: str) -> list[str]:
@@ -48,8 +53,10 @@ def ddpbench(*args: str) -> list[str]:
 
 
 def load_command(sweep: str) -> list[str]:
-    code = ("import sys; from ddpbench.records.store import read_records; "
-            "records, bad = read_records(sys.argv[1]); assert records and not bad")
+    code = (
+        "import sys; from ddpbench.records.store import read_records; "
+        "records, bad = read_records(sys.argv[1]); assert records and not bad"
+    )
     return [sys.executable, "-c", code, sweep]
 
 
@@ -61,9 +68,15 @@ def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list
         synthetic.build_sweep(baseline, largest, steps, seed=0)
         synthetic.build_sweep(candidate, largest, steps, seed=1)
         total_ranks = sum(n for strategy, n in synthetic.sweep_plan(largest) if strategy == "ddp")
-        size_mb = sum(os.path.getsize(os.path.join(baseline, "runs", f)) for f in os.listdir(os.path.join(baseline, "runs"))) / 1e6
-        print(f"built two sweeps up to {largest} ranks ({total_ranks} DDP ranks, {size_mb:.0f} MB each) in "
-              f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+        size_mb = (
+            sum(os.path.getsize(os.path.join(baseline, "runs", f)) for f in os.listdir(os.path.join(baseline, "runs")))
+            / 1e6
+        )
+        print(
+            f"built two sweeps up to {largest} ranks ({total_ranks} DDP ranks, {size_mb:.0f} MB each) in "
+            f"{time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+        )
         commands = {
             "load": load_command(baseline),
             "table": ddpbench("table", baseline),
@@ -75,8 +88,11 @@ def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list
             if found["exit"] not in (0, 1):  # table and gate exit 1 on failed runs or a regression verdict
                 raise SystemExit(f"{name} at {largest} ranks failed ({found['exit']}): {found['error']}")
             rows.append({"what": name, "ranks": largest, "sweep_ranks": total_ranks, **found})
-            print(f"  {name:<14} {largest:>5} ranks: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
-                  f"{found['peak_mb']:6.0f} MB", file=sys.stderr)
+            print(
+                f"  {name:<14} {largest:>5} ranks: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
+                f"{found['peak_mb']:6.0f} MB",
+                file=sys.stderr,
+            )
     for count in trace_ranks:
         folder = os.path.join(work, f"traces-{count}")
         synthetic.build_traces(folder, count, lag_rank=count // 3)
@@ -84,8 +100,11 @@ def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list
         if found["exit"] != 0:
             raise SystemExit(f"trace analyze of {count} files failed: {found['error']}")
         rows.append({"what": "trace analyze", "ranks": count, "sweep_ranks": count, **found})
-        print(f"  trace analyze  {count:>5} files: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
-              f"{found['peak_mb']:6.0f} MB (largest process)", file=sys.stderr)
+        print(
+            f"  trace analyze  {count:>5} files: {found['wall_s']:6.2f} s wall, {found['cpu_s']:6.2f} s CPU, "
+            f"{found['peak_mb']:6.0f} MB (largest process)",
+            file=sys.stderr,
+        )
     return rows
 
 
@@ -96,11 +115,17 @@ def report(rows: list[dict]) -> str:
         verdict = ""
         if target is not None and row["ranks"] in (1024, 128):
             met = row["wall_s"] < target and (row["what"] != "report" or row["peak_mb"] < REPORT_MEMORY_TARGET_MB)
-            verdict = f"< {target:.0f} s{' and 1.5 GB' if row['what'] == 'report' else ''}: {'met' if met else 'NOT met'}"
-        lines.append(f"{row['what']:<14} {row['ranks']:>6} {row['wall_s']:>8.2f} {row['cpu_s']:>8.2f} "
-                     f"{row['peak_mb']:>8.0f} {1000 * row['cpu_s'] / row['sweep_ranks']:>11.2f}  {verdict}")
-    lines.append("ranks: the largest world size of a 20-run sweep (trace analyze: rank files); CPU ms/rank: CPU time "
-                 "over all DDP ranks of the sweep (or files): flat or falling means time grows no faster than ranks.")
+            verdict = (
+                f"< {target:.0f} s{' and 1.5 GB' if row['what'] == 'report' else ''}: {'met' if met else 'NOT met'}"
+            )
+        lines.append(
+            f"{row['what']:<14} {row['ranks']:>6} {row['wall_s']:>8.2f} {row['cpu_s']:>8.2f} "
+            f"{row['peak_mb']:>8.0f} {1000 * row['cpu_s'] / row['sweep_ranks']:>11.2f}  {verdict}"
+        )
+    lines.append(
+        "ranks: the largest world size of a 20-run sweep (trace analyze: rank files); CPU ms/rank: CPU time "
+        "over all DDP ranks of the sweep (or files): flat or falling means time grows no faster than ranks."
+    )
     return "\n".join(lines)
 
 

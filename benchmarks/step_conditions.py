@@ -24,6 +24,7 @@ backward / after an all_reduce.
 
     .venv/bin/python benchmarks/step_conditions.py [--rounds 6] [--steps 10] [--calls 10]
 """
+
 import argparse
 import statistics
 import sys
@@ -79,8 +80,9 @@ def worker(rounds: int, steps: int, calls: int) -> None:
         for _ in range(calls):
             if kind == "after backward":
                 with ddp.no_sync():
-                    nn.functional.cross_entropy(ddp(torch.randn(BATCH, WIDTH)),
-                                                torch.randint(0, CLASSES, (BATCH,))).backward()
+                    nn.functional.cross_entropy(
+                        ddp(torch.randn(BATCH, WIDTH)), torch.randint(0, CLASSES, (BATCH,))
+                    ).backward()
             else:
                 dist.all_reduce(gradients)
             dist.barrier()
@@ -108,21 +110,30 @@ def worker(rounds: int, steps: int, calls: int) -> None:
         for kind in kinds:
             pairs = list(zip(both[0][kind], both[1][kind]))
             step_ms[kind] = ms([max(a["end"] - a["start"], b["end"] - b["start"]) for a, b in pairs])
-            line.append(f"{kind}: step {step_ms[kind]:6.2f} ms, last gradient to backward's return "
-                        f"{ms([a['tail'] for a, _ in pairs]):5.2f} / {ms([b['tail'] for _, b in pairs]):5.2f} ms, "
-                        f"start skew {ms([abs(a['start'] - b['start']) for a, b in pairs]):4.2f} ms;")
-        reduce_ms = {kind: ms([min(a[1], b[1]) - max(a[0], b[0]) for a, b in zip(both[0][kind], both[1][kind])])
-                     for kind in reduces}
+            line.append(
+                f"{kind}: step {step_ms[kind]:6.2f} ms, last gradient to backward's return "
+                f"{ms([a['tail'] for a, _ in pairs]):5.2f} / {ms([b['tail'] for _, b in pairs]):5.2f} ms, "
+                f"start skew {ms([abs(a['start'] - b['start']) for a, b in pairs]):4.2f} ms;"
+            )
+        reduce_ms = {
+            kind: ms([min(a[1], b[1]) - max(a[0], b[0]) for a, b in zip(both[0][kind], both[1][kind])])
+            for kind in reduces
+        }
         line.append("all_reduce " + ", ".join(f"{kind} {reduce_ms[kind]:6.2f} ms" for kind in reduces))
         ratios["steps"].append(step_ms["back to back"] / step_ms["after a barrier"])
         ratios["all_reduce"].append(reduce_ms["after backward"] / reduce_ms["after an all_reduce"])
         print(" ".join(line), flush=True)
     if rank == 0:
-        for name, label in (("steps", "steps back to back / after a barrier"),
-                            ("all_reduce", "all_reduce after backward / after an all_reduce")):
+        for name, label in (
+            ("steps", "steps back to back / after a barrier"),
+            ("all_reduce", "all_reduce after backward / after an all_reduce"),
+        ):
             values = ratios[name]
-            print(f"{label}: median {statistics.median(values):.3f}, min {min(values):.3f}, max {max(values):.3f} "
-                  f"over {rounds} rounds", flush=True)
+            print(
+                f"{label}: median {statistics.median(values):.3f}, min {min(values):.3f}, max {max(values):.3f} "
+                f"over {rounds} rounds",
+                flush=True,
+            )
     dist.destroy_process_group()
 
 

@@ -7,6 +7,7 @@ both produce and the speed ratio.
 
     .venv/bin/python benchmarks/trace_speed.py [TRACE] [--hta-python .venv-hta/bin/python] [--rounds 5]
 """
+
 import argparse
 import json
 import os
@@ -78,10 +79,15 @@ def main() -> None:
             our_seconds, our_numbers = ours(args.trace, args.repeats)
             hta_s, our_s = statistics.median(hta["seconds"]), statistics.median(our_seconds)
             ratios.append(hta_s / our_s)
-            print(f"round {round_index + 1}: HTA {hta_s * 1000:.0f} ms, ddpbench {our_s * 1000:.1f} ms, "
-                  f"ddpbench is {ratios[-1]:.1f}x faster", flush=True)
-    print(f"median speed-up over {args.rounds} rounds: {statistics.median(ratios):.1f}x "
-          f"(min {min(ratios):.1f}x, max {max(ratios):.1f}x)")
+            print(
+                f"round {round_index + 1}: HTA {hta_s * 1000:.0f} ms, ddpbench {our_s * 1000:.1f} ms, "
+                f"ddpbench is {ratios[-1]:.1f}x faster",
+                flush=True,
+            )
+    print(
+        f"median speed-up over {args.rounds} rounds: {statistics.median(ratios):.1f}x "
+        f"(min {min(ratios):.1f}x, max {max(ratios):.1f}x)"
+    )
     for key in ("overlap_pct", "compute_us", "non_compute_us", "idle_us", "kernel_span_us"):
         print(f"  {key:<16} HTA {hta[key]:>12.2f}   ddpbench {our_numbers[key]:>12.2f}")
 

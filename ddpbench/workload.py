@@ -4,5 +4,9 @@ import warnings
 
 from ddpbench.worker.workload import Workload, default_optimizer  # noqa: F401  (re-exported)
 
-warnings.warn("`ddpbench.workload` is deprecated: import the workload interface as `from ddpbench import "
-              "Workload, SyntheticDataset`", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "`ddpbench.workload` is deprecated: import the workload interface as `from ddpbench import "
+    "Workload, SyntheticDataset`",
+    DeprecationWarning,
+    stacklevel=2,
+)

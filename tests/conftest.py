@@ -19,14 +19,21 @@ def cpu_environment(**changes: str) -> dict:
     return {**os.environ, **HIDE_GPUS, **changes}
 
 
-def ddpbench(*args: str, timeout: float = 240, env: dict | None = None, cwd=REPO,
-             gpus: bool = False) -> subprocess.CompletedProcess:
+def ddpbench(
+    *args: str, timeout: float = 240, env: dict | None = None, cwd=REPO, gpus: bool = False
+) -> subprocess.CompletedProcess:
     """Run the real command line in a fresh process, as a user would. Commands that write to the
     working folder (a sweep's report goes to ./reports/) get a temporary `cwd` from their test.
     GPUs stay hidden unless `gpus` (the CUDA tests)."""
     base = dict(os.environ) if gpus else cpu_environment()
-    return subprocess.run([sys.executable, "-m", "ddpbench", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**base, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "ddpbench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+    )
 
 
 def cuda_available() -> bool:
@@ -35,8 +42,9 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-requires_cuda = pytest.mark.skipif("not __import__('torch').cuda.is_available()",
-                                   reason="needs a CUDA GPU; this machine has none")
+requires_cuda = pytest.mark.skipif(
+    "not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU; this machine has none"
+)
 
 
 @pytest.fixture
@@ -45,8 +53,10 @@ def fixture_path():
 
 
 # Lines that come from torchrun, the profiler (Kineto) or c10's logging, not from ddpbench.
-_FOREIGN = re.compile(r"^\[(default|rank)\d+\]:|USDT:|^(ERROR|WARNING|INFO):|^[EWI]\d{4} \d\d:\d\d|"
-                      r"torch\.distributed|gpuGetDeviceCount|ChildFailedError")
+_FOREIGN = re.compile(
+    r"^\[(default|rank)\d+\]:|USDT:|^(ERROR|WARNING|INFO):|^[EWI]\d{4} \d\d:\d\d|"
+    r"torch\.distributed|gpuGetDeviceCount|ChildFailedError"
+)
 
 
 def foreign_lines(text: str) -> list[str]:

@@ -70,20 +70,35 @@ class Cluster:
 def _config(folder: str, munge_socket: str, cores_per_node: int) -> str:
     ctld_port = _free_port()
     lines = [
-        "ClusterName=ddpbench-test", f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
-        f"SlurmctldPort={ctld_port}", "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}", "CredType=cred/munge",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
-        f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool-%n",
-        f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd-%n.pid",
-        f"SlurmctldLogFile={folder}/slurmctld.log", f"SlurmdLogFile={folder}/slurmd-%n.log",
-        "ReturnToService=2", "MpiDefault=none", "JobCompType=jobcomp/none",
-        "AccountingStorageType=accounting_storage/none", "KillWait=5",
+        "ClusterName=ddpbench-test",
+        f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={munge_socket}",
+        "CredType=cred/munge",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        f"StateSaveLocation={folder}/state",
+        f"SlurmdSpoolDir={folder}/spool-%n",
+        f"SlurmctldPidFile={folder}/slurmctld.pid",
+        f"SlurmdPidFile={folder}/slurmd-%n.pid",
+        f"SlurmctldLogFile={folder}/slurmctld.log",
+        f"SlurmdLogFile={folder}/slurmd-%n.log",
+        "ReturnToService=2",
+        "MpiDefault=none",
+        "JobCompType=jobcomp/none",
+        "AccountingStorageType=accounting_storage/none",
+        "KillWait=5",
     ]
     host = socket.gethostname().split(".")[0]
-    lines += [f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cores_per_node}"
-              for node in NODES]
+    lines += [
+        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cores_per_node}"
+        for node in NODES
+    ]
     lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
@@ -117,18 +132,30 @@ def start(folder: str | None = None, timeout_s: float = 60.0) -> Cluster:
     cluster = Cluster(folder)
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        cluster.processes.append(subprocess.Popen(
-            [*as_munge, "munged", "--foreground", f"--socket={socket_path}", f"--key-file={key}",
-             f"--pid-file={munge_dir}/munged.pid", f"--log-file={folder}/munged.log",
-             f"--seed-file={munge_dir}/munged.seed"], **quiet))
+        cluster.processes.append(
+            subprocess.Popen(
+                [
+                    *as_munge,
+                    "munged",
+                    "--foreground",
+                    f"--socket={socket_path}",
+                    f"--key-file={key}",
+                    f"--pid-file={munge_dir}/munged.pid",
+                    f"--log-file={folder}/munged.log",
+                    f"--seed-file={munge_dir}/munged.seed",
+                ],
+                **quiet,
+            )
+        )
         _wait_for(lambda: os.path.exists(socket_path), 15, "munged did not create its socket", cluster)
         cluster.processes.append(subprocess.Popen(["slurmctld", "-D", "-f", cluster.conf], **quiet))
         for node in NODES:
             cluster.processes.append(subprocess.Popen(["slurmd", "-D", "-f", cluster.conf, "-N", node], **quiet))
 
         def idle() -> bool:
-            done = subprocess.run(["sinfo", "--Node", "--noheader", "--format=%N %t"], env=cluster.env(),
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                ["sinfo", "--Node", "--noheader", "--format=%N %t"], env=cluster.env(), capture_output=True, text=True
+            )
             states = dict(line.split() for line in done.stdout.splitlines() if len(line.split()) == 2)
             return all(states.get(node) == "idle" for node in NODES)
 

@@ -1,10 +1,11 @@
 """The three estimates of exposed communication: agreement within 20 %, or the reason in words."""
+
 import os
 
 import msgspec
 import pytest
-
 from conftest import FIXTURES, REPO
+
 from ddpbench.analysis.agreement import estimates_agreement
 from ddpbench.records.store import load_record
 from ddpbench.report.html import build_report

@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FIXTURES, ddpbench
+
 from ddpbench.cli import main
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
@@ -27,8 +27,11 @@ PROFILE = os.path.join(FIXTURES, "projection", "gloo-profile.json")
 def bad(tmp_path_factory) -> dict[str, str]:
     """Valid files broken one way each, by name."""
     folder = tmp_path_factory.mktemp("bad-input")
-    paths = {"empty": str(folder / "empty"), "truncated": str(folder / "truncated.json"),
-             "truncated sweep": str(folder / "truncated-sweep")}
+    paths = {
+        "empty": str(folder / "empty"),
+        "truncated": str(folder / "truncated.json"),
+        "truncated sweep": str(folder / "truncated-sweep"),
+    }
     os.makedirs(paths["empty"])
     with open(RUN, encoding="utf-8") as handle:
         text = handle.read()
@@ -38,9 +41,11 @@ def bad(tmp_path_factory) -> dict[str, str]:
     (folder / "truncated-sweep" / "runs" / "mlp-ddp-n2.json").write_text(text[:300])
     with open(PROFILE, encoding="utf-8") as handle:
         profile = json.load(handle)
-    for name, edit in (("no fabric field", lambda p: p["fabric"].pop("intra_busbw")),
-                       ("fractional world size", lambda p: p["fits"][0].update(world_size=2.5)),
-                       ("world size as text", lambda p: p["fits"][0].update(world_size="2.5"))):
+    for name, edit in (
+        ("no fabric field", lambda p: p["fabric"].pop("intra_busbw")),
+        ("fractional world size", lambda p: p["fits"][0].update(world_size=2.5)),
+        ("world size as text", lambda p: p["fits"][0].update(world_size="2.5")),
+    ):
         broken = json.loads(json.dumps(profile))
         edit(broken)
         paths[name] = str(folder / f"{name.replace(' ', '-')}.json")
@@ -60,8 +65,10 @@ CASES = [
     (["report", "{truncated}", "-o", "{out}/r.html"], "is not a sweep folder"),
     (["report", SWEEP, "-o", "{out}/r.html", "--profile", RUN], "is not a network profile"),
     (["report", SWEEP, "-o", "{out}/r.html", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
-    (["report", SWEEP, "-o", "{out}/r.html", "--profile", "{fractional world size}"],
-     "world_size must be a whole number"),
+    (
+        ["report", SWEEP, "-o", "{out}/r.html", "--profile", "{fractional world size}"],
+        "world_size must be a whole number",
+    ),
     (["gate", "--baseline", "auto", "--candidate", RUN], "--baseline auto needs a sweep folder as --candidate"),
     (["gate", "--baseline", SWEEP, "--candidate", "{empty}"], "holds no successful run records"),
     (["gate", "--baseline", SWEEP, "--candidate", "{truncated}"], "not a readable record"),
@@ -85,10 +92,14 @@ CASES = [
     (["project", DDP_RUN, "--world", "4", "--profile", RUN], "is not a network profile"),
     (["project", DDP_RUN, "--world", "4", "--profile", "{empty}"], "neither a file nor a preset"),
     (["project", DDP_RUN, "--world", "4", "--profile", "{truncated}"], "is not readable JSON"),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"],
-     "the fabric lacks intra_busbw; a fabric needs intra_busbw (bytes/s > 0)"),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{fractional world size}"],
-     "fit 1 (all_reduce): world_size must be a whole number >= 1; got 2.5"),
+    (
+        ["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"],
+        "the fabric lacks intra_busbw; a fabric needs intra_busbw (bytes/s > 0)",
+    ),
+    (
+        ["project", DDP_RUN, "--world", "4", "--profile", "{fractional world size}"],
+        "fit 1 (all_reduce): world_size must be a whole number >= 1; got 2.5",
+    ),
     (["project", DDP_RUN, "--world", "4", "--profile", "{world size as text}"], "world_size must be a whole number"),
     (["trace", "analyze", RUN], "not a torch.profiler chrome trace"),
     (["trace", "analyze", "{empty}"], "no trace files in this folder"),
@@ -131,10 +142,13 @@ def test_bad_stored_data_is_one_line_and_exit_2(argv, message, bad, tmp_path, mo
     assert not os.path.exists(tmp_path / "out"), "bad input wrote something"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["gate", "--baseline", "auto", "--candidate", RUN], "--baseline auto needs a sweep folder"),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["gate", "--baseline", "auto", "--candidate", RUN], "--baseline auto needs a sweep folder"),
+        (["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
+    ],
+)
 def test_no_traceback_reaches_the_terminal(argv, message, bad, tmp_path):
     done = ddpbench(*[arg.format(**bad) if "{" in arg else arg for arg in argv], cwd=tmp_path)
     assert done.returncode == 2, done.stderr
@@ -152,12 +166,16 @@ def test_a_benchmark_that_ends_before_measuring_is_a_failed_run_in_one_line(tmp_
         pytest.skip("comm needs two usable cores for its two gloo processes")
     real_popen = subprocess.Popen
     # In place of torchrun: a process that exits at once with code 3 and writes no results.
-    monkeypatch.setattr(comm.subprocess, "Popen",
-                        lambda command, **options: real_popen([sys.executable, "-c", "raise SystemExit(3)"], **options))
+    monkeypatch.setattr(
+        comm.subprocess,
+        "Popen",
+        lambda command, **options: real_popen([sys.executable, "-c", "raise SystemExit(3)"], **options),
+    )
     code = main(["comm", "--backend", "gloo", "--nproc", "2", "--out", str(tmp_path / "comm")])
     out, err = capsys.readouterr()
     assert code == 1
     assert err.strip().splitlines() == [
         "ddpbench comm: error: the collective benchmark exited with code 3 before measuring any size, so nothing "
-        f"was written to {tmp_path / 'comm'}; its processes' output above says why"]
+        f"was written to {tmp_path / 'comm'}; its processes' output above says why"
+    ]
     assert "Traceback" not in out + err and os.listdir(tmp_path / "comm") == []

@@ -1,12 +1,13 @@
 """`ddpbench explain` on saved records: the terms add up, each says how it was measured or why it
 could not be, and bad input is one line. The planted causes run for real in test_breakdown_runs.py."""
+
 import json
 import os
 import shutil
 
 import pytest
-
 from conftest import REPO
+
 from ddpbench.analysis.breakdown import TERM_NAMES, ExplainError, explain, explain_sweep
 from ddpbench.cli import main
 from ddpbench.records.store import load_record, read_records
@@ -30,12 +31,15 @@ def test_the_terms_add_up_to_the_lost_time_and_points(sweep):
     found = explain(load_record(DDP), records)
     ddp, local = load_record(DDP), load_record(LOCAL)
     # t(1) / t(N) is the scaling table's efficiency: X(N) / (N X(1)).
-    assert found.efficiency == pytest.approx(ddp.metrics.throughput_units_per_s
-                                             / (2 * local.metrics.throughput_units_per_s))
+    assert found.efficiency == pytest.approx(
+        ddp.metrics.throughput_units_per_s / (2 * local.metrics.throughput_units_per_s)
+    )
     assert found.step_s - found.reference_step_s == pytest.approx(
-        sum(term.s_per_step for term in found.terms.values() if term.s_per_step is not None))
+        sum(term.s_per_step for term in found.terms.values() if term.s_per_step is not None)
+    )
     assert sum(t.points for t in found.terms.values() if t.points is not None) == pytest.approx(
-        100 - 100 * found.efficiency)
+        100 - 100 * found.efficiency
+    )
     assert list(found.terms) == list(TERM_NAMES)
     # This record predates the data-loading times: the term says so and unexplained holds it.
     assert found.terms["data"].s_per_step is None and "no data-loading times" in found.terms["data"].basis
@@ -80,16 +84,23 @@ def _truncated(sweep):
     return sweep
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda root: root, "holds no run records"),
-    (lambda root: root / "missing", "is not a sweep folder"),
-    (lambda root: shutil.copytree(os.path.dirname(LOCAL), root / "s" / "runs",
-                                  ignore=lambda d, names: [n for n in names if "ddp" in n]) and root / "s",
-     "no ok DDP runs in the sweep"),
-    (lambda root: _sweep_of(root, DDP), "add `local` to --strategies"),
-    (lambda root: _truncated(_sweep_of(root, DDP)), "holds no readable run record"),
-    (lambda root: _sweep_of(root, DDP) / "runs" / "mlp2.json", "is not a sweep folder"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: root, "holds no run records"),
+        (lambda root: root / "missing", "is not a sweep folder"),
+        (
+            lambda root: shutil.copytree(
+                os.path.dirname(LOCAL), root / "s" / "runs", ignore=lambda d, names: [n for n in names if "ddp" in n]
+            )
+            and root / "s",
+            "no ok DDP runs in the sweep",
+        ),
+        (lambda root: _sweep_of(root, DDP), "add `local` to --strategies"),
+        (lambda root: _truncated(_sweep_of(root, DDP)), "holds no readable run record"),
+        (lambda root: _sweep_of(root, DDP) / "runs" / "mlp2.json", "is not a sweep folder"),
+    ],
+)
 def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
     assert main(["explain", str(make(tmp_path))]) == 2
     err = capsys.readouterr().err
@@ -122,7 +133,12 @@ def test_with_a_profile_the_advice_projects_each_knob_and_says_it_is_a_projectio
     assert main(["explain", str(sweep), "--profile", profile]) == 0
     [line] = [line for line in capsys.readouterr().out.splitlines() if "exposed communication costs" in line]
     assert "PROJECTION, not measured (profile " in line
-    for knob in ("--bucket-cap-mb 50", "--bucket-cap-mb 12.5", "--comm-hook bf16_compress", "--gradient-as-bucket-view"):
+    for knob in (
+        "--bucket-cap-mb 50",
+        "--bucket-cap-mb 12.5",
+        "--comm-hook bf16_compress",
+        "--gradient-as-bucket-view",
+    ):
         assert knob in line
     # Without a profile, nothing is projected.
     assert main(["explain", str(sweep)]) == 0

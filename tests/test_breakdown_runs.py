@@ -5,6 +5,7 @@ its cost and for the terms that should not.
 Each case is a `local` run and a DDP run at world size 2 in one folder (two `ddpbench run` calls
 with the same threads per rank form a sweep folder): a sweep at --nproc 2 would add a DDP run at
 world size 1 per case, a launch none of these checks reads."""
+
 import functools
 import importlib.util
 import json
@@ -14,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FIXTURES, cpu_environment
 
 pytestmark = pytest.mark.launches
@@ -39,20 +39,47 @@ TOLERANCE = 0.25
 
 def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) -> None:
     nproc = 2 if strategy == "ddp" else 1
-    args = ["run", "--workload", f"{PLANTED}:{factory}", "--strategy", strategy, "--nproc", str(nproc),
-            "--threads-per-rank", "1", "--steps", str(STEPS), "--warmup", str(WARMUP), "--out", str(out),
-            "--run-id", run_id]
+    args = [
+        "run",
+        "--workload",
+        f"{PLANTED}:{factory}",
+        "--strategy",
+        strategy,
+        "--nproc",
+        str(nproc),
+        "--threads-per-rank",
+        "1",
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        str(WARMUP),
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+    ]
     # Every DDP run on loopback, the only interface inside a network namespace.
-    done = subprocess.run([*prefix, sys.executable, "-m", "ddpbench", *args], cwd=out, capture_output=True,
-                          text=True, timeout=240, env=cpu_environment(GLOO_SOCKET_IFNAME="lo"))
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "ddpbench", *args],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=cpu_environment(GLOO_SOCKET_IFNAME="lo"),
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
 
 def explained(folder, tmp_path) -> dict[str, dict]:
     """The folder's breakdowns as `ddpbench explain --json` writes them, by run id."""
     path = tmp_path / f"{os.path.basename(folder)}-explain.json"
-    done = subprocess.run([sys.executable, "-m", "ddpbench", "explain", str(folder), "--json", str(path)],
-                          capture_output=True, text=True, timeout=120, env=cpu_environment())
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench", "explain", str(folder), "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cpu_environment(),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path) as handle:
         return {breakdown["run_id"]: breakdown for breakdown in json.load(handle)}
@@ -68,10 +95,15 @@ def table(*breakdowns: dict) -> str:
     """The terms side by side, and the exposed-communication estimates, for a failure's message."""
     lines = []
     for breakdown in breakdowns:
-        terms = ", ".join(f"{name} {term['s_per_step'] * 1e3:.2f}" for name, term in breakdown["terms"].items()
-                          if term["s_per_step"] is not None)
-        lines.append(f"{breakdown['run_id']}: step {breakdown['step_s'] * 1e3:.2f} ms, reference "
-                     f"{breakdown['reference_step_s'] * 1e3:.2f} ms; {terms} (ms per step)")
+        terms = ", ".join(
+            f"{name} {term['s_per_step'] * 1e3:.2f}"
+            for name, term in breakdown["terms"].items()
+            if term["s_per_step"] is not None
+        )
+        lines.append(
+            f"{breakdown['run_id']}: step {breakdown['step_s'] * 1e3:.2f} ms, reference "
+            f"{breakdown['reference_step_s'] * 1e3:.2f} ms; {terms} (ms per step)"
+        )
         lines += [f"  estimate: {line}" for line in breakdown["estimates"]]
     return "\n".join(lines)
 
@@ -117,9 +149,24 @@ def shaped_namespace():
     if added.returncode != 0:
         pytest.skip(f"`ip netns add` does not work here: {added.stderr.strip()}")
     try:
-        for command in (["ip", "link", "set", "lo", "up", "mtu", "9000"],
-                        ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", SHAPED_RATE, "burst", "200kb",
-                         "latency", "50ms"]):
+        for command in (
+            ["ip", "link", "set", "lo", "up", "mtu", "9000"],
+            [
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "tbf",
+                "rate",
+                SHAPED_RATE,
+                "burst",
+                "200kb",
+                "latency",
+                "50ms",
+            ],
+        ):
             done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
             if done.returncode != 0:
                 pytest.skip(f"cannot shape the namespace's loopback ({' '.join(command)}): {done.stderr.strip()}")
@@ -152,13 +199,17 @@ def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path
     assert any("rank 1 " in line and "slowest" in line for line in planted["advice"]), planted["advice"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "measured here: exposed_comm or unexplained grew by more than D/4 = 2.5 ms in 2 of 6 baseline/slow-rank "
-    "pairs. (1) A baseline's exposed_comm read 0.00 ms: on rank 0 `c10d::allreduce_` sat on the training thread "
-    "for the whole gloo:all_reduce (4.30, 4.04, 18.18 ms against 3.95, 4.19, 18.08 ms), which traces.py counts "
-    "as computation, and breakdown.exposed_comm takes the least rank (rank 1's trace: 4.45 ms; the timeline's "
-    "waits: 4.44 and 4.17 ms). (2) A slow-rank run's timed steps (p50 18.3 ms) ran 3 ms slower than the same "
-    "DDP steps in its gradient timeline (15.2 ms), which lands in unexplained (+3.75 ms)"))
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "measured here: exposed_comm or unexplained grew by more than D/4 = 2.5 ms in 2 of 6 baseline/slow-rank "
+        "pairs. (1) A baseline's exposed_comm read 0.00 ms: on rank 0 `c10d::allreduce_` sat on the training thread "
+        "for the whole gloo:all_reduce (4.30, 4.04, 18.18 ms against 3.95, 4.19, 18.08 ms), which traces.py counts "
+        "as computation, and breakdown.exposed_comm takes the least rank (rank 1's trace: 4.45 ms; the timeline's "
+        "waits: 4.44 and 4.17 ms). (2) A slow-rank run's timed steps (p50 18.3 ms) ran 3 ms slower than the same "
+        "DDP steps in its gradient timeline (15.2 ms), which lands in unexplained (+3.75 ms)"
+    ),
+)
 def test_a_slow_rank_leaves_exposed_comm_and_unexplained_alone(slow_rank, steady, tmp_path):
     planted = explained(slow_rank, tmp_path)["ddp"]
     baseline = explained(steady, tmp_path)["ddp"]
@@ -188,5 +239,6 @@ def test_a_shaped_network_is_exposed_communication(shaped, tmp_path):
     # The shaping must bite well above the run-to-run noise, or this checks nothing.
     assert slower_ms > 10, f"the shaped run is only {slower_ms:.2f} ms per step slower\n{numbers}"
     communication_ms = sum(ms(on_shaped, name) - ms(unshaped, name) for name in ("exposed_comm", "overlap_slowdown"))
-    assert abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms, \
-        f"exposed_comm + overlap_slowdown grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
+    assert (
+        abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms
+    ), f"exposed_comm + overlap_slowdown grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"

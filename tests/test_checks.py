@@ -37,8 +37,16 @@ def test_every_rank_reading_the_whole_dataset_fails():
 def _two_passes(call_set_epoch: bool) -> list:
     """The real sampler and loader, two epochs, with or without the set_epoch call."""
     dataset = torch.utils.data.TensorDataset(torch.arange(40.0))
-    loader, sampler = make_loader(dataset, batch_size=4, world_size=2, rank=0, seed=0, num_workers=0,
-                                  pin_memory=False, sampler_class=RecordingSampler)
+    loader, sampler = make_loader(
+        dataset,
+        batch_size=4,
+        world_size=2,
+        rank=0,
+        seed=0,
+        num_workers=0,
+        pin_memory=False,
+        sampler_class=RecordingSampler,
+    )
     for epoch in range(2):
         if call_set_epoch:
             sampler.set_epoch(epoch)
@@ -76,8 +84,10 @@ def test_replicas_in_sync_names_the_odd_rank_out():
 
 
 def test_one_rank_has_nothing_to_compare():
-    for check in (checks.replicas_in_sync(["a"]),
-                  checks.shard_checks([[0, 1, 2]], dataset_length=3, world_size=1)["shards_disjoint"]):
+    for check in (
+        checks.replicas_in_sync(["a"]),
+        checks.shard_checks([[0, 1, 2]], dataset_length=3, world_size=1)["shards_disjoint"],
+    ):
         assert check["ok"] is None and check["reason"].startswith("one rank")
     # Coverage is still a real check with one rank: it can miss samples.
     assert checks.shard_checks([[0, 1]], dataset_length=3, world_size=1)["shards_cover_dataset"]["ok"] is False
@@ -85,6 +95,7 @@ def test_one_rank_has_nothing_to_compare():
 
 def test_an_old_one_rank_record_that_says_ok_reads_as_not_checked():
     from conftest import REPO
+
     from ddpbench.records.store import load_record
 
     runs = os.path.join(REPO, "tests", "fixtures", "sweeps", "cpu-mlp-with-failure", "runs")
@@ -128,8 +139,9 @@ def _gradient_check_on_rank(rank, world_size, store_path, broken, results, diver
         inputs, targets = torch.randn(4, 8), torch.randint(3, (4,))
         if diverged and rank == 1:
             inputs[0, 0] = float("nan")  # one bad sample on one rank poisons every rank's average
-        results[rank] = checks.gradients_averaged(model, inputs, targets, torch.nn.functional.cross_entropy,
-                                                  world_size, "allreduce")
+        results[rank] = checks.gradients_averaged(
+            model, inputs, targets, torch.nn.functional.cross_entropy, world_size, "allreduce"
+        )
     finally:
         dist.destroy_process_group()
 
@@ -164,4 +176,5 @@ def test_all_ranks_keeps_the_worst_error_and_a_failing_ranks_reason():
     assert merged["ok"] is False and merged["reason"] == "rank 1: gradients are not finite"
     assert merged["details"]["max_relative_error"] == 0.5
     assert checks.all_ranks([fine, fine], worst="relative_error") == checks.verdict(
-        True, max_relative_error=1e-7, tolerance=1e-4)
+        True, max_relative_error=1e-7, tolerance=1e-4
+    )

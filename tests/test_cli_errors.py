@@ -1,20 +1,26 @@
 """Bad command lines: one line on stderr naming the problem, exit code 2, nothing started."""
+
 import os
 import stat
 
 import pytest
-
 from conftest import ddpbench
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--workload", "nope"], "unknown workload 'nope'; valid: gpt2, mlp, resnet50, vit_b_16"),
-    (["--workload", "mlp", "--batch-size", "0"], "batch_size must be an integer >= 1; got 0"),
-    (["--workload", "mlp", "--steps", "3", "--warmup", "3"], "steps must be above warmup"),
-    (["--workload", "mlp", "--device", "cpu", "--precision", "fp16"], "fp16 needs a GPU"),
-    (["--workload", "mlp", "--device", "cuda", "--nproc", "2"], "nproc 2 needs 2 GPUs per node with device cuda; this machine has 0"),
-    (["--workload", "tests/fixtures/user_workload.py:nothing"], "defines no 'nothing'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workload", "nope"], "unknown workload 'nope'; valid: gpt2, mlp, resnet50, vit_b_16"),
+        (["--workload", "mlp", "--batch-size", "0"], "batch_size must be an integer >= 1; got 0"),
+        (["--workload", "mlp", "--steps", "3", "--warmup", "3"], "steps must be above warmup"),
+        (["--workload", "mlp", "--device", "cpu", "--precision", "fp16"], "fp16 needs a GPU"),
+        (
+            ["--workload", "mlp", "--device", "cuda", "--nproc", "2"],
+            "nproc 2 needs 2 GPUs per node with device cuda; this machine has 0",
+        ),
+        (["--workload", "tests/fixtures/user_workload.py:nothing"], "defines no 'nothing'"),
+    ],
+)
 def test_bad_run_arguments_fail_fast_with_exit_code_2(args, message, tmp_path):
     if "cuda" in args and __import__("ddpbench.running.environment").running.environment.visible_gpu_count() >= 2:
         pytest.skip("this machine has the GPUs that this error is about")
@@ -51,9 +57,11 @@ def test_checking_input_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from ddpbench.running.launch import resolve; from ddpbench.config.spec import RunSpec;"
-            "resolve(RunSpec(workload='mlp', nproc=2), gpu_count=0, cores=2);"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from ddpbench.running.launch import resolve; from ddpbench.config.spec import RunSpec;"
+        "resolve(RunSpec(workload='mlp', nproc=2), gpu_count=0, cores=2);"
+        "print('torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -61,8 +69,8 @@ def test_checking_input_does_not_import_torch():
 def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
     import shutil as real_shutil
 
-    from ddpbench.running import launch
     from ddpbench.config.spec import SpecError
+    from ddpbench.running import launch
 
     full = real_shutil.disk_usage(tmp_path)._replace(free=50 * 2**20)
     monkeypatch.setattr(launch.shutil, "disk_usage", lambda path: full)
@@ -70,23 +78,26 @@ def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
         launch.check_output_folder(str(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sweep", "--gpus", "0"], "--gpus/--gpus-per-node: must be a whole number >= 1; got '0'"),
-    (["sweep", "--gpus", "eight"], "must be a whole number >= 1; got 'eight'"),
-    (["sweep", "--suite", "nightly"], "unknown suite 'nightly'"),
-    (["sweep", "--strategies", "ddp,fsdp"], "unknown strategy 'fsdp'"),
-    (["sweep", "--warmup", "1"], "warmup must be at least 2 for ddp; got 1"),
-    (["sweep", "--resume"], "--resume needs --sweep-id"),
-    (["sweep", "--resume", "--sweep-id", "never-made"], "nothing to resume"),
-    (["sweep", "--inject-fault", "kind=raise"], "needs rank, kind and step"),
-    (["table", "/nonexistent/sweep"], "is not a folder"),
-    (["report", "/nonexistent/sweep"], "is not a sweep folder"),
-    (["trace", "analyze", "/nonexistent/trace.json.gz"], "cannot read"),
-    (["trace", "analyze"], "the following arguments are required: PATH"),
-    (["trace", "explain", "x"], "invalid choice: 'explain'"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-    (["run"], "the following arguments are required: --workload"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sweep", "--gpus", "0"], "--gpus/--gpus-per-node: must be a whole number >= 1; got '0'"),
+        (["sweep", "--gpus", "eight"], "must be a whole number >= 1; got 'eight'"),
+        (["sweep", "--suite", "nightly"], "unknown suite 'nightly'"),
+        (["sweep", "--strategies", "ddp,fsdp"], "unknown strategy 'fsdp'"),
+        (["sweep", "--warmup", "1"], "warmup must be at least 2 for ddp; got 1"),
+        (["sweep", "--resume"], "--resume needs --sweep-id"),
+        (["sweep", "--resume", "--sweep-id", "never-made"], "nothing to resume"),
+        (["sweep", "--inject-fault", "kind=raise"], "needs rank, kind and step"),
+        (["table", "/nonexistent/sweep"], "is not a folder"),
+        (["report", "/nonexistent/sweep"], "is not a sweep folder"),
+        (["trace", "analyze", "/nonexistent/trace.json.gz"], "cannot read"),
+        (["trace", "analyze"], "the following arguments are required: PATH"),
+        (["trace", "explain", "x"], "invalid choice: 'explain'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["run"], "the following arguments are required: --workload"),
+    ],
+)
 def test_bad_command_lines_across_subcommands(args, message):
     done = ddpbench(*args)
     assert done.returncode == 2, done.stderr

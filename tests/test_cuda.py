@@ -1,6 +1,7 @@
 """GPU paths on a real GPU: NCCL, CUDA events, autocast, DataParallel, peak memory, traces.
 Each test checks a property that would be false if the path were broken, not only that nothing
 crashed. Skipped on machines without a GPU (never faked); `make gpu-check` runs them too."""
+
 import glob
 import json
 import math
@@ -8,7 +9,6 @@ import re
 import time
 
 import pytest
-
 from conftest import ddpbench, requires_cuda
 
 pytestmark = [requires_cuda, pytest.mark.cuda]
@@ -36,6 +36,7 @@ def busy_gpu(seconds: float):
         nonlocal matrix
         for _ in range(products):
             matrix = torch.tanh(matrix @ matrix)
+
     return work
 
 
@@ -93,8 +94,9 @@ def test_peak_memory_is_per_phase_on_every_device():
 
 
 def gpu_run(out_dir, *args: str) -> dict:
-    done = ddpbench("run", "--device", "cuda", "--run-timeout", "300", "--out", str(out_dir), *args,
-                    gpus=True, timeout=420)
+    done = ddpbench(
+        "run", "--device", "cuda", "--run-timeout", "300", "--out", str(out_dir), *args, gpus=True, timeout=420
+    )
     records = glob.glob(str(out_dir / "runs" / "*.json"))
     assert records, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.load(open(records[0]))
@@ -112,8 +114,9 @@ def gpt2_bf16_runs(tmp_path_factory):
     for strategy in ("local", "ddp", "dp"):
         # ddp warms up 11 steps by default (DDP's logged iterations); the others the same, to compare.
         extra = [] if strategy == "ddp" else ["--no-profile", "--warmup", "11"]
-        runs[strategy] = gpu_run(tmp_path_factory.mktemp(strategy), *GPT2, "--precision", "bf16",
-                                 "--strategy", strategy, *extra)
+        runs[strategy] = gpu_run(
+            tmp_path_factory.mktemp(strategy), *GPT2, "--precision", "bf16", "--strategy", strategy, *extra
+        )
     return runs
 
 
@@ -204,8 +207,13 @@ def test_ddp_on_two_gpus_averages_gradients(tmp_path):
     checks = record["checks"]
     assert record["spec"]["world_size"] == 2 and record["spec"]["backend"] == "nccl"
     assert checks["gradients_averaged"]["ok"] is True and checks["replicas_in_sync"]["ok"] is True
-    assert checks["gradients_averaged"]["details"]["max_relative_error"] <= checks["gradients_averaged"]["details"]["tolerance"]
-    assert checks["shards_disjoint"]["details"]["shard_sizes"][0] == checks["shards_disjoint"]["details"]["shard_sizes"][1]
+    assert (
+        checks["gradients_averaged"]["details"]["max_relative_error"]
+        <= checks["gradients_averaged"]["details"]["tolerance"]
+    )
+    assert (
+        checks["shards_disjoint"]["details"]["shard_sizes"][0] == checks["shards_disjoint"]["details"]["shard_sizes"][1]
+    )
 
 
 @pytest.mark.launches
@@ -225,8 +233,9 @@ def test_more_gpus_than_the_machine_has_are_refused(tmp_path):
     import torch
 
     too_many = str(torch.cuda.device_count() + 1)
-    done = ddpbench("run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many, "--out", str(tmp_path),
-                    gpus=True)
+    done = ddpbench(
+        "run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many, "--out", str(tmp_path), gpus=True
+    )
     assert done.returncode == 2 and f"this machine has {torch.cuda.device_count()}" in done.stderr
     done = ddpbench("sweep", "--gpus", too_many, "--out", str(tmp_path), gpus=True)
     assert done.returncode == 2, done.stderr

@@ -2,16 +2,23 @@ from ddpbench.running.environment import REDACTED, captured_env, host_facts, red
 
 
 def test_secret_looking_names_are_redacted():
-    env = captured_env({
+    env = captured_env(
+        {
+            "NCCL_DEBUG": "INFO",
+            "TORCH_HUB_TOKEN": "hf_abc",
+            "NCCL_IB_SECRET_KEY": "s3cr3t",
+            "CUDA_PASSWORD": "x",
+            "OMP_CREDENTIALS": "y",
+            "HOME": "/root",  # not a variable that changes how torch runs: not captured at all
+        }
+    )
+    assert env == {
         "NCCL_DEBUG": "INFO",
-        "TORCH_HUB_TOKEN": "hf_abc",
-        "NCCL_IB_SECRET_KEY": "s3cr3t",
-        "CUDA_PASSWORD": "x",
-        "OMP_CREDENTIALS": "y",
-        "HOME": "/root",  # not a variable that changes how torch runs: not captured at all
-    })
-    assert env == {"NCCL_DEBUG": "INFO", "TORCH_HUB_TOKEN": REDACTED, "NCCL_IB_SECRET_KEY": REDACTED,
-                   "CUDA_PASSWORD": REDACTED, "OMP_CREDENTIALS": REDACTED}
+        "TORCH_HUB_TOKEN": REDACTED,
+        "NCCL_IB_SECRET_KEY": REDACTED,
+        "CUDA_PASSWORD": REDACTED,
+        "OMP_CREDENTIALS": REDACTED,
+    }
 
 
 def test_passwords_inside_urls_are_redacted():

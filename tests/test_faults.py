@@ -1,4 +1,5 @@
 """The fault matrix: each fault injected for real inside worker processes of real gloo runs."""
+
 import json
 import os
 import signal
@@ -8,8 +9,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, cpu_environment, ddpbench
+
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
 
@@ -41,30 +42,56 @@ def processes_mentioning(text):
 def test_fault_option_is_checked_before_anything_starts(tmp_path):
     assert parse_fault("rank=1,kind=hang,step=3").to_dict() == {"rank": 1, "kind": "hang", "step": 3}
     assert parse_fault("rank=1,kind=hang,step=3,where=optimizer").where == "optimizer"
-    for text, message in [("rank=1,kind=explode,step=3", "raise, kill, hang, oom, skip"),
-                          ("rank=1,step=3", "needs rank, kind and step"),
-                          ("rank=one,kind=raise,step=3", "whole numbers"),
-                          ("rank=1,kind=hang,step=3,where=loss", "where must be one of data, forward, backward, "
-                                                                 "optimizer, collective; got 'loss'"),
-                          ("rank=1,kind=raise,step=3,where=data", "where= applies to kind=hang only")]:
+    for text, message in [
+        ("rank=1,kind=explode,step=3", "raise, kill, hang, oom, skip"),
+        ("rank=1,step=3", "needs rank, kind and step"),
+        ("rank=one,kind=raise,step=3", "whole numbers"),
+        (
+            "rank=1,kind=hang,step=3,where=loss",
+            "where must be one of data, forward, backward, " "optimizer, collective; got 'loss'",
+        ),
+        ("rank=1,kind=raise,step=3,where=data", "where= applies to kind=hang only"),
+    ]:
         with pytest.raises(SpecError, match=message):
             parse_fault(text)
-    for fault, message in [("rank=5,kind=raise,step=1", "rank 5 does not exist: world size is 2"),
-                           ("rank=1,kind=hang,step=8,where=data", "step 8 is never reached: the run has 8 steps"),
-                           ("rank=1,kind=hang,step=3,where=gpu", "fault where must be one of"),
-                           ("rank=0,kind=skip,step=3", "needs strategy ddp and --comm-hook allreduce")]:
+    for fault, message in [
+        ("rank=5,kind=raise,step=1", "rank 5 does not exist: world size is 2"),
+        ("rank=1,kind=hang,step=8,where=data", "step 8 is never reached: the run has 8 steps"),
+        ("rank=1,kind=hang,step=3,where=gpu", "fault where must be one of"),
+        ("rank=0,kind=skip,step=3", "needs strategy ddp and --comm-hook allreduce"),
+    ]:
         extra = ["--comm-hook", "fp16_compress"] if "skip" in fault else []
-        done = ddpbench("run", "--workload", "mlp", *QUICK, *extra, "--inject-fault", fault,
-                        "--out", str(tmp_path / "x"))
-        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
-            done.stderr
+        done = ddpbench(
+            "run", "--workload", "mlp", *QUICK, *extra, "--inject-fault", fault, "--out", str(tmp_path / "x")
+        )
+        assert (
+            done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        ), done.stderr
     assert not (tmp_path / "x").exists()
 
 
 def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tmp_path):
-    done = ddpbench("sweep", "--workloads", "mlp", "--strategies", "local,ddp", "--nproc", "2", "--steps", "8",
-                    "--warmup", "2", "--no-profile", "--inject-fault", "rank=1,kind=raise,step=4",
-                    "--out", str(tmp_path), "--sweep-id", "s", cwd=tmp_path)
+    done = ddpbench(
+        "sweep",
+        "--workloads",
+        "mlp",
+        "--strategies",
+        "local,ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--inject-fault",
+        "rank=1,kind=raise,step=4",
+        "--out",
+        str(tmp_path),
+        "--sweep-id",
+        "s",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1
     runs = tmp_path / "s" / "runs"
     statuses = {name[:-5]: json.load(open(runs / name))["status"] for name in os.listdir(runs)}
@@ -77,8 +104,9 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tm
 
 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=1,kind=kill,step=3",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=1,kind=kill,step=3", "--out", str(tmp_path)
+    )
     record = only_record(tmp_path)
     assert done.returncode == 1 and record["status"] == "failed"
     assert record["error"]["message"] == "rank 1 was killed by SIGKILL"
@@ -100,18 +128,31 @@ PG_TIMEOUT_S = 8
 # batch is ready); the others hang inside the step through hooks. The waiting rank is always in
 # backward: DDP's all-reduce runs there. A rank stuck in the optimizer of step 4 has issued step
 # 4's all-reduce, so rank 0 already waits in step 5's.
-@pytest.mark.parametrize("where, stuck_in, waits_in", [
-    (None, "data", "backward of step 4"),
-    ("data", "data", "backward of step 4"),
-    ("forward", "forward", "backward of step 4"),
-    ("backward", "backward", "backward of step 4"),
-    ("optimizer", "optimizer", "backward of step 5"),
-    ("collective", "backward", "backward of step 4"),  # DDP's communication hook runs inside backward
-])
+@pytest.mark.parametrize(
+    "where, stuck_in, waits_in",
+    [
+        (None, "data", "backward of step 4"),
+        ("data", "data", "backward of step 4"),
+        ("forward", "forward", "backward of step 4"),
+        ("backward", "backward", "backward of step 4"),
+        ("optimizer", "optimizer", "backward of step 5"),
+        ("collective", "backward", "backward of step 4"),  # DDP's communication hook runs inside backward
+    ],
+)
 def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(tmp_path, where, stuck_in, waits_in):
     fault = "rank=1,kind=hang,step=4" + (f",where={where}" if where else "")
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--inject-fault", fault,
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        "mlp",
+        *QUICK,
+        "--pg-timeout",
+        str(PG_TIMEOUT_S),
+        "--inject-fault",
+        fault,
+        "--out",
+        str(tmp_path),
+    )
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
@@ -128,14 +169,26 @@ def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(tmp_path, whe
     assert all(os.path.exists(path) for path in [*evidence["stacks"].values(), *evidence["flight_recorder"].values()])
     # The goal is the timeout + 10 s (14 s measured here when idle); on this shared 2-core machine
     # under a load of 8-10 it took 19-24 s (torchrun's teardown and the analyzer's start-up).
-    assert hang_named_within(str(tmp_path), os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0]), 1) \
+    assert (
+        hang_named_within(str(tmp_path), os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0]), 1)
         < PG_TIMEOUT_S + 25
+    )
     assert processes_mentioning(str(tmp_path)) == []
 
 
 def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(tmp_path):
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--inject-fault",
-                    "rank=1,kind=skip,step=4", "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        "mlp",
+        *QUICK,
+        "--pg-timeout",
+        str(PG_TIMEOUT_S),
+        "--inject-fault",
+        "rank=1,kind=skip,step=4",
+        "--out",
+        str(tmp_path),
+    )
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
@@ -144,8 +197,9 @@ def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(tmp_path):
     # collective behind it, still in backward.
     assert error["hung_ranks"] == [1] and error["hang"]["kind"] == "skipped"
     assert error["message"].startswith("out of step: rank 1 skipped a collective: its collective #")
-    assert "is barrier (the barrier after step 7), while rank 0's is all_reduce (backward of step 7)" \
-        in error["message"]
+    assert (
+        "is barrier (the barrier after step 7), while rank 0's is all_reduce (backward of step 7)" in error["message"]
+    )
     assert "COLLECTIVE_TYPE_MISMATCH" in error["hang"]["evidence"]["flight_recorder_analysis"]
     assert processes_mentioning(str(tmp_path)) == []
 
@@ -164,8 +218,9 @@ def test_a_users_workload_that_blocks_in_forward_is_named(tmp_path):
 
 
 def test_out_of_memory_is_its_own_status(tmp_path):
-    done = ddpbench("run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=0,kind=oom,step=3",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=0,kind=oom,step=3", "--out", str(tmp_path)
+    )
     record = only_record(tmp_path)
     assert done.returncode == 1 and record["status"] == "oom"
     assert "out of memory on rank 0" in record["error"]["message"]
@@ -195,11 +250,30 @@ def test_a_taken_port_is_replaced_by_a_free_one(tmp_path):
 
 
 def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
-    command = [sys.executable, "-m", "ddpbench", "sweep", "--workloads", "mlp", "--strategies", "local,ddp",
-               "--nproc", "2", "--steps", "60", "--warmup", "2", "--no-profile", "--out", str(tmp_path),
-               "--sweep-id", "s"]
-    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=cpu_environment())
+    command = [
+        sys.executable,
+        "-m",
+        "ddpbench",
+        "sweep",
+        "--workloads",
+        "mlp",
+        "--strategies",
+        "local,ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "60",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+        "--sweep-id",
+        "s",
+    ]
+    sweep = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cpu_environment()
+    )
     runs = tmp_path / "s" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (runs.exists() and any(n.endswith(".json") for n in os.listdir(runs))):

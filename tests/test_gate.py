@@ -1,6 +1,7 @@
 """The regression gate: its statistics on simulated per-run values with known effects (false
 alarms, detection, honesty of the printed minimum detectable effect), and the command on the
 committed fixture sweep with its numbers scaled by known factors."""
+
 import json
 import math
 import os
@@ -8,8 +9,8 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, ddpbench
+
 from ddpbench.gate import stats
 from ddpbench.gate.compare import compare, env_differences, load_side, overall_verdict
 from ddpbench.gate.output import markdown_summary
@@ -94,7 +95,9 @@ def test_noise_comes_from_data_and_says_so_else_from_the_prior():
     assert stats.estimate_noise({"baseline repeats": [np.zeros(1)]}, 0.12).source.startswith("prior 12.0%")
     noise = stats.estimate_noise({"baseline repeats": [np.log([1.0, 1.1])], "history": [np.log([1.0, 1.0, 1.2])]}, 0.5)
     assert noise.df == 3 and noise.history_df == 2 and "history (3 runs)" in noise.source
-    assert noise.sigma == pytest.approx(math.sqrt((np.var(np.log([1.0, 1.1])) * 2 + np.var(np.log([1, 1, 1.2])) * 3) / 3))
+    assert noise.sigma == pytest.approx(
+        math.sqrt((np.var(np.log([1.0, 1.1])) * 2 + np.var(np.log([1, 1, 1.2])) * 3) / 3)
+    )
 
 
 @pytest.mark.parametrize("text, value", [("5", 0.05), ("5%", 0.05), ("0.05", 0.05), ("2.5%", 0.025)])
@@ -144,8 +147,17 @@ OK_RUNS = ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2", "mlp-dp-n1", "mlp-dp-n2"]
 
 def test_a_sweep_against_itself_passes_and_says_what_it_can_see(tmp_path):
     sweep = scaled_copy(tmp_path, "good", 1.0, keep=OK_RUNS)
-    done = ddpbench("gate", "--baseline", sweep, "--candidate", sweep, "--json", str(tmp_path / "v.json"),
-                    "--summary-md", str(tmp_path / "s.md"))
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        sweep,
+        "--candidate",
+        sweep,
+        "--json",
+        str(tmp_path / "v.json"),
+        "--summary-md",
+        str(tmp_path / "s.md"),
+    )
     assert done.returncode == 0 and "verdict: PASS" in done.stdout, done.stdout + done.stderr
     verdict = json.loads((tmp_path / "v.json").read_text())
     throughput = [c for c in verdict["comparisons"] if c["measure"] == "throughput"]
@@ -167,8 +179,19 @@ def test_a_slowdown_is_flagged_only_when_the_noise_allows_it(tmp_path):
     default = ddpbench("gate", "--baseline", baseline, "--candidate", slow, "--metrics", "throughput")
     assert default.returncode == 0 and "REGRESSION" not in default.stdout
     # Where runs are known to be steadier (a GPU node, 3 %), the same evidence is a regression.
-    steady = ddpbench("gate", "--baseline", baseline, "--candidate", slow, "--prior-noise", "3%",
-                      "--summary-md", str(tmp_path / "s.md"), "--json", str(tmp_path / "v.json"))
+    steady = ddpbench(
+        "gate",
+        "--baseline",
+        baseline,
+        "--candidate",
+        slow,
+        "--prior-noise",
+        "3%",
+        "--summary-md",
+        str(tmp_path / "s.md"),
+        "--json",
+        str(tmp_path / "v.json"),
+    )
     assert steady.returncode == 1 and "verdict: REGRESSION" in steady.stdout
     verdict = json.loads((tmp_path / "v.json").read_text())
     by = {(c["configuration"], c["measure"]): c for c in verdict["comparisons"]}
@@ -182,6 +205,7 @@ def test_a_slowdown_is_flagged_only_when_the_noise_allows_it(tmp_path):
 
 def test_throughput_is_the_mean_step_so_a_stall_counts(tmp_path):
     """One step in ten stalling moves the window (and so throughput), not the median step."""
+
     def stall(record):
         if record["status"] == "ok":
             record["metrics"]["window_s"] *= 2.0
@@ -247,13 +271,16 @@ def test_different_machines_are_refused_with_the_differences(tmp_path):
     assert done.returncode == 0 and "verdict: PASS" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--max-regression", "five"], "5, 5% or 0.05"),
-    (["--max-regression", "0"], "between 0 and 100"),
-    (["--max-regression", "100"], "between 0 and 100"),
-    (["--family-alpha", "70%"], "family_alpha"),
-    (["--metrics", "latency"], "unknown metric 'latency'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-regression", "five"], "5, 5% or 0.05"),
+        (["--max-regression", "0"], "between 0 and 100"),
+        (["--max-regression", "100"], "between 0 and 100"),
+        (["--family-alpha", "70%"], "family_alpha"),
+        (["--metrics", "latency"], "unknown metric 'latency'"),
+    ],
+)
 def test_gate_usage_errors_write_nothing(tmp_path, args, message):
     out = tmp_path / "v.json"
     done = ddpbench("gate", "--baseline", SWEEP, "--candidate", SWEEP, "--json", str(out), *args)

@@ -1,17 +1,18 @@
 """Same-job A/B: the paired test on saved records with a known drift and a known slowdown, bad
 input refused before anything runs, and one real two-round job."""
+
 import json
 import os
 import sys
 
 import msgspec
 import pytest
-
 from conftest import REPO, ddpbench
+from test_gate import SWEEP
+
 from ddpbench.gate.ab import paired_comparisons
 from ddpbench.gate.compare import load_side
 from ddpbench.gate.stats import GateSettings
-from test_gate import SWEEP
 
 DRIFT = [1.0, 1.3, 0.85, 1.15, 0.95]  # the machine's load, round by round: far more than the effect
 
@@ -22,8 +23,12 @@ def rounds_of(slowdown, broken_round=None):
     for index, drift in enumerate(DRIFT):
         sides = []
         for factor in (drift, drift * slowdown * (1.002 if index % 2 else 0.998)):
-            copy = msgspec.structs.replace(record, metrics=msgspec.structs.replace(
-                record.metrics, throughput_units_per_s=record.metrics.throughput_units_per_s / factor))
+            copy = msgspec.structs.replace(
+                record,
+                metrics=msgspec.structs.replace(
+                    record.metrics, throughput_units_per_s=record.metrics.throughput_units_per_s / factor
+                ),
+            )
             sides.append(copy)
         if index == broken_round:
             sides[1] = msgspec.structs.replace(sides[1], status="failed")
@@ -49,43 +54,96 @@ def test_a_failed_round_fails_the_job_unless_allowed():
     assert next(c for c in comparisons if c.measure == "throughput").candidate_runs == 4
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rounds", "1"], "--rounds must be at least 2"),
-    (["--max-regression", "0"], "between 0 and 100"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rounds", "1"], "--rounds must be at least 2"),
+        (["--max-regression", "0"], "between 0 and 100"),
+    ],
+)
 def test_ab_bad_options_write_nothing(tmp_path, args, message):
-    done = ddpbench("ab", sys.executable, sys.executable, "--out", str(tmp_path / "ab"), *args,
-                    "--", "--workload", "mlp", "--strategy", "local")
+    done = ddpbench(
+        "ab",
+        sys.executable,
+        sys.executable,
+        "--out",
+        str(tmp_path / "ab"),
+        *args,
+        "--",
+        "--workload",
+        "mlp",
+        "--strategy",
+        "local",
+    )
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ab").exists()
 
 
 def test_ab_environments_must_both_import_torch(tmp_path):
     not_python = tmp_path / "nothing-here"
-    done = ddpbench("ab", sys.executable, str(not_python), "--out", str(tmp_path / "ab"), "--",
-                    "--workload", "mlp", "--strategy", "local")
+    done = ddpbench(
+        "ab",
+        sys.executable,
+        str(not_python),
+        "--out",
+        str(tmp_path / "ab"),
+        "--",
+        "--workload",
+        "mlp",
+        "--strategy",
+        "local",
+    )
     assert done.returncode == 2 and "neither a Python executable nor a ddpbench working tree" in done.stderr
     bare = tmp_path / "bare-venv"
     os.makedirs(bare / "bin")
     os.symlink(sys.base_prefix + "/bin/python3", bare / "bin" / "python")  # a Python without torch
-    done = ddpbench("ab", sys.executable, str(bare / "bin" / "python"), "--out", str(tmp_path / "ab"), "--",
-                    "--workload", "mlp", "--strategy", "local", env={"PYTHONNOUSERSITE": "1"})
+    done = ddpbench(
+        "ab",
+        sys.executable,
+        str(bare / "bin" / "python"),
+        "--out",
+        str(tmp_path / "ab"),
+        "--",
+        "--workload",
+        "mlp",
+        "--strategy",
+        "local",
+        env={"PYTHONNOUSERSITE": "1"},
+    )
     assert done.returncode == 2 and "cannot import torch and ddpbench" in done.stderr
     assert not (tmp_path / "ab").exists()
 
 
 def test_ab_bad_run_options_are_refused_before_anything_runs(tmp_path):
-    done = ddpbench("ab", sys.executable, sys.executable, "--out", str(tmp_path / "ab"), "--",
-                    "--workload", "nosuch")
+    done = ddpbench("ab", sys.executable, sys.executable, "--out", str(tmp_path / "ab"), "--", "--workload", "nosuch")
     assert done.returncode == 2 and "nosuch" in done.stderr and not (tmp_path / "ab").exists()
 
 
 @pytest.mark.launches
 def test_a_real_ab_job_alternates_and_gates(tmp_path):
     out = tmp_path / "ab"
-    done = ddpbench("ab", sys.executable, REPO, "--rounds", "2", "--out", str(out), "--json", str(tmp_path / "v.json"),
-                    "--", "--workload", "mlp", "--strategy", "local", "--steps", "12", "--warmup", "2",
-                    "--no-profile", timeout=600)
+    done = ddpbench(
+        "ab",
+        sys.executable,
+        REPO,
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+        str(tmp_path / "v.json"),
+        "--",
+        "--workload",
+        "mlp",
+        "--strategy",
+        "local",
+        "--steps",
+        "12",
+        "--warmup",
+        "2",
+        "--no-profile",
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("round ")]
     assert [line.split(":")[0] for line in lines] == ["round 1/2 A", "round 1/2 B", "round 2/2 A", "round 2/2 B"]

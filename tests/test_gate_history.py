@@ -1,15 +1,16 @@
 """History of nightly sweeps, change points in it (Apache Otava, or the fallback rule), the gate
 against the history, and the report's history section: on copies of the fixture sweep whose
 speed is changed by known factors."""
+
 import os
 
 import numpy as np
 import pytest
-
 from conftest import ddpbench
+from test_gate import OK_RUNS, SWEEP, scaled_copy
+
 from ddpbench.gate import changepoints
 from ddpbench.gate.history import add_sweep, read_history
-from test_gate import OK_RUNS, SWEEP, scaled_copy
 
 NO_OTAVA = {"DDPBENCH_OTAVA_PYTHON": "/nonexistent/python"}
 
@@ -21,8 +22,13 @@ def nightly_history(tmp_path, levels, seed=0, spread=0.02):
     folder = None
     for night, level in enumerate(levels):
         noise = {run: float(np.exp(rng.normal(0, spread))) for run in OK_RUNS}
-        sweep = scaled_copy(tmp_path, f"night-{night:02d}", lambda run_id: level * noise.get(run_id, 1.0), keep=OK_RUNS,
-                            edit=lambda r, n=night: r.update(ended_at=f"2026-11-{n + 1:02d}T02:00:00+00:00"))
+        sweep = scaled_copy(
+            tmp_path,
+            f"night-{night:02d}",
+            lambda run_id, level=level, noise=noise: level * noise.get(run_id, 1.0),
+            keep=OK_RUNS,
+            edit=lambda r, n=night: r.update(ended_at=f"2026-11-{n + 1:02d}T02:00:00+00:00"),
+        )
         folder, _ = add_sweep(sweep, str(root))
     return folder
 
@@ -49,8 +55,10 @@ def test_fallback_rule_finds_a_known_step_and_nothing_in_noise():
     assert changepoints.fallback_change_points(stepped) == [12]
 
 
-@pytest.mark.skipif(changepoints.otava_python() is None and not os.environ.get("DDPBENCH_REQUIRE_OTAVA"),
-                    reason="Apache Otava is not installed here (make otava-venv creates .venv-otava)")
+@pytest.mark.skipif(
+    changepoints.otava_python() is None and not os.environ.get("DDPBENCH_REQUIRE_OTAVA"),
+    reason="Apache Otava is not installed here (make otava-venv creates .venv-otava)",
+)
 def test_otava_finds_the_same_step():
     # CI builds .venv-otava and sets DDPBENCH_REQUIRE_OTAVA, so there this test runs or fails.
     assert changepoints.otava_python() is not None, "DDPBENCH_REQUIRE_OTAVA is set but Otava is not installed"
@@ -69,8 +77,18 @@ def test_history_changes_and_the_gate_against_the_history(tmp_path):
     assert done.stdout.count("change points: run 9 (night-08") == 5  # every configuration slowed on night 8
     # Against the history since its change point: the new normal passes, a further slowdown fails.
     same = scaled_copy(tmp_path, "same", 1.3, keep=OK_RUNS)
-    done = ddpbench("gate", "--baseline", "history", "--candidate", same, "--history-folder", folder,
-                    "--json", str(tmp_path / "v.json"), env=NO_OTAVA)
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        "history",
+        "--candidate",
+        same,
+        "--history-folder",
+        folder,
+        "--json",
+        str(tmp_path / "v.json"),
+        env=NO_OTAVA,
+    )
     assert done.returncode == 0 and "verdict: PASS" in done.stdout, done.stdout + done.stderr
     assert "history since each series' last change point" in done.stdout
     assert "history (8 runs)" in (tmp_path / "v.json").read_text()
@@ -103,11 +121,17 @@ def test_history_report_section(tmp_path):
     assert "change points by fallback rule" in page
 
 
-@pytest.mark.parametrize("content, message", [
-    ("hello,world\n1,2\n", "not a ddpbench history file"),
-    ("# ddpbench history 1: x | [\"mlp\"]\nended_at,sweep,run_id,git_sha,throughput,efficiency,exposed_share\n"
-     "t,s,r,g,fast,,\n", "not a number"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("hello,world\n1,2\n", "not a ddpbench history file"),
+        (
+            '# ddpbench history 1: x | ["mlp"]\nended_at,sweep,run_id,git_sha,throughput,efficiency,exposed_share\n'
+            "t,s,r,g,fast,,\n",
+            "not a number",
+        ),
+    ],
+)
 def test_a_history_file_that_is_not_one_is_refused(tmp_path, content, message):
     bad = tmp_path / "bad.csv"
     bad.write_text(content)

@@ -2,6 +2,7 @@
 checked against Monte-Carlo runs of the gate's own decision function on simulated per-run log
 values; and what the gate says it sees (the target, the printed slowdown, the runs needed) is
 caught that often when simulated."""
+
 import math
 import re
 
@@ -75,8 +76,12 @@ def claims(comparison: Comparison) -> dict:
     caught = re.search(r"catches an? ([\d.]+)% slowdown", text)
     needed = re.search(r"(\d+) (?:runs per side|rounds) would be needed to see ([\d.]+)%", text)
     assert seen and caught, text
-    return {"sees": seen.group(1) == "sees", "target": float(seen.group(2)) / 100,
-            "catches": float(caught.group(1)) / 100, "needed": int(needed.group(1)) if needed else None}
+    return {
+        "sees": seen.group(1) == "sees",
+        "target": float(seen.group(2)) / 100,
+        "catches": float(caught.group(1)) / 100,
+        "needed": int(needed.group(1)) if needed else None,
+    }
 
 
 def two_sample_comparison(runs, sigma, prior=None):
@@ -90,8 +95,9 @@ def paired_comparison(rounds, sigma):
     ratios = np.random.default_rng(5).normal(0, 1, rounds)
     ratios = (ratios - ratios.mean()) / np.std(ratios, ddof=1) * sigma  # no change, a spread of exactly sigma
     evidence, noise = stats.paired(np.zeros(rounds), ratios)
-    comparison = Comparison("simulated", "throughput", "pass", candidate_runs=rounds, baseline_runs=rounds,
-                            noise=noise.sigma)
+    comparison = Comparison(
+        "simulated", "throughput", "pass", candidate_runs=rounds, baseline_runs=rounds, noise=noise.sigma
+    )
     return finish([(comparison, evidence, noise)], SETTINGS, paired=True)[0]
 
 
@@ -113,8 +119,7 @@ def test_what_a_comparison_says_it_sees_it_catches(runs, prior):
     else:
         assert at_target < SETTINGS.power, (said, at_target)
         # With the runs it says are needed (then the noise comes from their repeats), it sees the target.
-        enough = hit_rate(rng, 1000, -math.log(1 - said["target"]), prior, comparison.alpha, SETTINGS,
-                          said["needed"])
+        enough = hit_rate(rng, 1000, -math.log(1 - said["target"]), prior, comparison.alpha, SETTINGS, said["needed"])
         assert at_least(enough, SETTINGS.power, 1000), (said, enough)
 
 
@@ -124,13 +129,17 @@ def test_what_an_ab_comparison_says_it_sees_it_catches(rounds, sigma):
     assert comparison.noise == pytest.approx(sigma)
     said = claims(comparison)
     rng, trials = np.random.default_rng(13), 3000
-    caught = hit_rate(rng, trials, -math.log(1 - said["catches"]), sigma, comparison.alpha, SETTINGS, rounds,
-                      paired=True)
+    caught = hit_rate(
+        rng, trials, -math.log(1 - said["catches"]), sigma, comparison.alpha, SETTINGS, rounds, paired=True
+    )
     assert at_least(caught, SETTINGS.power, trials), (said, caught)
     target = -math.log(1 - said["target"])
     if said["sees"]:
-        assert at_least(hit_rate(rng, trials, target, sigma, comparison.alpha, SETTINGS, rounds, paired=True),
-                        SETTINGS.power, trials)
+        assert at_least(
+            hit_rate(rng, trials, target, sigma, comparison.alpha, SETTINGS, rounds, paired=True),
+            SETTINGS.power,
+            trials,
+        )
     else:
         enough = hit_rate(rng, trials, target, sigma, comparison.alpha, SETTINGS, said["needed"], paired=True)
         assert at_least(enough, SETTINGS.power, trials), (said, enough)
@@ -142,7 +151,7 @@ def test_sight_figures_for_many_comparisons_agree_with_one_at_a_time():
     for sigma, history_df, paired in ((0.02, 0, False), (0.08, 0, False), (0.05, 30, False), (0.03, 0, True)):
         needed = stats.runs_needed(sigma, 0.002, SETTINGS, fixed_df=history_df, paired_rounds=paired)
 
-        def power(n):
+        def power(n, sigma=sigma, paired=paired, history_df=history_df):
             se = sigma / math.sqrt(n) if paired else sigma * math.sqrt(2 / n)
             df = n - 1 if paired else (history_df + 2 * (n - 1)) or math.inf
             return stats.catch_probability(SETTINGS.target_log, se, df, 0.002, SETTINGS)

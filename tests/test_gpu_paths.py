@@ -1,5 +1,6 @@
 """GPU-path defects shown on CPU, where a CPU can show them: each test fails without its fix.
 What only a GPU can show is in test_cuda.py (skipped here) and benchmarks/gpu_check.py."""
+
 import contextlib
 import gzip
 import json
@@ -8,13 +9,13 @@ import threading
 
 import pytest
 import torch
-
 from conftest import FIXTURES, REPO, cpu_environment, ddpbench
+
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.analysis.traces import TraceError, analyze_trace, format_trace_table
 from ddpbench.config.spec import RunSpec
 from ddpbench.running.diagnose import out_of_memory
-from ddpbench.running.environment import (driver_version_from_proc, parse_gpu_query, visible_gpu_count)
+from ddpbench.running.environment import driver_version_from_proc, parse_gpu_query, visible_gpu_count
 from ddpbench.running.launch import LAUNCHER_VARIABLES, child_environment, resolve
 
 REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
@@ -29,6 +30,7 @@ def test_cpu_tests_run_with_the_gpus_hidden(monkeypatch):
 
 
 # --- DataParallel replicas and autocast ------------------------------------------------------
+
 
 @pytest.fixture
 def accelerator_plumbing_on_cpu(monkeypatch):
@@ -71,6 +73,7 @@ def test_data_parallel_replicas_compute_in_the_dtype_the_run_asked_for(accelerat
 
 # --- peak memory per phase -------------------------------------------------------------------
 
+
 def test_peak_memory_is_reset_at_every_phase():
     from ddpbench.worker.memory import CPU_RESETTABLE_KIND, PeakMemory
 
@@ -91,8 +94,20 @@ def test_peak_memory_is_reset_at_every_phase():
 def test_record_reports_the_timed_windows_peak_not_the_gradient_checks(tmp_path):
     workload = f"{REPO}/tests/fixtures/big_in_eval.py:big_in_eval"
     # Two ranks: at one rank there is nothing to compare, and the gradient check does not run.
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "6", "--warmup", "2",
-                    "--no-profile", "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        workload,
+        "--nproc",
+        "2",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     [name] = os.listdir(tmp_path / "runs")
     rank = json.load(open(tmp_path / "runs" / name))["ranks"][0]
@@ -104,6 +119,7 @@ def test_record_reports_the_timed_windows_peak_not_the_gradient_checks(tmp_path)
 
 
 # --- DDP's runtime logging and other host synchronisation ------------------------------------
+
 
 def test_ddp_on_gpus_warms_up_past_its_logged_iterations():
     assert RunSpec(workload="mlp", device="cuda").warmup == 11
@@ -154,6 +170,7 @@ def test_ddp_logs_no_iteration_after_its_first_ten(tmp_path):
 
 # --- launcher variables left by a surrounding job --------------------------------------------
 
+
 def test_local_and_dp_ignore_the_variables_of_a_surrounding_launcher(monkeypatch):
     from ddpbench.worker.main import Rank
 
@@ -170,9 +187,21 @@ def test_local_and_dp_ignore_the_variables_of_a_surrounding_launcher(monkeypatch
 
 @pytest.mark.launches
 def test_a_local_run_inside_a_torchrun_job_writes_its_record(tmp_path):
-    done = ddpbench("run", "--workload", "mlp", "--strategy", "local", "--steps", "4", "--warmup", "1",
-                    "--no-profile", "--out", str(tmp_path),
-                    env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    done = ddpbench(
+        "run",
+        "--workload",
+        "mlp",
+        "--strategy",
+        "local",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+        env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     [name] = os.listdir(tmp_path / "runs")
     record = json.load(open(tmp_path / "runs" / name))
@@ -180,6 +209,7 @@ def test_a_local_run_inside_a_torchrun_job_writes_its_record(tmp_path):
 
 
 # --- environment --------------------------------------------------------------------------
+
 
 def test_environment_records_the_math_settings_that_change_gpu_speed():
     from ddpbench.worker.environment import torch_facts
@@ -203,8 +233,10 @@ def test_driver_version_and_mig_mode_are_read_from_nvidia_smi_and_proc():
     assert parse_gpu_query("550.54.15, Disabled\n550.54.15, Enabled\n") == ("550.54.15", ["Disabled", "Enabled"])
     assert parse_gpu_query("535.104.05, [N/A]\n") == ("535.104.05", ["[N/A]"])
     assert parse_gpu_query("") == (None, [])
-    proc = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    proc = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
     assert driver_version_from_proc(proc) == "550.54.15"
     open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build\n"
     assert driver_version_from_proc(open_module) == "560.35.03"
@@ -220,26 +252,33 @@ def test_host_facts_say_when_there_is_no_gpu_driver(monkeypatch):
 
 # --- out of memory from the libraries ---------------------------------------------------------
 
-@pytest.mark.parametrize("message", [
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-    "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
-    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
-    "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: Call to CUDA "
-    "function failed.\nLast error:\nCuda failure 2 'out of memory'",
-])
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: Call to CUDA "
+        "function failed.\nLast error:\nCuda failure 2 'out of memory'",
+    ],
+)
 def test_out_of_memory_is_recognised_whichever_library_raised_it(message):
     assert out_of_memory(message)
 
 
 def test_other_errors_are_not_out_of_memory():
-    for message in ("RuntimeError: CUDA error: an illegal memory access was encountered",
-                    "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED",
-                    "DistBackendError: NCCL error: remote process exited or there was a network error"):
+    for message in (
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED",
+        "DistBackendError: NCCL error: remote process exited or there was a network error",
+    ):
         assert not out_of_memory(message)
 
 
 # --- trace analysis failures ----------------------------------------------------------------
+
 
 def rewritten_trace(tmp_path, keep):
     trace = json.load(gzip.open(REAL_GPU_TRACE))
@@ -276,8 +315,10 @@ def test_a_trace_analysis_failure_is_an_error_of_the_run():
     spec = RunSpec(workload="mlp", nproc=2, device="cpu", no_sync_steps=0, run_id="r")
     record = Record(run_id="r", status="ok", spec=spec, ranks=[RankResult(rank=0), RankResult(rank=1)])
     results = [{"rank": r, "reducer": {}, "step_times_s": [0.1]} for r in (0, 1)]
-    found = [{"rank": 0, "trace_path": "a", "trace_summary": {"steps_analysed": 2}},
-             {"rank": 1, "trace_path": "b", "trace_summary": {"error": "TraceError: b: no ProfilerStep#N"}}]
+    found = [
+        {"rank": 0, "trace_path": "a", "trace_summary": {"steps_analysed": 2}},
+        {"rank": 1, "trace_path": "b", "trace_summary": {"error": "TraceError: b: no ProfilerStep#N"}},
+    ]
     add_overlap(record, spec, results, found)
     assert record.error.message == "trace analysis failed: rank 1: TraceError: b: no ProfilerStep#N"
     assert record.error.failed_ranks == [1]
@@ -285,6 +326,7 @@ def test_a_trace_analysis_failure_is_an_error_of_the_run():
 
 
 # --- MFU --------------------------------------------------------------------------------------
+
 
 def test_mfu_uses_the_published_peak_of_the_device_and_precision():
     # ResNet-50 trains at about 24.5 GFLOP per 224x224 image (forward + backward).
@@ -294,8 +336,9 @@ def test_mfu_uses_the_published_peak_of_the_device_and_precision():
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H200 NVL", "bf16")["basis"]["matched"] == "H200 NVL"
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H100 80GB HBM3", "fp16")["basis"]["matched"] == "H100 SXM"
     assert model_flops_utilisation(1e9, 1.0, "NVIDIA H100 PCIe", "bf16")["basis"]["matched"] == "H100 PCIe"
-    assert model_flops_utilisation(1e9, 1.0, "NVIDIA A100-SXM4-80GB", "fp32", matmul_tf32=True)[
-        "basis"]["peak_flops_per_s"] == pytest.approx(156e12)
+    assert model_flops_utilisation(1e9, 1.0, "NVIDIA A100-SXM4-80GB", "fp32", matmul_tf32=True)["basis"][
+        "peak_flops_per_s"
+    ] == pytest.approx(156e12)
     unknown = model_flops_utilisation(1e9, 1.0, "NVIDIA GeForce RTX 4090", "bf16")
     assert unknown["mfu"] is None and unknown["basis"]["reason"] == "no published peak for this device"
     assert model_flops_utilisation(1e9, 1.0, None, "fp32")["mfu"] is None
@@ -303,17 +346,20 @@ def test_mfu_uses_the_published_peak_of_the_device_and_precision():
 
 def test_fp32_mfu_follows_what_each_op_class_computed_in():
     # torch's defaults: cuDNN convolutions may use TF32, cuBLAS matrix products may not.
-    matmuls = model_flops_utilisation(1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True,
-                                      conv_flops_share=0.0)  # gpt2, vit_b_16, mlp
+    matmuls = model_flops_utilisation(
+        1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True, conv_flops_share=0.0
+    )  # gpt2, vit_b_16, mlp
     assert matmuls["basis"]["precision"] == "fp32" and matmuls["basis"]["peak_flops_per_s"] == pytest.approx(67e12)
     assert matmuls["mfu"] == pytest.approx(1e12 / 67e12)
-    convs = model_flops_utilisation(1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True,
-                                    conv_flops_share=0.9)  # resnet50: mostly convolutions, a linear head
+    convs = model_flops_utilisation(
+        1e9, 1000.0, "NVIDIA H200", "fp32", matmul_tf32=False, conv_tf32=True, conv_flops_share=0.9
+    )  # resnet50: mostly convolutions, a linear head
     assert convs["basis"]["precision"] == "fp32+tf32"
     assert convs["basis"]["peak_flops_per_s"] == pytest.approx(1e12 / (0.1 / 67 + 0.9 / 494.5))
     assert convs["basis"]["matmul_precision"] == "fp32" and convs["basis"]["conv_precision"] == "tf32"
-    both = model_flops_utilisation(1e9, 1.0, "NVIDIA H200", "fp32", matmul_tf32=True, conv_tf32=True,
-                                   conv_flops_share=0.5)
+    both = model_flops_utilisation(
+        1e9, 1.0, "NVIDIA H200", "fp32", matmul_tf32=True, conv_tf32=True, conv_flops_share=0.5
+    )
     assert both["basis"]["precision"] == "tf32" and both["basis"]["peak_flops_per_s"] == pytest.approx(494.5e12)
     # Autocast runs both classes in the half precision, whatever the TF32 settings.
     half = model_flops_utilisation(1e9, 1.0, "NVIDIA H200", "bf16", conv_tf32=True, conv_flops_share=0.9)
@@ -331,8 +377,9 @@ def test_the_flop_counter_tells_convolutions_from_matrix_products():
     # forward 2*(32*64 + 64*10) per sample, backward twice that (input and weight gradients), but
     # the first layer's input gradient is not needed.
     assert conv_share == 0.0 and per_sample == pytest.approx(6 * (32 * 64 + 64 * 10) - 2 * 32 * 64)
-    convnet = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                  torch.nn.Linear(16 * 6 * 6, 10))
+    convnet = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 6 * 6, 10)
+    )
     _, conv_share = flops_per_sample(convnet, loss, torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
     assert 0.5 < conv_share < 1.0
 

@@ -1,4 +1,5 @@
 """Naming the hung rank, on saved and constructed evidence (the real runs are in test_faults.py)."""
+
 import faulthandler
 import json
 import os
@@ -7,6 +8,7 @@ import threading
 import time
 
 from conftest import FIXTURES
+
 from ddpbench.running import hang_evidence
 from ddpbench.running.diagnose import diagnose
 from ddpbench.running.heartbeats import find_hang, place
@@ -23,22 +25,28 @@ def test_the_rank_behind_in_collectives_is_hung_and_the_others_wait_for_it():
     hang = find_hang({0: beat(0, 7, "backward", 9), 1: beat(1, 7, "forward", 8), 2: beat(2, 7, "backward", 9)})
     assert hang["kind"] == "hung" and hang["ranks"] == [1]
     assert (hang["step"], hang["where"], hang["phase"]) == (7, "forward", "timed")
-    assert hang["explanation"] == ("rank 1 stuck in forward of step 7 (8 collectives issued); "
-                                   "rank 0 waits in collective #9 (backward of step 7); "
-                                   "rank 2 waits in collective #9 (backward of step 7)")
+    assert hang["explanation"] == (
+        "rank 1 stuck in forward of step 7 (8 collectives issued); "
+        "rank 0 waits in collective #9 (backward of step 7); "
+        "rank 2 waits in collective #9 (backward of step 7)"
+    )
     # Stuck in the optimizer: the others already went on to the next step's all-reduce.
     hang = find_hang({0: beat(0, 8, "backward", 10), 1: beat(1, 7, "optimizer", 9)})
     assert hang["ranks"] == [1] and "optimizer of step 7" in hang["explanation"]
 
 
 def test_the_flight_recorder_names_what_the_others_wait_in_and_who_skipped():
-    ops = {0: {8: ("gloo:all_reduce", "[[10]]"), 9: ("gloo:all_reduce", "[[10]]")},
-           1: {8: ("gloo:all_reduce", "[[10]]")}}
+    ops = {
+        0: {8: ("gloo:all_reduce", "[[10]]"), 9: ("gloo:all_reduce", "[[10]]")},
+        1: {8: ("gloo:all_reduce", "[[10]]")},
+    }
     hang = find_hang({0: beat(0, 7, "backward", 9), 1: beat(1, 7, "backward", 8)}, ops)
     assert hang["kind"] == "hung" and hang["waiting"] == {"0": "all_reduce #9 (backward of step 7)"}
     # Rank 1 skipped #8 (a small bucket): its #8 is the others' #9, so it is one ahead, not hung.
-    ops = {0: {8: ("gloo:all_reduce", "[[1]]"), 9: ("gloo:all_reduce", "[[99]]")},
-           1: {8: ("gloo:all_reduce", "[[99]]")}}
+    ops = {
+        0: {8: ("gloo:all_reduce", "[[1]]"), 9: ("gloo:all_reduce", "[[99]]")},
+        1: {8: ("gloo:all_reduce", "[[99]]")},
+    }
     hang = find_hang({0: beat(0, 7, "backward", 9), 1: beat(1, 7, "backward", 8)}, ops)
     assert hang["kind"] == "skipped" and hang["ranks"] == [1]
     assert hang["explanation"].startswith("rank 1 skipped a collective: its collective #8 is all_reduce")
@@ -46,8 +54,9 @@ def test_the_flight_recorder_names_what_the_others_wait_in_and_who_skipped():
     ops = {0: {14: ("gloo:all_reduce", "[[99]]")}, 1: {14: ("gloo:barrier", "[]")}}
     hang = find_hang({0: beat(0, 7, "backward", 14), 1: beat(1, 7, "barrier", 14)}, ops)
     assert hang["kind"] == "skipped" and hang["ranks"] == [1] and hang["where"] == "barrier"
-    assert "its collective #14 is barrier (the barrier after step 7), while rank 0's is all_reduce" in \
-        hang["explanation"]
+    assert (
+        "its collective #14 is barrier (the barrier after step 7), while rank 0's is all_reduce" in hang["explanation"]
+    )
 
 
 def test_no_culprit_when_every_rank_is_at_the_same_place():

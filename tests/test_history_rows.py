@@ -2,16 +2,17 @@
 baseline (a candidate already added to the history) and not twice in the noise estimate (a
 baseline or candidate whose runs are also in the history). On records made from the fixture sweep
 with known values; nothing is launched."""
+
 import json
 import os
 
 import pytest
-
 from conftest import ddpbench
-from ddpbench.gate.baselines import save_baseline
-from ddpbench.gate.history import add_sweep, read_history
 from test_gate import OK_RUNS, SWEEP, scaled_copy
 from test_gate_history import NO_OTAVA, nightly_history
+
+from ddpbench.gate.baselines import save_baseline
+from ddpbench.gate.history import add_sweep, read_history
 
 
 def fixture_record(run_id: str) -> dict:
@@ -19,8 +20,9 @@ def fixture_record(run_id: str) -> dict:
         return json.load(handle)
 
 
-def repeat_of(run_id: str, repeat: int, started_at: str, ended_at: str, throughput: float,
-              exposed: float | None, git_sha: str) -> dict:
+def repeat_of(
+    run_id: str, repeat: int, started_at: str, ended_at: str, throughput: float, exposed: float | None, git_sha: str
+) -> dict:
     """A fixture run as repeat `repeat` of a sweep, with the given throughput, exposed share (None:
     no no_sync replay, so no exposed share) and commit."""
     record = fixture_record(run_id)
@@ -51,11 +53,21 @@ def expected_rows() -> dict[str, dict]:
     rows = {}
     for repeat, (local, ddp, exposed) in REPEATS.items():
         hour = {1: 1, 2: 2, 10: 3}[repeat]
-        rows[f"mlp-local-n1-r{repeat}"] = {"throughput": local, "efficiency": None, "exposed_share": None,
-                                           "git_sha": f"sha-local-{repeat}", "ended_at": f"2026-12-01T0{hour}:01:00"}
+        rows[f"mlp-local-n1-r{repeat}"] = {
+            "throughput": local,
+            "efficiency": None,
+            "exposed_share": None,
+            "git_sha": f"sha-local-{repeat}",
+            "ended_at": f"2026-12-01T0{hour}:01:00",
+        }
         # E(2) of a repeat: against the local run of the same repeat (both the i-th by start time).
-        rows[f"mlp-ddp-n2-r{repeat}"] = {"throughput": ddp, "efficiency": ddp / (2 * local), "exposed_share": exposed,
-                                         "git_sha": f"sha-ddp-{repeat}", "ended_at": f"2026-12-01T0{hour}:31:00"}
+        rows[f"mlp-ddp-n2-r{repeat}"] = {
+            "throughput": ddp,
+            "efficiency": ddp / (2 * local),
+            "exposed_share": exposed,
+            "git_sha": f"sha-ddp-{repeat}",
+            "ended_at": f"2026-12-01T0{hour}:31:00",
+        }
     return rows
 
 
@@ -63,10 +75,28 @@ def repeated_sweep(tmp_path) -> str:
     records = []
     for repeat, (local, ddp, exposed) in REPEATS.items():
         hour = {1: 1, 2: 2, 10: 3}[repeat]
-        records.append(repeat_of("mlp-local-n1", repeat, f"2026-12-01T0{hour}:00:00", f"2026-12-01T0{hour}:01:00",
-                                 local, None, f"sha-local-{repeat}"))
-        records.append(repeat_of("mlp-ddp-n2", repeat, f"2026-12-01T0{hour}:30:00", f"2026-12-01T0{hour}:31:00",
-                                 ddp, exposed, f"sha-ddp-{repeat}"))
+        records.append(
+            repeat_of(
+                "mlp-local-n1",
+                repeat,
+                f"2026-12-01T0{hour}:00:00",
+                f"2026-12-01T0{hour}:01:00",
+                local,
+                None,
+                f"sha-local-{repeat}",
+            )
+        )
+        records.append(
+            repeat_of(
+                "mlp-ddp-n2",
+                repeat,
+                f"2026-12-01T0{hour}:30:00",
+                f"2026-12-01T0{hour}:31:00",
+                ddp,
+                exposed,
+                f"sha-ddp-{repeat}",
+            )
+        )
     return write_sweep(tmp_path / "repeats", records)
 
 
@@ -89,8 +119,10 @@ def test_every_history_row_carries_its_own_runs_values(tmp_path):
 
 
 def test_a_run_without_a_throughput_is_left_out_with_a_note(tmp_path):
-    records = [repeat_of("mlp-local-n1", 1, "2026-12-01T01:00:00", "2026-12-01T01:01:00", 100.0, None, "a"),
-               repeat_of("mlp-local-n1", 2, "2026-12-01T02:00:00", "2026-12-01T02:01:00", 0.0, None, "b")]
+    records = [
+        repeat_of("mlp-local-n1", 1, "2026-12-01T01:00:00", "2026-12-01T01:01:00", 100.0, None, "a"),
+        repeat_of("mlp-local-n1", 2, "2026-12-01T02:00:00", "2026-12-01T02:01:00", 0.0, None, "b"),
+    ]
     folder, notes = add_sweep(write_sweep(tmp_path / "sweep", records), str(tmp_path / "history"))
     assert any("mlp-local-n1-r2" in note and "throughput" in note for note in notes), notes
     rows = [row for one in read_history(folder).values() for row in one.rows]
@@ -98,8 +130,13 @@ def test_a_run_without_a_throughput_is_left_out_with_a_note(tmp_path):
 
 
 def tonight(tmp_path, name: str, factor: float, day: int) -> str:
-    return scaled_copy(tmp_path, name, factor, keep=OK_RUNS,
-                       edit=lambda record: record.update(ended_at=f"2026-12-{day:02d}T02:00:00+00:00"))
+    return scaled_copy(
+        tmp_path,
+        name,
+        factor,
+        keep=OK_RUNS,
+        edit=lambda record: record.update(ended_at=f"2026-12-{day:02d}T02:00:00+00:00"),
+    )
 
 
 def test_a_candidate_already_in_the_history_is_not_its_own_baseline(tmp_path):
@@ -107,8 +144,20 @@ def test_a_candidate_already_in_the_history_is_not_its_own_baseline(tmp_path):
     candidate = tonight(tmp_path, "tonight", 1.5, 1)
     add_sweep(candidate, str(tmp_path / "history"))  # added before gating: its rows are in the history now
     verdict_file = tmp_path / "v.json"
-    done = ddpbench("gate", "--baseline", "history", "--candidate", candidate, "--history-folder", folder,
-                    "--metrics", "throughput", "--json", str(verdict_file), env=NO_OTAVA)
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        "history",
+        "--candidate",
+        candidate,
+        "--history-folder",
+        folder,
+        "--metrics",
+        "throughput",
+        "--json",
+        str(verdict_file),
+        env=NO_OTAVA,
+    )
     verdict = json.loads(verdict_file.read_text())
     throughput = [c for c in verdict["comparisons"] if c["measure"] == "throughput"]
     assert len(throughput) == 5, done.stdout + done.stderr
@@ -136,18 +185,41 @@ def test_runs_in_both_a_side_and_the_history_count_once_in_the_noise(tmp_path, s
     baseline is a copy under another folder name: its runs are still recognised (by end time)."""
     nights = nightly_history(tmp_path, [1.0] * 8)
     root = str(tmp_path / "history")
-    baseline = write_sweep(tmp_path / "baseline", [
-        repeat_of("mlp-ddp-n2", repeat, f"2026-12-01T0{repeat}:00:00", f"2026-12-01T0{repeat}:01:00",
-                  fixture_record("mlp-ddp-n2")["metrics"]["throughput_units_per_s"] * (1 + 0.01 * repeat), 0.3, "b")
-        for repeat in (1, 2, 3)])
+    baseline = write_sweep(
+        tmp_path / "baseline",
+        [
+            repeat_of(
+                "mlp-ddp-n2",
+                repeat,
+                f"2026-12-01T0{repeat}:00:00",
+                f"2026-12-01T0{repeat}:01:00",
+                fixture_record("mlp-ddp-n2")["metrics"]["throughput_units_per_s"] * (1 + 0.01 * repeat),
+                0.3,
+                "b",
+            )
+            for repeat in (1, 2, 3)
+        ],
+    )
     candidate = tonight(tmp_path, "tonight", 1.0, 2)
     for sweep in (baseline, candidate):
         add_sweep(sweep, root)
     if saved:
         baseline = save_baseline(baseline, str(tmp_path / "baselines"))
     verdict_file = tmp_path / "v.json"
-    done = ddpbench("gate", "--baseline", baseline, "--candidate", candidate, "--history-folder", nights,
-                    "--metrics", "throughput", "--json", str(verdict_file), env=NO_OTAVA)
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        baseline,
+        "--candidate",
+        candidate,
+        "--history-folder",
+        nights,
+        "--metrics",
+        "throughput",
+        "--json",
+        str(verdict_file),
+        env=NO_OTAVA,
+    )
     assert done.returncode in (0, 3), done.stdout + done.stderr
     verdict = json.loads(verdict_file.read_text())
     [compared] = [c for c in verdict["comparisons"] if c["measure"] == "throughput"]

@@ -1,14 +1,15 @@
 """Large runs: step times in a checksummed .npy sidecar, written by the one writer above a size
 threshold and read back by the one loader, so readers never know. Records are built in tmp from
 the real fixture run by benchmarks/synthetic.py, small enough to be fast."""
+
 import json
 import os
 import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO
+
 from ddpbench.analysis.registry import record_iteration_times_s
 from ddpbench.records.sidecar import StepTimes, step_time_matrix
 from ddpbench.records.store import UnreadableRecord, load_record, read_records, write_record

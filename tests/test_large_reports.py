@@ -1,11 +1,13 @@
 """Reports of large runs: beyond a few ranks, summaries (heat map, bands, the slowest ranks and
 nodes named, a straggler verdict in words) instead of a box per rank. Synthetic runs built in tmp
 from the real fixture run by benchmarks/synthetic.py."""
+
 import os
 import re
 import sys
 
 from conftest import REPO
+
 from ddpbench.analysis import ranks
 from ddpbench.analysis.frames import step_time_frame
 from ddpbench.records.store import load_record, write_record
@@ -21,8 +23,9 @@ def test_the_verdict_names_the_slow_rank_and_its_host():
     record = synthetic.enlarge(BASE, 32, 40, "big", seed=3, slow_rank=21, slow_factor=1.4)
     verdict = ranks.straggler_verdict(ranks.rank_frame(record))
     assert verdict.straggler
-    assert re.match(r"1 straggler rank\(s\): rank 21 on node-002 \(\+(3[5-9]|4[0-9]) %, slowest in 100 % of steps\)",
-                    verdict.text), verdict.text
+    assert re.match(
+        r"1 straggler rank\(s\): rank 21 on node-002 \(\+(3[5-9]|4[0-9]) %, slowest in 100 % of steps\)", verdict.text
+    ), verdict.text
     assert "no_sync replay median" in verdict.basis
 
 
@@ -37,7 +40,9 @@ def test_a_slow_node_is_named_as_a_node():
     for rank in record.overlap.no_sync.by_rank[8:16]:  # every rank of node-001
         rank.no_sync_step_time_median_s *= 1.5
     verdict = ranks.straggler_verdict(ranks.rank_frame(record))
-    assert re.match(r"1 slow node\(s\), every rank on them slow: node-001 \(\+(4[5-9]|5[0-5]) %\)", verdict.text), verdict.text
+    assert re.match(
+        r"1 slow node\(s\), every rank on them slow: node-001 \(\+(4[5-9]|5[0-5]) %\)", verdict.text
+    ), verdict.text
     assert "straggler rank(s)" not in verdict.text
 
 

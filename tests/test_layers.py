@@ -16,8 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "ddpbench")
 
 # Packages whose modules may never import torch, not even inside a function.
-NO_TORCH_ANYWHERE = ("ddpbench.analysis", "ddpbench.gate", "ddpbench.report", "ddpbench.records",
-                     "ddpbench.config")
+NO_TORCH_ANYWHERE = ("ddpbench.analysis", "ddpbench.gate", "ddpbench.report", "ddpbench.records", "ddpbench.config")
 # Packages that must not import torch when they are imported (a lazy import in a function that only
 # runs on a GPU machine is allowed: `visible_gpu_count` asks torch only when a driver is present).
 NO_TORCH_AT_IMPORT = ("ddpbench.running", "ddpbench.cli", "ddpbench.commands")
@@ -54,8 +53,10 @@ def imports_of(path: str, top_level_only: bool) -> set[str]:
 
 def internal_graph(top_level_only: bool) -> dict[str, set[str]]:
     modules = package_modules()
-    return {name: {dep for dep in imports_of(path, top_level_only) if dep in modules and dep != name}
-            for name, path in modules.items()}
+    return {
+        name: {dep for dep in imports_of(path, top_level_only) if dep in modules and dep != name}
+        for name, path in modules.items()
+    }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -67,7 +68,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep not in state and (cycle := visit(dep)):
                 return cycle
         path.pop()
@@ -86,23 +87,30 @@ def test_no_import_cycles_between_modules():
 
 
 def torch_imports(path: str, top_level_only: bool) -> set[str]:
-    return {name for name in imports_of(path, top_level_only)
-            if name == "torch" or name.startswith(("torch.", "torchvision"))}
+    return {
+        name
+        for name in imports_of(path, top_level_only)
+        if name == "torch" or name.startswith(("torch.", "torchvision"))
+    }
 
 
 @pytest.mark.parametrize("package", NO_TORCH_ANYWHERE)
 def test_analysis_gate_report_records_and_config_never_import_torch(package):
-    offenders = {name: sorted(torch_imports(path, top_level_only=False))
-                 for name, path in package_modules().items()
-                 if (name == package or name.startswith(package + ".")) and torch_imports(path, False)}
+    offenders = {
+        name: sorted(torch_imports(path, top_level_only=False))
+        for name, path in package_modules().items()
+        if (name == package or name.startswith(package + ".")) and torch_imports(path, False)
+    }
     assert offenders == {}
 
 
 @pytest.mark.parametrize("package", NO_TORCH_AT_IMPORT)
 def test_running_and_cli_do_not_import_torch_at_import_time(package):
-    offenders = {name: sorted(torch_imports(path, top_level_only=True))
-                 for name, path in package_modules().items()
-                 if (name == package or name.startswith(package + ".")) and torch_imports(path, True)}
+    offenders = {
+        name: sorted(torch_imports(path, top_level_only=True))
+        for name, path in package_modules().items()
+        if (name == package or name.startswith(package + ".")) and torch_imports(path, True)
+    }
     assert offenders == {}
 
 

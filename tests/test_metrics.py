@@ -27,8 +27,7 @@ def test_single_value_has_zero_spread():
 
 
 def test_throughput_counts_global_samples_over_the_window():
-    metrics = run_metrics([[0.1] * 10, [0.1] * 10], window_s=2.0, batch_size=8, world_size=2,
-                          units_per_sample=64)
+    metrics = run_metrics([[0.1] * 10, [0.1] * 10], window_s=2.0, batch_size=8, world_size=2, units_per_sample=64)
     assert metrics["global_samples"] == 8 * 2 * 10
     assert metrics["throughput_samples_per_s"] == 80.0
     assert metrics["throughput_samples_per_s_per_device"] == 40.0

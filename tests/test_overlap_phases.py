@@ -1,5 +1,6 @@
 """The overlap phases against the installed torch: the replay compares like with like, and the
 reducer timers describe the replayed iterations, not DDP's warm-up."""
+
 import time
 
 import pytest
@@ -20,7 +21,8 @@ def _small_then_big(rank, store_path, results):
 
         def model():
             ddp = torch.nn.parallel.DistributedDataParallel(
-                torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1)))
+                torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1))
+            )
             ddp._set_ddp_runtime_logging_sample_rate(phases.DDP_RUNTIME_LOGGING_SAMPLE_RATE)  # as wrap_ddp does
             return ddp
 
@@ -32,6 +34,7 @@ def _small_then_big(rank, store_path, results):
                 started = time.perf_counter()
                 out.backward()
                 backward_s.append(time.perf_counter() - started)
+
             return step
 
         # A warm-up of 14 tiny steps, then the phase over big batches only.
@@ -67,9 +70,9 @@ def test_reducer_phase_describes_the_replayed_iterations_only(tmp_path):
 
 
 def test_recorded_iteration_count_follows_torchs_sampling_rule():
-    assert phases.recorded_before(6) == 6      # iterations 1-6, all among the first ten
+    assert phases.recorded_before(6) == 6  # iterations 1-6, all among the first ten
     assert phases.recorded_before(10) == 10
-    assert phases.recorded_before(25) == 11    # 1-10, plus iteration 25 logged by the first rate-1 forward
+    assert phases.recorded_before(25) == 11  # 1-10, plus iteration 25 logged by the first rate-1 forward
 
 
 def _timeline_calls(rank, store_path, world_size, results):
@@ -91,6 +94,7 @@ def _timeline_calls(rank, store_path, world_size, results):
                 optimizer.zero_grad()
                 model(batch).sum().backward()
                 optimizer.step()
+
             return step_on
 
         def job_step(batch):
@@ -101,9 +105,17 @@ def _timeline_calls(rank, store_path, world_size, results):
         grad_timeline.dist.barrier = lambda *args, **kwargs: (calls.append("barrier"), barrier(*args, **kwargs))[1]
         grad_timeline.GradTimeline.step = lambda self, *args: (calls.append("marked:"), mark(self, *args))[1]
         batches = iter(lambda: torch.randn(4, 8), None)
-        found = grad_timeline.timeline_phase(ddp, optimizer, job_step, batches, torch.device("cpu"), pairs=2,
-                                             world_size=world_size, solo_step_on=step_through(module, "solo"),
-                                             unwrapped_step_on=step_through(module, "unwrapped"))
+        found = grad_timeline.timeline_phase(
+            ddp,
+            optimizer,
+            job_step,
+            batches,
+            torch.device("cpu"),
+            pairs=2,
+            world_size=world_size,
+            solo_step_on=step_through(module, "solo"),
+            unwrapped_step_on=step_through(module, "unwrapped"),
+        )
         results["calls"] = calls
         results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped")}
         record = grad_timeline.timeline_record([{"rank": 0, "timeline": found}])
@@ -111,7 +123,8 @@ def _timeline_calls(rank, store_path, world_size, results):
         # The timeline's hooks sit on the module, so they mark the bare module's steps too.
         results["unwrapped_fully_marked"] = [
             None not in (step.forward_start_s, step.forward_end_s, step.optimizer_end_s, *step.grad_ready_s)
-            for step in record.by_rank[0].unwrapped]
+            for step in record.by_rank[0].unwrapped
+        ]
     finally:
         dist.barrier, grad_timeline.GradTimeline.step = barrier, mark
         dist.destroy_process_group()
@@ -130,8 +143,21 @@ def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(tmp_path, world_size
         mp.spawn(_timeline_calls, args=(str(tmp_path / "store"), world_size, results), nprocs=1)
         results = dict(results)
     gather = ["barrier"] if world_size > 1 else []
-    per_pair = [*gather, "ddp", "marked:", "ddp", *gather, "marked:", "no_sync", *gather, "marked:", "solo",
-                *gather, "marked:", "unwrapped"]
+    per_pair = [
+        *gather,
+        "ddp",
+        "marked:",
+        "ddp",
+        *gather,
+        "marked:",
+        "no_sync",
+        *gather,
+        "marked:",
+        "solo",
+        *gather,
+        "marked:",
+        "unwrapped",
+    ]
     # The contention probe needs a second rank in the group: here it adds nothing.
     assert results["calls"] == per_pair * 2
     assert results["marked"] == {"with_ddp": 2, "without_allreduce": 2, "solo": 2, "unwrapped": 2}

@@ -4,8 +4,9 @@ from ddpbench.config.plan import SweepOptions, plan_sweep, world_sizes
 from ddpbench.config.spec import SpecError
 
 
-@pytest.mark.parametrize("largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]),
-                                            (12, [1, 2, 4, 8, 12])])
+@pytest.mark.parametrize(
+    "largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]), (12, [1, 2, 4, 8, 12])]
+)
 def test_world_sizes_are_powers_of_two_plus_the_largest(largest, sizes):
     assert world_sizes(largest) == sizes
 
@@ -16,8 +17,15 @@ def options(**changes):
 
 def test_plan_has_one_local_reference_then_ddp_and_dp_at_every_size():
     plan = plan_sweep(options(workloads=("mlp",)), "results/x")
-    assert [s.run_id for s in plan] == ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2", "mlp-ddp-n4",
-                                        "mlp-dp-n1", "mlp-dp-n2", "mlp-dp-n4"]
+    assert [s.run_id for s in plan] == [
+        "mlp-local-n1",
+        "mlp-ddp-n1",
+        "mlp-ddp-n2",
+        "mlp-ddp-n4",
+        "mlp-dp-n1",
+        "mlp-dp-n2",
+        "mlp-dp-n4",
+    ]
     assert all(s.out_dir == "results/x" and s.size == "tiny" and s.batch_size == 8 for s in plan)
 
 
@@ -48,13 +56,16 @@ def test_strong_scaling_refuses_a_batch_that_does_not_split():
         plan_sweep(options(workloads=("mlp",), scaling="strong", global_batch=30), "out")
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"suite": "nightly"}, "unknown suite 'nightly'; valid: cpu, gpu, smoke"),
-    ({"strategies": ("ddp", "fsdp")}, "unknown strategy 'fsdp'; valid: local, ddp, dp"),
-    ({"workloads": ("bert",)}, "unknown workload 'bert'"),
-    ({"global_batch": 64}, "global_batch applies to strong scaling only"),
-    ({"max_world_size": 0}, "largest world size must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"suite": "nightly"}, "unknown suite 'nightly'; valid: cpu, gpu, smoke"),
+        ({"strategies": ("ddp", "fsdp")}, "unknown strategy 'fsdp'; valid: local, ddp, dp"),
+        ({"workloads": ("bert",)}, "unknown workload 'bert'"),
+        ({"global_batch": 64}, "global_batch applies to strong scaling only"),
+        ({"max_world_size": 0}, "largest world size must be an integer >= 1"),
+    ],
+)
 def test_bad_sweep_options_are_named(changes, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         options(**changes)

@@ -12,10 +12,17 @@ import sys
 import pytest
 
 from ddpbench.analysis import network
-from ddpbench.analysis.projection import (Contention, RunModel, WhatIf, contention_rates, project,
-                                          rebucket, validation_cases)
-from ddpbench.records.schema import ContentionProbe
+from ddpbench.analysis.projection import (
+    Contention,
+    RunModel,
+    WhatIf,
+    contention_rates,
+    project,
+    rebucket,
+    validation_cases,
+)
 from ddpbench.analysis.trace_comm import allreduce_intervals_us, profile_vs_trace
+from ddpbench.records.schema import ContentionProbe
 from ddpbench.records.store import load_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +44,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_fit_recovers_a_planted_alpha_and_beta():
-    sizes = [2 ** k for k in range(3, 27)]
+    sizes = [2**k for k in range(3, 27)]
     times = [50e-6 + s * 2e-9 for s in sizes]
     fit = network.fit_alpha_beta("all_reduce", 2, sizes, times)
     assert fit.alpha_s == pytest.approx(50e-6, rel=1e-6)
@@ -74,15 +81,30 @@ def test_rebucket_matches_ddps_own_assignment():
 
     # Parameters that fill a 1 MiB bucket exactly (a bucket closes when it reaches its cap, not
     # beyond), then tiny-resnet-like sizes in gradient-ready order, some larger than the cap.
-    sizes = [MIB // 2, MIB // 2, MIB // 4, MIB // 4, MIB // 2, MIB // 2] \
-        + [40, 40960, 4096, 4194304, 4096, 4194304, 256, 1179648, 256, 256, 65536, 2359296, 512] * 3
+    sizes = [MIB // 2, MIB // 2, MIB // 4, MIB // 4, MIB // 2, MIB // 2] + [
+        40,
+        40960,
+        4096,
+        4194304,
+        4096,
+        4194304,
+        256,
+        1179648,
+        256,
+        256,
+        65536,
+        2359296,
+        512,
+    ] * 3
     tensors = [torch.empty(s // 4) for s in sizes]
     for cap in (1 * MIB, 5 * MIB, 25 * MIB):
-        theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [cap], [False] * len(tensors),
-                                                             list(range(len(tensors))))
+        theirs, _ = dist._compute_bucket_assignment_by_size(
+            tensors, [cap], [False] * len(tensors), list(range(len(tensors)))
+        )
         assert rebucket(list(range(len(sizes))), sizes, cap) == [list(b) for b in theirs]
-    theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [MIB, 5 * MIB], [False] * len(tensors),
-                                                         list(range(len(tensors))))
+    theirs, _ = dist._compute_bucket_assignment_by_size(
+        tensors, [MIB, 5 * MIB], [False] * len(tensors), list(range(len(tensors)))
+    )
     assert rebucket(list(range(len(sizes))), sizes, 5 * MIB, first_cap_bytes=MIB) == [list(b) for b in theirs]
 
 
@@ -134,7 +156,9 @@ def test_no_anchor_where_what_the_replay_misses_does_not_carry_over(record):
     other = project(record, network.load_profile("h100-nvswitch"), WhatIf(world_size=8, bucket_cap_mb=25))
     assert other.unexplained_s is None and other.step_s == other.modelled_step_s
     assert other.anchor.startswith("not anchored: the run is gloo and the profile nccl")
-    unnamed = project(record, {k: v for k, v in profile.items() if k != "backend"}, WhatIf(world_size=2, bucket_cap_mb=25))
+    unnamed = project(
+        record, {k: v for k, v in profile.items() if k != "backend"}, WhatIf(world_size=2, bucket_cap_mb=25)
+    )
     assert unnamed.unexplained_s is None and "does not say which backend" in unnamed.anchor
     alone = project(record, profile, WhatIf(world_size=1, bucket_cap_mb=25))
     assert alone.unexplained_s is None and "one device has no all-reduce" in alone.anchor
@@ -159,13 +183,22 @@ def test_trace_allreduce_per_bucket_is_the_minimum_over_ranks(record):
 def _chrome_trace(path, events) -> str:
     """A CPU trace as torch.profiler writes one: annotations (steps, gloo's collectives) and ops."""
     category = lambda name: "user_annotation" if name.startswith(("ProfilerStep#", "gloo:")) else "cpu_op"  # noqa: E731
-    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": category(name), "name": name, "ts": ts, "dur": dur,
-                                                 "pid": 1, "tid": tid} for name, ts, dur, tid in events]}))
+    path.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": category(name), "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+                    for name, ts, dur, tid in events
+                ]
+            }
+        )
+    )
     return str(path)
 
 
 def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_profiles_time(
-        record, tmp_path, monkeypatch):
+    record, tmp_path, monkeypatch
+):
     from types import SimpleNamespace
 
     import msgspec
@@ -180,15 +213,31 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
     # Step 1: backward covers 40 us of bucket 0 (100 us); bucket 1 starts while bucket 0 still runs
     # (gloo's second thread): they share 20 us. Step 2: a backward node that began in step 1 covers
     # 5 us of bucket 0; bucket 1 runs alone.
-    rank0 = _chrome_trace(tmp_path / "rank-0.json", [
-        ("ProfilerStep#1", 0, 1000, 1), (backward, 0, 140, 1), ("gloo:all_reduce", 100, 100, 2),
-        ("gloo:all_reduce", 180, 50, 3),
-        ("ProfilerStep#2", 1000, 1200, 1), (backward, 990, 115, 1), ("gloo:all_reduce", 1100, 80, 2),
-        ("gloo:all_reduce", 1200, 40, 3)])
+    rank0 = _chrome_trace(
+        tmp_path / "rank-0.json",
+        [
+            ("ProfilerStep#1", 0, 1000, 1),
+            (backward, 0, 140, 1),
+            ("gloo:all_reduce", 100, 100, 2),
+            ("gloo:all_reduce", 180, 50, 3),
+            ("ProfilerStep#2", 1000, 1200, 1),
+            (backward, 990, 115, 1),
+            ("gloo:all_reduce", 1100, 80, 2),
+            ("gloo:all_reduce", 1200, 40, 3),
+        ],
+    )
     # Rank 1 waits for rank 0 in every all-reduce (longer intervals) and nothing overlaps them.
-    rank1 = _chrome_trace(tmp_path / "rank-1.json", [
-        ("ProfilerStep#1", 0, 1100, 1), ("gloo:all_reduce", 50, 300, 2), ("gloo:all_reduce", 400, 60, 2),
-        ("ProfilerStep#2", 1100, 1300, 1), ("gloo:all_reduce", 1150, 200, 2), ("gloo:all_reduce", 1400, 45, 2)])
+    rank1 = _chrome_trace(
+        tmp_path / "rank-1.json",
+        [
+            ("ProfilerStep#1", 0, 1100, 1),
+            ("gloo:all_reduce", 50, 300, 2),
+            ("gloo:all_reduce", 400, 60, 2),
+            ("ProfilerStep#2", 1100, 1300, 1),
+            ("gloo:all_reduce", 1150, 200, 2),
+            ("gloo:all_reduce", 1400, 45, 2),
+        ],
+    )
     # Overlap is the union of what ran beside it: bucket 0 in step 1 is 40 (backward) + 20 (bucket 1).
     assert allreduce_intervals_us(rank0) == {1: [(100, 60), (50, 20)], 2: [(80, 5), (40, 0)]}
     # The record keeps each rank's trace analysed, as the worker does after its profiled phase.
@@ -203,7 +252,10 @@ def test_a_bucket_ran_alone_where_others_overlapped_it_for_under_a_tenth_of_the_
 
     def alone_with_profile_time(seconds: float) -> list[tuple]:
         monkeypatch.setattr(trace_comm, "predict", lambda *args, **kwargs: SimpleNamespace(seconds=seconds))
-        return [(row["alone_steps"], row["alone_s"]) for row in trace_comm.profile_vs_trace(traced, network.load_profile(PROFILE))]
+        return [
+            (row["alone_steps"], row["alone_s"])
+            for row in trace_comm.profile_vs_trace(traced, network.load_profile(PROFILE))
+        ]
 
     # The yardstick is the profile's time, not the step's interval: at 100 us, 10 us of overlap is
     # allowed (step 2 only); at 650 us, 65 us (both steps), though 60 of bucket 0's 100 us overlapped.
@@ -229,19 +281,25 @@ def test_validation_cases_compare_against_runs_with_the_knob(record):
     assert cases[1]["sources"] == [record.run_id] and cases[1]["targets"] == ["mlp-cap1"]
     # A second run with the knob, three times as slow: measured is the median over the two runs.
     timing = target.metrics.iteration_time_s
-    slower = replace(target, run_id="mlp-cap1-b",
-                     metrics=replace(target.metrics, iteration_time_s=replace(timing, p50=timing.p50 * 3)))
+    slower = replace(
+        target,
+        run_id="mlp-cap1-b",
+        metrics=replace(target.metrics, iteration_time_s=replace(timing, p50=timing.p50 * 3)),
+    )
     cases = validation_cases([record, target, slower], network.load_profile(PROFILE))
     assert len(cases) == 2 and cases[1]["targets"] == ["mlp-cap1", "mlp-cap1-b"]
     assert cases[1]["measured_s"] == pytest.approx(2 * timing.p50)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--world", "0", "--profile", "ib-100g"], "world size must be >= 1"),
-    (["--world", "2", "--profile", "ib-100g", "--bucket-cap-mb", "0"], "bucket cap must be > 0"),
-    (["--world", "2", "--profile", RECORD], "is not a network profile"),
-    (["--world", "2", "--profile", "nonsense"], "neither a file nor a preset"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--world", "0", "--profile", "ib-100g"], "world size must be >= 1"),
+        (["--world", "2", "--profile", "ib-100g", "--bucket-cap-mb", "0"], "bucket cap must be > 0"),
+        (["--world", "2", "--profile", RECORD], "is not a network profile"),
+        (["--world", "2", "--profile", "nonsense"], "neither a file nor a preset"),
+    ],
+)
 def test_project_bad_input_is_one_line_and_exit_2(args, message):
     result = cli("project", RECORD, *args)
     assert result.returncode == 2, result.stderr
@@ -275,10 +333,19 @@ def test_project_prints_a_marked_projection():
 def test_a_cpu_runs_contention_is_not_carried_to_another_fabric(record):
     from msgspec.structs import replace
 
-    probe = ContentionProbe(probe_bytes=MIB, comm_alone_s=[0.02] * 3, backward_alone_s=[0.03] * 3,
-                            backward_with_comm_s=[0.05] * 3, comm_with_backward_s=[0.04] * 3)
-    probed = replace(record, timeline=replace(record.timeline, by_rank=[
-        replace(rank, contention=probe) for rank in record.timeline.by_rank]))
+    probe = ContentionProbe(
+        probe_bytes=MIB,
+        comm_alone_s=[0.02] * 3,
+        backward_alone_s=[0.03] * 3,
+        backward_with_comm_s=[0.05] * 3,
+        comm_with_backward_s=[0.04] * 3,
+    )
+    probed = replace(
+        record,
+        timeline=replace(
+            record.timeline, by_rank=[replace(rank, contention=probe) for rank in record.timeline.by_rank]
+        ),
+    )
     own = project(probed, network.load_profile(PROFILE), WhatIf(world_size=2, bucket_cap_mb=25))
     assert own.contention.basis.startswith("measured") and own.contention.backward_rate < 1
     other = project(probed, network.load_profile("h100-nvswitch"), WhatIf(world_size=8, bucket_cap_mb=25))
@@ -286,10 +353,13 @@ def test_a_cpu_runs_contention_is_not_carried_to_another_fabric(record):
 
 
 def test_comm_bad_input_is_one_line_and_exit_2():
-    for args, message in ((["--nproc", "1"], "at least two processes"), (["--max-bytes", "lots"], "not a whole number"),
-                          (["--collectives", "all_to_all"], "unknown collective"),
-                          (["--dtypes", "float64"], "unknown element type"),
-                          (["--device", "cpu", "--backend", "nccl"], "does not go with --device cpu")):
+    for args, message in (
+        (["--nproc", "1"], "at least two processes"),
+        (["--max-bytes", "lots"], "not a whole number"),
+        (["--collectives", "all_to_all"], "unknown collective"),
+        (["--dtypes", "float64"], "unknown element type"),
+        (["--device", "cpu", "--backend", "nccl"], "does not go with --device cpu"),
+    ):
         result = cli("comm", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
@@ -297,8 +367,25 @@ def test_comm_bad_input_is_one_line_and_exit_2():
 @pytest.mark.launches
 def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
     # --device as run and sweep take it: cpu measures gloo.
-    result = cli("comm", "--device", "cpu", "--max-bytes", "64K", "--min-iters", "3", "--max-iters", "10", "--warmup", "2",
-                 "--seconds-per-size", "0.02", "--dtypes", "float32,bfloat16", "--out", str(tmp_path))
+    result = cli(
+        "comm",
+        "--device",
+        "cpu",
+        "--max-bytes",
+        "64K",
+        "--min-iters",
+        "3",
+        "--max-iters",
+        "10",
+        "--warmup",
+        "2",
+        "--seconds-per-size",
+        "0.02",
+        "--dtypes",
+        "float32,bfloat16",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     results = json.load(open(tmp_path / "results.json"))
     assert "gloo" in json.dumps(results)
@@ -312,8 +399,9 @@ def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
         assert row["p50_s"] <= row["p90_s"]
         assert row["fresh_tensor_each_call"] == (row["collective"] == "all_reduce" and row["dtype"] == "bfloat16")
     profile = network.load_profile(str(tmp_path / "profile.json"))
-    assert {(f["collective"], f["dtype"]) for f in profile["fits"]} == \
-        {(c, d) for c in network.COLLECTIVES for d in ("float32", "bfloat16")}
+    assert {(f["collective"], f["dtype"]) for f in profile["fits"]} == {
+        (c, d) for c in network.COLLECTIVES for d in ("float32", "bfloat16")
+    }
     assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
     assert "busbw GB/s" in result.stdout
 
@@ -349,7 +437,6 @@ def test_tune_calls_a_difference_real_only_with_significance_beyond_3_percent():
     assert difference(base, {5: 150.0, 6: 150.0}, tests=6) == "too few rounds"  # no round in common
 
 
-
 def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
     from ddpbench.config.spec import DDPKnobs
     from ddpbench.running.tune import Variant, advice
@@ -363,7 +450,8 @@ def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
     assert text.startswith("advice: keep the settings as given") and "gradient_as_bucket_view measured +9.5%" in text
     clear = Variant("gradient_as_bucket_view", DDPKnobs(), {r: v * 1.2 for r, v in base.items()})
     assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
-        "advice: use gradient_as_bucket_view: +20.0% throughput")
+        "advice: use gradient_as_bucket_view: +20.0% throughput"
+    )
 
 
 def test_report_marks_the_projection_beyond_this_machine(tmp_path):
@@ -385,9 +473,16 @@ def test_report_marks_the_projection_beyond_this_machine(tmp_path):
 
 
 def test_inside_the_measured_range_predictions_follow_the_measured_curve():
-    results = {"world_size": 2, "backend": "gloo", "device": "cpu", "env": {}, "results": [
-        {"collective": "all_reduce", "bytes": b, "p50_s": t} for b, t in
-        ((1024, 1e-4), (1 << 20, 1e-3), (4 << 20, 8e-3), (16 << 20, 40e-3))]}  # bends at 1 MiB, as caches do
+    results = {
+        "world_size": 2,
+        "backend": "gloo",
+        "device": "cpu",
+        "env": {},
+        "results": [
+            {"collective": "all_reduce", "bytes": b, "p50_s": t}
+            for b, t in ((1024, 1e-4), (1 << 20, 1e-3), (4 << 20, 8e-3), (16 << 20, 40e-3))
+        ],
+    }  # bends at 1 MiB, as caches do
     profile = network.profile_from_results(results, "bent")
     at_4m = network.predict(profile, "all_reduce", 2, 4 << 20)
     assert at_4m.basis == "measured" and at_4m.seconds == pytest.approx(8e-3)
@@ -406,35 +501,57 @@ def two_jobs(backward_s: float, comm_s: float, backward_rate: float, comm_rate: 
     return both + max(0.0, backward_left), both + max(0.0, comm_left)
 
 
-@pytest.mark.parametrize("backward_s, comm_s, backward_rate, comm_rate", [
-    (0.050, 0.030, 0.6, 0.5),   # the all-reduce finishes inside backward
-    (0.004, 0.015, 0.8, 0.3),   # backward finishes first
-    (0.020, 0.020, 1.0, 1.0),   # no interference
-])
+@pytest.mark.parametrize(
+    "backward_s, comm_s, backward_rate, comm_rate",
+    [
+        (0.050, 0.030, 0.6, 0.5),  # the all-reduce finishes inside backward
+        (0.004, 0.015, 0.8, 0.3),  # backward finishes first
+        (0.020, 0.020, 1.0, 1.0),  # no interference
+    ],
+)
 def test_contention_rates_recover_the_rates_of_a_probe(backward_s, comm_s, backward_rate, comm_rate):
     with_comm, with_backward = two_jobs(backward_s, comm_s, backward_rate, comm_rate)
-    probe = ContentionProbe(probe_bytes=MIB, comm_alone_s=[comm_s] * 3, backward_alone_s=[backward_s] * 3,
-                            backward_with_comm_s=[with_comm] * 3, comm_with_backward_s=[with_backward] * 3)
+    probe = ContentionProbe(
+        probe_bytes=MIB,
+        comm_alone_s=[comm_s] * 3,
+        backward_alone_s=[backward_s] * 3,
+        backward_with_comm_s=[with_comm] * 3,
+        comm_with_backward_s=[with_backward] * 3,
+    )
     # The other rank joined the all-reduce later (its interval is longer) and its backward was faster.
-    late = ContentionProbe(probe_bytes=MIB, comm_alone_s=[comm_s * 1.5] * 3, backward_alone_s=[backward_s * 0.9] * 3,
-                           backward_with_comm_s=[with_comm * 0.9] * 3, comm_with_backward_s=[with_backward * 1.2] * 3)
+    late = ContentionProbe(
+        probe_bytes=MIB,
+        comm_alone_s=[comm_s * 1.5] * 3,
+        backward_alone_s=[backward_s * 0.9] * 3,
+        backward_with_comm_s=[with_comm * 0.9] * 3,
+        comm_with_backward_s=[with_backward * 1.2] * 3,
+    )
     rates = contention_rates([probe, late])
     assert rates.backward_rate == pytest.approx(backward_rate)
     assert rates.comm_rate == pytest.approx(comm_rate)
     assert rates.basis.startswith("measured: 2 ranks x 3 rounds")
     assert contention_rates([None]).basis.startswith("not measured")
     # One round thrown far off (a stall of the machine) moves nothing: the rates are per-round medians.
-    stalled = ContentionProbe(probe_bytes=MIB, comm_alone_s=[comm_s] * 3, backward_alone_s=[backward_s] * 3,
-                              backward_with_comm_s=[with_comm * 1.9, with_comm, with_comm],
-                              comm_with_backward_s=[with_backward * 1.9, with_backward, with_backward])
+    stalled = ContentionProbe(
+        probe_bytes=MIB,
+        comm_alone_s=[comm_s] * 3,
+        backward_alone_s=[backward_s] * 3,
+        backward_with_comm_s=[with_comm * 1.9, with_comm, with_comm],
+        comm_with_backward_s=[with_backward * 1.9, with_backward, with_backward],
+    )
     assert contention_rates([stalled]).backward_rate == pytest.approx(backward_rate)
 
 
 def test_contention_is_not_claimed_from_an_overlap_too_short_to_tell():
     # A 5 ms all-reduce against 50 ms of backward: 1 ms of jitter in backward would read as a
     # backward rate of 0.8, so the probe claims nothing.
-    short = ContentionProbe(probe_bytes=MIB, comm_alone_s=[0.005] * 3, backward_alone_s=[0.050] * 3,
-                            backward_with_comm_s=[0.051] * 3, comm_with_backward_s=[0.005] * 3)
+    short = ContentionProbe(
+        probe_bytes=MIB,
+        comm_alone_s=[0.005] * 3,
+        backward_alone_s=[0.050] * 3,
+        backward_with_comm_s=[0.051] * 3,
+        comm_with_backward_s=[0.005] * 3,
+    )
     rates = contention_rates([short])
     assert (rates.backward_rate, rates.comm_rate) == (1.0, 1.0) and "overlapped too little" in rates.basis
 
@@ -460,10 +577,25 @@ def test_replay_slows_both_by_the_contention_rates_while_they_overlap(record):
 
 def test_compression_uses_the_half_precision_curve_where_measured():
     def fit(dtype: str, beta: float) -> dict:
-        return {"collective": "all_reduce", "world_size": 2, "dtype": dtype, "alpha_s": 0.0, "beta_s_per_byte": beta,
-                "band": 0.1, "points": 10, "min_bytes": 8, "max_bytes": 64 * MIB}
-    fabric = {"devices_per_node": 2, "intra_busbw": 1e9, "intra_latency_s": 0.0, "inter_busbw": 1e9,
-              "inter_latency_s": 0.0}
+        return {
+            "collective": "all_reduce",
+            "world_size": 2,
+            "dtype": dtype,
+            "alpha_s": 0.0,
+            "beta_s_per_byte": beta,
+            "band": 0.1,
+            "points": 10,
+            "min_bytes": 8,
+            "max_bytes": 64 * MIB,
+        }
+
+    fabric = {
+        "devices_per_node": 2,
+        "intra_busbw": 1e9,
+        "intra_latency_s": 0.0,
+        "inter_busbw": 1e9,
+        "inter_latency_s": 0.0,
+    }
     profile = {"kind": network.PROFILE_KIND, "name": "t", "fits": [fit("float32", 1e-9)], "fabric": fabric}
     with_half = dict(profile, fits=[fit("float32", 1e-9), fit("float16", 3e-9)])
     size = 4 * MIB
@@ -486,11 +618,34 @@ def test_compression_uses_the_half_precision_curve_where_measured():
 
 @pytest.mark.launches
 def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
-    result = cli("tune", "--workload", "mlp", "--nproc", "2", "--device", "cpu", "--repeat", "1", "--steps", "6",
-                 "--warmup", "2", "--no-profile", "--out", str(tmp_path))
+    result = cli(
+        "tune",
+        "--workload",
+        "mlp",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--repeat",
+        "1",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-    names = ["as given", "bucket cap 5 MB", "bucket cap 100 MB", "gradient_as_bucket_view", "static_graph",
-             "fp16_compress", "bf16_compress"]
+    names = [
+        "as given",
+        "bucket cap 5 MB",
+        "bucket cap 100 MB",
+        "gradient_as_bucket_view",
+        "static_graph",
+        "fp16_compress",
+        "bf16_compress",
+    ]
     progress = [line for line in result.stdout.splitlines() if line.startswith("tune: round 1/1")]
     assert [line.split("  ")[1].strip() for line in progress] == names and all("samples/s" in p for p in progress)
     table = result.stdout.split(progress[-1], 1)[1]
@@ -508,9 +663,14 @@ def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_i
 
     # Solo steps: the no_sync steps with DDP's work in them (+1 ms at every gradient, +3 ms after).
     def with_ddp_work(step):
-        return replace(step, grad_ready_s=[t + 1e-3 for t in step.grad_ready_s],
-                       optimizer_start_s=step.optimizer_start_s + 3e-3, optimizer_end_s=step.optimizer_end_s + 3e-3,
-                       step_s=step.step_s + 3e-3)
+        return replace(
+            step,
+            grad_ready_s=[t + 1e-3 for t in step.grad_ready_s],
+            optimizer_start_s=step.optimizer_start_s + 3e-3,
+            optimizer_end_s=step.optimizer_end_s + 3e-3,
+            step_s=step.step_s + 3e-3,
+        )
+
     ranks = [replace(rank, solo=[with_ddp_work(s) for s in rank.without_allreduce]) for rank in record.timeline.by_rank]
     solo_record = replace(record, timeline=replace(record.timeline, by_rank=ranks))
     model, older = RunModel(solo_record), RunModel(record)
@@ -519,8 +679,14 @@ def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_i
     source = model.replay(model.source, no_network, free)
     base = model.solo
     # The run's own knobs: backward, finalizing and all, exactly as the one-rank DDP steps measured it.
-    assert source.step_s == pytest.approx(model.with_ddp.data_s + model.with_ddp.backward_start_s + base.backward_span_s
-                                          + base.tail_s + model.with_ddp.optimizer_s + model.with_ddp.after_s)
+    assert source.step_s == pytest.approx(
+        model.with_ddp.data_s
+        + model.with_ddp.backward_start_s
+        + base.backward_span_s
+        + base.tail_s
+        + model.with_ddp.optimizer_s
+        + model.with_ddp.after_s
+    )
     assert source.step_s != pytest.approx(older.replay(older.source, no_network, free).step_s)
     # A what-if adds only its difference: gradient_as_bucket_view drops the copy back, and turns
     # the dividing copy into the bucket into an in-place divide (a plain pass over the bytes).
@@ -540,12 +706,18 @@ def test_the_replay_takes_forward_from_the_ddp_steps(record):
 
     def longer_forward(kind: str, seconds: float):
         def later(step):
-            return replace(step, backward_start_s=step.backward_start_s + seconds,
-                           grad_ready_s=[t + seconds for t in step.grad_ready_s],
-                           optimizer_start_s=step.optimizer_start_s + seconds,
-                           optimizer_end_s=step.optimizer_end_s + seconds, step_s=step.step_s + seconds)
-        ranks = [replace(rank, **{kind: [later(step) for step in getattr(rank, kind)]})
-                 for rank in record.timeline.by_rank]
+            return replace(
+                step,
+                backward_start_s=step.backward_start_s + seconds,
+                grad_ready_s=[t + seconds for t in step.grad_ready_s],
+                optimizer_start_s=step.optimizer_start_s + seconds,
+                optimizer_end_s=step.optimizer_end_s + seconds,
+                step_s=step.step_s + seconds,
+            )
+
+        ranks = [
+            replace(rank, **{kind: [later(step) for step in getattr(rank, kind)]}) for rank in record.timeline.by_rank
+        ]
         return replace(record, timeline=replace(record.timeline, by_rank=ranks))
 
     comm = lambda size, dtype: 2e-3 + size * 1e-9  # noqa: E731

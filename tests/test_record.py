@@ -1,13 +1,14 @@
 """The run record: one writer that checks the types, one loader that converts schema 1, and a
 published JSON Schema that must match the types."""
+
 import json
 import os
 import shutil
 
 import msgspec
 import pytest
-
 from conftest import FIXTURES, REPO
+
 from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import RANK_COMPARING_CHECKS, SCHEMA_FILE, SCHEMA_VERSION, Check, json_schema_text
 from ddpbench.records.store import UnreadableRecord, load_record, new_record, read_records, write_atomic, write_record
@@ -55,12 +56,15 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     assert os.listdir(tmp_path) == ["x.json"]
 
 
-@pytest.mark.parametrize("content, reason", [
-    ({"schema_version": 0}, "schema_version 0"),
-    ({"schema_version": 3, "run_id": "x"}, "schema_version 3"),
-    ({"schema_version": 2, "run_id": "x", "status": "ok"}, "not a valid run record"),
-    ([1, 2], "not a run record"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ({"schema_version": 0}, "schema_version 0"),
+        ({"schema_version": 3, "run_id": "x"}, "schema_version 3"),
+        ({"schema_version": 2, "run_id": "x", "status": "ok"}, "not a valid run record"),
+        ([1, 2], "not a run record"),
+    ],
+)
 def test_other_schema_versions_and_non_records_are_named(tmp_path, content, reason):
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(content))
@@ -80,7 +84,9 @@ def test_schema_1_records_load_and_convert(folder):
             details = {k: v for k, v in check.items() if k not in ("ok", "reason")}
             # One rank's comparisons, stored as passed, are read as not checked (nothing to compare).
             vacuous = record.spec.world_size == 1 and name in RANK_COMPARING_CHECKS
-            assert record.checks[name].ok == (None if vacuous else check["ok"]) and record.checks[name].details == details
+            assert (
+                record.checks[name].ok == (None if vacuous else check["ok"]) and record.checks[name].details == details
+            )
 
 
 def test_a_converted_record_survives_a_write_and_a_load(tmp_path):

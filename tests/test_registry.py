@@ -1,14 +1,15 @@
 """A metric is defined once, in the registry, and appears in the runs frame, the scaling table,
 the HTML report and the pytest-benchmark export without touching any of them."""
+
 import json
 import os
 import re
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 import ddpbench
-from conftest import FIXTURES
 from ddpbench.analysis import registry
 from ddpbench.analysis.frames import scaling_table
 from ddpbench.report.export import pytest_benchmark_json
@@ -24,8 +25,9 @@ def epochs_per_second(record):
 
 @pytest.fixture
 def throwaway_metric():
-    metric = registry.register(registry.Metric(
-        "epochs_per_s", "epoch rate", epochs_per_second, "epochs/s", "{:.3f}", "higher"))
+    metric = registry.register(
+        registry.Metric("epochs_per_s", "epoch rate", epochs_per_second, "epochs/s", "{:.3f}", "higher")
+    )
     yield metric
     registry.unregister("epochs_per_s")
 

@@ -1,12 +1,13 @@
 """The HTML report, built from a committed sweep made by a real CPU run."""
+
 import json
 import os
 import re
 import shutil
 
 import pytest
-
 from conftest import FIXTURES, ddpbench
+
 from ddpbench.report.html import build_report
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
@@ -46,15 +47,16 @@ def test_the_page_is_self_contained(page):
     sources = re.findall(r'<img [^>]*src="([^"]*)"', html_text)
     assert len(sources) == 7 and all(src.startswith("data:image/png;base64,") for src in sources)
     assert "<script" not in html_text and "http://" not in html_text
-    assert re.findall(r'<link ', html_text) == []
+    assert re.findall(r"<link ", html_text) == []
     assert all('alt="' in tag for tag in re.findall(r"<img [^>]*>", html_text))
 
 
 def test_headline_failures_traces_and_glossary_are_there(page):
     path, html_text = page
     assert "DDP reaches" in html_text and "DataParallel" in html_text and "hidden behind computation" in html_text
-    errors = re.findall(r'<li><code>(broken-[a-z0-9-]+)</code> <span class="status-failed">failed</span>: ([^<]*)<details>',
-                        html_text)
+    errors = re.findall(
+        r'<li><code>(broken-[a-z0-9-]+)</code> <span class="status-failed">failed</span>: ([^<]*)<details>', html_text
+    )
     assert len(errors) == 5 and all("RuntimeError: this workload is broken on purpose" in m for _, m in errors)
     assert "on CPU: one process, nothing replicated" in html_text
     for link in re.findall(r'<a href="([^"]+)"', html_text):
@@ -114,9 +116,18 @@ def test_a_browser_shows_the_report_without_errors(page, tmp_path):
     path, _ = page
     problems = []
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         view = browser.new_page(viewport={"width": 1366, "height": 800})  # a laptop screen
         view.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
         view.on("pageerror", lambda error: problems.append(str(error)))

@@ -1,13 +1,14 @@
 """The report's "Where the scaling went" section, built from committed records: a two-rank DDP
 run (the projection fixture) with its sweep's local run as the reference."""
+
 import html
 import os
 import re
 import shutil
 
 import pytest
-
 from conftest import FIXTURES
+
 from ddpbench.analysis.breakdown import TERMS, Breakdown, Term, explain_sweep
 from ddpbench.records.store import read_records
 from ddpbench.report.html import build_report
@@ -88,7 +89,7 @@ def test_the_advice_and_the_headline_of_each_run_are_there(report):
 
 def test_the_glossary_has_every_term_from_the_analysis(report):
     _, page, _ = report
-    glossary = html.unescape(page[page.index("<h2>Glossary</h2>"):])
+    glossary = html.unescape(page[page.index("<h2>Glossary</h2>") :])
     for term in TERMS:
         assert f"<dt>{term.label} (scaling loss)</dt><dd>{term.method[0].upper()}{term.method[1:]}.</dd>" in glossary
 
@@ -119,15 +120,25 @@ def test_with_ddp_at_one_rank_only_the_section_says_what_is_missing(tmp_path):
 
 def made_up(run_id: str, efficiency: float, points: dict) -> Breakdown:
     step_s = 0.04
-    terms = {term.name: Term(None if points.get(term.name) is None else points[term.name] / 100 * step_s,
-                             points.get(term.name), "made up") for term in TERMS}
+    terms = {
+        term.name: Term(
+            None if points.get(term.name) is None else points[term.name] / 100 * step_s,
+            points.get(term.name),
+            "made up",
+        )
+        for term in TERMS
+    }
     return Breakdown(run_id, "mlp", 2, efficiency, step_s, step_s * efficiency, "made up", terms)
 
 
-@pytest.mark.parametrize("efficiency, points", [
-    (0.35, {"exposed_comm": 70.0, "ddp_work": 10.0, "unexplained": -15.0}),      # terms exceed the lost time
-    (1.10, {"exposed_comm": 2.0, "overlap_slowdown": -5.0, "unexplained": -7.0}),  # faster than one device
-], ids=["negative-unexplained", "superlinear"])
+@pytest.mark.parametrize(
+    "efficiency, points",
+    [
+        (0.35, {"exposed_comm": 70.0, "ddp_work": 10.0, "unexplained": -15.0}),  # terms exceed the lost time
+        (1.10, {"exposed_comm": 2.0, "overlap_slowdown": -5.0, "unexplained": -7.0}),  # faster than one device
+    ],
+    ids=["negative-unexplained", "superlinear"],
+)
 def test_a_negative_term_still_reads_from_100_down_to_the_efficiency(efficiency, points):
     from matplotlib.colors import to_rgba
 
@@ -156,16 +167,28 @@ def test_a_browser_loads_the_waterfall(report, tmp_path):
     path, _, _ = report
     problems = []
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         view = browser.new_page(viewport={"width": 1366, "height": 800})
         view.on("pageerror", lambda error: problems.append(str(error)))
         view.on("requestfailed", lambda request: problems.append(f"failed to load {request.url}"))
         view.goto("file://" + os.path.abspath(path))
-        waterfalls = view.evaluate("Array.from(document.images).filter(i => i.alt.startsWith('Stacked bar chart for'))"
-                                   ".map(i => [i.complete, i.naturalWidth, i.getBoundingClientRect().width])")
+        waterfalls = view.evaluate(
+            "Array.from(document.images).filter(i => i.alt.startsWith('Stacked bar chart for'))"
+            ".map(i => [i.complete, i.naturalWidth, i.getBoundingClientRect().width])"
+        )
         browser.close()
     assert problems == []
-    assert len(waterfalls) == 1 and all(complete and natural > 0 and shown > 0
-                                        for complete, natural, shown in waterfalls)
+    assert len(waterfalls) == 1 and all(
+        complete and natural > 0 and shown > 0 for complete, natural, shown in waterfalls
+    )

@@ -1,12 +1,14 @@
 """The scaling table and ddpbench.load, on a committed sweep made by a real CPU run."""
+
 import json
 import os
 import shutil
 
 import pytest
+from conftest import FIXTURES
+from conftest import ddpbench as run_cli
 
 import ddpbench
-from conftest import FIXTURES, ddpbench as run_cli
 from ddpbench.analysis.frames import format_side_by_side, scaling_table
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
@@ -43,8 +45,10 @@ def test_scaling_table_numbers_are_recomputed_from_the_records():
 def test_cpu_data_parallel_is_labelled_for_what_it_is():
     table = scaling_table(ddpbench.load(SWEEP))
     labels = set(table[table["strategy"] == "dp"]["strategy_label"])
-    assert labels == {"DataParallel on CPU (one process, 1 thread, no replication)",
-                      "DataParallel on CPU (one process, 2 threads, no replication)"}
+    assert labels == {
+        "DataParallel on CPU (one process, 1 thread, no replication)",
+        "DataParallel on CPU (one process, 2 threads, no replication)",
+    }
     assert "nothing is replicated" in format_side_by_side(table)
 
 

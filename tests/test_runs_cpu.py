@@ -1,5 +1,6 @@
 """Real runs on CPU: torchrun, gloo process groups, real workers. A handful, since each launch
 imports torch in every process."""
+
 import glob
 import json
 import os
@@ -10,13 +11,24 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, cpu_environment, ddpbench, foreign_lines
 
 pytestmark = pytest.mark.launches
 
-REQUIRED_KEYS = {"schema_version", "run_id", "status", "spec", "env", "ranks", "metrics", "checks", "error",
-                 "started_at", "ended_at", "launch"}
+REQUIRED_KEYS = {
+    "schema_version",
+    "run_id",
+    "status",
+    "spec",
+    "env",
+    "ranks",
+    "metrics",
+    "checks",
+    "error",
+    "started_at",
+    "ended_at",
+    "launch",
+}
 
 
 def only_record(out_dir) -> dict:
@@ -30,8 +42,19 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
     assert record["status"] == "ok" and record["error"] is None
     assert record["spec"]["world_size"] == world_size
     env = record["env"]
-    for key in ("torch", "cuda", "nccl", "cudnn", "gpu_names", "gpu_count", "cpu_model", "cpu_cores",
-                "hostname", "git_sha", "env_vars"):
+    for key in (
+        "torch",
+        "cuda",
+        "nccl",
+        "cudnn",
+        "gpu_names",
+        "gpu_count",
+        "cpu_model",
+        "cpu_cores",
+        "hostname",
+        "git_sha",
+        "env_vars",
+    ):
         assert key in env
     assert [r["rank"] for r in record["ranks"]] == list(range(world_size))
     for rank in record["ranks"]:
@@ -55,8 +78,9 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
 
 
 def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
-    done = ddpbench("run", "--workload", "mlp", "--nproc", "2", "--steps", "25", "--warmup", "3",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run", "--workload", "mlp", "--nproc", "2", "--steps", "25", "--warmup", "3", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=22)
@@ -77,7 +101,10 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert done.stderr == "" and not foreign_lines(done.stdout), done.stdout + done.stderr
     # The three views of communication overlap, per rank.
     overlap = record["overlap"]
-    assert [os.path.basename(p) for p in overlap["trace"]["paths"]] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]
+    assert [os.path.basename(p) for p in overlap["trace"]["paths"]] == [
+        "rank-0.pt.trace.json.gz",
+        "rank-1.pt.trace.json.gz",
+    ]
     assert all(os.path.exists(p) for p in overlap["trace"]["paths"])
     for rank, view in enumerate(overlap["trace"]["by_rank"]):
         assert (view["rank"], view["kind"], view["backend"], view["steps_analysed"]) == (rank, "cpu", "gloo", 3)
@@ -92,7 +119,8 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     for view in overlap["reducer"]["by_rank"]:
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
     # The gradient timeline (half the 22 timed steps with DDP, as many without, as many through a
-    # one-rank DDP) and its contention probe: every round measured on every rank, over a buffer the size of all gradients.
+    # one-rank DDP) and its contention probe: every round measured on every rank, over a buffer
+    # the size of all gradients.
     timeline = record["timeline"]
     assert timeline["cast_cost"]["scaled_copy_s_per_byte"] > 0
     for rank, view in enumerate(timeline["by_rank"]):
@@ -108,8 +136,21 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
 
 
 def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
-    done = ddpbench("run", "--workload", "vit_b_16", "--strategy", "local", "--precision", "bf16",
-                    "--steps", "6", "--warmup", "1", "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        "vit_b_16",
+        "--strategy",
+        "local",
+        "--precision",
+        "bf16",
+        "--steps",
+        "6",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=1, timed_steps=5)
@@ -124,17 +165,41 @@ def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
 
 def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     workload = f"{REPO}/tests/fixtures/user_workload.py:regression"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
-                    "--comm-hook", "fp16_compress", "--bucket-cap-mb", "1", "--gradient-as-bucket-view",
-                    "--static-graph", "--no-broadcast-buffers", "--batch-size", "3", "--no-profile",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        workload,
+        "--nproc",
+        "2",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--comm-hook",
+        "fp16_compress",
+        "--bucket-cap-mb",
+        "1",
+        "--gradient-as-bucket-view",
+        "--static-graph",
+        "--no-broadcast-buffers",
+        "--batch-size",
+        "3",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=6)
     assert record["run_id"].startswith("regression-ddp-n2-")
-    assert record["spec"]["ddp"] == {"bucket_cap_mb": 1.0, "gradient_as_bucket_view": True, "static_graph": True,
-                                     "find_unused_parameters": False, "broadcast_buffers": False,
-                                     "comm_hook": "fp16_compress"}
+    assert record["spec"]["ddp"] == {
+        "bucket_cap_mb": 1.0,
+        "gradient_as_bucket_view": True,
+        "static_graph": True,
+        "find_unused_parameters": False,
+        "broadcast_buffers": False,
+        "comm_hook": "fp16_compress",
+    }
     assert record["spec"]["batch_size"] == 3
     assert record["metrics"]["sample_unit"] == "rows"
     assert record["checks"]["gradients_averaged"]["details"]["tolerance"] == 5e-3
@@ -143,8 +208,9 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
 
 def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     workload = f"{REPO}/tests/fixtures/failing_workload.py:broken"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2", "--out", str(tmp_path)
+    )
     assert done.returncode == 1
     record = only_record(tmp_path)
     assert record["status"] == "failed"
@@ -160,8 +226,9 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
 
 def test_a_crash_after_the_timed_steps_keeps_the_measurements(tmp_path):
     workload = f"{REPO}/tests/fixtures/crash_when_profiled.py:crash_when_profiled"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2", "--out", str(tmp_path)
+    )
     assert done.returncode == 1
     record = only_record(tmp_path)
     assert record["status"] == "ok" and len(record["ranks"][0]["step_times_s"]) == 6
@@ -184,12 +251,41 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for node_rank in (0, 1):
-        command = [sys.executable, "-m", "ddpbench", "run", "--workload", "mlp", "--nproc", "1", "--nnodes", "2",
-                   "--node-rank", str(node_rank), "--rdzv-endpoint", endpoint, "--rdzv-id", "loopback-job",
-                   "--steps", "7", "--warmup", "2", "--threads-per-rank", "1", "--run-timeout", "180",
-                   "--run-id", "shared-run", "--out", str(tmp_path / "shared")]
-        nodes.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=cpu_environment()))
+        command = [
+            sys.executable,
+            "-m",
+            "ddpbench",
+            "run",
+            "--workload",
+            "mlp",
+            "--nproc",
+            "1",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node_rank),
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            "loopback-job",
+            "--steps",
+            "7",
+            "--warmup",
+            "2",
+            "--threads-per-rank",
+            "1",
+            "--run-timeout",
+            "180",
+            "--run-id",
+            "shared-run",
+            "--out",
+            str(tmp_path / "shared"),
+        ]
+        nodes.append(
+            subprocess.Popen(
+                command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cpu_environment()
+            )
+        )
     try:
         outputs = [node.communicate(timeout=240) for node in nodes]
     finally:
@@ -214,8 +310,22 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
 
 def test_replicas_that_drift_apart_fail_their_check_in_a_real_run(tmp_path):
     workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:drifting_replicas"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2",
-                    "--no-profile", "--no-sync-steps", "0", "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        workload,
+        "--nproc",
+        "2",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--no-sync-steps",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]  # measured, but a check failed
     record = only_record(tmp_path)
     assert record["status"] == "ok"
@@ -226,8 +336,20 @@ def test_replicas_that_drift_apart_fail_their_check_in_a_real_run(tmp_path):
 
 def test_a_dataset_no_sampler_can_shard_is_refused_in_a_real_run(tmp_path):
     workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:streaming_dataset"
-    done = ddpbench("run", "--workload", workload, "--nproc", "2", "--steps", "6", "--warmup", "2",
-                    "--no-profile", "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        workload,
+        "--nproc",
+        "2",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 1
     record = only_record(tmp_path)
     assert record["status"] == "failed"

@@ -26,8 +26,9 @@ import slurm_cluster  # noqa: E402
 
 def ddpbench(*args: str, env: dict, cwd: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**env, "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "ddpbench", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpbench", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def without_slurm() -> dict:
@@ -44,8 +45,14 @@ def test_cpus_per_node_as_slurm_writes_them():
 
 
 def test_scheduler_facts_name_the_job_and_nothing_else():
-    environ = {"SLURM_JOB_ID": "81", "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_NODELIST": "n[1-2]",
-               "SLURM_JOB_NUM_NODES": "2", "SLURMD_NODENAME": "n1", "SLURM_SOME_TOKEN": "secret"}
+    environ = {
+        "SLURM_JOB_ID": "81",
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURMD_NODENAME": "n1",
+        "SLURM_SOME_TOKEN": "secret",
+    }
     facts = slurm.scheduler_facts(environ)
     assert facts["job_id"] == "81" and facts["partition"] == "gpu" and facts["job_nodes"] == "n[1-2]"
     assert facts["job_num_nodes"] == 2 and "secret" not in json.dumps(facts)
@@ -53,12 +60,20 @@ def test_scheduler_facts_name_the_job_and_nothing_else():
 
 
 def test_sweep_over_nodes_keeps_one_node_sizes_then_whole_nodes():
-    options = SweepOptions(device="cuda", max_world_size=8, cores=64, suite="smoke", launcher="slurm",
-                           nodes=(1, 2, 4), strategies=("local", "ddp", "dp"))
+    options = SweepOptions(
+        device="cuda",
+        max_world_size=8,
+        cores=64,
+        suite="smoke",
+        launcher="slurm",
+        nodes=(1, 2, 4),
+        strategies=("local", "ddp", "dp"),
+    )
     plan = plan_sweep(options, "/tmp/x")
     shape = [(s.strategy, s.nnodes, s.nproc) for s in plan]
-    assert shape == [("local", 1, 1)] + [("ddp", 1, n) for n in (1, 2, 4, 8)] + [("ddp", 2, 8), ("ddp", 4, 8)] \
-        + [("dp", 1, n) for n in (1, 2, 4, 8)]
+    assert shape == [("local", 1, 1)] + [("ddp", 1, n) for n in (1, 2, 4, 8)] + [("ddp", 2, 8), ("ddp", 4, 8)] + [
+        ("dp", 1, n) for n in (1, 2, 4, 8)
+    ]
     assert {s.launcher for s in plan} == {"slurm"}
     assert plan[6].run_id == "mlp-ddp-n32" and plan[6].threads_per_rank == 8  # 64 cores / 8 devices
     with pytest.raises(SpecError, match="--launcher slurm"):
@@ -70,10 +85,15 @@ def test_error_files_of_several_agents_get_their_global_ranks_from_torchruns_sum
     for agent, message in (("run_aaa", "peer closed the connection"), ("run_bbb", "FileNotFoundError: shard")):
         folder = tmp_path / agent / "attempt_0" / "0"
         folder.mkdir(parents=True)
-        (folder / "error.json").write_text(json.dumps({"message": {"message": message, "extraInfo": {
-            "py_callstack": "Traceback ...", "timestamp": "1"}}}))
-    summary = (f"[0]:\n  time      : now\n  host      : vm\n  rank      : 1 (local_rank: 0)\n"
-               f"  exitcode  : 1 (pid: 42)\n  error_file: {tmp_path}/run_bbb/attempt_0/0/error.json\n")
+        (folder / "error.json").write_text(
+            json.dumps(
+                {"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}}}
+            )
+        )
+    summary = (
+        f"[0]:\n  time      : now\n  host      : vm\n  rank      : 1 (local_rank: 0)\n"
+        f"  exitcode  : 1 (pid: 42)\n  error_file: {tmp_path}/run_bbb/attempt_0/0/error.json\n"
+    )
     found = error_files(str(tmp_path), 0, 1, summary)
     assert found[1]["message"] == "FileNotFoundError: shard"
     assert found[0]["message"] == "peer closed the connection"
@@ -82,29 +102,49 @@ def test_error_files_of_several_agents_get_their_global_ranks_from_torchruns_sum
 def test_a_lost_store_after_a_rank_raised_is_not_a_rendezvous_failure(tmp_path):
     # On two nodes, the agent whose partner died loses the c10d store and prints a rendezvous
     # error; retrying on a fresh port would only repeat the rank's own failure.
-    (tmp_path / "output.log").write_text("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
-                                         "The connection to the C10d store has failed.\n")
+    (tmp_path / "output.log").write_text(
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
+        "The connection to the C10d store has failed.\n"
+    )
     assert rendezvous_failed(str(tmp_path))
     folder = tmp_path / "ranks" / "run_x" / "attempt_0" / "1"
     folder.mkdir(parents=True)
-    (folder / "error.json").write_text(json.dumps({"message": {"message": "FileNotFoundError: shard", "extraInfo": {
-        "py_callstack": "Traceback ...", "timestamp": "1"}}}))
+    (folder / "error.json").write_text(
+        json.dumps(
+            {
+                "message": {
+                    "message": "FileNotFoundError: shard",
+                    "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"},
+                }
+            }
+        )
+    )
     assert not rendezvous_failed(str(tmp_path))
 
 
 def test_sbatch_script_resumes_when_submitted_again():
-    script = slurm.sbatch_script(["--nodes", "1,2", "--sweep-id", "s1"], "/shared/results/s1", 2, 8,
-                                 ["--partition=gpu"], "/venv/bin/python", "/shared/ddpbench")
+    script = slurm.sbatch_script(
+        ["--nodes", "1,2", "--sweep-id", "s1"],
+        "/shared/results/s1",
+        2,
+        8,
+        ["--partition=gpu"],
+        "/venv/bin/python",
+        "/shared/ddpbench",
+    )
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --gpus-per-node=8\n" in script
     assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --exclusive\n" in script
     assert "if [ -e /shared/results/s1/manifest.json ]" in script
     assert "--launcher slurm --nodes 1,2 --sweep-id s1 --resume" in script
 
 
-@pytest.mark.parametrize("command", [
-    ["sweep", "--launcher", "slurm", "--suite", "smoke"],
-    ["run", "--launcher", "slurm", "--workload", "mlp", "--nnodes", "2"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sweep", "--launcher", "slurm", "--suite", "smoke"],
+        ["run", "--launcher", "slurm", "--workload", "mlp", "--nnodes", "2"],
+    ],
+)
 def test_slurm_launcher_outside_an_allocation_is_one_line_exit_2(tmp_path, command):
     done = ddpbench(*command, "--out", str(tmp_path / "out"), env=without_slurm(), cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
@@ -135,17 +175,39 @@ def cluster():
 def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path):
     env, out = cluster.env(), str(tmp_path / "results")
     in_one_node = subprocess.run(
-        ["salloc", "--nodes=1", "--quiet", sys.executable, "-m", "ddpbench", "sweep", "--launcher", "slurm",
-         "--nodes", "1,2", "--suite", "smoke", "--out", out],
-        env={**env, "PYTHONPATH": ROOT}, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+        [
+            "salloc",
+            "--nodes=1",
+            "--quiet",
+            sys.executable,
+            "-m",
+            "ddpbench",
+            "sweep",
+            "--launcher",
+            "slurm",
+            "--nodes",
+            "1,2",
+            "--suite",
+            "smoke",
+            "--out",
+            out,
+        ],
+        env={**env, "PYTHONPATH": ROOT},
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert in_one_node.returncode == 2, in_one_node.stderr
     assert "asked for 2 nodes; SLURM job" in in_one_node.stderr and in_one_node.stderr.count("\n") == 1
-    no_partition = ddpbench("sbatch", "--partition", "nope", "--suite", "smoke", "--out", out, env=env,
-                            cwd=str(tmp_path))
+    no_partition = ddpbench(
+        "sbatch", "--partition", "nope", "--suite", "smoke", "--out", out, env=env, cwd=str(tmp_path)
+    )
     assert no_partition.returncode == 2
     assert no_partition.stderr.strip().endswith("partition 'nope' does not exist on this cluster; valid: debug")
-    too_many = ddpbench("sbatch", "--nodes", "1,3", "--suite", "smoke", "--device", "cpu", "--out", out, env=env,
-                        cwd=str(tmp_path))
+    too_many = ddpbench(
+        "sbatch", "--nodes", "1,3", "--suite", "smoke", "--device", "cpu", "--out", out, env=env, cwd=str(tmp_path)
+    )
     assert too_many.returncode == 2 and too_many.stderr.count("\n") == 1, too_many.stderr
     assert "SLURM would refuse the job" in too_many.stderr
     assert not glob.glob(os.path.join(out, "*", "manifest.json"))
@@ -156,9 +218,27 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
 @pytest.mark.launches
 def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster, tmp_path):
     env = cluster.env()
-    done = ddpbench("sbatch", "--wait", "--device", "cpu", "--nodes", "1,2", "--nproc-per-node", "1",
-                    "--suite", "smoke", "--strategies", "ddp", "--no-profile", "--out", str(tmp_path / "results"),
-                    "--sweep-id", "two-nodes", env=env, cwd=str(tmp_path))
+    done = ddpbench(
+        "sbatch",
+        "--wait",
+        "--device",
+        "cpu",
+        "--nodes",
+        "1,2",
+        "--nproc-per-node",
+        "1",
+        "--suite",
+        "smoke",
+        "--strategies",
+        "ddp",
+        "--no-profile",
+        "--out",
+        str(tmp_path / "results"),
+        "--sweep-id",
+        "two-nodes",
+        env=env,
+        cwd=str(tmp_path),
+    )
     sweep_dir = tmp_path / "results" / "two-nodes"
     log = "".join(open(path).read() for path in glob.glob(str(sweep_dir / "slurm-*.out")))
     assert done.returncode == 0, done.stdout + done.stderr + log
@@ -185,10 +265,39 @@ def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster
 def test_a_rank_failing_on_another_node_is_named_in_the_record(cluster, tmp_path):
     workload = os.path.join(FIXTURES, "missing_shard_on_rank_1.py:missing_shard_on_rank_1")
     done = subprocess.run(
-        ["salloc", "--nodes=2", "--exclusive", "--quiet", sys.executable, "-m", "ddpbench", "run",
-         "--launcher", "slurm", "--workload", workload, "--nnodes", "2", "--device", "cpu", "--steps", "8",
-         "--warmup", "2", "--no-profile", "--run-id", "shard", "--out", str(tmp_path / "out")],
-        env={**cluster.env(), "PYTHONPATH": ROOT}, cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+        [
+            "salloc",
+            "--nodes=2",
+            "--exclusive",
+            "--quiet",
+            sys.executable,
+            "-m",
+            "ddpbench",
+            "run",
+            "--launcher",
+            "slurm",
+            "--workload",
+            workload,
+            "--nnodes",
+            "2",
+            "--device",
+            "cpu",
+            "--steps",
+            "8",
+            "--warmup",
+            "2",
+            "--no-profile",
+            "--run-id",
+            "shard",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env={**cluster.env(), "PYTHONPATH": ROOT},
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     record = json.load(open(tmp_path / "out" / "runs" / "shard.json"))
     assert record["status"] == "failed"

@@ -1,7 +1,7 @@
 import pytest
 
-from ddpbench.running.launch import resolve
 from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
+from ddpbench.running.launch import resolve
 
 
 def test_defaults_are_valid_and_world_size_multiplies_nodes():
@@ -12,20 +12,23 @@ def test_defaults_are_valid_and_world_size_multiplies_nodes():
     assert spec.replace(device="cpu").timed_steps == spec.steps - spec.replace(device="cpu").warmup
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"strategy": "fsdp"}, ["strategy", "local, ddp, dp", "'fsdp'"]),
-    ({"precision": "fp8"}, ["precision", "fp32, bf16, fp16"]),
-    ({"device": "tpu"}, ["device", "auto, cuda, cpu"]),
-    ({"batch_size": 0}, ["batch_size", ">= 1"]),
-    ({"nproc": 0}, ["nproc", ">= 1"]),
-    ({"steps": 5, "warmup": 5}, ["steps must be above warmup", "steps=5", "warmup=5"]),
-    ({"warmup": 0}, ["warmup must be at least 1 for ddp"]),
-    ({"device": "cpu", "precision": "fp16"}, ["fp16 needs a GPU", "fp32 or bf16"]),
-    ({"strategy": "local", "nproc": 2}, ["local is one process"]),
-    ({"nnodes": 2}, ["rdzv_endpoint", "rdzv_id"]),
-    ({"nnodes": 2, "rdzv_endpoint": "nohostport", "rdzv_id": "x"}, ["host:port"]),
-    ({"size": "huge"}, ["size", "tiny, full"]),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"strategy": "fsdp"}, ["strategy", "local, ddp, dp", "'fsdp'"]),
+        ({"precision": "fp8"}, ["precision", "fp32, bf16, fp16"]),
+        ({"device": "tpu"}, ["device", "auto, cuda, cpu"]),
+        ({"batch_size": 0}, ["batch_size", ">= 1"]),
+        ({"nproc": 0}, ["nproc", ">= 1"]),
+        ({"steps": 5, "warmup": 5}, ["steps must be above warmup", "steps=5", "warmup=5"]),
+        ({"warmup": 0}, ["warmup must be at least 1 for ddp"]),
+        ({"device": "cpu", "precision": "fp16"}, ["fp16 needs a GPU", "fp32 or bf16"]),
+        ({"strategy": "local", "nproc": 2}, ["local is one process"]),
+        ({"nnodes": 2}, ["rdzv_endpoint", "rdzv_id"]),
+        ({"nnodes": 2, "rdzv_endpoint": "nohostport", "rdzv_id": "x"}, ["host:port"]),
+        ({"size": "huge"}, ["size", "tiny, full"]),
+    ],
+)
 def test_bad_values_name_the_field_and_what_is_allowed(changes, words):
     with pytest.raises(SpecError) as error:
         RunSpec(workload="mlp", **changes)

@@ -1,6 +1,7 @@
 """StepClock's data marks on CPU: each step's wait for its batch runs from the step's start mark
 to its data mark, on the same clock as the step times (a logic check: the sleeps are far longer
 than the clock's resolution, and the bounds leave room for a loaded machine)."""
+
 import time
 
 import pytest

@@ -1,11 +1,13 @@
 """Real CPU sweeps: torchrun and plain workers, gloo, the smallest workload."""
+
 import json
 import os
 
 import pytest
+from conftest import REPO, foreign_lines
+from conftest import ddpbench as run_cli
 
 import ddpbench
-from conftest import REPO, ddpbench as run_cli, foreign_lines
 from ddpbench.analysis.frames import scaling_table
 from ddpbench.records.store import load_record
 from ddpbench.report.summary import format_summary
@@ -16,8 +18,22 @@ pytestmark = pytest.mark.launches
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweeps")
-    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--steps", "8", "--warmup", "2",
-                   "--out", str(out), "--sweep-id", "s", cwd=out)
+    done = run_cli(
+        "sweep",
+        "--workloads",
+        "mlp",
+        "--nproc",
+        "2",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--sweep-id",
+        "s",
+        cwd=out,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     # Five healthy runs, profiled: the terminal holds ddpbench's lines only.
     assert not foreign_lines(done.stdout + done.stderr), done.stdout + done.stderr
@@ -35,8 +51,13 @@ def test_sweep_runs_local_ddp_and_dp_at_world_sizes_1_and_2(sweep):
     assert names == ["mlp-ddp-n1.json", "mlp-ddp-n2.json", "mlp-dp-n1.json", "mlp-dp-n2.json", "mlp-local-n1.json"]
     manifest = load_json(folder / "manifest.json")
     assert manifest["state"] == "finished" and set(manifest["runs"].values()) == {"ok"}
-    assert [spec["run_id"] for spec in manifest["plan"]] == ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2",
-                                                             "mlp-dp-n1", "mlp-dp-n2"]
+    assert [spec["run_id"] for spec in manifest["plan"]] == [
+        "mlp-local-n1",
+        "mlp-ddp-n1",
+        "mlp-ddp-n2",
+        "mlp-dp-n1",
+        "mlp-dp-n2",
+    ]
     dp2 = load_json(folder / "runs" / "mlp-dp-n2.json")
     ddp2 = load_json(folder / "runs" / "mlp-ddp-n2.json")
     # Same per-device batch and the same cores per device: DP takes the global batch in one process.
@@ -73,8 +94,9 @@ def test_printed_and_saved_table_match_the_records(sweep):
 def test_an_existing_sweep_is_not_rewritten_without_resume(sweep):
     folder, _ = sweep
     before = sorted(os.listdir(folder / "runs"))
-    done = run_cli("sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s",
-                   cwd=folder.parent)
+    done = run_cli(
+        "sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s", cwd=folder.parent
+    )
     assert done.returncode == 2 and "already exists; add --resume" in done.stderr
     assert sorted(os.listdir(folder / "runs")) == before
 
@@ -100,8 +122,24 @@ def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
 
 def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
     failing = f"{REPO}/tests/fixtures/failing_workload.py:broken"
-    done = run_cli("sweep", "--workloads", f"{failing},mlp", "--strategies", "local", "--nproc", "1",
-                   "--steps", "5", "--warmup", "1", "--out", str(tmp_path), "--sweep-id", "f", cwd=tmp_path)
+    done = run_cli(
+        "sweep",
+        "--workloads",
+        f"{failing},mlp",
+        "--strategies",
+        "local",
+        "--nproc",
+        "1",
+        "--steps",
+        "5",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--sweep-id",
+        "f",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1  # the sweep finished, and says that not everything is ok
     broken = load_json(tmp_path / "f" / "runs" / "broken-local-n1.json")
     assert broken["status"] == "failed" and "broken on purpose" in broken["error"]["message"]
@@ -112,8 +150,26 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
 
 
 def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):
-    done = run_cli("sweep", "--workloads", "mlp", "--strategies", "ddp", "--nproc", "1", "--steps", "5",
-                   "--warmup", "2", "--run-timeout", "2", "--out", str(tmp_path), "--sweep-id", "t", cwd=tmp_path)
+    done = run_cli(
+        "sweep",
+        "--workloads",
+        "mlp",
+        "--strategies",
+        "ddp",
+        "--nproc",
+        "1",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--run-timeout",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--sweep-id",
+        "t",
+        cwd=tmp_path,
+    )
     record = load_json(tmp_path / "t" / "runs" / "mlp-ddp-n1.json")
     assert record["status"] == "timeout" and "2 s run timeout" in record["error"]["message"]
     assert done.returncode == 1 and "TIMEOUT" in done.stderr

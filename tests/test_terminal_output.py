@@ -1,6 +1,7 @@
 """What the terminal shows: ddpbench's own lines when all is well (the processes' output goes to
 the run's logs folder), the failing rank's error when not, everything with --verbose, and a
 warning plus a record field when a CPU run asks for more threads than there are cores."""
+
 import glob
 import json
 import os
@@ -9,8 +10,8 @@ import shutil
 
 import msgspec
 import pytest
-
 from conftest import FIXTURES, REPO, ddpbench, foreign_lines
+
 from ddpbench.analysis.frames import format_side_by_side, load, scaling_table, side_by_side
 from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import Record
@@ -20,8 +21,11 @@ from ddpbench.running.environment import usable_cores
 from ddpbench.running.launch import child_environment, oversubscription
 
 CHATTY = f"{REPO}/tests/fixtures/chatty_workload.py:chatty"
-CHATTY_LINES = ("chatty workload: building the model", "chatty workload: a note on stderr",
-                "chatty workload: a deprecation the user never fixed")
+CHATTY_LINES = (
+    "chatty workload: building the model",
+    "chatty workload: a note on stderr",
+    "chatty workload: a deprecation the user never fixed",
+)
 
 
 def only_record(out_dir) -> dict:
@@ -39,16 +43,40 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
     # 3 ranks x cores//2 threads exceed the cores on any machine; on this 2-core one, 3 x 1 on 2.
     cores = usable_cores()
     threads = max(1, cores // 2)
-    done = ddpbench("run", "--workload", CHATTY, "--nproc", "3", "--device", "cpu", "--threads-per-rank",
-                    str(threads), "--steps", "6", "--warmup", "2", "--profile-steps", "1", "--no-sync-steps", "0",
-                    "--out", str(tmp_path), timeout=300)
+    done = ddpbench(
+        "run",
+        "--workload",
+        CHATTY,
+        "--nproc",
+        "3",
+        "--device",
+        "cpu",
+        "--threads-per-rank",
+        str(threads),
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--profile-steps",
+        "1",
+        "--no-sync-steps",
+        "0",
+        "--out",
+        str(tmp_path),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     warning = done.stderr.splitlines()
     assert len(warning) == 1 and "oversubscribed" in warning[0], done.stderr
     assert f"3 processes x {threads} thread" in warning[0] and f"on {cores} usable cores" in warning[0]
     record = only_record(tmp_path)
-    assert record["oversubscribed"] == {"device": "cpu", "processes": 3, "threads_per_process": threads,
-                                        "threads": 3 * threads, "usable_cores": cores}
+    assert record["oversubscribed"] == {
+        "device": "cpu",
+        "processes": 3,
+        "threads_per_process": threads,
+        "threads": 3 * threads,
+        "usable_cores": cores,
+    }
     assert "oversubscribed" in done.stdout  # the summary repeats it next to the numbers
     # The workload's prints and warning, and everything else the ranks wrote, are in the log only.
     terminal = done.stdout + done.stderr
@@ -62,9 +90,26 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
 
 @pytest.mark.launches
 def test_verbose_streams_everything_the_processes_print(tmp_path):
-    done = ddpbench("run", "--workload", CHATTY, "--nproc", "2", "--device", "cpu", "--steps", "6",
-                    "--warmup", "2", "--profile-steps", "1", "--no-sync-steps", "0", "--verbose",
-                    "--out", str(tmp_path))
+    done = ddpbench(
+        "run",
+        "--workload",
+        CHATTY,
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--profile-steps",
+        "1",
+        "--no-sync-steps",
+        "0",
+        "--verbose",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert all(line in done.stderr for line in CHATTY_LINES), done.stderr
     assert "[default0]:" in done.stderr and "[default1]:" in done.stderr  # torchrun's per-rank prefixes
@@ -79,8 +124,13 @@ def spec(**fields) -> RunSpec:
 
 
 def test_oversubscription_counts_threads_of_every_process_against_the_cores():
-    assert oversubscription(spec(nproc=3), cores=2) == {"device": "cpu", "processes": 3, "threads_per_process": 1,
-                                                        "threads": 3, "usable_cores": 2}
+    assert oversubscription(spec(nproc=3), cores=2) == {
+        "device": "cpu",
+        "processes": 3,
+        "threads_per_process": 1,
+        "threads": 3,
+        "usable_cores": 2,
+    }
     assert oversubscription(spec(nproc=2), cores=2) is None
     assert oversubscription(spec(nproc=2, threads_per_rank=2), cores=2)["threads"] == 4
     # local and DataParallel are one process, whatever nproc says.
@@ -99,17 +149,36 @@ def test_the_profiler_is_quieted_by_its_level_only_when_nobody_asked_to_see_it(m
     assert child_environment(spec(), str(tmp_path))["KINETO_LOG_LEVEL"] == "2"  # the user's choice wins
 
 
-FAILED = msgspec.convert({
-    "run_id": "r", "status": "failed",
-    "spec": {"workload": "mlp", "size": "tiny", "strategy": "ddp", "nproc": 2, "nnodes": 1, "world_size": 2,
-             "device": "cpu", "threads_per_rank": 1, "precision": "fp32", "batch_size": 8},
-    "error": {"message": "rank 1 raised ValueError: bad shape", "exit_code": 1,
-              "output_tail": ["torchrun's wrapper", "=" * 60],
-              "tracebacks": {"0": "Traceback (most recent call last):\n  File \"w.py\", line 3\nRuntimeError: peer gone",
-                             "1": "Traceback (most recent call last):\n  File \"w.py\", line 9, in f\n"
-                                  "    x = g()\n        ^^^\nValueError: bad shape"}},
-    "launch": {"command": [], "wall_s": 1.0, "exit_code": 1, "logs": "/tmp/out/logs/r"},
-}, Record)
+FAILED = msgspec.convert(
+    {
+        "run_id": "r",
+        "status": "failed",
+        "spec": {
+            "workload": "mlp",
+            "size": "tiny",
+            "strategy": "ddp",
+            "nproc": 2,
+            "nnodes": 1,
+            "world_size": 2,
+            "device": "cpu",
+            "threads_per_rank": 1,
+            "precision": "fp32",
+            "batch_size": 8,
+        },
+        "error": {
+            "message": "rank 1 raised ValueError: bad shape",
+            "exit_code": 1,
+            "output_tail": ["torchrun's wrapper", "=" * 60],
+            "tracebacks": {
+                "0": 'Traceback (most recent call last):\n  File "w.py", line 3\nRuntimeError: peer gone',
+                "1": 'Traceback (most recent call last):\n  File "w.py", line 9, in f\n'
+                "    x = g()\n        ^^^\nValueError: bad shape",
+            },
+        },
+        "launch": {"command": [], "wall_s": 1.0, "exit_code": 1, "logs": "/tmp/out/logs/r"},
+    },
+    Record,
+)
 
 
 def test_a_failure_shows_the_named_ranks_traceback_and_where_the_logs_are():
@@ -129,8 +198,13 @@ def sweep_with_an_oversubscribed_point(tmp_path):
     shutil.copytree(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure"), folder)
     path = folder / "runs" / "mlp-ddp-n2.json"
     record = json.load(open(path))
-    record["oversubscribed"] = {"device": "cpu", "processes": 2, "threads_per_process": 2, "threads": 4,
-                                "usable_cores": 2}
+    record["oversubscribed"] = {
+        "device": "cpu",
+        "processes": 2,
+        "threads_per_process": 2,
+        "threads": 4,
+        "usable_cores": 2,
+    }
     path.write_text(json.dumps(record))
     return folder
 

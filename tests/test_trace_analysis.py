@@ -1,13 +1,14 @@
 """Trace analysis on synthetic traces with answers worked out by hand, on a real 2-GPU trace
 against HolisticTraceAnalysis 0.5.0's published numbers, and on broken files."""
+
 import gzip
 import json
 import os
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, ddpbench
+
 from ddpbench.analysis import intervals as iv
 from ddpbench.analysis.traces import TraceError, analyze_trace, stragglers
 
@@ -41,8 +42,15 @@ def write_trace(path, events, rank=0, gzipped=True, distributed=True, backend="n
 
 
 def step_event(number, start, end, tid=1):
-    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": tid,
-            "ts": start, "dur": end - start}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{number}",
+        "pid": 1,
+        "tid": tid,
+        "ts": start,
+        "dur": end - start,
+    }
 
 
 class GpuTraceBuilder:
@@ -54,19 +62,39 @@ class GpuTraceBuilder:
 
     def kernel(self, launch_ts, start, end, name="volta_sgemm", stream=7, category="kernel"):
         self.correlation += 1
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                            "ts": launch_ts, "dur": 1, "args": {"correlation": self.correlation}})
-        self.events.append({"ph": "X", "cat": category, "name": name, "pid": 0, "tid": stream, "ts": start,
-                            "dur": end - start, "args": {"stream": stream, "correlation": self.correlation}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": launch_ts,
+                "dur": 1,
+                "args": {"correlation": self.correlation},
+            }
+        )
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": category,
+                "name": name,
+                "pid": 0,
+                "tid": stream,
+                "ts": start,
+                "dur": end - start,
+                "args": {"stream": stream, "correlation": self.correlation},
+            }
+        )
 
 
 def test_gpu_partial_overlap_on_two_streams_by_hand(tmp_path):
     trace = GpuTraceBuilder([(0, 100), (100, 200), (200, 300)])
-    trace.kernel(1, 10, 50)                                   # compute 10..50
+    trace.kernel(1, 10, 50)  # compute 10..50
     trace.kernel(2, 30, 70, name="ncclKernel_AllReduce", stream=20)
-    trace.kernel(3, 40, 80, name="ncclDevKernel_Broadcast", stream=21)   # nested/overlapping comm: 30..80
-    trace.kernel(4, 85, 95, name="Memcpy DtoD", category="gpu_memcpy")   # other 85..95
-    trace.kernel(250, 260, 290)                               # launched in the last step: dropped
+    trace.kernel(3, 40, 80, name="ncclDevKernel_Broadcast", stream=21)  # nested/overlapping comm: 30..80
+    trace.kernel(4, 85, 95, name="Memcpy DtoD", category="gpu_memcpy")  # other 85..95
+    trace.kernel(250, 260, 290)  # launched in the last step: dropped
     result = analyze_trace(write_trace(tmp_path / "rank-0.json.gz", trace.events))
     assert result.kind == "gpu" and [s.step for s in result.steps] == [1]
     step = result.steps[0]
@@ -79,7 +107,7 @@ def test_gpu_partial_overlap_on_two_streams_by_hand(tmp_path):
 def test_gpu_communication_inside_and_outside_compute(tmp_path):
     trace = GpuTraceBuilder([(0, 100), (100, 200), (200, 300)])
     trace.kernel(1, 0, 100)
-    trace.kernel(2, 20, 40, name="ncclKernel_AllReduce", stream=20)      # step 1: entirely hidden
+    trace.kernel(2, 20, 40, name="ncclKernel_AllReduce", stream=20)  # step 1: entirely hidden
     trace.kernel(101, 100, 110)
     trace.kernel(102, 120, 140, name="ncclKernel_AllReduce", stream=20)  # step 2: entirely exposed
     steps = analyze_trace(write_trace(tmp_path / "t.json.gz", trace.events)).steps
@@ -93,13 +121,16 @@ def cpu_op(start, end, name="aten::mm", tid=1, category="cpu_op"):
 
 def test_cpu_gloo_overlap_by_hand(tmp_path):
     events = [
-        step_event(1, 0, 100), step_event(2, 100, 200),
-        cpu_op(0, 30), cpu_op(60, 90),
-        cpu_op(5, 25, name="aten::addmm"),                            # nested in a parent op
+        step_event(1, 0, 100),
+        step_event(2, 100, 200),
+        cpu_op(0, 30),
+        cpu_op(60, 90),
+        cpu_op(5, 25, name="aten::addmm"),  # nested in a parent op
         cpu_op(90, 95, name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", category="user_annotation"),
-        cpu_op(20, 70, name="gloo:all_reduce", tid=7, category="user_annotation"),   # gloo's own thread
-        cpu_op(3, 8, name="aten::add", tid=9),                        # some other thread: not the training loop
-        cpu_op(100, 150), cpu_op(180, 230, name="gloo:all_reduce", tid=7, category="user_annotation"),
+        cpu_op(20, 70, name="gloo:all_reduce", tid=7, category="user_annotation"),  # gloo's own thread
+        cpu_op(3, 8, name="aten::add", tid=9),  # some other thread: not the training loop
+        cpu_op(100, 150),
+        cpu_op(180, 230, name="gloo:all_reduce", tid=7, category="user_annotation"),
     ]
     result = analyze_trace(write_trace(tmp_path / "rank-1.json.gz", events, rank=1, backend="gloo"))
     first, second = result.steps
@@ -131,8 +162,12 @@ def test_the_real_gpu_trace_matches_hta_0_5_0():
     # rounding) and whole microseconds.
     hta = analyze_trace(REAL_GPU_TRACE, mode="hta").hta
     assert round(hta["overlap_pct"], 2) == 14.31 and round(hta["overlap_pct"], 3) == 14.305
-    assert (hta["compute_us"], hta["non_compute_us"], hta["idle_us"], hta["kernel_span_us"]) == \
-        (75169, 21636, 338781, 435586)
+    assert (hta["compute_us"], hta["non_compute_us"], hta["idle_us"], hta["kernel_span_us"]) == (
+        75169,
+        21636,
+        338781,
+        435586,
+    )
 
 
 def test_the_real_gpu_trace_per_step():
@@ -148,19 +183,25 @@ def test_the_real_gpu_trace_per_step():
 def test_stragglers_name_the_rank_that_starts_collectives_last(tmp_path):
     paths = []
     for rank, comm_start in ((0, 20), (1, 35)):
-        events = [step_event(1, 0, 100), cpu_op(0, 90),
-                  cpu_op(comm_start, comm_start + 10, name="gloo:all_reduce", tid=7, category="user_annotation")]
+        events = [
+            step_event(1, 0, 100),
+            cpu_op(0, 90),
+            cpu_op(comm_start, comm_start + 10, name="gloo:all_reduce", tid=7, category="user_annotation"),
+        ]
         paths.append(write_trace(tmp_path / f"rank-{rank}.json.gz", events, rank=rank, backend="gloo"))
     rows = stragglers([analyze_trace(p) for p in paths])
     assert rows == [{"step": 1, "latest_rank": 1, "lag_ms": pytest.approx(0.015)}]
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"this is not json", "not a JSON chrome trace"),
-    (b'{"hello": 1}', "not a torch.profiler chrome trace"),
-    (gzip.compress(b'{"traceEvents": []}')[:15], "truncated or corrupt gzip"),
-    (b'{"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1}]}', "no ProfilerStep#N annotations"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"this is not json", "not a JSON chrome trace"),
+        (b'{"hello": 1}', "not a torch.profiler chrome trace"),
+        (gzip.compress(b'{"traceEvents": []}')[:15], "truncated or corrupt gzip"),
+        (b'{"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1}]}', "no ProfilerStep#N annotations"),
+    ],
+)
 def test_broken_files_are_named_with_what_is_wrong(tmp_path, content, message):
     path = tmp_path / "broken.json.gz"
     path.write_bytes(content)

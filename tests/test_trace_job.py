@@ -1,13 +1,14 @@
 """`ddpbench trace analyze DIR`: every rank file of a job in parallel processes, a one-screen
 summary, and the straggler ranking. Rank files are the real 2-GPU trace with its rank and clock
 changed (benchmarks/synthetic.py), a few of them so the tests stay fast."""
+
 import json
 import os
 import sys
 
 import pytest
-
 from conftest import REPO, ddpbench
+
 from ddpbench.analysis.trace_job import PER_RANK_TABLE_LIMIT, analyze_job, straggler_ranking, trace_files
 from ddpbench.analysis.traces import analyze_trace
 
@@ -46,7 +47,7 @@ def test_the_command_prints_a_summary_and_the_table_for_few_ranks(job):
     done = ddpbench("trace", "analyze", "--jobs", "2", str(job))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:2] == ["rank", "kind"] and len([l for l in lines if "rank-" in l]) == 5
+    assert lines[0].split()[:2] == ["rank", "kind"] and len([line for line in lines if "rank-" in line]) == 5
     assert "5 rank traces (gpu, backend nccl, world size 5), 2 profiler steps each" in done.stdout
     assert "rank 3: last in 2 of 2 steps, median 7.060 ms after the first rank" in done.stdout
 

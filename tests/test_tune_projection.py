@@ -10,8 +10,8 @@ import re
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import FIXTURES
+
 from ddpbench.analysis.network import load_profile
 from ddpbench.cli import main
 from ddpbench.running import tune
@@ -19,14 +19,38 @@ from ddpbench.running.launch import LaunchResult
 
 RECORD = os.path.join(FIXTURES, "projection", "mlp2.json")
 PROFILE = os.path.join(FIXTURES, "projection", "gloo-profile.json")
-NAMES = ["as given", "bucket cap 5 MB", "bucket cap 100 MB", "gradient_as_bucket_view", "static_graph",
-         "fp16_compress", "bf16_compress"]
+NAMES = [
+    "as given",
+    "bucket cap 5 MB",
+    "bucket cap 100 MB",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "fp16_compress",
+    "bf16_compress",
+]
 MEASURED = 390.2  # the saved record's throughput, samples/s
 
 
 def tune_argv(tmp_path, profile: str) -> list[str]:
-    return ["tune", "--workload", "mlp", "--nproc", "2", "--device", "cpu", "--repeat", "2", "--steps", "6",
-            "--warmup", "2", "--out", str(tmp_path / "tune"), "--profile", profile]
+    return [
+        "tune",
+        "--workload",
+        "mlp",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--repeat",
+        "2",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--out",
+        str(tmp_path / "tune"),
+        "--profile",
+        profile,
+    ]
 
 
 def write_json(path, data) -> str:
@@ -57,20 +81,25 @@ def profile_without_world_size_2(tmp_path) -> str:
 
 
 def test_a_profile_that_cannot_predict_the_runs_world_size_is_refused_before_any_variant_runs(
-        launched, tmp_path, capsys):
+    launched, tmp_path, capsys
+):
     code = main(tune_argv(tmp_path, profile_without_world_size_2(tmp_path)))
     out, err = capsys.readouterr()
     assert code == 2 and launched.runs == []
     assert err.strip().splitlines() == [
         "ddpbench tune: error: profile 'gloo-cpu-n2-vm' has no all_reduce at world size 2 (measured: [4]) and no "
         "fabric model to extrapolate with; tune projects every variant at the run's world size, 2: give a profile "
-        "measured there, one with a fabric model, or a preset"]
+        "measured there, one with a fabric model, or a preset"
+    ]
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda p: p["fabric"].pop("inter_latency_s"), "the fabric lacks inter_latency_s"),
-    (lambda p: p["fits"][0].update(world_size=2.5), "world_size must be a whole number >= 1; got 2.5"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["fabric"].pop("inter_latency_s"), "the fabric lacks inter_latency_s"),
+        (lambda p: p["fits"][0].update(world_size=2.5), "world_size must be a whole number >= 1; got 2.5"),
+    ],
+)
 def test_a_malformed_profile_is_refused_before_any_variant_runs(edit, message, launched, tmp_path, capsys):
     profile = json.load(open(PROFILE))
     edit(profile)
@@ -84,23 +113,26 @@ def measured_rows(out: str) -> dict[str, str]:
     return {name: line for line in out.splitlines() for name in NAMES if line.startswith(f"{name} ")}
 
 
-def test_a_record_the_profile_cannot_serve_marks_the_column_unavailable_and_keeps_the_table(
-        launched, tmp_path, capsys):
+def test_a_record_the_profile_cannot_serve_marks_the_column_unavailable_and_keeps_the_table(launched, tmp_path, capsys):
     raw = json.load(open(RECORD))
     raw["timeline"] = None  # as a run made with --no-profile records it
     launched.record = write_json(tmp_path / "no-timeline.json", raw)
     code = main(tune_argv(tmp_path, PROFILE) + ["--no-profile"])
     out, err = capsys.readouterr()
-    assert err.strip().splitlines() == ["ddpbench tune: note: with --no-profile the runs record no gradient timeline, "
-                                        "so the projection column will be unavailable"]
+    assert err.strip().splitlines() == [
+        "ddpbench tune: note: with --no-profile the runs record no gradient timeline, "
+        "so the projection column will be unavailable"
+    ]
     assert code == 0 and len(launched.runs) == 2 * len(NAMES)
     rows = measured_rows(out)
     assert sorted(rows) == sorted(NAMES)
     for line in rows.values():
         assert f"{MEASURED:.1f} samples/s" in line and line.rstrip().endswith("unavailable")
     reasons = [line for line in out.splitlines() if line.startswith("projected: unavailable")]
-    assert reasons == ["projected: unavailable: run mlp2 has no gradient timeline (it ran with --no-profile, failed "
-                       "before profiling, or was recorded by an older ddpbench); rerun it with profiling on"], out
+    assert reasons == [
+        "projected: unavailable: run mlp2 has no gradient timeline (it ran with --no-profile, failed "
+        "before profiling, or was recorded by an older ddpbench); rerun it with profiling on"
+    ], out
     assert out.strip().splitlines()[-1].startswith("advice: ")
 
 
@@ -142,7 +174,8 @@ def test_the_projection_step_keeps_what_the_profile_cannot_answer_as_the_reason(
     assert sum(line.rstrip().endswith("unavailable") for line in table.splitlines()) == len(NAMES)
     assert [line for line in table.splitlines() if line.startswith("projected:")] == [
         "projected: unavailable: profile 'gloo-cpu-n2-vm' has no all_reduce at world size 2 (measured: [4]) and no "
-        "fabric model to extrapolate with"]
+        "fabric model to extrapolate with"
+    ]
 
 
 def test_without_the_run_as_given_there_is_nothing_to_project_from():

@@ -1,18 +1,20 @@
 """The workload interface users' files import: one public path, and the first release's paths
 still working with a warning that names it."""
+
 import subprocess
 import sys
 
 import pytest
 import torch
-
 from conftest import FIXTURES, REPO
 
 
 def test_import_ddpbench_is_light_and_names_the_interface():
-    code = ("import sys, ddpbench; assert 'torch' not in sys.modules; "
-            "from ddpbench import Workload, SyntheticDataset; "
-            "from ddpbench.worker.workload import Workload as W; assert Workload is W; print('ok')")
+    code = (
+        "import sys, ddpbench; assert 'torch' not in sys.modules; "
+        "from ddpbench import Workload, SyntheticDataset; "
+        "from ddpbench.worker.workload import Workload as W; assert Workload is W; print('ok')"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr
 

@@ -41,8 +41,11 @@ class Block(nn.Module):
         self.qkv = nn.Linear(config.width, 3 * config.width)
         self.attn_out = nn.Linear(config.width, config.width)
         self.norm_mlp = nn.LayerNorm(config.width)
-        self.mlp = nn.Sequential(nn.Linear(config.width, 4 * config.width), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * config.width, config.width))
+        self.mlp = nn.Sequential(
+            nn.Linear(config.width, 4 * config.width),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(4 * config.width, config.width),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -86,6 +89,12 @@ def gpt2(size: str, data_dir: str | None = None) -> Workload:
     def make_optimizer(params):
         return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1)
 
-    return Workload(model=GPT(config), make_dataset=lambda length: SyntheticDataset(length, make_sample),
-                    loss=next_token_loss, batch_size=config.batch_size, sample_unit="tokens",
-                    units_per_sample=config.context, make_optimizer=make_optimizer)
+    return Workload(
+        model=GPT(config),
+        make_dataset=lambda length: SyntheticDataset(length, make_sample),
+        loss=next_token_loss,
+        batch_size=config.batch_size,
+        sample_unit="tokens",
+        units_per_sample=config.context,
+        make_optimizer=make_optimizer,
+    )

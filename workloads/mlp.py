@@ -15,8 +15,8 @@ from ddpbench.worker.workload import Workload
 
 SIZES = {
     # size: (width, hidden layers, default batch)
-    "full": (4096, 8, 32),   # about 134M parameters: 537 MB of fp32 gradients per step
-    "tiny": (1024, 4, 8),    # about 4.2M parameters
+    "full": (4096, 8, 32),  # about 134M parameters: 537 MB of fp32 gradients per step
+    "tiny": (1024, 4, 8),  # about 4.2M parameters
 }
 NUM_CLASSES = 10
 
@@ -31,5 +31,10 @@ def mlp(size: str, data_dir: str | None = None) -> Workload:
     def make_sample(generator: torch.Generator) -> tuple:
         return torch.randn(width, generator=generator), int(torch.randint(NUM_CLASSES, (1,), generator=generator))
 
-    return Workload(model=model, make_dataset=lambda length: SyntheticDataset(length, make_sample),
-                    loss=F.cross_entropy, batch_size=batch_size, sample_unit="samples")
+    return Workload(
+        model=model,
+        make_dataset=lambda length: SyntheticDataset(length, make_sample),
+        loss=F.cross_entropy,
+        batch_size=batch_size,
+        sample_unit="samples",
+    )

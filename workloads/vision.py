@@ -8,22 +8,25 @@ step takes well under a second on one CPU core.
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torchvision.models import ResNet, VisionTransformer, resnet50 as tv_resnet50
+from torchvision.models import ResNet, VisionTransformer
+from torchvision.models import resnet50 as tv_resnet50
 from torchvision.models.resnet import Bottleneck
 
 from ddpbench.worker.data import image_folder, random_images
 from ddpbench.worker.workload import Workload
 
 
-def _image_workload(model, size: str, data_dir: str | None, image_size: int, num_classes: int,
-                    batch_size: int) -> Workload:
+def _image_workload(
+    model, size: str, data_dir: str | None, image_size: int, num_classes: int, batch_size: int
+) -> Workload:
     def make_dataset(length: int):
         if data_dir:
             return image_folder(data_dir, image_size)
         return random_images(length, image_size, num_classes)
 
-    return Workload(model=model, make_dataset=make_dataset, loss=F.cross_entropy,
-                    batch_size=batch_size, sample_unit="images")
+    return Workload(
+        model=model, make_dataset=make_dataset, loss=F.cross_entropy, batch_size=batch_size, sample_unit="images"
+    )
 
 
 def resnet50(size: str, data_dir: str | None = None) -> Workload:
@@ -36,9 +39,11 @@ def resnet50(size: str, data_dir: str | None = None) -> Workload:
 
 def vit_b_16(size: str, data_dir: str | None = None) -> Workload:
     if size == "full":
-        model = VisionTransformer(image_size=224, patch_size=16, num_layers=12, num_heads=12,
-                                  hidden_dim=768, mlp_dim=3072, num_classes=1000)
+        model = VisionTransformer(
+            image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=1000
+        )
         return _image_workload(model, size, data_dir, 224, 1000, 64)
-    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
-                              hidden_dim=128, mlp_dim=256, num_classes=10)
+    model = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=128, mlp_dim=256, num_classes=10
+    )
     return _image_workload(model, size, data_dir, 32, 10, 8)

@@ -29,19 +29,19 @@ OLD_NO_SYNC_METHOD = "data loading included"
 # What each estimate contains by definition, for records that cannot split it into measured terms.
 REASONS = {
     ("trace", "low"): "the trace counts only time inside the collectives' own events, while a step also waits "
-                      "for its all-reduce to start (queued behind earlier buckets, or for the slower rank), "
-                      "which the step-time difference and DDP's timers include",
+    "for its all-reduce to start (queued behind earlier buckets, or for the slower rank), "
+    "which the step-time difference and DDP's timers include",
     ("trace", "high"): "the trace covers only a few profiled steps, which the profiler itself slows down, and "
-                       "counts a collective's whole event even where the other rank was already waiting",
+    "counts a collective's whole event even where the other rank was already waiting",
     ("no_sync", "low"): "without the all-reduce a step still does DDP's bucket copies and hooks, so the "
-                        "difference in step time misses that part of the cost, and alternating steps share "
-                        "the machine's noise",
+    "difference in step time misses that part of the cost, and alternating steps share "
+    "the machine's noise",
     ("no_sync", "high"): "the step-time difference holds everything the all-reduce costs a step, waiting for "
-                         "the slower rank included, which the trace's events and DDP's timers only partly see",
+    "the slower rank included, which the trace's events and DDP's timers only partly see",
     ("reducer", "low"): "DDP's timers start at the first bucket's all-reduce and end with backward, so "
-                        "communication that finishes after backward is partly outside them",
+    "communication that finishes after backward is partly outside them",
     ("reducer", "high"): "DDP's timers run from the first all-reduce's start to backward's end, so they count "
-                         "as communication the compute that runs in between and is not a true intersection",
+    "as communication the compute that runs in between and is not a true intersection",
 }
 
 
@@ -55,8 +55,11 @@ class Agreement:
 
 
 def estimates_agreement(record: Record) -> Agreement:
-    found = {"trace": exposed_comm_trace_s(record), "no_sync": exposed_comm_no_sync_s(record),
-             "reducer": exposed_comm_reducer_s(record)}
+    found = {
+        "trace": exposed_comm_trace_s(record),
+        "no_sync": exposed_comm_no_sync_s(record),
+        "reducer": exposed_comm_reducer_s(record),
+    }
     estimates = {name: value for name, value in found.items() if value is not None}
     if len(estimates) < 2:
         return Agreement(estimates, None, "fewer than two estimates: nothing to compare")
@@ -71,16 +74,23 @@ def estimates_agreement(record: Record) -> Agreement:
     view = record.overlap.no_sync if record.overlap else None
     measured = _in_terms(record, name)
     if name == "no_sync" and view is not None and OLD_NO_SYNC_METHOD in view.method:
-        reason = ("this record's no_sync estimate compared timed steps that fetched their batches with a replay "
-                  "of batches already in memory, so data loading counted as communication")
+        reason = (
+            "this record's no_sync estimate compared timed steps that fetched their batches with a replay "
+            "of batches already in memory, so data loading counted as communication"
+        )
     elif measured:
         reason = f"in measured terms, {measured}"
     else:
-        reason = f"this record cannot split it into measured terms (no gradient timeline); by definition, " \
-                 f"{REASONS[(name, direction)]}"
-    return Agreement(estimates, False,
-                     f"{name} is {abs(far[name]):.0%} {'above' if direction == 'high' else 'below'} the median "
-                     f"of the estimates ({shown}): {reason}")
+        reason = (
+            f"this record cannot split it into measured terms (no gradient timeline); by definition, "
+            f"{REASONS[(name, direction)]}"
+        )
+    return Agreement(
+        estimates,
+        False,
+        f"{name} is {abs(far[name]):.0%} {'above' if direction == 'high' else 'below'} the median "
+        f"of the estimates ({shown}): {reason}",
+    )
 
 
 def _in_terms(record: Record, estimate: str) -> str | None:

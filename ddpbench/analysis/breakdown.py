@@ -32,8 +32,13 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from ddpbench.analysis.frames import reference_runs
-from ddpbench.analysis.registry import (exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s,
-                                        iteration_p50_s, profiled_step_p50_s)
+from ddpbench.analysis.registry import (
+    exposed_comm_no_sync_s,
+    exposed_comm_reducer_s,
+    exposed_comm_trace_s,
+    iteration_p50_s,
+    profiled_step_p50_s,
+)
 from ddpbench.records.schema import Record, TimelineStep
 
 
@@ -47,27 +52,45 @@ class TermDefinition:
 
 
 TERMS = (
-    TermDefinition("ddp_work", "DDP's own work",
-                   "what DDP itself costs a step without a network (its hooks, the copies into and out of "
-                   "gradient buckets, the wrapper): steps through DDP over a process group of one rank against "
-                   "the same module stepped without DDP, both in the run's gradient timeline phase"),
-    TermDefinition("data", "data loading",
-                   "data loading per step at N devices minus at the one-device reference: the time from a timed "
-                   "step's start until its batch is in hand (on GPUs, the device's idle time waiting for input); a "
-                   "cost the reference pays too is not lost scaling"),
-    TermDefinition("exposed_comm", "exposed communication",
-                   "communication that no computation hides (HolisticTraceAnalysis's definition), per profiled "
-                   "step, from the rank that waits least in its collectives: the transfer, not waiting for peers"),
-    TermDefinition("overlap_slowdown", "compute slowed by overlap",
-                   "backward slowed by the all-reduces that run beside it (on CPU gloo's threads take cores, on "
-                   "GPUs NCCL's kernels take SMs and memory bandwidth): backward's span with DDP's all-reduce "
-                   "against the one-rank DDP's, which does the same copies without a network"),
-    TermDefinition("slowest_rank", "waiting for the slowest rank",
-                   "the slowest rank's own step against the median rank's, in the no_sync replay where no rank "
-                   "waits for another; without a replay, the excess wait inside collectives in the traces"),
-    TermDefinition("unexplained", "not explained",
-                   "the lost time minus every measured term: where the model of the step is incomplete, shown "
-                   "as such and never folded into a term"),
+    TermDefinition(
+        "ddp_work",
+        "DDP's own work",
+        "what DDP itself costs a step without a network (its hooks, the copies into and out of "
+        "gradient buckets, the wrapper): steps through DDP over a process group of one rank against "
+        "the same module stepped without DDP, both in the run's gradient timeline phase",
+    ),
+    TermDefinition(
+        "data",
+        "data loading",
+        "data loading per step at N devices minus at the one-device reference: the time from a timed "
+        "step's start until its batch is in hand (on GPUs, the device's idle time waiting for input); a "
+        "cost the reference pays too is not lost scaling",
+    ),
+    TermDefinition(
+        "exposed_comm",
+        "exposed communication",
+        "communication that no computation hides (HolisticTraceAnalysis's definition), per profiled "
+        "step, from the rank that waits least in its collectives: the transfer, not waiting for peers",
+    ),
+    TermDefinition(
+        "overlap_slowdown",
+        "compute slowed by overlap",
+        "backward slowed by the all-reduces that run beside it (on CPU gloo's threads take cores, on "
+        "GPUs NCCL's kernels take SMs and memory bandwidth): backward's span with DDP's all-reduce "
+        "against the one-rank DDP's, which does the same copies without a network",
+    ),
+    TermDefinition(
+        "slowest_rank",
+        "waiting for the slowest rank",
+        "the slowest rank's own step against the median rank's, in the no_sync replay where no rank "
+        "waits for another; without a replay, the excess wait inside collectives in the traces",
+    ),
+    TermDefinition(
+        "unexplained",
+        "not explained",
+        "the lost time minus every measured term: where the model of the step is incomplete, shown "
+        "as such and never folded into a term",
+    ),
 )
 TERM_NAMES = tuple(term.name for term in TERMS)
 LABELS = {term.name: term.label for term in TERMS}
@@ -108,18 +131,29 @@ class Breakdown:
     timed_beyond_timeline_s."""
 
     def as_dict(self) -> dict:
-        return {"run_id": self.run_id, "workload": self.workload, "world_size": self.world_size,
-                "efficiency": self.efficiency, "step_s": self.step_s, "reference_step_s": self.reference_step_s,
-                "reference": self.reference,
-                "terms": {name: {"s_per_step": term.s_per_step, "points": term.points, "basis": term.basis}
-                          for name, term in self.terms.items()},
-                "phases": self.phases, "estimates": self.estimates, "advice": self.advice,
-                "unexplained_parts": self.unexplained_parts}
+        return {
+            "run_id": self.run_id,
+            "workload": self.workload,
+            "world_size": self.world_size,
+            "efficiency": self.efficiency,
+            "step_s": self.step_s,
+            "reference_step_s": self.reference_step_s,
+            "reference": self.reference,
+            "terms": {
+                name: {"s_per_step": term.s_per_step, "points": term.points, "basis": term.basis}
+                for name, term in self.terms.items()
+            },
+            "phases": self.phases,
+            "estimates": self.estimates,
+            "advice": self.advice,
+            "unexplained_parts": self.unexplained_parts,
+        }
 
     def largest(self) -> tuple[str, Term]:
         """The measured term (not `unexplained`) that lost the most."""
-        measured = [(name, term) for name, term in self.terms.items()
-                    if name != "unexplained" and term.s_per_step is not None]
+        measured = [
+            (name, term) for name, term in self.terms.items() if name != "unexplained" and term.s_per_step is not None
+        ]
         return max(measured, key=lambda item: item[1].s_per_step, default=("unexplained", self.terms["unexplained"]))
 
 
@@ -128,6 +162,7 @@ class ExplainError(ValueError):
 
 
 # --- what one DDP record measured ----------------------------------------------------------------
+
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
@@ -179,12 +214,15 @@ def ddp_work(record: Record) -> tuple[float | None, str]:
     if all(rank.unwrapped for rank in timeline.by_rank):
         values = _per_rank(record, "solo", "unwrapped", steps)
         if values:
-            return _typical(values), ("timeline: one-rank DDP steps against the same module unwrapped, median rank "
-                                      f"of {len(values)}")
+            return _typical(values), (
+                "timeline: one-rank DDP steps against the same module unwrapped, median rank " f"of {len(values)}"
+            )
     values = _per_rank(record, "solo", "without_allreduce", steps)
     if values:
-        return _typical(values), ("timeline: one-rank DDP steps against no_sync steps (a record without unwrapped "
-                                  "steps: the wrapper's forward is not in it)")
+        return _typical(values), (
+            "timeline: one-rank DDP steps against no_sync steps (a record without unwrapped "
+            "steps: the wrapper's forward is not in it)"
+        )
     return None, "the gradient timeline has no one-rank DDP steps (a record made before they existed)"
 
 
@@ -194,14 +232,18 @@ def overlap_slowdown(record: Record) -> tuple[float | None, str]:
     values = _per_rank(record, "with_ddp", "solo", _backward_span)
     if not values:
         return None, "the gradient timeline has no one-rank DDP steps to compare backward with"
-    return _typical(values), ("timeline: backward's span with DDP's all-reduce against one-rank DDP's, median rank "
-                              f"of {len(values)}")
+    return _typical(values), (
+        "timeline: backward's span with DDP's all-reduce against one-rank DDP's, median rank " f"of {len(values)}"
+    )
 
 
 def _trace_exposed(record: Record) -> list[float]:
     trace = record.overlap.trace if record.overlap else None
-    return [view.exposed_comm_us_per_step / 1e6 for view in (trace.by_rank if trace else [])
-            if view.exposed_comm_us_per_step is not None]
+    return [
+        view.exposed_comm_us_per_step / 1e6
+        for view in (trace.by_rank if trace else [])
+        if view.exposed_comm_us_per_step is not None
+    ]
 
 
 def exposed_comm(record: Record) -> tuple[float | None, str]:
@@ -236,14 +278,20 @@ def slowest_rank(record: Record) -> tuple[float | None, str, int | None]:
     if view and len(view.by_rank) > 1:
         own = [rank.no_sync_step_time_median_s for rank in view.by_rank]
         slowest = max(range(len(own)), key=own.__getitem__)
-        return max(own) - _typical(own), "no_sync replay: the slowest rank's own step against the median rank's", \
-            slowest
+        return (
+            max(own) - _typical(own),
+            "no_sync replay: the slowest rank's own step against the median rank's",
+            slowest,
+        )
     exposed = _trace_exposed(record)
     if len(exposed) > 1:
         # The slowest rank waits least: the others' extra exposed time is their wait for it.
         slowest = min(range(len(exposed)), key=exposed.__getitem__)
-        return _typical(exposed) - min(exposed), "traces: the median rank's wait inside collectives beyond the " \
-            "least-waiting rank's", slowest
+        return (
+            _typical(exposed) - min(exposed),
+            "traces: the median rank's wait inside collectives beyond the " "least-waiting rank's",
+            slowest,
+        )
     return None, "no no_sync replay and fewer than two ranks' traces", None
 
 
@@ -254,6 +302,7 @@ def data_wait(record: Record) -> float | None:
 
 
 # --- the breakdown --------------------------------------------------------------------------------
+
 
 def step_time_s(record: Record) -> float:
     """A device's step: the timed window over its steps."""
@@ -267,13 +316,17 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     if spec.strategy != "ddp" or record.status != "ok" or record.metrics is None:
         raise ExplainError(f"{record.run_id}: only ok DDP runs are explained")
     if spec.scaling != "weak":
-        raise ExplainError(f"{record.run_id}: strong scaling (fixed global batch) is not broken down; the terms are "
-                           "per-device steps, which weak scaling keeps equal")
+        raise ExplainError(
+            f"{record.run_id}: strong scaling (fixed global batch) is not broken down; the terms are "
+            "per-device steps, which weak scaling keeps equal"
+        )
     found, reference = reference_runs(record, records)
     found = [run for run in found if run.metrics]
     if not found:
-        raise ExplainError(f"{record.run_id}: {reference}; add `local` to --strategies (ddpbench sweep) to measure "
-                           "the one-device reference")
+        raise ExplainError(
+            f"{record.run_id}: {reference}; add `local` to --strategies (ddpbench sweep) to measure "
+            "the one-device reference"
+        )
     x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
     units = record.metrics.units_per_sample
     reference_step = spec.batch_size * units / x1
@@ -284,27 +337,49 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     data_n = data_wait(record)
     data_1 = _median([value for value in map(data_wait, found) if value is not None])
     if data_n is None or data_1 is None:
-        measured["data"] = (None, "the run or its reference has no data-loading times (records made before "
-                                  "ddpbench measured them)")
+        measured["data"] = (
+            None,
+            "the run or its reference has no data-loading times (records made before " "ddpbench measured them)",
+        )
     else:
-        measured["data"] = (data_n - data_1, f"timed window: {data_n * 1e3:.2f} ms per step waiting for data at N, "
-                                             f"{data_1 * 1e3:.2f} ms at the reference")
+        measured["data"] = (
+            data_n - data_1,
+            f"timed window: {data_n * 1e3:.2f} ms per step waiting for data at N, "
+            f"{data_1 * 1e3:.2f} ms at the reference",
+        )
     missing = [name for name, (value, _) in measured.items() if value is None]
     rest = lost - sum(value for value, _ in measured.values() if value is not None)
     holds = f"; it also holds {', '.join(missing)}, not measured in this run" if missing else ""
     parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
     within = "; ".join(f"{PART_WORDS[name]} {value * 1e3:.2f} ms" for name, value in parts.items())
-    measured["unexplained"] = (rest, f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
-                                     + (f"; measured beside it: {within}" if within else ""))
-    terms = {name: Term(value, None if value is None else 100 * value / step, basis)
-             for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)}
+    measured["unexplained"] = (
+        rest,
+        f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
+        + (f"; measured beside it: {within}" if within else ""),
+    )
+    terms = {
+        name: Term(value, None if value is None else 100 * value / step, basis)
+        for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)
+    }
 
     efficiency = reference_step / step
-    breakdown = Breakdown(record.run_id, spec.workload, spec.world_size, efficiency, step, reference_step,
-                          f"{reference}, {reference_step * 1e3:.2f} ms per step", terms)
+    breakdown = Breakdown(
+        record.run_id,
+        spec.workload,
+        spec.world_size,
+        efficiency,
+        step,
+        reference_step,
+        f"{reference}, {reference_step * 1e3:.2f} ms per step",
+        terms,
+    )
     transfer, wait = terms["exposed_comm"].s_per_step, terms["slowest_rank"].s_per_step
-    breakdown.phases = {"data": data_n, "exposed_comm": transfer, "waiting": wait,
-                        "compute": step - sum(v for v in (data_n, transfer, wait) if v is not None)}
+    breakdown.phases = {
+        "data": data_n,
+        "exposed_comm": transfer,
+        "waiting": wait,
+        "compute": step - sum(v for v in (data_n, transfer, wait) if v is not None),
+    }
     breakdown.unexplained_parts = parts
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
     breakdown.advice = advice(breakdown, record, slowest, profile)
@@ -315,8 +390,10 @@ UNEXPLAINED_SHARE = 0.15
 """Above this share of the lost time, `unexplained` is called out with what was measured beside it."""
 
 
-PART_WORDS = {"compute_at_n_s": "the module's own step at N (unwrapped) beyond the reference's compute",
-              "timed_beyond_timeline_s": "the timed steps beyond the timeline's DDP steps"}
+PART_WORDS = {
+    "compute_at_n_s": "the module's own step at N (unwrapped) beyond the reference's compute",
+    "timed_beyond_timeline_s": "the timed steps beyond the timeline's DDP steps",
+}
 
 
 def unexplained_parts(record: Record, step: float, reference_compute: float, data_n: float) -> dict[str, float]:
@@ -341,8 +418,11 @@ def unexplained_parts(record: Record, step: float, reference_compute: float, dat
 def run_terms(record: Record) -> tuple[dict[str, tuple[float | None, str]], int | None]:
     """The terms one DDP record measures by itself, as (seconds or None, basis), and the slowest
     rank; `data` and `unexplained` need the reference."""
-    measured = {"ddp_work": ddp_work(record), "exposed_comm": exposed_comm(record),
-                "overlap_slowdown": overlap_slowdown(record)}
+    measured = {
+        "ddp_work": ddp_work(record),
+        "exposed_comm": exposed_comm(record),
+        "overlap_slowdown": overlap_slowdown(record),
+    }
     waited, basis, slowest = slowest_rank(record)
     measured["slowest_rank"] = (waited, basis)
     return measured, slowest
@@ -351,6 +431,7 @@ def run_terms(record: Record) -> tuple[dict[str, tuple[float | None, str]], int 
 def reconcile(record: Record, seconds: dict[str, float | None]) -> list[str]:
     """The three exposed-communication estimates, each said in the terms it contains, with figures
     (`seconds`: term name -> seconds per step, from `run_terms` or a breakdown)."""
+
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value * 1e3:.2f} ms"
 
@@ -361,24 +442,35 @@ def reconcile(record: Record, seconds: dict[str, float | None]) -> list[str]:
         # The profiler slows the steps it records: say how far its steps are from the timed ones.
         profiled, timed = profiled_step_p50_s(record), iteration_p50_s(record)
         steps = f", in profiled steps of {ms(profiled)} against {ms(timed)} timed" if profiled and timed else ""
-        lines.append(f"trace {ms(trace)} (the rank exposing most) = exposed_comm {ms(value('exposed_comm'))} (the "
-                     f"rank exposing least) + {ms(trace - value('exposed_comm'))} that rank waits for its peers"
-                     f"{steps}")
+        lines.append(
+            f"trace {ms(trace)} (the rank exposing most) = exposed_comm {ms(value('exposed_comm'))} (the "
+            f"rank exposing least) + {ms(trace - value('exposed_comm'))} that rank waits for its peers"
+            f"{steps}"
+        )
     no_sync = exposed_comm_no_sync_s(record)
     if no_sync is not None:
         # no_sync() skips the all-reduce, the bucket copies and the wait for peers: the difference holds them all.
         bucket, _ = _bucket_work(record)
-        parts = {"exposed_comm": value("exposed_comm"), "overlap_slowdown": value("overlap_slowdown"),
-                 "bucket work": bucket, "slowest_rank": value("slowest_rank")}
+        parts = {
+            "exposed_comm": value("exposed_comm"),
+            "overlap_slowdown": value("overlap_slowdown"),
+            "bucket work": bucket,
+            "slowest_rank": value("slowest_rank"),
+        }
         known = {name: v for name, v in parts.items() if v is not None}
         rest = no_sync - sum(known.values())
-        lines.append(f"no_sync difference {ms(no_sync)} = " + " + ".join(f"{name} {ms(v)}" for name, v in known.items())
-                     + f" + {ms(rest)} not accounted for (the replay's steps are not the profiled ones)")
+        lines.append(
+            f"no_sync difference {ms(no_sync)} = "
+            + " + ".join(f"{name} {ms(v)}" for name, v in known.items())
+            + f" + {ms(rest)} not accounted for (the replay's steps are not the profiled ones)"
+        )
     reducer = exposed_comm_reducer_s(record)
     if reducer is not None:
-        lines.append(f"reducer {ms(reducer)}: DDP's own timers over its sampled iterations (warm-up among them), from "
-                     "the first all-reduce's start to backward's end; it counts compute in between as overlap, so it "
-                     f"is not one of the terms (exposed_comm is {ms(value('exposed_comm'))})")
+        lines.append(
+            f"reducer {ms(reducer)}: DDP's own timers over its sampled iterations (warm-up among them), from "
+            "the first all-reduce's start to backward's end; it counts compute in between as overlap, so it "
+            f"is not one of the terms (exposed_comm is {ms(value('exposed_comm'))})"
+        )
     return lines
 
 
@@ -397,49 +489,71 @@ def projected_gain(record: Record, profile: dict | None) -> str:
     if profile is None or record.timeline is None:
         return ""
     knobs = record.spec.ddp
-    own = WhatIf(world_size=record.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb, comm_hook=knobs.comm_hook,
-                 gradient_as_bucket_view=knobs.gradient_as_bucket_view)
-    options = {f"--bucket-cap-mb {2 * knobs.bucket_cap_mb:g}": replace(own, bucket_cap_mb=2 * knobs.bucket_cap_mb),
-               f"--bucket-cap-mb {knobs.bucket_cap_mb / 2:g}": replace(own, bucket_cap_mb=knobs.bucket_cap_mb / 2),
-               "--comm-hook bf16_compress": replace(own, comm_hook="bf16_compress"),
-               "--gradient-as-bucket-view": replace(own, gradient_as_bucket_view=True)}
+    own = WhatIf(
+        world_size=record.spec.world_size,
+        bucket_cap_mb=knobs.bucket_cap_mb,
+        comm_hook=knobs.comm_hook,
+        gradient_as_bucket_view=knobs.gradient_as_bucket_view,
+    )
+    options = {
+        f"--bucket-cap-mb {2 * knobs.bucket_cap_mb:g}": replace(own, bucket_cap_mb=2 * knobs.bucket_cap_mb),
+        f"--bucket-cap-mb {knobs.bucket_cap_mb / 2:g}": replace(own, bucket_cap_mb=knobs.bucket_cap_mb / 2),
+        "--comm-hook bf16_compress": replace(own, comm_hook="bf16_compress"),
+        "--gradient-as-bucket-view": replace(own, gradient_as_bucket_view=True),
+    }
     try:
         base = project(record, profile, own).throughput
-        gains = {flag: project(record, profile, what).throughput / base - 1 for flag, what in options.items()
-                 if what != own}
+        gains = {
+            flag: project(record, profile, what).throughput / base - 1 for flag, what in options.items() if what != own
+        }
     except (ProfileError, ProjectionError):
         return ""
     flag = max(gains, key=gains.get)
-    return (f" PROJECTION, not measured (profile {profile.get('name')}): {flag} gives {gains[flag]:+.1%} "
-            "throughput, the best of " + ", ".join(f"{name} {gain:+.1%}" for name, gain in gains.items()) + ".")
+    return (
+        f" PROJECTION, not measured (profile {profile.get('name')}): {flag} gives {gains[flag]:+.1%} "
+        "throughput, the best of " + ", ".join(f"{name} {gain:+.1%}" for name, gain in gains.items()) + "."
+    )
 
 
 def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: dict | None = None) -> list[str]:
     """One sentence per term worth at least ADVICE_MIN_POINTS, largest first."""
     said = []
-    worth = sorted(((name, term) for name, term in breakdown.terms.items()
-                    if term.points is not None and term.points >= ADVICE_MIN_POINTS),
-                   key=lambda item: -item[1].points)
+    worth = sorted(
+        (
+            (name, term)
+            for name, term in breakdown.terms.items()
+            if term.points is not None and term.points >= ADVICE_MIN_POINTS
+        ),
+        key=lambda item: -item[1].points,
+    )
     knobs = record.spec.ddp
     for name, term in worth:
         lost = f"{LABELS[name]} costs {term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} points)"
         if name == "exposed_comm":
-            said.append(f"{lost}: try another bucket cap (now {knobs.bucket_cap_mb:g} MB, --bucket-cap-mb), gradient "
-                        "compression (--comm-hook bf16_compress) and --gradient-as-bucket-view; `ddpbench project` "
-                        "projects each from this record." + projected_gain(record, profile))
+            said.append(
+                f"{lost}: try another bucket cap (now {knobs.bucket_cap_mb:g} MB, --bucket-cap-mb), gradient "
+                "compression (--comm-hook bf16_compress) and --gradient-as-bucket-view; `ddpbench project` "
+                "projects each from this record." + projected_gain(record, profile)
+            )
         elif name == "data":
-            said.append(f"{lost} more than at one device: give the DataLoader more workers (--num-workers, now "
-                        f"{record.spec.num_workers}) and pin memory.")
+            said.append(
+                f"{lost} more than at one device: give the DataLoader more workers (--num-workers, now "
+                f"{record.spec.num_workers}) and pin memory."
+            )
         elif name == "slowest_rank":
             host = record.ranks[slowest].hostname if slowest is not None and slowest < len(record.ranks) else None
             who = f"rank {slowest}" + (f" on {host}" if host else "") if slowest is not None else "one rank"
             said.append(f"{lost}: {who} is the slowest; look at that device and host (load, clocks, its data).")
         elif name == "ddp_work":
-            said.append(f"{lost}: try --static-graph and --gradient-as-bucket-view, which save DDP's per-step "
-                        "bookkeeping and bucket copies.")
+            said.append(
+                f"{lost}: try --static-graph and --gradient-as-bucket-view, which save DDP's per-step "
+                "bookkeeping and bucket copies."
+            )
         elif name == "overlap_slowdown":
-            said.append(f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
-                        "(--comm-hook bf16_compress) shorten the time all-reduces compete with backward.")
+            said.append(
+                f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
+                "(--comm-hook bf16_compress) shorten the time all-reduces compete with backward."
+            )
     return said + _unexplained_advice(breakdown)
 
 
@@ -449,19 +563,25 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
     term, lost = breakdown.terms["unexplained"], breakdown.step_s - breakdown.reference_step_s
     if term.s_per_step is None or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
         return []
-    share = f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
+    share = (
+        f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
+    )
     parts = breakdown.unexplained_parts
     if not parts:
         return [f"{share}; this record has no gradient timeline to say what lies beside it."]
     beside = []
     if "compute_at_n_s" in parts:
         value = parts["compute_at_n_s"]
-        beside.append(f"the same module, unwrapped, steps {abs(value) * 1e3:.2f} ms {'slower' if value > 0 else 'faster'}"
-                      " at N than one device computes (N ranks at once share memory bandwidth and caches)")
+        beside.append(
+            f"the same module, unwrapped, steps {abs(value) * 1e3:.2f} ms {'slower' if value > 0 else 'faster'}"
+            " at N than one device computes (N ranks at once share memory bandwidth and caches)"
+        )
     if "timed_beyond_timeline_s" in parts:
         value = parts["timed_beyond_timeline_s"]
-        beside.append(f"the timed steps ran {abs(value) * 1e3:.2f} ms {'longer' if value > 0 else 'shorter'} than "
-                      "the timeline's DDP steps the terms come from")
+        beside.append(
+            f"the timed steps ran {abs(value) * 1e3:.2f} ms {'longer' if value > 0 else 'shorter'} than "
+            "the timeline's DDP steps the terms come from"
+        )
     return [f"{share}: measured beside it, {' and '.join(beside)}."]
 
 
@@ -482,18 +602,26 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
 
 
 def format_breakdown(breakdown: Breakdown) -> str:
-    lines = [f"{breakdown.run_id}  {breakdown.workload} x{breakdown.world_size}  E(N) {breakdown.efficiency:.1%}  "
-             f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device "
-             f"({100 - 100 * breakdown.efficiency:.1f} points lost)"]
-    ordered = sorted(breakdown.terms.items(), key=lambda item: (item[0] == "unexplained",
-                                                                 -(item[1].s_per_step if item[1].s_per_step
-                                                                   is not None else float("-inf"))))
+    lines = [
+        f"{breakdown.run_id}  {breakdown.workload} x{breakdown.world_size}  E(N) {breakdown.efficiency:.1%}  "
+        f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device "
+        f"({100 - 100 * breakdown.efficiency:.1f} points lost)"
+    ]
+    ordered = sorted(
+        breakdown.terms.items(),
+        key=lambda item: (
+            item[0] == "unexplained",
+            -(item[1].s_per_step if item[1].s_per_step is not None else float("-inf")),
+        ),
+    )
     for name, term in ordered:
-        figure = "not measured" if term.s_per_step is None else \
-            f"{term.s_per_step * 1e3:8.2f} ms  {term.points:5.1f} pts"
+        figure = (
+            "not measured" if term.s_per_step is None else f"{term.s_per_step * 1e3:8.2f} ms  {term.points:5.1f} pts"
+        )
         lines.append(f"  {name:<17} {figure:<24} {term.basis}")
-    phases = ", ".join(f"{name} {'n/a' if value is None else f'{value * 1e3:.2f} ms'}"
-                       for name, value in breakdown.phases.items())
+    phases = ", ".join(
+        f"{name} {'n/a' if value is None else f'{value * 1e3:.2f} ms'}" for name, value in breakdown.phases.items()
+    )
     lines.append(f"  step at N        {phases}")
     lines += [f"  estimate         {line}" for line in breakdown.estimates]
     lines += [f"  advice           {line}" for line in breakdown.advice]

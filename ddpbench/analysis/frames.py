@@ -26,10 +26,31 @@ from ddpbench.records.store import read_records
 
 # What defines a run, beside its metrics: the columns every runs frame has.
 RUN_COLUMNS = [
-    "run_id", "status", "workload", "size", "strategy", "strategy_label", "world_size", "device",
-    "precision", "scaling", "batch_size", "global_batch", "threads_per_rank", "threads_per_device", "ddp_options",
-    "sample_unit", "timed_steps", "checks_failed", "checks_not_decided", "error", "started_at", "ended_at",
-    "launch_wall_s", "oversubscribed", "path",
+    "run_id",
+    "status",
+    "workload",
+    "size",
+    "strategy",
+    "strategy_label",
+    "world_size",
+    "device",
+    "precision",
+    "scaling",
+    "batch_size",
+    "global_batch",
+    "threads_per_rank",
+    "threads_per_device",
+    "ddp_options",
+    "sample_unit",
+    "timed_steps",
+    "checks_failed",
+    "checks_not_decided",
+    "error",
+    "started_at",
+    "ended_at",
+    "launch_wall_s",
+    "oversubscribed",
+    "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
 CONFIGURATION = ["workload", "size", "precision", "device", "scaling", "threads_per_device"]
@@ -105,12 +126,17 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
     found = []
     for _, other in records:
         candidate = record_row(other)
-        if (other.status == "ok" and candidate["strategy"] == "local" and candidate["batch_size"] == batch
-                and all(candidate[column] == row[column] for column in CONFIGURATION)):
+        if (
+            other.status == "ok"
+            and candidate["strategy"] == "local"
+            and candidate["batch_size"] == batch
+            and all(candidate[column] == row[column] for column in CONFIGURATION)
+        ):
             found.append(other)
     if not found:
-        return [], (f"no local run with batch {batch:.0f} and {row['threads_per_device']} thread(s) per device "
-                    "in the sweep")
+        return [], (
+            f"no local run with batch {batch:.0f} and {row['threads_per_device']} thread(s) per device " "in the sweep"
+        )
     return found, f"X(1) of the sweep's local run ({', '.join(run.run_id for run in found)})"
 
 
@@ -130,16 +156,35 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     Without a matching local run, speedup and efficiency stay empty and `reference` says why."""
     numeric = [metric.name for metric in registry.METRICS if metric.in_scaling_table]
     keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
-    columns = ["workload", "strategy", "strategy_label", "world_size", "batch_size", "global_batch",
-               "size", "precision", "scaling", "threads_per_device", "sample_unit", *numeric,
-               "speedup", "efficiency", "runs", "reference", "oversubscribed"]
+    columns = [
+        "workload",
+        "strategy",
+        "strategy_label",
+        "world_size",
+        "batch_size",
+        "global_batch",
+        "size",
+        "precision",
+        "scaling",
+        "threads_per_device",
+        "sample_unit",
+        *numeric,
+        "speedup",
+        "efficiency",
+        "runs",
+        "reference",
+        "oversubscribed",
+    ]
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
-    grouped = (ok.groupby(keys, as_index=False, dropna=False)
-               .agg(**{name: (name, "median") for name in numeric},
-                    strategy_label=("strategy_label", "first"), sample_unit=("sample_unit", "first"),
-                    runs=("run_id", "count"), oversubscribed=("oversubscribed", "any")))
+    grouped = ok.groupby(keys, as_index=False, dropna=False).agg(
+        **{name: (name, "median") for name in numeric},
+        strategy_label=("strategy_label", "first"),
+        sample_unit=("sample_unit", "first"),
+        runs=("run_id", "count"),
+        oversubscribed=("oversubscribed", "any"),
+    )
     local = grouped[grouped["strategy"] == "local"].set_index(CONFIGURATION + ["batch_size"])["throughput"]
     local = local[~local.index.duplicated()]
     references, notes = [], []
@@ -147,25 +192,42 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         key = tuple(row[c] for c in CONFIGURATION) + (_reference_batch(row),)
         found = local.get(key) if key in local.index else None
         references.append(found)
-        notes.append("" if found is not None else
-                     f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
-                     f"thread(s) per device")
+        notes.append(
+            ""
+            if found is not None
+            else f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
+            f"thread(s) per device"
+        )
     table = grouped.assign(reference=notes)
     table["speedup"] = table["throughput"] / pd.Series(references, index=table.index, dtype=float)
     table["efficiency"] = table["speedup"] / table["world_size"]
     order = {strategy: position for position, strategy in enumerate(STRATEGIES)}
-    table = table.sort_values(["workload", "size", "precision", "batch_size", "world_size", "strategy"],
-                              key=lambda c: c.map(order) if c.name == "strategy" else c)
+    table = table.sort_values(
+        ["workload", "size", "precision", "batch_size", "world_size", "strategy"],
+        key=lambda c: c.map(order) if c.name == "strategy" else c,
+    )
     return table[columns].reset_index(drop=True)
 
 
 def configuration_label(table: pd.DataFrame) -> pd.Series:
     """Words for what else defines a row (its X(1) must match them): size, precision, the batch
     that stays fixed (per device for weak scaling, global for strong) and the thread slice."""
-    batch = table.apply(lambda row: f"batch {row['batch_size']:.0f}/device" if row["scaling"] == "weak"
-                        else f"global batch {row['global_batch']:.0f}", axis=1)
-    return (table["size"].astype(str) + " " + table["precision"].astype(str) + ", " + batch + ", "
-            + table["threads_per_device"].astype(str) + " thread(s)/device")
+    batch = table.apply(
+        lambda row: f"batch {row['batch_size']:.0f}/device"
+        if row["scaling"] == "weak"
+        else f"global batch {row['global_batch']:.0f}",
+        axis=1,
+    )
+    return (
+        table["size"].astype(str)
+        + " "
+        + table["precision"].astype(str)
+        + ", "
+        + batch
+        + ", "
+        + table["threads_per_device"].astype(str)
+        + " thread(s)/device"
+    )
 
 
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
@@ -177,8 +239,9 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     table = table.assign(configuration=configuration_label(table))
     mixed = table.groupby("workload")["configuration"].nunique().max() > 1
     index = ["workload", "configuration", "world_size"] if mixed else ["workload", "world_size"]
-    wide = table.pivot_table(index=index, columns="strategy", values=["throughput", "efficiency"],
-                             aggfunc="first", dropna=False)
+    wide = table.pivot_table(
+        index=index, columns="strategy", values=["throughput", "efficiency"], aggfunc="first", dropna=False
+    )
     wide.columns = [f"{strategy} {'X' if metric == 'throughput' else 'E'}" for metric, strategy in wide.columns]
     ordered = [c for s in STRATEGIES for c in (f"{s} X", f"{s} E") if c in wide.columns]
     wide = wide[ordered].dropna(how="all")
@@ -196,12 +259,14 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         return "(no successful runs to tabulate)"
     formatters = {c: "{:6.1%}".format for c in wide.columns if c.endswith(" E")}
     formatters.update({c: "{:,.1f}".format for c in wide.columns if c.endswith(" X")})
-    note = ("X = throughput, E = efficiency X(N) / (N * X(1)) against local.")
+    note = "X = throughput, E = efficiency X(N) / (N * X(1)) against local."
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
     if "oversubscribed" in wide:
-        note += ("\noversubscribed: those strategies ran more threads than usable cores;"
-                 " their X and E describe time-sharing, not scaling.")
+        note += (
+            "\noversubscribed: those strategies ran more threads than usable cores;"
+            " their X and E describe time-sharing, not scaling."
+        )
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
 
 
@@ -210,8 +275,16 @@ def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
     timed steps' iteration p50 and, beside it, the profiled steps' (the ones overlap and the trace's
     estimate come from, slowed by the profiler)."""
     ddp = runs[(runs["status"] == "ok") & (runs["strategy"] == "ddp")]
-    columns = ["workload", "world_size", "overlap_pct", "exposed_comm_trace_s", "exposed_comm_no_sync_s",
-               "exposed_comm_reducer_s", "iteration_p50_s", "profiled_step_p50_s"]
+    columns = [
+        "workload",
+        "world_size",
+        "overlap_pct",
+        "exposed_comm_trace_s",
+        "exposed_comm_no_sync_s",
+        "exposed_comm_reducer_s",
+        "iteration_p50_s",
+        "profiled_step_p50_s",
+    ]
     return ddp[columns].sort_values(["workload", "world_size"]).reset_index(drop=True)
 
 
@@ -220,13 +293,21 @@ def format_overlap(runs: pd.DataFrame) -> str:
     if table.empty:
         return ""
     shown = table.set_index(["workload", "world_size"])
-    shown.columns = ["overlap %", "exposed ms (trace)", "exposed ms (no_sync)", "exposed ms (reducer)", "iteration p50 ms",
-                     "profiled step p50 ms"]
+    shown.columns = [
+        "overlap %",
+        "exposed ms (trace)",
+        "exposed ms (no_sync)",
+        "exposed ms (reducer)",
+        "iteration p50 ms",
+        "profiled step p50 ms",
+    ]
     for column in shown.columns[1:]:
         shown[column] = shown[column] * 1000
-    return ("DDP communication: overlap of all-reduce with computation, exposed communication per step\n"
-            "(overlap % and the trace's exposed ms come from the profiled steps: compare their p50 with the timed one)\n"
-            + shown.to_string(float_format="{:,.2f}".format, na_rep="") )
+    return (
+        "DDP communication: overlap of all-reduce with computation, exposed communication per step\n"
+        "(overlap % and the trace's exposed ms come from the profiled steps: compare their p50 with the timed one)\n"
+        + shown.to_string(float_format="{:,.2f}".format, na_rep="")
+    )
 
 
 STEP_COLUMNS = ["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"]
@@ -251,9 +332,19 @@ def step_time_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
             steps = np.tile(np.arange(matrix.shape[1]), matrix.shape[0])
             values = matrix.ravel()
         spec = record.spec
-        parts.append(pd.DataFrame({"run_id": record.run_id, "workload": short_workload_name(spec.workload),
-                                   "strategy": spec.strategy, "world_size": spec.world_size, "rank": rank_numbers,
-                                   "step": steps, "step_time_s": values}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "run_id": record.run_id,
+                    "workload": short_workload_name(spec.workload),
+                    "strategy": spec.strategy,
+                    "world_size": spec.world_size,
+                    "rank": rank_numbers,
+                    "step": steps,
+                    "step_time_s": values,
+                }
+            )
+        )
     if not parts:
         return pd.DataFrame(columns=STEP_COLUMNS)
     return pd.concat(parts, ignore_index=True)[STEP_COLUMNS]
@@ -268,9 +359,18 @@ def iteration_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
             continue
         iterations = registry.record_iteration_times_s(record)
         spec = record.spec
-        parts.append(pd.DataFrame({"run_id": record.run_id, "workload": short_workload_name(spec.workload),
-                                   "strategy": spec.strategy, "world_size": spec.world_size,
-                                   "step": np.arange(len(iterations)), "iteration_time_s": iterations}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "run_id": record.run_id,
+                    "workload": short_workload_name(spec.workload),
+                    "strategy": spec.strategy,
+                    "world_size": spec.world_size,
+                    "step": np.arange(len(iterations)),
+                    "iteration_time_s": iterations,
+                }
+            )
+        )
     return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
@@ -287,8 +387,12 @@ def breakdown_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         if not steps:
             continue
         spec = record.spec
-        row = {"run_id": record.run_id, "workload": short_workload_name(spec.workload), "strategy": spec.strategy,
-               "world_size": spec.world_size}
+        row = {
+            "run_id": record.run_id,
+            "workload": short_workload_name(spec.workload),
+            "strategy": spec.strategy,
+            "world_size": spec.world_size,
+        }
         row.update({part: sum(getattr(step, part) for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
         rows.append(row)
     return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", *BREAKDOWN_PARTS])
@@ -312,13 +416,17 @@ def headlines(runs: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
                 note = " (on CPU: one process, nothing replicated)" if device == "cpu" else ""
                 parts.append(f"DataParallel {same['efficiency'].iloc[0]:.0%}{note}")
         elif not ddp.empty:
-            parts.append(f"DDP runs at {ddp.iloc[-1]['world_size']} {devices}, but without a local run there is no efficiency")
+            parts.append(
+                f"DDP runs at {ddp.iloc[-1]['world_size']} {devices}, but without a local run there is no efficiency"
+            )
         overlap = runs[(runs["workload"] == workload) & (runs["strategy"] == "ddp") & (runs["status"] == "ok")]
         overlap = overlap.sort_values("world_size")
         overlap = overlap[overlap["world_size"] > 1] if (overlap["world_size"] > 1).any() else overlap
         if not overlap.empty and pd.notna(overlap["overlap_pct"].iloc[-1]):
-            parts.append(f"all-reduce {overlap['overlap_pct'].iloc[-1]:.0f} % hidden behind computation "
-                         f"at {overlap['world_size'].iloc[-1]} {devices}")
+            parts.append(
+                f"all-reduce {overlap['overlap_pct'].iloc[-1]:.0f} % hidden behind computation "
+                f"at {overlap['world_size'].iloc[-1]} {devices}"
+            )
         if parts:
             sentences[workload] = "; ".join(parts) + "."
     return sentences

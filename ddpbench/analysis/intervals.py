@@ -38,8 +38,9 @@ def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
     if len(a[0]) == 0 or len(b[0]) == 0:
         return 0.0
     times = np.concatenate([a[0], a[1], b[0], b[1]])
-    deltas = np.concatenate([np.full(len(a[0]), 1), np.full(len(a[1]), -1),
-                             np.full(len(b[0]), 2), np.full(len(b[1]), -2)])
+    deltas = np.concatenate(
+        [np.full(len(a[0]), 1), np.full(len(a[1]), -1), np.full(len(b[0]), 2), np.full(len(b[1]), -2)]
+    )
     order = np.argsort(times, kind="stable")
     running = np.cumsum(deltas[order])
     gaps = np.diff(times[order])

@@ -10,7 +10,7 @@ Definitions (also in the README):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,8 +40,13 @@ def distribution(values: Sequence[float]) -> dict[str, float]:
     return summary
 
 
-def run_metrics(step_times_by_rank: Sequence[Sequence[float]], window_s: float, batch_size: int,
-                world_size: int, units_per_sample: int) -> dict:
+def run_metrics(
+    step_times_by_rank: Sequence[Sequence[float]],
+    window_s: float,
+    batch_size: int,
+    world_size: int,
+    units_per_sample: int,
+) -> dict:
     """Metrics of one run from its raw step times and barrier-aligned window."""
     if not window_s > 0 or not math.isfinite(window_s):
         raise ValueError(f"window wall time must be a positive number of seconds; got {window_s}")

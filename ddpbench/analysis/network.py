@@ -15,8 +15,8 @@ the fabric's latency inside a node, plus, across nodes, a per-level latency time
 Inside the measured range of sizes a prediction interpolates the measured medians (log-log):
 on CPUs the curve bends where buffers leave the caches, which no straight line follows; outside
 it the alpha-beta line is used. A bandwidth what-if (k times the bandwidth) divides the time
-above the fitted latency by k. Every prediction comes with a band: for a fitted (collective, N), the 90th percentile of the fit's
-relative residuals over the measured sizes; for the fabric model, the profile's stated
+above the fitted latency by k. Every prediction comes with a band: for a fitted (collective, N), the
+90th percentile of the fit's relative residuals over the measured sizes; for the fabric model, the profile's stated
 `uncertainty` (presets: their link rates are datasheet figures times an assumed efficiency).
 """
 
@@ -57,21 +57,46 @@ GB = 1e9  # bandwidths are shown in GB/s (10^9 bytes per second), as nccl-tests 
 # - Bus bandwidth and its factors: nccl-tests doc/PERFORMANCE.md (github.com/NVIDIA/nccl-tests).
 ACHIEVED = 0.8
 PRESETS = {
-    "h100-nvswitch": {"devices_per_node": 8, "intra_busbw": 450 * GB * ACHIEVED, "intra_latency_s": 15e-6,
-                      "inter_busbw": 8 * 50 * GB * ACHIEVED, "inter_latency_s": 5e-6,
-                      "note": "8x H100 SXM per node on NVSwitch (NVLink 4); 8x 400 Gb/s InfiniBand NICs per node"},
-    "h200-nvswitch": {"devices_per_node": 8, "intra_busbw": 450 * GB * ACHIEVED, "intra_latency_s": 15e-6,
-                      "inter_busbw": 8 * 50 * GB * ACHIEVED, "inter_latency_s": 5e-6,
-                      "note": "8x H200 SXM per node on NVSwitch (NVLink 4, as H100); 8x 400 Gb/s InfiniBand NICs"},
-    "pcie4-8gpu": {"devices_per_node": 8, "intra_busbw": 32 * GB * ACHIEVED, "intra_latency_s": 25e-6,
-                   "inter_busbw": 12.5 * GB * ACHIEVED, "inter_latency_s": 8e-6,
-                   "note": "8 GPUs per node on PCIe 4.0 x16, no NVLink; one 100 Gb/s NIC per node"},
-    "ib-100g": {"devices_per_node": 1, "intra_busbw": 12.5 * GB * ACHIEVED, "intra_latency_s": 0.0,
-                "inter_busbw": 12.5 * GB * ACHIEVED, "inter_latency_s": 8e-6,
-                "note": "one device per node, one 100 Gb/s (EDR) InfiniBand NIC each"},
-    "ib-400g": {"devices_per_node": 1, "intra_busbw": 50 * GB * ACHIEVED, "intra_latency_s": 0.0,
-                "inter_busbw": 50 * GB * ACHIEVED, "inter_latency_s": 5e-6,
-                "note": "one device per node, one 400 Gb/s (NDR) InfiniBand NIC each"},
+    "h100-nvswitch": {
+        "devices_per_node": 8,
+        "intra_busbw": 450 * GB * ACHIEVED,
+        "intra_latency_s": 15e-6,
+        "inter_busbw": 8 * 50 * GB * ACHIEVED,
+        "inter_latency_s": 5e-6,
+        "note": "8x H100 SXM per node on NVSwitch (NVLink 4); 8x 400 Gb/s InfiniBand NICs per node",
+    },
+    "h200-nvswitch": {
+        "devices_per_node": 8,
+        "intra_busbw": 450 * GB * ACHIEVED,
+        "intra_latency_s": 15e-6,
+        "inter_busbw": 8 * 50 * GB * ACHIEVED,
+        "inter_latency_s": 5e-6,
+        "note": "8x H200 SXM per node on NVSwitch (NVLink 4, as H100); 8x 400 Gb/s InfiniBand NICs",
+    },
+    "pcie4-8gpu": {
+        "devices_per_node": 8,
+        "intra_busbw": 32 * GB * ACHIEVED,
+        "intra_latency_s": 25e-6,
+        "inter_busbw": 12.5 * GB * ACHIEVED,
+        "inter_latency_s": 8e-6,
+        "note": "8 GPUs per node on PCIe 4.0 x16, no NVLink; one 100 Gb/s NIC per node",
+    },
+    "ib-100g": {
+        "devices_per_node": 1,
+        "intra_busbw": 12.5 * GB * ACHIEVED,
+        "intra_latency_s": 0.0,
+        "inter_busbw": 12.5 * GB * ACHIEVED,
+        "inter_latency_s": 8e-6,
+        "note": "one device per node, one 100 Gb/s (EDR) InfiniBand NIC each",
+    },
+    "ib-400g": {
+        "devices_per_node": 1,
+        "intra_busbw": 50 * GB * ACHIEVED,
+        "intra_latency_s": 0.0,
+        "inter_busbw": 50 * GB * ACHIEVED,
+        "inter_latency_s": 5e-6,
+        "note": "one device per node, one 400 Gb/s (NDR) InfiniBand NIC each",
+    },
 }
 PRESET_UNCERTAINTY = 0.3
 
@@ -108,16 +133,29 @@ def fit_alpha_beta(collective: str, world_size: int, sizes_bytes, times_s, dtype
     alike; a plain fit would ignore every size but the largest few. Both terms kept >= 0."""
     sizes, times = np.asarray(sizes_bytes, dtype=float), np.asarray(times_s, dtype=float)
     if len(sizes) < 2:
-        raise ProfileError(f"{collective} ({dtype}) at world size {world_size}: need at least 2 sizes to fit, "
-                           f"got {len(sizes)}")
+        raise ProfileError(
+            f"{collective} ({dtype}) at world size {world_size}: need at least 2 sizes to fit, " f"got {len(sizes)}"
+        )
     design = np.column_stack([1.0 / times, sizes / times])
     (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
     if alpha < 0 or beta < 0:  # refit the other term alone (a negative latency or bandwidth means nothing)
-        alpha, beta = (0.0, float(np.sum(sizes / times) / np.sum((sizes / times) ** 2))) if alpha < 0 else \
-            (float(np.sum(1 / times) / np.sum((1 / times) ** 2)), 0.0)
+        alpha, beta = (
+            (0.0, float(np.sum(sizes / times) / np.sum((sizes / times) ** 2)))
+            if alpha < 0
+            else (float(np.sum(1 / times) / np.sum((1 / times) ** 2)), 0.0)
+        )
     relative = (alpha + beta * sizes) / times - 1.0
-    return Fit(collective, int(world_size), float(alpha), float(beta), percentile(np.abs(relative), 90),
-               len(sizes), int(sizes.min()), int(sizes.max()), dtype)
+    return Fit(
+        collective,
+        int(world_size),
+        float(alpha),
+        float(beta),
+        percentile(np.abs(relative), 90),
+        len(sizes),
+        int(sizes.min()),
+        int(sizes.max()),
+        dtype,
+    )
 
 
 def profile_from_results(results: dict, name: str) -> dict:
@@ -128,8 +166,9 @@ def profile_from_results(results: dict, name: str) -> dict:
     fits = []
     for collective in COLLECTIVES:
         for dtype in DTYPES:
-            rows = [r for r in results["results"]
-                    if r["collective"] == collective and r.get("dtype", "float32") == dtype]
+            rows = [
+                r for r in results["results"] if r["collective"] == collective and r.get("dtype", "float32") == dtype
+            ]
             if len(rows) >= 2:
                 fit = fit_alpha_beta(collective, world, [r["bytes"] for r in rows], [r["p50_s"] for r in rows], dtype)
                 # The measured medians too: inside the measured range a prediction interpolates them,
@@ -139,27 +178,54 @@ def profile_from_results(results: dict, name: str) -> dict:
     fabric = None
     if reduce_fit and reduce_fit["beta_s_per_byte"] > 0 and world > 1:
         busbw = BUS_FACTORS["all_reduce"](world) / reduce_fit["beta_s_per_byte"]
-        fabric = {"devices_per_node": world, "intra_busbw": busbw, "intra_latency_s": reduce_fit["alpha_s"],
-                  "inter_busbw": busbw, "inter_latency_s": 0.0,
-                  "note": f"extrapolated from the all_reduce fit at world size {world}: same bus bandwidth "
-                          "and latency at any size (a measured profile knows nothing about other fabrics)"}
-    return {"kind": PROFILE_KIND, "version": 1, "name": name, "backend": results["backend"],
-            "device": results.get("device"), "source": "measured by ddpbench comm",
-            "hostname": (results.get("env") or {}).get("hostname"), "world_sizes": [world],
-            "fits": fits, "fabric": fabric, "uncertainty": PRESET_UNCERTAINTY}
+        fabric = {
+            "devices_per_node": world,
+            "intra_busbw": busbw,
+            "intra_latency_s": reduce_fit["alpha_s"],
+            "inter_busbw": busbw,
+            "inter_latency_s": 0.0,
+            "note": f"extrapolated from the all_reduce fit at world size {world}: same bus bandwidth "
+            "and latency at any size (a measured profile knows nothing about other fabrics)",
+        }
+    return {
+        "kind": PROFILE_KIND,
+        "version": 1,
+        "name": name,
+        "backend": results["backend"],
+        "device": results.get("device"),
+        "source": "measured by ddpbench comm",
+        "hostname": (results.get("env") or {}).get("hostname"),
+        "world_sizes": [world],
+        "fits": fits,
+        "fabric": fabric,
+        "uncertainty": PRESET_UNCERTAINTY,
+    }
 
 
 def preset_profile(name: str) -> dict:
     fabric = dict(PRESETS[name])
-    return {"kind": PROFILE_KIND, "version": 1, "name": name, "backend": "nccl", "device": "cuda",
-            "source": f"preset: {fabric['note']} (datasheet link rates x {ACHIEVED:.0%}; not measured)",
-            "world_sizes": [], "fits": [], "fabric": fabric, "uncertainty": PRESET_UNCERTAINTY}
+    return {
+        "kind": PROFILE_KIND,
+        "version": 1,
+        "name": name,
+        "backend": "nccl",
+        "device": "cuda",
+        "source": f"preset: {fabric['note']} (datasheet link rates x {ACHIEVED:.0%}; not measured)",
+        "world_sizes": [],
+        "fits": [],
+        "fabric": fabric,
+        "uncertainty": PRESET_UNCERTAINTY,
+    }
 
 
 def merge_profiles(profiles: list[dict], name: str) -> dict:
     """Several `comm` runs (e.g. world sizes 2 and 4) as one profile; the largest world's fabric."""
-    merged = dict(profiles[-1], name=name, fits=[f for p in profiles for f in p["fits"]],
-                  world_sizes=sorted({w for p in profiles for w in p["world_sizes"]}))
+    merged = dict(
+        profiles[-1],
+        name=name,
+        fits=[f for p in profiles for f in p["fits"]],
+        world_sizes=sorted({w for p in profiles for w in p["world_sizes"]}),
+    )
     largest = max(profiles, key=lambda p: max(p["world_sizes"] or [0]))
     merged["fabric"] = largest["fabric"]
     return merged
@@ -178,19 +244,25 @@ def load_profile(spec: str) -> dict:
     except (OSError, ValueError) as exc:
         raise ProfileError(f"profile {spec!r} is not readable JSON: {exc}") from None
     if not isinstance(profile, dict) or profile.get("kind") != PROFILE_KIND:
-        raise ProfileError(f"{spec!r} is not a network profile (no \"kind\": \"{PROFILE_KIND}\"; "
-                           "make one with ddpbench comm, or use a preset)")
+        raise ProfileError(
+            f'{spec!r} is not a network profile (no "kind": "{PROFILE_KIND}"; '
+            "make one with ddpbench comm, or use a preset)"
+        )
     check_profile(profile, spec)
     return profile
 
 
-FABRIC_FIELDS = {"intra_busbw": "bytes/s > 0", "inter_busbw": "bytes/s > 0",
-                 "intra_latency_s": "seconds >= 0", "inter_latency_s": "seconds >= 0"}
+FABRIC_FIELDS = {
+    "intra_busbw": "bytes/s > 0",
+    "inter_busbw": "bytes/s > 0",
+    "intra_latency_s": "seconds >= 0",
+    "inter_latency_s": "seconds >= 0",
+}
 FIT_FIELDS = {"alpha_s": "seconds >= 0", "beta_s_per_byte": "seconds per byte >= 0", "band": "a fraction >= 0"}
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(value) -> bool:
@@ -202,7 +274,7 @@ def check_profile(profile: dict, spec: str) -> None:
     truncated profile fails here, naming the field and what it may hold, not deep in a replay."""
     fits, fabric = profile.get("fits") or [], profile.get("fabric")
     if not isinstance(fits, list):
-        raise ProfileError(f"profile {spec!r}: \"fits\" must be a list of fits; got {type(fits).__name__}")
+        raise ProfileError(f'profile {spec!r}: "fits" must be a list of fits; got {type(fits).__name__}')
     for number, fit in enumerate(fits, start=1):
         where = f"profile {spec!r}: fit {number}"
         if not isinstance(fit, dict):
@@ -219,21 +291,26 @@ def check_profile(profile: dict, spec: str) -> None:
             raise ProfileError(f"{where}: dtype must be one of {', '.join(DTYPES)}; got {fit['dtype']!r}")
         measured = fit.get("measured") or []
         if not isinstance(measured, list) or not all(
-                isinstance(point, list) and len(point) == 2 and all(_number(v) and v > 0 for v in point)
-                for point in measured):
+            isinstance(point, list) and len(point) == 2 and all(_number(v) and v > 0 for v in point)
+            for point in measured
+        ):
             raise ProfileError(f"{where}: measured must be a list of [bytes, seconds] pairs, both > 0")
     if fabric is not None:
         if not isinstance(fabric, dict):
-            raise ProfileError(f"profile {spec!r}: \"fabric\" must be an object or null; got {type(fabric).__name__}")
+            raise ProfileError(f'profile {spec!r}: "fabric" must be an object or null; got {type(fabric).__name__}')
         for name, allowed in FABRIC_FIELDS.items():
             if name not in fabric:
-                raise ProfileError(f"profile {spec!r}: the fabric lacks {name}; a fabric needs "
-                                   + ", ".join(f"{n} ({a})" for n, a in FABRIC_FIELDS.items()))
+                raise ProfileError(
+                    f"profile {spec!r}: the fabric lacks {name}; a fabric needs "
+                    + ", ".join(f"{n} ({a})" for n, a in FABRIC_FIELDS.items())
+                )
             if not (_number(fabric[name]) and (fabric[name] > 0 if allowed.endswith("> 0") else fabric[name] >= 0)):
                 raise ProfileError(f"profile {spec!r}: the fabric's {name} must be {allowed}; got {fabric[name]!r}")
         if fabric.get("devices_per_node") is not None and not _whole(fabric["devices_per_node"]):
-            raise ProfileError(f"profile {spec!r}: the fabric's devices_per_node must be a whole number >= 1 or null; "
-                               f"got {fabric['devices_per_node']!r}")
+            raise ProfileError(
+                f"profile {spec!r}: the fabric's devices_per_node must be a whole number >= 1 or null; "
+                f"got {fabric['devices_per_node']!r}"
+            )
     if not fits and not fabric:
         raise ProfileError(f"{spec!r} holds neither fits nor a fabric model")
     uncertainty = profile.get("uncertainty", PRESET_UNCERTAINTY)
@@ -262,8 +339,14 @@ def _fit_for(profile: dict, collective: str, world_size: int, dtype: str) -> tup
     return next((f for f in fits if f.get("dtype", "float32") == "float32"), None), dtype != "float32"
 
 
-def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
-            bandwidth_scale: float = 1.0, dtype: str = "float32") -> Prediction:
+def predict(
+    profile: dict,
+    collective: str,
+    world_size: int,
+    size_bytes: float,
+    bandwidth_scale: float = 1.0,
+    dtype: str = "float32",
+) -> Prediction:
     """Time of one collective of `size_bytes` bytes of `dtype`. `bandwidth_scale` k divides the
     bandwidth term (k=2: twice the bandwidth)."""
     if world_size < 1:
@@ -279,13 +362,18 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
             return Prediction(base.seconds, base.low_s, base.high_s, base.basis + ", float32 rate")
         band = (base.high_s - base.seconds) / base.seconds if base.seconds else 0.0
         seconds = base.seconds * ratio
-        return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), f"{base.basis}, {dtype}/float32 as measured")
+        return Prediction(
+            seconds, seconds * (1 - band), seconds * (1 + band), f"{base.basis}, {dtype}/float32 as measured"
+        )
     if fit is not None:
         band = fit["band"]
         measured = sorted(fit.get("measured") or [])
         if len(measured) >= 2 and measured[0][0] <= size_bytes <= measured[-1][0]:
-            seconds = float(np.exp(np.interp(np.log(size_bytes), np.log([m[0] for m in measured]),
-                                             np.log([m[1] for m in measured]))))
+            seconds = float(
+                np.exp(
+                    np.interp(np.log(size_bytes), np.log([m[0] for m in measured]), np.log([m[1] for m in measured]))
+                )
+            )
             # k times the bandwidth divides what is above the fitted latency.
             seconds = fit["alpha_s"] + max(0.0, seconds - fit["alpha_s"]) / bandwidth_scale
             return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), "measured")
@@ -294,8 +382,10 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
     fabric = profile.get("fabric")
     if not fabric:
         measured = sorted({int(f["world_size"]) for f in profile.get("fits", []) if f["collective"] == collective})
-        raise ProfileError(f"profile {profile.get('name')!r} has no {collective} at world size {world_size} "
-                           f"(measured: {measured}) and no fabric model to extrapolate with")
+        raise ProfileError(
+            f"profile {profile.get('name')!r} has no {collective} at world size {world_size} "
+            f"(measured: {measured}) and no fabric model to extrapolate with"
+        )
     per_node = fabric.get("devices_per_node") or world_size
     nodes = math.ceil(world_size / per_node)
     busbw = fabric["intra_busbw"] if nodes == 1 else min(fabric["intra_busbw"], fabric["inter_busbw"])
@@ -308,8 +398,9 @@ def predict(profile: dict, collective: str, world_size: int, size_bytes: float,
         # float32 at some world size, their ratio for these bytes is carried over (an assumption:
         # the ratio was measured at that world size only); else float32's time stands in.
         ratio = _dtype_ratio(profile, collective, size_bytes, dtype)
-        seconds, basis = (seconds * ratio, f"fabric, {dtype}/float32 as measured") if ratio else \
-            (seconds, "fabric, float32 rate")
+        seconds, basis = (
+            (seconds * ratio, f"fabric, {dtype}/float32 as measured") if ratio else (seconds, "fabric, float32 rate")
+        )
     return Prediction(seconds, seconds * (1 - band), seconds * (1 + band), basis)
 
 
@@ -328,25 +419,42 @@ def _dtype_ratio(profile: dict, collective: str, size_bytes: float, dtype: str) 
 
 def format_results_table(results: dict, profile: dict | None = None) -> str:
     """nccl-tests-like table: size, count, type, time p50/p90, algbw, busbw, and the fit's prediction."""
-    lines = [f"# {results['backend']} on {results['world_size']} x {results['device']}"
-             f"  (time = slowest rank, one call after a barrier; GB/s = 1e9 B/s)",
-             f"{'collective':>14} {'size (B)':>12} {'count':>10} {'type':>8} {'iters':>6} {'p50 (us)':>11} "
-             f"{'p90 (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'fit (us)':>10}"]
+    lines = [
+        f"# {results['backend']} on {results['world_size']} x {results['device']}"
+        f"  (time = slowest rank, one call after a barrier; GB/s = 1e9 B/s)",
+        f"{'collective':>14} {'size (B)':>12} {'count':>10} {'type':>8} {'iters':>6} {'p50 (us)':>11} "
+        f"{'p90 (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'fit (us)':>10}",
+    ]
     for row in results["results"]:
         fitted = ""
         dtype = row.get("dtype", "float32")
         if profile is not None:
-            fit = next((f for f in profile["fits"]
-                        if f["collective"] == row["collective"] and f.get("dtype", "float32") == dtype), None)
+            fit = next(
+                (
+                    f
+                    for f in profile["fits"]
+                    if f["collective"] == row["collective"] and f.get("dtype", "float32") == dtype
+                ),
+                None,
+            )
             if fit:
                 fitted = f"{(fit['alpha_s'] + fit['beta_s_per_byte'] * row['bytes']) * 1e6:10.1f}"
-        lines.append(f"{row['collective']:>14} {row['bytes']:>12} {row['elements']:>10} {dtype:>8} {row['iterations']:>6} "
-                     f"{row['p50_s'] * 1e6:11.1f} {row['p90_s'] * 1e6:11.1f} "
-                     f"{row['algbw_bytes_per_s'] / GB:11.3f} {row['busbw_bytes_per_s'] / GB:11.3f} {fitted:>10}")
+        lines.append(
+            f"{row['collective']:>14} {row['bytes']:>12} {row['elements']:>10} {dtype:>8} {row['iterations']:>6} "
+            f"{row['p50_s'] * 1e6:11.1f} {row['p90_s'] * 1e6:11.1f} "
+            f"{row['algbw_bytes_per_s'] / GB:11.3f} {row['busbw_bytes_per_s'] / GB:11.3f} {fitted:>10}"
+        )
     if profile is not None:
         for fit in profile["fits"]:
-            busbw = BUS_FACTORS[fit["collective"]](fit["world_size"]) / fit["beta_s_per_byte"] if fit["beta_s_per_byte"] else float("inf")
-            lines.append(f"fit {fit['collective']:>14} {fit.get('dtype', 'float32'):>8} N={fit['world_size']}: alpha {fit['alpha_s'] * 1e6:.1f} us, "
-                         f"beta {fit['beta_s_per_byte'] * 1e9:.4f} ns/B (busbw {busbw / GB:.3f} GB/s), "
-                         f"90 % of sizes within {fit['band']:.1%}")
+            busbw = (
+                BUS_FACTORS[fit["collective"]](fit["world_size"]) / fit["beta_s_per_byte"]
+                if fit["beta_s_per_byte"]
+                else float("inf")
+            )
+            lines.append(
+                f"fit {fit['collective']:>14} {fit.get('dtype', 'float32'):>8} N={fit['world_size']}: "
+                f"alpha {fit['alpha_s'] * 1e6:.1f} us, "
+                f"beta {fit['beta_s_per_byte'] * 1e9:.4f} ns/B (busbw {busbw / GB:.3f} GB/s), "
+                f"90 % of sizes within {fit['band']:.1%}"
+            )
     return "\n".join(lines)

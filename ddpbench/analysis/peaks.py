@@ -39,30 +39,62 @@ NVL = {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}
 
 # Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100".
 PEAKS = (
-    DevicePeak("H200 NVL", r"H200 NVL", NVL,
-               "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,671, TF32 835 TFLOPS "
-               "with sparsity; FP32 60 TFLOPS"),
-    DevicePeak("H200 SXM", r"H200", H100_H200_SXM,
-               "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,979, TF32 989 TFLOPS "
-               "with sparsity; FP32 67 TFLOPS"),
-    DevicePeak("H100 NVL", r"H100 NVL", NVL,
-               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,671, TF32 835 TFLOPS "
-               "with sparsity; FP32 60 TFLOPS"),
-    DevicePeak("H100 PCIe", r"H100 PCIe", {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0},
-               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,513, TF32 756 TFLOPS "
-               "with sparsity; FP32 51 TFLOPS"),
-    DevicePeak("H100 SXM", r"H100", H100_H200_SXM,
-               "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,979, TF32 989 TFLOPS "
-               "with sparsity; FP32 67 TFLOPS"),
-    DevicePeak("A100", r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
-               "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16/FP16 312, TF32 156 TFLOPS "
-               "dense; FP32 19.5 TFLOPS"),
-    DevicePeak("L40S", r"L40S", {"bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp32": 91.6},
-               "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16/FP16 362.05, TF32 183 TFLOPS "
-               "dense; FP32 91.6 TFLOPS"),
-    DevicePeak("L4", r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
-               "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4): BF16/FP16 242, TF32 120 TFLOPS "
-               "with sparsity; FP32 30.3 TFLOPS"),
+    DevicePeak(
+        "H200 NVL",
+        r"H200 NVL",
+        NVL,
+        "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,671, TF32 835 TFLOPS "
+        "with sparsity; FP32 60 TFLOPS",
+    ),
+    DevicePeak(
+        "H200 SXM",
+        r"H200",
+        H100_H200_SXM,
+        "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): BF16/FP16 1,979, TF32 989 TFLOPS "
+        "with sparsity; FP32 67 TFLOPS",
+    ),
+    DevicePeak(
+        "H100 NVL",
+        r"H100 NVL",
+        NVL,
+        "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,671, TF32 835 TFLOPS "
+        "with sparsity; FP32 60 TFLOPS",
+    ),
+    DevicePeak(
+        "H100 PCIe",
+        r"H100 PCIe",
+        {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0},
+        "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,513, TF32 756 TFLOPS "
+        "with sparsity; FP32 51 TFLOPS",
+    ),
+    DevicePeak(
+        "H100 SXM",
+        r"H100",
+        H100_H200_SXM,
+        "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,979, TF32 989 TFLOPS "
+        "with sparsity; FP32 67 TFLOPS",
+    ),
+    DevicePeak(
+        "A100",
+        r"A100",
+        {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+        "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16/FP16 312, TF32 156 TFLOPS "
+        "dense; FP32 19.5 TFLOPS",
+    ),
+    DevicePeak(
+        "L40S",
+        r"L40S",
+        {"bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp32": 91.6},
+        "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16/FP16 362.05, TF32 183 TFLOPS "
+        "dense; FP32 91.6 TFLOPS",
+    ),
+    DevicePeak(
+        "L4",
+        r"\bL4\b",
+        {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
+        "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4): BF16/FP16 242, TF32 120 TFLOPS "
+        "with sparsity; FP32 30.3 TFLOPS",
+    ),
 )
 
 
@@ -77,9 +109,15 @@ def fp32_class_precisions(matmul_tf32: bool, conv_tf32: bool) -> dict:
     return {"matmul": "tf32" if matmul_tf32 else "fp32", "conv": "tf32" if conv_tf32 else "fp32"}
 
 
-def model_flops_utilisation(flops_per_sample: float | None, samples_per_s_per_device: float,
-                            device_name: str | None, precision: str, matmul_tf32: bool = False,
-                            conv_tf32: bool = False, conv_flops_share: float | None = None) -> dict:
+def model_flops_utilisation(
+    flops_per_sample: float | None,
+    samples_per_s_per_device: float,
+    device_name: str | None,
+    precision: str,
+    matmul_tf32: bool = False,
+    conv_tf32: bool = False,
+    conv_flops_share: float | None = None,
+) -> dict:
     """{"mfu": fraction or None, "basis": how it was computed, or why it is unknown}.
 
     `conv_flops_share` is the fraction of the FLOPs in convolutions; the rest counts as matrix
@@ -93,15 +131,21 @@ def model_flops_utilisation(flops_per_sample: float | None, samples_per_s_per_de
     used = {kind for kind, share in (("matmul", 1 - conv_share), ("conv", conv_share)) if share > 0}
     kinds = sorted({by_class[kind] for kind in used}) or [by_class["matmul"]]
     computed_in = kinds[0] if len(kinds) == 1 else "+".join(kinds)
-    basis = {"device": device_name, "precision": computed_in, "matmul_precision": by_class["matmul"],
-             "conv_precision": by_class["conv"], "conv_flops_share": conv_flops_share}
+    basis = {
+        "device": device_name,
+        "precision": computed_in,
+        "matmul_precision": by_class["matmul"],
+        "conv_precision": by_class["conv"],
+        "conv_flops_share": conv_flops_share,
+    }
     peak = device_peak(device_name)
     if peak is None:
         basis["reason"] = "no published peak for this device" if device_name else "no GPU (CPU run): no published peak"
         return {"mfu": None, "basis": basis}
     # Seconds per FLOP at peak, weighted by each class's share: a harmonic mean of the two peaks.
-    seconds_per_flop = ((1 - conv_share) / peak.tflops[by_class["matmul"]]
-                        + conv_share / peak.tflops[by_class["conv"]]) / TERA
+    seconds_per_flop = (
+        (1 - conv_share) / peak.tflops[by_class["matmul"]] + conv_share / peak.tflops[by_class["conv"]]
+    ) / TERA
     basis.update(matched=peak.label, peak_flops_per_s=1 / seconds_per_flop, source=peak.source)
     if not flops_per_sample:
         basis["reason"] = "FLOPs per sample unknown (the FLOP counter could not trace the model)"

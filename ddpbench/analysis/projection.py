@@ -71,7 +71,9 @@ class ProjectionError(ValueError):
     """A run that cannot be replayed, or a what-if that makes no sense; says which and why."""
 
 
-def rebucket(order: list[int], param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def rebucket(
+    order: list[int], param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None
+) -> list[list[int]]:
     """DDP's bucket assignment (compute_bucket_assignment_by_size) over parameters in `order`."""
     if cap_bytes <= 0:
         raise ProjectionError(f"bucket cap must be > 0 bytes; got {cap_bytes}")
@@ -134,16 +136,24 @@ def representative(steps_by_rank: list[list]) -> StepTimes:
         optimizer_start = _slowest(s.optimizer_start_s for s in same_step)
         optimizer_end = _slowest(s.optimizer_end_s for s in same_step)
         step_end = _slowest(s.step_s for s in same_step)
-        combined.append(StepTimes(
-            data_s=_slowest(s.data_s for s in same_step),
-            backward_start_s=_slowest(s.backward_start_s for s in same_step),
-            ready_s=ready, tail_s=max(0.0, optimizer_start - max(ready)),
-            optimizer_s=max(0.0, optimizer_end - optimizer_start), after_s=max(0.0, step_end - optimizer_end)))
+        combined.append(
+            StepTimes(
+                data_s=_slowest(s.data_s for s in same_step),
+                backward_start_s=_slowest(s.backward_start_s for s in same_step),
+                ready_s=ready,
+                tail_s=max(0.0, optimizer_start - max(ready)),
+                optimizer_s=max(0.0, optimizer_end - optimizer_start),
+                after_s=max(0.0, step_end - optimizer_end),
+            )
+        )
     return StepTimes(
-        data_s=_median(c.data_s for c in combined), backward_start_s=_median(c.backward_start_s for c in combined),
+        data_s=_median(c.data_s for c in combined),
+        backward_start_s=_median(c.backward_start_s for c in combined),
         ready_s=[_median(c.ready_s[i] for c in combined) for i in range(count)],
-        tail_s=_median(c.tail_s for c in combined), optimizer_s=_median(c.optimizer_s for c in combined),
-        after_s=_median(c.after_s for c in combined))
+        tail_s=_median(c.tail_s for c in combined),
+        optimizer_s=_median(c.optimizer_s for c in combined),
+        after_s=_median(c.after_s for c in combined),
+    )
 
 
 @dataclass
@@ -215,27 +225,38 @@ def contention_rates(probes: list) -> Contention:
     with fewer than half the rounds left, nothing is claimed."""
     probes = [p for p in probes if p is not None and p.comm_alone_s]
     if not probes:
-        return Contention(basis="not measured (no probe: one rank, a model output that cannot mark the start of "
-                                "backward, or an older record): assumed none")
+        return Contention(
+            basis="not measured (no probe: one rank, a model output that cannot mark the start of "
+            "backward, or an older record): assumed none"
+        )
     rounds = min(len(p.comm_alone_s) for p in probes)
     found = []
     for i in range(rounds):
-        rates = _round_rates(min(p.comm_alone_s[i] for p in probes), min(p.comm_with_backward_s[i] for p in probes),
-                             max(p.backward_alone_s[i] for p in probes), max(p.backward_with_comm_s[i] for p in probes))
+        rates = _round_rates(
+            min(p.comm_alone_s[i] for p in probes),
+            min(p.comm_with_backward_s[i] for p in probes),
+            max(p.backward_alone_s[i] for p in probes),
+            max(p.backward_with_comm_s[i] for p in probes),
+        )
         if rates is not None:
             found.append(rates)
     if len(found) * 2 < rounds:
-        return Contention(basis=f"not measured: in {rounds - len(found)} of {rounds} probe rounds backward and the "
-                                f"all-reduce overlapped too little to tell; assumed none")
+        return Contention(
+            basis=f"not measured: in {rounds - len(found)} of {rounds} probe rounds backward and the "
+            f"all-reduce overlapped too little to tell; assumed none"
+        )
     clamp = lambda rate: min(1.0, max(SLOWEST_RATE, rate))  # noqa: E731
     backward, comm = clamp(_median(r[0] for r in found)), clamp(_median(r[1] for r in found))
     middle = lambda name, pick: _median(pick(getattr(p, name)[i] for p in probes) for i in range(rounds))  # noqa: E731
-    return Contention(backward, comm,
-                      f"measured: {len(probes)} ranks x {len(found)} rounds, backward "
-                      f"{middle('backward_alone_s', max) * 1e3:.1f} ms alone and "
-                      f"{middle('backward_with_comm_s', max) * 1e3:.1f} ms with an all-reduce of "
-                      f"{probes[0].probe_bytes / MIB:.1f} MiB that took {middle('comm_alone_s', min) * 1e3:.1f} ms "
-                      f"alone and {middle('comm_with_backward_s', min) * 1e3:.1f} ms with backward")
+    return Contention(
+        backward,
+        comm,
+        f"measured: {len(probes)} ranks x {len(found)} rounds, backward "
+        f"{middle('backward_alone_s', max) * 1e3:.1f} ms alone and "
+        f"{middle('backward_with_comm_s', max) * 1e3:.1f} ms with an all-reduce of "
+        f"{probes[0].probe_bytes / MIB:.1f} MiB that took {middle('comm_alone_s', min) * 1e3:.1f} ms "
+        f"alone and {middle('comm_with_backward_s', min) * 1e3:.1f} ms with backward",
+    )
 
 
 class RunModel:
@@ -243,11 +264,15 @@ class RunModel:
 
     def __init__(self, record: Record):
         if record.spec.strategy != "ddp":
-            raise ProjectionError(f"run {record.run_id} is not a DDP run (strategy {record.spec.strategy}); "
-                                  "projection replays DDP's gradient buckets")
+            raise ProjectionError(
+                f"run {record.run_id} is not a DDP run (strategy {record.spec.strategy}); "
+                "projection replays DDP's gradient buckets"
+            )
         if record.timeline is None or not record.timeline.by_rank:
-            raise ProjectionError(f"run {record.run_id} has no gradient timeline (it ran with --no-profile, failed "
-                                  "before profiling, or was recorded by an older ddpbench); rerun it with profiling on")
+            raise ProjectionError(
+                f"run {record.run_id} has no gradient timeline (it ran with --no-profile, failed "
+                "before profiling, or was recorded by an older ddpbench); rerun it with profiling on"
+            )
         timeline = record.timeline
         self.record = record
         self.param_bytes = timeline.param_bytes
@@ -259,9 +284,12 @@ class RunModel:
         self.order = sorted(range(len(self.param_bytes)), key=lambda i: (self.with_ddp.ready_s[i], -i))
         self.costs = timeline.cast_cost
         self.contention = contention_rates([r.contention for r in timeline.by_rank])
-        self.source = WhatIf(world_size=record.spec.world_size, bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
-                             comm_hook=record.spec.ddp.comm_hook,
-                             gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+        self.source = WhatIf(
+            world_size=record.spec.world_size,
+            bucket_cap_mb=record.spec.ddp.bucket_cap_mb,
+            comm_hook=record.spec.ddp.comm_hook,
+            gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view,
+        )
         self.source_buckets = self.buckets(self.source)  # the run's own, which every what-if compares with
         self.batch_size = record.spec.batch_size or 1
         self.units_per_sample = record.metrics.units_per_sample if record.metrics else 1
@@ -290,8 +318,11 @@ class RunModel:
         if what.gradient_as_bucket_view:
             copy_rate = 0.0 if hook else self.costs.copy_s_per_byte
         else:
-            copy_rate = self.costs.copy_s_per_byte if hook else (self.costs.scaled_copy_s_per_byte or
-                                                                 self.costs.copy_s_per_byte)
+            copy_rate = (
+                self.costs.copy_s_per_byte
+                if hook
+                else (self.costs.scaled_copy_s_per_byte or self.costs.copy_s_per_byte)
+            )
         per_call = 0.0 if what.gradient_as_bucket_view and hook else (self.costs.copy_call_s or 0.0)
         bucket_of = {index: number for number, members in enumerate(buckets) for index in members}
         remaining = [len(members) for members in buckets]
@@ -303,8 +334,11 @@ class RunModel:
             if remaining[number] == 0 and hook:
                 total += hook.compress_s_per_byte * sum(self.param_bytes[i] for i in buckets[number])
             added[index] = total
-        copy_back = 0.0 if what.gradient_as_bucket_view else \
-            self.costs.copy_s_per_byte * sum(self.param_bytes) + per_call * len(self.param_bytes)
+        copy_back = (
+            0.0
+            if what.gradient_as_bucket_view
+            else self.costs.copy_s_per_byte * sum(self.param_bytes) + per_call * len(self.param_bytes)
+        )
         return added, copy_back
 
     def backward_work(self, what: WhatIf, buckets: list[list[int]]) -> tuple[list[float], float, float]:
@@ -345,11 +379,15 @@ class RunModel:
         ready_at, work, finalize = self.backward_work(what, buckets)
         sizes = [sum(self.param_bytes[i] for i in members) for members in buckets]
         wire = [size / 2 if hook else size for size in sizes]
-        durations = [comm_seconds(wire[n], WIRE_DTYPE[what.comm_hook]) + (hook.decompress_s_per_byte * sizes[n] if hook
-                                                                          else 0.0) for n in range(len(buckets))]
+        durations = [
+            comm_seconds(wire[n], WIRE_DTYPE[what.comm_hook]) + (hook.decompress_s_per_byte * sizes[n] if hook else 0.0)
+            for n in range(len(buckets))
+        ]
         if not all(math.isfinite(d) and d >= 0 for d in durations):
-            raise ProjectionError("the profile gives an all-reduce time that is not a finite, non-negative number "
-                                  f"of seconds: {next(d for d in durations if not (math.isfinite(d) and d >= 0))}")
+            raise ProjectionError(
+                "the profile gives an all-reduce time that is not a finite, non-negative number "
+                f"of seconds: {next(d for d in durations if not (math.isfinite(d) and d >= 0))}"
+            )
         clock, done, overlapped = 0.0, 0.0, 0.0  # from backward's start; backward's work done so far
         current, left, backward_end = 0, None, None  # the bucket being all-reduced, and its time left
         starts, ends = [0.0] * len(buckets), [0.0] * len(buckets)
@@ -383,18 +421,32 @@ class RunModel:
             raise ProjectionError("the replay did not finish (a bug: please report it with the record)")
         comm_end = ends[-1] if buckets else 0.0
         optimizer_start = forward_s + max(backward_end, comm_end) + finalize
-        rows = [{"bucket": n, "params": len(members), "bytes": sizes[n], "wire_bytes": wire[n],
-                 "ready_s": forward_s + ready_at[n], "start_s": forward_s + starts[n],
-                 "end_s": forward_s + ends[n]} for n, members in enumerate(buckets)]
+        rows = [
+            {
+                "bucket": n,
+                "params": len(members),
+                "bytes": sizes[n],
+                "wire_bytes": wire[n],
+                "ready_s": forward_s + ready_at[n],
+                "start_s": forward_s + starts[n],
+                "end_s": forward_s + ends[n],
+            }
+            for n, members in enumerate(buckets)
+        ]
         span_alone = self.alone.backward_span_s + self.alone.tail_s
         # The optimizer (and what follows it) as the DDP steps measured it: it runs on the
         # gradients DDP has just copied back, which the bucket cap and the hook do not change.
         after = self.with_ddp
-        return Replay(step_s=after.data_s + optimizer_start + after.optimizer_s + after.after_s,
-                      backward_end_s=forward_s + backward_end, comm_end_s=forward_s + comm_end,
-                      exposed_comm_s=max(0.0, comm_end - backward_end), overlapped_comm_s=overlapped,
-                      comm_s=sum(durations), backward_slowdown=backward_end / span_alone if span_alone > 0 else 1.0,
-                      buckets=rows)
+        return Replay(
+            step_s=after.data_s + optimizer_start + after.optimizer_s + after.after_s,
+            backward_end_s=forward_s + backward_end,
+            comm_end_s=forward_s + comm_end,
+            exposed_comm_s=max(0.0, comm_end - backward_end),
+            overlapped_comm_s=overlapped,
+            comm_s=sum(durations),
+            backward_slowdown=backward_end / span_alone if span_alone > 0 else 1.0,
+            buckets=rows,
+        )
 
     def timeline_step_s(self) -> float:
         """The run's own DDP step in the timeline phase (slowest rank's median), measured at the
@@ -451,17 +503,20 @@ class Projection:
 def all_reduce_seconds(profile: dict, world_size: int, bandwidth_scale: float = 1.0, which: str = "mid"):
     """The replay's comm_seconds(bytes, dtype) from a network profile: its prediction, or the low
     or high end of its band."""
+
     def seconds(size_bytes: float, dtype: str) -> float:
         prediction = predict(profile, "all_reduce", world_size, size_bytes, bandwidth_scale, dtype)
         return {"mid": prediction.seconds, "low": prediction.low_s, "high": prediction.high_s}[which]
+
     return seconds
 
 
 NO_SYNC_REFERENCE = "one device without DDP from the run's own no_sync steps"
 
 
-def project(record: Record, profile: dict, what: WhatIf, reference_throughput: float | None = None,
-            reference: str = "") -> Projection:
+def project(
+    record: Record, profile: dict, what: WhatIf, reference_throughput: float | None = None, reference: str = ""
+) -> Projection:
     """`reference_throughput` is X(1) in the run's unit per second, the scaling table's (its
     sweep's local run), so the projection's efficiency is the table's; without it, X(1) is the
     step of one device from the run's own no_sync steps, and `efficiency_reference` says so."""
@@ -469,15 +524,24 @@ def project(record: Record, profile: dict, what: WhatIf, reference_throughput: f
     if profile.get("backend") and profile.get("backend") != record.spec.backend:
         # The probe measured this machine's backward against its own collectives: it says nothing
         # about another fabric's (a gloo CPU run projected onto an NVSwitch preset).
-        model.contention = Contention(basis=f"measured on {record.spec.backend}, not applied to a "
-                                            f"{profile.get('backend')} profile: assumed none")
+        model.contention = Contention(
+            basis=f"measured on {record.spec.backend}, not applied to a "
+            f"{profile.get('backend')} profile: assumed none"
+        )
 
-    mid, fast, slow = (model.replay(what, all_reduce_seconds(profile, what.world_size, what.bandwidth_scale, which))
-                       for which in ("mid", "low", "high"))
+    mid, fast, slow = (
+        model.replay(what, all_reduce_seconds(profile, what.world_size, what.bandwidth_scale, which))
+        for which in ("mid", "low", "high")
+    )
     unexplained, anchor = _anchor(model, record, profile, what)
     if unexplained is not None and fast.step_s + unexplained <= 0:  # a guard: _anchor refuses such runs first
-        unexplained, anchor = None, (f"not anchored: taking the {-unexplained * 1e3:.2f} ms by which the replay "
-                                     "overestimates the run's own step would leave no step")
+        unexplained, anchor = (
+            None,
+            (
+                f"not anchored: taking the {-unexplained * 1e3:.2f} ms by which the replay "
+                "overestimates the run's own step would leave no step"
+            ),
+        )
     shift = unexplained or 0.0
     step, step_low, step_high = mid.step_s + shift, fast.step_s + shift, slow.step_s + shift
     basis = predict(profile, "all_reduce", what.world_size, 1.0, dtype=WIRE_DTYPE[what.comm_hook]).basis
@@ -487,6 +551,7 @@ def project(record: Record, profile: dict, what: WhatIf, reference_throughput: f
         # whole global batch) is not the reference of its world sizes.
         reference_throughput, reference = None, "strong-scaling record: its local run is not a per-device reference"
     if reference_throughput:
+
         def efficiency(step: float) -> float:  # E(N) = X(N) / (N X(1))
             return samples / step / (what.world_size * reference_throughput)
     else:
@@ -494,20 +559,38 @@ def project(record: Record, profile: dict, what: WhatIf, reference_throughput: f
 
         def efficiency(step: float) -> float:  # weak scaling: X(N)/(N X(1)) = step(1)/step(N)
             return single / step
+
         reference = f"{NO_SYNC_REFERENCE}{f' ({reference})' if reference else ''}"
     same_as_run = what == replace(model.source, first_bucket_mb=what.first_bucket_mb)
     measured = record.metrics.iteration_time_s.p50 if (record.metrics and same_as_run) else None
     return Projection(
-        what=what, profile_name=str(profile.get("name")), basis=basis, step_s=step,
-        step_low_s=step_low, step_high_s=step_high, exposed_comm_s=mid.exposed_comm_s, comm_s=mid.comm_s,
-        backward_slowdown=mid.backward_slowdown, contention=model.contention, buckets=len(mid.buckets),
-        throughput=samples / step, throughput_low=samples / step_high, throughput_high=samples / step_low,
-        efficiency=efficiency(step), efficiency_low=efficiency(step_high),
-        efficiency_high=efficiency(step_low), efficiency_reference=reference, sample_unit=model.sample_unit,
+        what=what,
+        profile_name=str(profile.get("name")),
+        basis=basis,
+        step_s=step,
+        step_low_s=step_low,
+        step_high_s=step_high,
+        exposed_comm_s=mid.exposed_comm_s,
+        comm_s=mid.comm_s,
+        backward_slowdown=mid.backward_slowdown,
+        contention=model.contention,
+        buckets=len(mid.buckets),
+        throughput=samples / step,
+        throughput_low=samples / step_high,
+        throughput_high=samples / step_low,
+        efficiency=efficiency(step),
+        efficiency_low=efficiency(step_high),
+        efficiency_high=efficiency(step_low),
+        efficiency_reference=reference,
+        sample_unit=model.sample_unit,
         measured_step_s=measured,
-        ddp_work="measured (steps through DDP over a one-rank group)" if model.solo is not None else
-        "modelled from the measured cost of its copies (the record has no one-rank DDP steps)",
-        modelled_step_s=mid.step_s, unexplained_s=unexplained, anchor=anchor)
+        ddp_work="measured (steps through DDP over a one-rank group)"
+        if model.solo is not None
+        else "modelled from the measured cost of its copies (the record has no one-rank DDP steps)",
+        modelled_step_s=mid.step_s,
+        unexplained_s=unexplained,
+        anchor=anchor,
+    )
 
 
 def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tuple[float | None, str]:
@@ -516,25 +599,32 @@ def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tup
     the reason, where it cannot be applied (see the module's docstring)."""
     backend = profile.get("backend")
     if backend != record.spec.backend:
-        return None, (f"not anchored: the run is {record.spec.backend} and the profile "
-                      f"{backend or 'does not say which backend it measured'}; what the replay misses on one "
-                      "backend says nothing about another")
+        return None, (
+            f"not anchored: the run is {record.spec.backend} and the profile "
+            f"{backend or 'does not say which backend it measured'}; what the replay misses on one "
+            "backend says nothing about another"
+        )
     if record.metrics is None:
         return None, "not anchored: the record has no timed steps"
     if what.world_size == 1 and model.source.world_size > 1:
-        return None, ("not anchored: one device has no all-reduce, and what the replay misses of a "
-                      f"{model.source.world_size}-rank step is mostly its all-reduces' time inside the step")
+        return None, (
+            "not anchored: one device has no all-reduce, and what the replay misses of a "
+            f"{model.source.world_size}-rank step is mostly its all-reduces' time inside the step"
+        )
     try:
         own = model.replay(model.source, all_reduce_seconds(profile, model.source.world_size))
     except (ProfileError, ProjectionError) as exc:  # e.g. a profile without the run's own element type
         return None, f"not anchored: the profile cannot replay the run itself ({exc})"
     measured = record.metrics.iteration_time_s.p50
     if measured < own.step_s / 2:
-        return None, (f"not anchored: the run's measured step, {measured * 1e3:.2f} ms, is less than half its "
-                      f"replay's {own.step_s * 1e3:.2f} ms; the replay is too far off to correct")
+        return None, (
+            f"not anchored: the run's measured step, {measured * 1e3:.2f} ms, is less than half its "
+            f"replay's {own.step_s * 1e3:.2f} ms; the replay is too far off to correct"
+        )
     return measured - own.step_s, (
         f"the run's measured step, {measured * 1e3:.2f} ms: its replay from parts gives {own.step_s * 1e3:.2f} ms, "
-        f"and the {(measured - own.step_s) * 1e3:+.2f} ms it misses is added")
+        f"and the {(measured - own.step_s) * 1e3:+.2f} ms it misses is added"
+    )
 
 
 def format_projection(projection: Projection, record: Record) -> str:
@@ -544,27 +634,33 @@ def format_projection(projection: Projection, record: Record) -> str:
         knobs.append(f"bandwidth x{what.bandwidth_scale:g}")
     lines = [
         f"PROJECTION (not a measurement) of {record.run_id} "
-        f"(measured: {record.spec.world_size} ranks, {record.spec.backend}, bucket cap {record.spec.ddp.bucket_cap_mb:g} MB, "
-        f"{record.spec.ddp.comm_hook})",
-        f"  to world size {what.world_size} on profile {projection.profile_name} ({projection.basis}), {', '.join(knobs)}",
-        f"  step time        {projection.step_s * 1e3:9.2f} ms   band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
-        f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms all-reduce over "
-        f"{projection.buckets} buckets (in the replay from parts)",
+        f"(measured: {record.spec.world_size} ranks, {record.spec.backend}, "
+        f"bucket cap {record.spec.ddp.bucket_cap_mb:g} MB, {record.spec.ddp.comm_hook})",
+        f"  to world size {what.world_size} on profile {projection.profile_name} ({projection.basis}), "
+        f"{', '.join(knobs)}",
+        f"  step time        {projection.step_s * 1e3:9.2f} ms   "
+        f"band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
+        f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms "
+        f"all-reduce over {projection.buckets} buckets (in the replay from parts)",
         f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces "
         "(in the replay from parts)",
         f"  DDP's own work   {projection.ddp_work}",
         f"  anchored on      {projection.anchor}",
         f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
         f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
-        f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
-        f"  efficiency E(N)  {projection.efficiency:9.1%}   band {projection.efficiency_low:.1%} .. {projection.efficiency_high:.1%} "
+        f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   "
+        f"band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
+        f"  efficiency E(N)  {projection.efficiency:9.1%}   "
+        f"band {projection.efficiency_low:.1%} .. {projection.efficiency_high:.1%} "
         f"(against {projection.efficiency_reference})",
     ]
     if projection.measured_step_s is not None:
         # Anchored, the run's projection of itself is its measurement: the model's test is the replay from parts.
         error = projection.modelled_step_s / projection.measured_step_s - 1
-        lines.append(f"  measured         {projection.measured_step_s * 1e3:9.2f} ms   (median iteration time of the run; "
-                     f"replay from parts {error:+.1%})")
+        lines.append(
+            f"  measured         {projection.measured_step_s * 1e3:9.2f} ms   (median iteration time of the run; "
+            f"replay from parts {error:+.1%})"
+        )
     return "\n".join(lines)
 
 
@@ -575,14 +671,22 @@ def _setting(record: Record) -> tuple:
 
 def _is_default(record: Record) -> bool:
     knobs = record.spec.ddp
-    return knobs.bucket_cap_mb == 25.0 and knobs.comm_hook == "allreduce" and not knobs.gradient_as_bucket_view \
+    return (
+        knobs.bucket_cap_mb == 25.0
+        and knobs.comm_hook == "allreduce"
+        and not knobs.gradient_as_bucket_view
         and not knobs.static_graph
+    )
 
 
 def _what_if_of(record: Record) -> WhatIf:
     knobs = record.spec.ddp
-    return WhatIf(world_size=record.spec.world_size, bucket_cap_mb=knobs.bucket_cap_mb, comm_hook=knobs.comm_hook,
-                  gradient_as_bucket_view=knobs.gradient_as_bucket_view)
+    return WhatIf(
+        world_size=record.spec.world_size,
+        bucket_cap_mb=knobs.bucket_cap_mb,
+        comm_hook=knobs.comm_hook,
+        gradient_as_bucket_view=knobs.gradient_as_bucket_view,
+    )
 
 
 def _case_label(record: Record) -> str:
@@ -618,29 +722,53 @@ def validation_cases(records: list[Record], profile: dict) -> list[dict]:
             replayed = project(source, profile, model.source)
             measured = source.metrics.iteration_time_s.p50
             shift = replayed.unexplained_s or 0.0
-            cases.append({"workload": setting[0], "kind": "replay", "case": "replay of the run itself",
-                          "sources": [source.run_id], "targets": [source.run_id], "anchored": 0,
-                          "projected_s": replayed.modelled_step_s, "modelled_s": replayed.modelled_step_s,
-                          "measured_s": measured, "error": replayed.modelled_step_s / measured - 1, "spread": spread,
-                          "timeline_step_s": model.timeline_step_s(),
-                          "band_s": [replayed.step_low_s - shift, replayed.step_high_s - shift]})
+            cases.append(
+                {
+                    "workload": setting[0],
+                    "kind": "replay",
+                    "case": "replay of the run itself",
+                    "sources": [source.run_id],
+                    "targets": [source.run_id],
+                    "anchored": 0,
+                    "projected_s": replayed.modelled_step_s,
+                    "modelled_s": replayed.modelled_step_s,
+                    "measured_s": measured,
+                    "error": replayed.modelled_step_s / measured - 1,
+                    "spread": spread,
+                    "timeline_step_s": model.timeline_step_s(),
+                    "band_s": [replayed.step_low_s - shift, replayed.step_high_s - shift],
+                }
+            )
         by_knobs: dict[tuple, list[Record]] = {}
         for target in members:
             if not _is_default(target):
                 what = _what_if_of(target)
-                by_knobs.setdefault((what.bucket_cap_mb, what.comm_hook, what.gradient_as_bucket_view), []).append(target)
+                by_knobs.setdefault((what.bucket_cap_mb, what.comm_hook, what.gradient_as_bucket_view), []).append(
+                    target
+                )
         for _, targets in sorted(by_knobs.items(), key=lambda item: str(item[0])):
             targets.sort(key=lambda r: r.run_id)
             projections = [project(source, profile, _what_if_of(targets[0])) for source in sources]
             projected = statistics.median(p.step_s for p in projections)
             measured = statistics.median(t.metrics.iteration_time_s.p50 for t in targets)
-            cases.append({"workload": setting[0], "kind": "what-if", "case": _case_label(targets[0]),
-                          "sources": [r.run_id for r in sources], "targets": [t.run_id for t in targets],
-                          "anchored": sum(p.unexplained_s is not None for p in projections),
-                          "projected_s": projected, "modelled_s": statistics.median(p.modelled_step_s for p in projections),
-                          "measured_s": measured, "error": projected / measured - 1,
-                          "spread": spread,
-                          "timeline_step_s": statistics.median(RunModel(t).timeline_step_s() for t in targets),
-                          "band_s": [statistics.median(p.step_low_s for p in projections),
-                                     statistics.median(p.step_high_s for p in projections)]})
+            cases.append(
+                {
+                    "workload": setting[0],
+                    "kind": "what-if",
+                    "case": _case_label(targets[0]),
+                    "sources": [r.run_id for r in sources],
+                    "targets": [t.run_id for t in targets],
+                    "anchored": sum(p.unexplained_s is not None for p in projections),
+                    "projected_s": projected,
+                    "modelled_s": statistics.median(p.modelled_step_s for p in projections),
+                    "measured_s": measured,
+                    "error": projected / measured - 1,
+                    "spread": spread,
+                    "timeline_step_s": statistics.median(RunModel(t).timeline_step_s() for t in targets),
+                    "band_s": [
+                        statistics.median(p.step_low_s for p in projections),
+                        statistics.median(p.step_high_s for p in projections),
+                    ],
+                }
+            )
     return cases

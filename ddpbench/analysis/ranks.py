@@ -26,8 +26,17 @@ summaries: heat map, percentile bands, the slowest ranks and nodes by name."""
 STRAGGLER_THRESHOLD = 0.10
 """A rank (or node) whose median is this much above the median rank's is called a straggler."""
 SLOWEST_SHOWN = 5
-RANK_COLUMNS = ["rank", "host", "step_p50_s", "step_p90_s", "step_max_s", "slowest_steps_pct",
-                "no_sync_p50_s", "measure_s", "above_median_pct"]
+RANK_COLUMNS = [
+    "rank",
+    "host",
+    "step_p50_s",
+    "step_p90_s",
+    "step_max_s",
+    "slowest_steps_pct",
+    "no_sync_p50_s",
+    "measure_s",
+    "above_median_pct",
+]
 
 
 def step_matrix(record: Record) -> np.ndarray | None:
@@ -50,12 +59,16 @@ def rank_frame(record: Record) -> pd.DataFrame:
         return pd.DataFrame(columns=RANK_COLUMNS)
     slowest = np.bincount(matrix.argmax(axis=0), minlength=matrix.shape[0])
     percentiles = np.percentile(matrix, [50, 90], axis=1)
-    frame = pd.DataFrame({
-        "rank": [rank.rank for rank in sorted(record.ranks, key=lambda r: r.rank)],
-        "host": hosts(record),
-        "step_p50_s": percentiles[0], "step_p90_s": percentiles[1], "step_max_s": matrix.max(axis=1),
-        "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
-    })
+    frame = pd.DataFrame(
+        {
+            "rank": [rank.rank for rank in sorted(record.ranks, key=lambda r: r.rank)],
+            "host": hosts(record),
+            "step_p50_s": percentiles[0],
+            "step_p90_s": percentiles[1],
+            "step_max_s": matrix.max(axis=1),
+            "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
+        }
+    )
     replay = record.overlap.no_sync if record.overlap else None
     if replay and len(replay.by_rank) == len(frame):
         frame["no_sync_p50_s"] = [rank.no_sync_step_time_median_s for rank in replay.by_rank]
@@ -96,24 +109,34 @@ def straggler_verdict(ranks: pd.DataFrame, threshold: float = STRAGGLER_THRESHOL
         return Verdict(False, "One rank: nothing to compare.")
     measure = measure_name(ranks)
     limit = 100 * threshold
-    basis = (f"A rank is a straggler when its {measure} is {limit:.0f} % or more above the median rank's; "
-             "every DDP step waits for the slowest rank.")
+    basis = (
+        f"A rank is a straggler when its {measure} is {limit:.0f} % or more above the median rank's; "
+        "every DDP step waits for the slowest rank."
+    )
     slow = ranks[ranks["above_median_pct"] >= limit].sort_values("measure_s", ascending=False)
     nodes = node_frame(ranks)
     if slow.empty:
         top = ranks.loc[ranks["measure_s"].idxmax()]
-        return Verdict(False, f"No straggler: every rank's {measure} is within {limit:.0f} % of the median rank's "
-                              f"(slowest: rank {top['rank']} on {top['host']}, {top['above_median_pct']:+.1f} %).",
-                       basis)
+        return Verdict(
+            False,
+            f"No straggler: every rank's {measure} is within {limit:.0f} % of the median rank's "
+            f"(slowest: rank {top['rank']} on {top['host']}, {top['above_median_pct']:+.1f} %).",
+            basis,
+        )
     slow_nodes = nodes[(nodes["above_median_pct"] >= limit) & (nodes["ranks"] > 1)] if len(nodes) > 1 else nodes[:0]
     parts = []
     if not slow_nodes.empty:
-        names = ", ".join(f"{row.host} ({row.above_median_pct:+.0f} %)" for row in slow_nodes.head(SLOWEST_SHOWN).itertuples())
+        names = ", ".join(
+            f"{row.host} ({row.above_median_pct:+.0f} %)" for row in slow_nodes.head(SLOWEST_SHOWN).itertuples()
+        )
         parts.append(f"{len(slow_nodes)} slow node(s), every rank on them slow: {names}")
         slow = slow[~slow["host"].isin(slow_nodes["host"])]
     if not slow.empty:
-        named = ", ".join(f"rank {row.rank} on {row.host} ({row.above_median_pct:+.0f} %, slowest in "
-                          f"{row.slowest_steps_pct:.0f} % of steps)" for row in slow.head(SLOWEST_SHOWN).itertuples())
+        named = ", ".join(
+            f"rank {row.rank} on {row.host} ({row.above_median_pct:+.0f} %, slowest in "
+            f"{row.slowest_steps_pct:.0f} % of steps)"
+            for row in slow.head(SLOWEST_SHOWN).itertuples()
+        )
         more = f" and {len(slow) - SLOWEST_SHOWN} more" if len(slow) > SLOWEST_SHOWN else ""
         parts.append(f"{len(slow)} straggler rank(s): {named}{more}")
     return Verdict(True, "; ".join(parts) + ".", basis)
@@ -146,9 +169,16 @@ def rank_spread_frame(records: list[Record]) -> pd.DataFrame:
         if matrix is None:
             continue
         medians = np.median(matrix, axis=1)
-        rows.append({"run_id": record.run_id, "world_size": record.spec.world_size,
-                     "p50_s": float(np.median(medians)), "p90_s": float(np.percentile(medians, 90)),
-                     "max_s": float(medians.max()), "iteration_p50_s": float(np.median(matrix.max(axis=0)))})
+        rows.append(
+            {
+                "run_id": record.run_id,
+                "world_size": record.spec.world_size,
+                "p50_s": float(np.median(medians)),
+                "p90_s": float(np.percentile(medians, 90)),
+                "max_s": float(medians.max()),
+                "iteration_p50_s": float(np.median(matrix.max(axis=0))),
+            }
+        )
     return pd.DataFrame(rows, columns=["run_id", "world_size", "p50_s", "p90_s", "max_s", "iteration_p50_s"])
 
 
@@ -161,5 +191,10 @@ def exposed_across_ranks(record: Record) -> dict | None:
     exposed = np.array([rank.exposed_comm_s for rank in replay.by_rank])
     worst = int(exposed.argmax())
     host_of = dict(zip([rank.rank for rank in sorted(record.ranks, key=lambda r: r.rank)], hosts(record)))
-    return {"p50_s": float(np.median(exposed)), "p90_s": float(np.percentile(exposed, 90)),
-            "max_s": float(exposed.max()), "worst_rank": worst, "worst_host": host_of.get(worst, "?")}
+    return {
+        "p50_s": float(np.median(exposed)),
+        "p90_s": float(np.percentile(exposed, 90)),
+        "max_s": float(exposed.max()),
+        "worst_rank": worst,
+        "worst_host": host_of.get(worst, "?"),
+    }

@@ -8,8 +8,9 @@ Adding a metric is one `Metric(...)` entry here (or `register(Metric(...))` from
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from ddpbench.analysis.metrics import iteration_times_s
 from ddpbench.records.schema import Record
@@ -57,8 +58,9 @@ def overlap_pct(record: Record) -> float | None:
 
 def exposed_comm_trace_s(record: Record) -> float | None:
     """The worst rank's exposed communication per profiled step, from its trace."""
-    values = [view.exposed_comm_us_per_step for view in _trace_ranks(record)
-              if view.exposed_comm_us_per_step is not None]
+    values = [
+        view.exposed_comm_us_per_step for view in _trace_ranks(record) if view.exposed_comm_us_per_step is not None
+    ]
     return max(values) / 1e6 if values else None
 
 
@@ -98,27 +100,86 @@ def _metric(field: str) -> Callable[[Record], float | None]:
 
 METRICS: list[Metric] = [
     Metric("throughput", "throughput", _metric("throughput_units_per_s"), "unit/s", "{:,.1f}", "higher"),
-    Metric("throughput_per_device", "per device", _metric("throughput_units_per_s_per_device"), "unit/s",
-           "{:,.1f}", "higher"),
+    Metric(
+        "throughput_per_device",
+        "per device",
+        _metric("throughput_units_per_s_per_device"),
+        "unit/s",
+        "{:,.1f}",
+        "higher",
+    ),
     Metric("iteration_p50_s", "iteration p50", iteration_p50_s, "s", "{:,.2f}", "lower", 1000, "ms"),
-    Metric("iteration_p90_s", "iteration p90", lambda r: r.metrics.iteration_time_s.p90 if r.metrics else None,
-           "s", "{:,.2f}", "lower", 1000, "ms", in_scaling_table=False),
-    Metric("iteration_mean_s", "iteration mean",
-           lambda r: r.metrics.iteration_time_s.mean if r.metrics else None, "s", "{:,.2f}", "lower", 1000, "ms",
-           in_scaling_table=False),
+    Metric(
+        "iteration_p90_s",
+        "iteration p90",
+        lambda r: r.metrics.iteration_time_s.p90 if r.metrics else None,
+        "s",
+        "{:,.2f}",
+        "lower",
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
+    Metric(
+        "iteration_mean_s",
+        "iteration mean",
+        lambda r: r.metrics.iteration_time_s.mean if r.metrics else None,
+        "s",
+        "{:,.2f}",
+        "lower",
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
     # Beside the timed p50: the steps that overlap and the trace's exposed time come from.
-    Metric("profiled_step_p50_s", "profiled step p50", profiled_step_p50_s, "s", "{:,.2f}", None, 1000, "ms",
-           in_scaling_table=False),
+    Metric(
+        "profiled_step_p50_s",
+        "profiled step p50",
+        profiled_step_p50_s,
+        "s",
+        "{:,.2f}",
+        None,
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
     # Model FLOPs utilisation on GPUs (None on CPUs and on GPUs without a published peak).
     Metric("mfu", "MFU", _metric("mfu"), "", "{:.1f}", "higher", 100, "% of peak"),
     Metric("window_s", "timed window", _metric("window_s"), "s", "{:,.2f}", in_scaling_table=False),
     Metric("overlap_pct", "overlap", overlap_pct, "%", "{:,.1f}", "higher", in_scaling_table=False),
-    Metric("exposed_comm_trace_s", "exposed, trace", exposed_comm_trace_s, "s", "{:,.2f}", "lower", 1000, "ms",
-           in_scaling_table=False),
-    Metric("exposed_comm_no_sync_s", "exposed, no_sync", exposed_comm_no_sync_s, "s", "{:,.2f}", "lower", 1000,
-           "ms", in_scaling_table=False),
-    Metric("exposed_comm_reducer_s", "exposed, reducer", exposed_comm_reducer_s, "s", "{:,.2f}", "lower", 1000,
-           "ms", in_scaling_table=False),
+    Metric(
+        "exposed_comm_trace_s",
+        "exposed, trace",
+        exposed_comm_trace_s,
+        "s",
+        "{:,.2f}",
+        "lower",
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
+    Metric(
+        "exposed_comm_no_sync_s",
+        "exposed, no_sync",
+        exposed_comm_no_sync_s,
+        "s",
+        "{:,.2f}",
+        "lower",
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
+    Metric(
+        "exposed_comm_reducer_s",
+        "exposed, reducer",
+        exposed_comm_reducer_s,
+        "s",
+        "{:,.2f}",
+        "lower",
+        1000,
+        "ms",
+        in_scaling_table=False,
+    ),
 ]
 
 

@@ -56,7 +56,7 @@ def allreduce_intervals_us(path: str) -> dict[int, list[tuple[float, float]]]:
         busy = [interval for interval in backward if interval[0] < end and interval[1] > start]
         rows = []
         for index, (begin, finish) in enumerate(mine):
-            others = busy + mine[:index] + mine[index + 1:]
+            others = busy + mine[:index] + mine[index + 1 :]
             merged = intervals.merge(np.array([o[0] for o in others], float), np.array([o[1] for o in others], float))
             shared = intervals.intersection((np.array([begin]), np.array([finish])), merged)
             rows.append((finish - begin, shared))
@@ -81,12 +81,22 @@ def bucket_times_s(record: Record) -> list[dict]:
         if any(len(r[number]) != len(sizes) for r in per_rank):
             continue
         for bucket in range(len(sizes)):
-            per_bucket[bucket].append((min(r[number][bucket][0] for r in per_rank) / 1e6,
-                                       max(r[number][bucket][1] for r in per_rank) / 1e6))
+            per_bucket[bucket].append(
+                (min(r[number][bucket][0] for r in per_rank) / 1e6, max(r[number][bucket][1] for r in per_rank) / 1e6)
+            )
     wire_factor = 0.5 if record.spec.ddp.comm_hook != "allreduce" else 1.0
-    return [{"bucket": i, "bytes": sizes[i], "wire_bytes": int(sizes[i] * wire_factor), "steps": len(steps),
-             "trace_s": statistics.median(seconds for seconds, _ in steps), "per_step": steps}
-            for i, steps in enumerate(per_bucket) if steps]
+    return [
+        {
+            "bucket": i,
+            "bytes": sizes[i],
+            "wire_bytes": int(sizes[i] * wire_factor),
+            "steps": len(steps),
+            "trace_s": statistics.median(seconds for seconds, _ in steps),
+            "per_step": steps,
+        }
+        for i, steps in enumerate(per_bucket)
+        if steps
+    ]
 
 
 def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
@@ -109,13 +119,25 @@ def profile_vs_trace(record: Record, profile: dict) -> list[dict]:
     result = []
     relative = lambda predicted, seen: predicted / seen - 1 if seen > 0 else None  # noqa: E731
     for row, replay_s in zip(rows, replayed):
-        predicted = predict(profile, "all_reduce", record.spec.world_size, row["wire_bytes"],
-                            dtype=WIRE_DTYPE[record.spec.ddp.comm_hook]).seconds
+        predicted = predict(
+            profile,
+            "all_reduce",
+            record.spec.world_size,
+            row["wire_bytes"],
+            dtype=WIRE_DTYPE[record.spec.ddp.comm_hook],
+        ).seconds
         alone = [seconds for seconds, overlapped in row.pop("per_step") if overlapped <= ALONE_AT_MOST * predicted]
         alone_s = statistics.median(alone) if alone else None
-        result.append({**row, "predicted_s": predicted, "error": relative(predicted, row["trace_s"]),
-                       "alone_steps": len(alone), "alone_s": alone_s,
-                       "alone_error": None if alone_s is None else relative(predicted, alone_s),
-                       "replayed_s": replay_s,
-                       "replay_error": None if replay_s is None else relative(replay_s, row["trace_s"])})
+        result.append(
+            {
+                **row,
+                "predicted_s": predicted,
+                "error": relative(predicted, row["trace_s"]),
+                "alone_steps": len(alone),
+                "alone_s": alone_s,
+                "alone_error": None if alone_s is None else relative(predicted, alone_s),
+                "replayed_s": replay_s,
+                "replay_error": None if replay_s is None else relative(replay_s, row["trace_s"]),
+            }
+        )
     return result

@@ -30,8 +30,12 @@ def trace_files(paths: list[str]) -> list[str]:
     found = []
     for path in paths:
         if os.path.isdir(path):
-            inside = [os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names
-                      if name.endswith(TRACE_SUFFIXES)]
+            inside = [
+                os.path.join(folder, name)
+                for folder, _, names in os.walk(path)
+                for name in names
+                if name.endswith(TRACE_SUFFIXES)
+            ]
             if not inside:
                 raise TraceError(f"{path}: no trace files in this folder (looked for *.json and *.json.gz)")
             found += sorted(inside, key=_natural)
@@ -57,7 +61,9 @@ def usable_jobs(requested: int | None, files: int) -> int:
     return max(1, min(requested or DEFAULT_JOBS, cores if requested is None else requested, files))
 
 
-def analyze_job(paths: list[str], mode: str = "ddpbench", jobs: int | None = None) -> tuple[list[TraceAnalysis], list[str]]:
+def analyze_job(
+    paths: list[str], mode: str = "ddpbench", jobs: int | None = None
+) -> tuple[list[TraceAnalysis], list[str]]:
     """Analyse every file; returns the analyses in rank order and one message per file that could
     not be analysed (one broken file never hides the others)."""
     workers = usable_jobs(jobs, len(paths))
@@ -84,9 +90,16 @@ def straggler_ranking(analyses: list[TraceAnalysis]) -> list[dict]:
     by_rank: dict = {}
     for row in per_step:
         by_rank.setdefault(row["latest_rank"], []).append(row)
-    ranking = [{"rank": rank, "last_in_steps": len(rows), "of_steps": len(per_step),
-                "median_lag_ms": statistics.median(r["lag_ms"] for r in rows), "steps": [r["step"] for r in rows]}
-               for rank, rows in by_rank.items()]
+    ranking = [
+        {
+            "rank": rank,
+            "last_in_steps": len(rows),
+            "of_steps": len(per_step),
+            "median_lag_ms": statistics.median(r["lag_ms"] for r in rows),
+            "steps": [r["step"] for r in rows],
+        }
+        for rank, rows in by_rank.items()
+    ]
     return sorted(ranking, key=lambda r: (-r["last_in_steps"], -r["median_lag_ms"]))
 
 
@@ -119,29 +132,43 @@ def _summary(analyses: list[TraceAnalysis], per_rank: bool) -> str:
     world = sorted({s["world_size"] for s in summaries if s["world_size"] is not None})
     steps = sorted({s["steps_analysed"] for s in summaries})
     step_count = str(steps[0]) if len(steps) == 1 else f"{steps[0]} to {steps[-1]}"
-    lines = [f"{len(analyses)} rank traces ({', '.join(kinds)}, backend {', '.join(backends)}, world size "
-             f"{', '.join(map(str, world)) or '?'}), {step_count} profiler steps each"]
+    lines = [
+        f"{len(analyses)} rank traces ({', '.join(kinds)}, backend {', '.join(backends)}, world size "
+        f"{', '.join(map(str, world)) or '?'}), {step_count} profiler steps each"
+    ]
     if world and world[-1] != len(analyses):
         lines.append(f"note: {len(analyses)} of {world[-1]} ranks' traces were analysed")
 
     def per_step_ms(key):
         return [s[key] / s["steps_analysed"] / 1000 for s in summaries if s["steps_analysed"]]
 
-    lines.append(f"  overlap %                 {_spread([s['overlap_pct'] for s in summaries if s['overlap_pct'] is not None])}")
-    for key, label in (("exposed_comm_us", "exposed comm ms/step"), ("comm_us", "comm ms/step"),
-                       ("compute_us", "compute ms/step"), ("idle_us", "idle ms/step")):
+    lines.append(
+        f"  overlap %                 {_spread([s['overlap_pct'] for s in summaries if s['overlap_pct'] is not None])}"
+    )
+    for key, label in (
+        ("exposed_comm_us", "exposed comm ms/step"),
+        ("comm_us", "comm ms/step"),
+        ("compute_us", "compute ms/step"),
+        ("idle_us", "idle ms/step"),
+    ):
         lines.append(f"  {label:<25} {_spread(per_step_ms(key))}")
-    worst = sorted((s for s in summaries if s["exposed_comm_us_per_step"] is not None),
-                   key=lambda s: -s["exposed_comm_us_per_step"])[:RANKED]
+    worst = sorted(
+        (s for s in summaries if s["exposed_comm_us_per_step"] is not None),
+        key=lambda s: -s["exposed_comm_us_per_step"],
+    )[:RANKED]
     if worst:
-        lines.append("most exposed communication: " + ", ".join(
-            f"rank {s['rank']} ({s['exposed_comm_us_per_step'] / 1000:.2f} ms/step)" for s in worst))
+        lines.append(
+            "most exposed communication: "
+            + ", ".join(f"rank {s['rank']} ({s['exposed_comm_us_per_step'] / 1000:.2f} ms/step)" for s in worst)
+        )
     ranking = straggler_ranking(analyses)
     if ranking:
         lines.append("stragglers (the rank whose collectives start last in a step; everyone waits for it):")
         for row in ranking[:RANKED]:
-            lines.append(f"  rank {row['rank']}: last in {row['last_in_steps']} of {row['of_steps']} steps, "
-                         f"median {row['median_lag_ms']:.3f} ms after the first rank")
+            lines.append(
+                f"  rank {row['rank']}: last in {row['last_in_steps']} of {row['of_steps']} steps, "
+                f"median {row['median_lag_ms']:.3f} ms after the first rank"
+            )
         if len(ranking) > RANKED:
             lines.append(f"  ... and {len(ranking) - RANKED} more ranks were last in some step (--json lists all)")
     elif len(analyses) > 1:

@@ -36,8 +36,8 @@ try:
 except ImportError:  # a machine without the wheel still reads traces, at zlib's pace
     import gzip as igzip
 
-from ddpbench.records.schema import TraceStep  # one profiler step of one rank, as records store it
 from ddpbench.analysis import intervals as iv
+from ddpbench.records.schema import TraceStep  # one profiler step of one rank, as records store it
 
 MODES = ("ddpbench", "hta")
 GPU_EVENT_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -124,12 +124,20 @@ class TraceAnalysis:
 
     def summary(self) -> dict:
         """Totals over the analysed steps, and the steps themselves."""
-        totals = {key: sum(getattr(s, key) for s in self.steps)
-                  for key in ("span_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "idle_us")}
+        totals = {
+            key: sum(getattr(s, key) for s in self.steps)
+            for key in ("span_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "idle_us")
+        }
         comm = totals["comm_us"]
         return {
-            "path": self.path, "rank": self.rank, "rank_source": self.rank_source, "world_size": self.world_size,
-            "backend": self.backend, "kind": self.kind, "mode": self.mode, "steps_analysed": len(self.steps),
+            "path": self.path,
+            "rank": self.rank,
+            "rank_source": self.rank_source,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "kind": self.kind,
+            "mode": self.mode,
+            "steps_analysed": len(self.steps),
             **totals,
             "overlap_pct": 100.0 * totals["overlap_us"] / comm if comm > 0 else None,
             "exposed_comm_us_per_step": totals["exposed_comm_us"] / len(self.steps) if self.steps else None,
@@ -199,8 +207,10 @@ def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
         # HTA 0.5.0 rounds microsecond timestamps: start up, end down (so short kernels may end
         # up with zero or negative length, which HTA keeps; so do we, to agree with it).
         starts, ends = np.ceil(starts), np.floor(ends)
-    role = np.array([1 if c == "kernel" and n.startswith("nccl") else 0 if c == "kernel" else 2
-                     for n, c in zip(names, categories)], dtype=int)
+    role = np.array(
+        [1 if c == "kernel" and n.startswith("nccl") else 0 if c == "kernel" else 2 for n, c in zip(names, categories)],
+        dtype=int,
+    )
     launches = scan.launches
     anchor = np.array([launches.get(c, np.nan) for c in correlations], dtype=float)
     return _Events(starts, ends, role, anchor)
@@ -238,9 +248,15 @@ def _step_overlap(step: int, compute, comm, other, span_start: float, span_end: 
     span_us = float(span_end - span_start)
     exposed = comm_us - overlap_us
     return TraceStep(
-        step=step, span_us=span_us, comm_us=comm_us, compute_us=compute_us, overlap_us=overlap_us,
-        overlap_pct=100.0 * overlap_us / comm_us if comm_us > 0 else None, exposed_comm_us=exposed,
-        other_us=busy_us - compute_us - exposed, idle_us=span_us - busy_us,
+        step=step,
+        span_us=span_us,
+        comm_us=comm_us,
+        compute_us=compute_us,
+        overlap_us=overlap_us,
+        overlap_pct=100.0 * overlap_us / comm_us if comm_us > 0 else None,
+        exposed_comm_us=exposed,
+        other_us=busy_us - compute_us - exposed,
+        idle_us=span_us - busy_us,
         first_comm_start_us=float(comm[0][0]) + base_us if len(comm[0]) else None,
     )
 
@@ -262,11 +278,20 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
         # Kernels launched (or an NCCL job) but none recorded: CUPTI did not trace the GPU. Read as
         # a CPU trace it would report the launch calls as the step's work.
         evidence = f"{len(scan.launches)} CUDA launch events" if scan.launches else "backend nccl"
-        raise TraceError(f"{path}: a GPU trace ({evidence}) without kernel events: the profiler did not "
-                         f"record GPU activity (CUPTI unavailable, or ProfilerActivity.CUDA not requested); "
-                         f"refusing to analyse it as a CPU trace")
-    result = TraceAnalysis(path=path, rank=rank, rank_source=rank_source, world_size=info.get("world_size"),
-                           backend=info.get("backend"), kind=kind, mode=mode)
+        raise TraceError(
+            f"{path}: a GPU trace ({evidence}) without kernel events: the profiler did not "
+            f"record GPU activity (CUPTI unavailable, or ProfilerActivity.CUDA not requested); "
+            f"refusing to analyse it as a CPU trace"
+        )
+    result = TraceAnalysis(
+        path=path,
+        rank=rank,
+        rank_source=rank_source,
+        world_size=info.get("world_size"),
+        backend=info.get("backend"),
+        kind=kind,
+        mode=mode,
+    )
     if len(numbers) == 0:
         raise TraceError(f"{path}: no ProfilerStep#N annotations; profile with a schedule and call prof.step()")
     if kind == "cpu":
@@ -277,8 +302,9 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
         index = np.searchsorted(step_starts, found.anchor, side="right") - 1
         for i, number in enumerate(numbers):
             keep = index == i
-            compute, comm, other = (iv.clip(s, step_starts[i], step_ends[i])
-                                    for s in _sets(found.starts, found.ends, found.role, keep))
+            compute, comm, other = (
+                iv.clip(s, step_starts[i], step_ends[i]) for s in _sets(found.starts, found.ends, found.role, keep)
+            )
             result.steps.append(_step_overlap(int(number), compute, comm, other, step_starts[i], step_ends[i], base_us))
         return result
 
@@ -291,8 +317,10 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
         comm_us = iv.total(comm)
         result.hta = {
             "overlap_pct": 100.0 * iv.intersection(comm, compute) / comm_us if comm_us > 0 else None,
-            "compute_us": iv.total(compute), "non_compute_us": busy - iv.total(compute),
-            "idle_us": span - busy, "kernel_span_us": span,
+            "compute_us": iv.total(compute),
+            "non_compute_us": busy - iv.total(compute),
+            "idle_us": span - busy,
+            "kernel_span_us": span,
         }
     index = np.searchsorted(step_starts, gpu.anchor, side="right") - 1
     inside = (index >= 0) & (gpu.anchor < step_ends[np.clip(index, 0, None)])
@@ -314,9 +342,13 @@ def _kernel_accounting(gpu: _Events, analysed: np.ndarray) -> dict:
     unlaunched = kernel & np.isnan(gpu.anchor)
     outside = kernel & ~analysed & ~unlaunched
     duration = gpu.ends - gpu.starts
-    return {"total": int(kernel.sum()), "analysed": int((kernel & analysed).sum()),
-            "without_launch": int(unlaunched.sum()), "without_launch_us": float(duration[unlaunched].sum()),
-            "outside_analysed_steps": int(outside.sum())}
+    return {
+        "total": int(kernel.sum()),
+        "analysed": int((kernel & analysed).sum()),
+        "without_launch": int(unlaunched.sum()),
+        "without_launch_us": float(duration[unlaunched].sum()),
+        "outside_analysed_steps": int(outside.sum()),
+    }
 
 
 def stragglers(analyses: list[TraceAnalysis]) -> list[dict]:
@@ -333,8 +365,7 @@ def stragglers(analyses: list[TraceAnalysis]) -> list[dict]:
         if len(starts) < len(analyses) or len(starts) < 2:
             continue
         latest = max(starts, key=starts.get)
-        rows.append({"step": step, "latest_rank": latest,
-                     "lag_ms": (starts[latest] - min(starts.values())) / 1000.0})
+        rows.append({"step": step, "latest_rank": latest, "lag_ms": (starts[latest] - min(starts.values())) / 1000.0})
     return rows
 
 
@@ -348,26 +379,33 @@ def overlap_frame(analyses: list[TraceAnalysis]):
 
 def format_trace_table(analyses: list[TraceAnalysis]) -> str:
     """The per-rank table that `ddpbench trace analyze` prints."""
+
     def ms(us):
         return f"{us / 1000:9.3f}"
 
-    lines = [f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
-             f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"]
+    lines = [
+        f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
+        f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"
+    ]
     for analysis in analyses:
         summary = analysis.summary()
         rank = "?" if summary["rank"] is None else str(summary["rank"])
         if summary["rank_source"] == "file name":
             rank += "*"
         overlap = "n/a" if summary["overlap_pct"] is None else f"{summary['overlap_pct']:.2f}"
-        lines.append(f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
-                     f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
-                     f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}")
+        lines.append(
+            f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
+            f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
+            f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}"
+        )
         if summary["hta"]:
             hta = summary["hta"]
             overlap = "n/a" if hta["overlap_pct"] is None else f"{hta['overlap_pct']:.2f} %"
-            lines.append(f"{'':>6} HTA 0.5.0 view: overlap {overlap}, compute {hta['compute_us']:.0f} us, "
-                         f"non-compute {hta['non_compute_us']:.0f} us, idle {hta['idle_us']:.0f} us, "
-                         f"kernel span {hta['kernel_span_us']:.0f} us")
+            lines.append(
+                f"{'':>6} HTA 0.5.0 view: overlap {overlap}, compute {hta['compute_us']:.0f} us, "
+                f"non-compute {hta['non_compute_us']:.0f} us, idle {hta['idle_us']:.0f} us, "
+                f"kernel span {hta['kernel_span_us']:.0f} us"
+            )
     notes = ["totals over whole profiler steps; overlap = (communication and computation both active) / communication"]
     if any(a.rank_source == "file name" for a in analyses):
         notes.append("* rank taken from the file name: the trace has no distributedInfo")
@@ -378,7 +416,9 @@ def format_trace_table(analyses: list[TraceAnalysis]) -> str:
     for analysis in analyses:
         kernels = analysis.kernels or {}
         if kernels.get("without_launch"):
-            notes.append(f"{analysis.path}: {kernels['without_launch']} of {kernels['total']} kernels "
-                         f"({kernels['without_launch_us'] / 1000:.3f} ms) have no launch event with their "
-                         f"correlation id, so no step: left out of the figures above")
+            notes.append(
+                f"{analysis.path}: {kernels['without_launch']} of {kernels['total']} kernels "
+                f"({kernels['without_launch_us'] / 1000:.3f} ms) have no launch event with their "
+                f"correlation id, so no step: left out of the figures above"
+            )
     return "\n".join(lines + notes)

@@ -10,6 +10,7 @@ import sys
 from ddpbench.commands.arguments import spec_from_args
 from ddpbench.config.errors import SpecError
 
+
 def command_comm(args: argparse.Namespace) -> int:
     from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommFailed, CommOptions, parse_bytes, report_comm, run_comm
     from ddpbench.running.environment import visible_gpu_count
@@ -17,19 +18,28 @@ def command_comm(args: argparse.Namespace) -> int:
     gpus = visible_gpu_count()
     by_device = {"cpu": "gloo", "cuda": "nccl"}.get(args.device)
     if args.backend and by_device and args.backend != by_device:
-        raise SpecError(f"--backend {args.backend} does not go with --device {args.device}: cpu measures gloo, "
-                        "cuda measures nccl")
+        raise SpecError(
+            f"--backend {args.backend} does not go with --device {args.device}: cpu measures gloo, "
+            "cuda measures nccl"
+        )
     if args.device == "cuda" and not gpus:
         raise SpecError("--device cuda: this machine has no visible GPU")
     backend = args.backend or by_device or ("nccl" if gpus else "gloo")
     device = "cuda" if backend == "nccl" else "cpu"
     options = CommOptions(
-        nproc=args.nproc or (gpus if backend == "nccl" else 2), backend=backend, collectives=args.collectives,
+        nproc=args.nproc or (gpus if backend == "nccl" else 2),
+        backend=backend,
+        collectives=args.collectives,
         dtypes=args.dtypes,
         min_bytes=parse_bytes(args.min_bytes),
         max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
-        warmup=args.warmup, min_iters=args.min_iters, max_iters=args.max_iters,
-        seconds_per_size=args.seconds_per_size, out=args.out, name=args.name)
+        warmup=args.warmup,
+        min_iters=args.min_iters,
+        max_iters=args.max_iters,
+        seconds_per_size=args.seconds_per_size,
+        out=args.out,
+        name=args.name,
+    )
     try:
         results, profile, folder = run_comm(options)
     except CommFailed as exc:
@@ -78,10 +88,13 @@ def command_project(args: argparse.Namespace) -> int:
     record = load_run_record(args.run)
     try:
         profile = load_profile(args.profile)
-        what = WhatIf(world_size=args.world,
-                      bucket_cap_mb=record.spec.ddp.bucket_cap_mb if args.bucket_cap_mb is None else args.bucket_cap_mb,
-                      comm_hook=args.comm_hook or record.spec.ddp.comm_hook, bandwidth_scale=args.bandwidth_scale,
-                      gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view)
+        what = WhatIf(
+            world_size=args.world,
+            bucket_cap_mb=record.spec.ddp.bucket_cap_mb if args.bucket_cap_mb is None else args.bucket_cap_mb,
+            comm_hook=args.comm_hook or record.spec.ddp.comm_hook,
+            bandwidth_scale=args.bandwidth_scale,
+            gradient_as_bucket_view=record.spec.ddp.gradient_as_bucket_view,
+        )
         projection = project(record, profile, what, *sweep_reference(args.run, record))
     except (ProfileError, ProjectionError) as exc:
         raise SpecError(str(exc)) from None

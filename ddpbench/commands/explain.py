@@ -10,14 +10,25 @@ from ddpbench.config.errors import SpecError
 
 
 def add_explain_parser(commands) -> None:
-    explain = commands.add_parser("explain", help="where each DDP run's efficiency went: the lost time per step split "
-                                                  "into measured terms, with advice")
+    explain = commands.add_parser(
+        "explain",
+        help="where each DDP run's efficiency went: the lost time per step split " "into measured terms, with advice",
+    )
     explain.add_argument("sweep_dir")
-    explain.add_argument("--json", dest="json_path", metavar="PATH", default=None,
-                         help="also write the breakdowns as JSON, a list with one object per DDP run")
-    explain.add_argument("--profile", default=None, metavar="FILE|PRESET",
-                         help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "
-                              "communication then projects the gain of each knob (marked as a projection)")
+    explain.add_argument(
+        "--json",
+        dest="json_path",
+        metavar="PATH",
+        default=None,
+        help="also write the breakdowns as JSON, a list with one object per DDP run",
+    )
+    explain.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE|PRESET",
+        help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "
+        "communication then projects the gain of each knob (marked as a projection)",
+    )
     explain.set_defaults(handler=command_explain)
 
 
@@ -70,8 +81,10 @@ def closing_lines(sweep_dir: str) -> list[str]:
     lines = []
     for breakdown in breakdowns:
         name, term = breakdown.largest()
-        lines.append(f"largest loss  {breakdown.workload} x{breakdown.world_size}: {LABELS[name]} "
-                     f"{term.points:.1f} of {100 - 100 * breakdown.efficiency:.1f} points lost")
+        lines.append(
+            f"largest loss  {breakdown.workload} x{breakdown.world_size}: {LABELS[name]} "
+            f"{term.points:.1f} of {100 - 100 * breakdown.efficiency:.1f} points lost"
+        )
     if lines:
         lines.append(f"(ddpbench explain {sweep_dir} breaks every loss down)")
     return lines

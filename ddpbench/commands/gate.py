@@ -20,14 +20,15 @@ def gate_settings(args: argparse.Namespace):
     return GateSettings(
         max_regression=parse_threshold(args.max_regression),
         family_alpha=parse_fraction(args.family_alpha, "--family-alpha"),
-        prior_noise=None if args.prior_noise is None else parse_fraction(args.prior_noise, "--prior-noise"))
+        prior_noise=None if args.prior_noise is None else parse_fraction(args.prior_noise, "--prior-noise"),
+    )
 
 
 def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target."""
     from ddpbench.gate.compare import overall_verdict, underpowered
-    from ddpbench.gate.output import percent, as_json, format_table, markdown_summary, sight_lines
+    from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
     print(format_table(comparisons, settings))
@@ -37,8 +38,10 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
         print(f"note: {note}")
     result = overall_verdict(comparisons)
     blind = underpowered(comparisons)
-    print(f"verdict: {result.upper()} ({header})" + (f"; {len(blind)} comparison(s) cannot see "
-                                                     f"{percent(settings.target)}" if blind else ""))
+    print(
+        f"verdict: {result.upper()} ({header})"
+        + (f"; {len(blind)} comparison(s) cannot see " f"{percent(settings.target)}" if blind else "")
+    )
     if args.summary_md:
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
     if args.json:
@@ -50,10 +53,26 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
 
 def command_gate(args: argparse.Namespace) -> int:
     from ddpbench.gate.baselines import baseline_dir
-    from ddpbench.gate.compare import (GateError, comparability, compare, compare_values, env_differences, load_side,
-                                       usable)
-    from ddpbench.gate.history import (HistoryError, history_dir, leave_out_runs, missing_from_history, read_history,
-                                       recent_rows, sweep_id, values_of, without_runs)
+    from ddpbench.gate.compare import (
+        GateError,
+        comparability,
+        compare,
+        compare_values,
+        env_differences,
+        load_side,
+        usable,
+    )
+    from ddpbench.gate.history import (
+        HistoryError,
+        history_dir,
+        leave_out_runs,
+        missing_from_history,
+        read_history,
+        recent_rows,
+        sweep_id,
+        values_of,
+        without_runs,
+    )
     from ddpbench.gate.values import MEASURE_NAMES, side_values
 
     try:
@@ -64,68 +83,94 @@ def command_gate(args: argparse.Namespace) -> int:
             raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
         candidate = load_side(args.candidate)
         ok = [r for r in candidate if r.status == "ok"]
-        folder = args.history_folder or (history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate)
-                                         else None)
+        folder = args.history_folder or (
+            history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate) else None
+        )
         recent, method, own_rows = {}, "", 0
         if args.baseline == "history" or (folder and os.path.isdir(folder)):
             # A sweep added to the history before it was gated is there already: its own rows are no
             # evidence about it (as baseline they would pull the verdict toward pass), so the gate
             # sees the history as it was before that `history add`.
-            series, own_rows = leave_out_runs(read_history(folder) if folder else {}, sweep_id(args.candidate),
-                                              candidate)
+            series, own_rows = leave_out_runs(
+                read_history(folder) if folder else {}, sweep_id(args.candidate), candidate
+            )
             recent, method = recent_rows(series)
-        own_note = (f"left out: {own_rows} history row(s) that are the candidate's own runs (added before this "
-                    f"gate; a run is no evidence about itself)")
+        own_note = (
+            f"left out: {own_rows} history row(s) that are the candidate's own runs (added before this "
+            f"gate; a run is no evidence about itself)"
+        )
         if args.baseline == "history":
             if not recent and own_rows:
-                raise GateError(f"the history in {folder} holds only the candidate's own runs ({own_rows} rows, "
-                                f"added with history add): nothing else to compare it with; gate a sweep before "
-                                f"adding it, or use --baseline auto or a baseline sweep")
+                raise GateError(
+                    f"the history in {folder} holds only the candidate's own runs ({own_rows} rows, "
+                    f"added with history add): nothing else to compare it with; gate a sweep before "
+                    f"adding it, or use --baseline auto or a baseline sweep"
+                )
             if not recent:
-                raise GateError("--baseline history needs a history folder (--history-folder, or a sweep folder "
-                                "as --candidate so its machine class and suite name one)")
+                raise GateError(
+                    "--baseline history needs a history folder (--history-folder, or a sweep folder "
+                    "as --candidate so its machine class and suite name one)"
+                )
             baseline_path, env_notes = folder, []
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
             missing, more = missing_from_history(series, candidate, args.allow_missing)
             failures, notes = failures + missing, notes + more
             stored = {key: {m: v for m, v in measured.items() if v} for key, measured in values_of(recent).items()}
-            comparisons, more = compare_values(stored, side_values([r for r in candidate if usable(r)]), settings,
-                                               measures, baseline_is_history=True)
+            comparisons, more = compare_values(
+                stored, side_values([r for r in candidate if usable(r)]), settings, measures, baseline_is_history=True
+            )
             comparisons, notes = failures + comparisons, notes + more
             notes.append(f"baseline: the history since each series' last change point ({method})")
             notes += [own_note] if own_rows else []
         else:
             if args.baseline == "auto" and not os.path.isdir(args.candidate):
                 # The stored baseline is found by the sweep's machine class and suite; one record has no suite.
-                raise GateError(f"--baseline auto needs a sweep folder as --candidate (its machine class and suite "
-                                f"name the stored baseline); {args.candidate!r} is a record file: gate it against "
-                                "--baseline SWEEP_DIR or RUN.json instead")
+                raise GateError(
+                    f"--baseline auto needs a sweep folder as --candidate (its machine class and suite "
+                    f"name the stored baseline); {args.candidate!r} is a record file: gate it against "
+                    "--baseline SWEEP_DIR or RUN.json instead"
+                )
             baseline_path = baseline_dir(args.candidate) if args.baseline == "auto" else args.baseline
             if args.baseline == "auto" and not os.path.isdir(baseline_path):
-                raise GateError(f"no stored baseline for this machine class and suite at {baseline_path}; "
-                                f"save one with: ddpbench baseline save SWEEP_DIR")
+                raise GateError(
+                    f"no stored baseline for this machine class and suite at {baseline_path}; "
+                    f"save one with: ddpbench baseline save SWEEP_DIR"
+                )
             baseline = load_side(baseline_path)
             env_notes = env_differences(baseline, candidate)
             if env_notes and not args.allow_env_mismatch:
-                raise GateError("baseline and candidate ran on different machines or software ("
-                                + "; ".join(env_notes) + "); compare like with like, or pass --allow-env-mismatch")
+                raise GateError(
+                    "baseline and candidate ran on different machines or software ("
+                    + "; ".join(env_notes)
+                    + "); compare like with like, or pass --allow-env-mismatch"
+                )
             # The baseline's runs may be in the history too (a nightly saved as baseline): they count
             # once in the noise, as baseline repeats.
             shared = {key: without_runs(rows, sweep_id(baseline_path), baseline) for key, rows in recent.items()}
             twice = sum(map(len, recent.values())) - sum(map(len, shared.values()))
-            comparisons, notes = compare(baseline, candidate, settings, measures, values_of(shared) or None,
-                                         args.allow_failed_runs, args.allow_missing)
+            comparisons, notes = compare(
+                baseline,
+                candidate,
+                settings,
+                measures,
+                values_of(shared) or None,
+                args.allow_failed_runs,
+                args.allow_missing,
+            )
             if recent:
                 notes.append(f"noise also from the history in {folder} since its last change points ({method})")
             notes += [own_note] if own_rows else []
             if twice:
-                notes.append(f"left out of the history's noise: {twice} row(s) that are the baseline's runs (counted "
-                             f"once, as baseline repeats)")
+                notes.append(
+                    f"left out of the history's noise: {twice} row(s) that are the baseline's runs (counted "
+                    f"once, as baseline repeats)"
+                )
             notes = env_notes + notes if args.allow_env_mismatch else notes
     except (GateError, HistoryError, ValueError) as exc:
         raise SpecError(str(exc)) from None
-    return gate_exit(comparisons, settings, notes, env_notes, args,
-                     f"baseline {baseline_path}, candidate {args.candidate}")
+    return gate_exit(
+        comparisons, settings, notes, env_notes, args, f"baseline {baseline_path}, candidate {args.candidate}"
+    )
 
 
 def command_history_add(args: argparse.Namespace) -> int:
@@ -148,8 +193,9 @@ def command_history_changes(args: argparse.Namespace) -> int:
     try:
         found = {}
         for path in args.paths:
-            found.update({s.path: s for s in read_history(path).values()} if os.path.isdir(path)
-                         else {path: read_series(path)})
+            found.update(
+                {s.path: s for s in read_history(path).values()} if os.path.isdir(path) else {path: read_series(path)}
+            )
     except HistoryError as exc:
         raise SpecError(str(exc)) from None
     short = [f"{path} ({len(s.rows)} points)" for path, s in found.items() if len(s.rows) < MIN_POINTS]
@@ -158,8 +204,12 @@ def command_history_changes(args: argparse.Namespace) -> int:
     points, method = change_points({path: s.values("throughput") for path, s in found.items()})
     print(f"change points by {method}")
     for path, series in found.items():
-        marks = ", ".join(f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})"
-                          for i in points[path]) or "none"
+        marks = (
+            ", ".join(
+                f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})" for i in points[path]
+            )
+            or "none"
+        )
         print(f"{series.configuration}: {len(series.rows)} runs; change points: {marks}")
     return 0
 
@@ -183,16 +233,25 @@ def command_ab(args: argparse.Namespace) -> int:
     except (GateError, ValueError) as exc:
         raise SpecError(str(exc)) from None
     out_dir = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
-    print(f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
-          file=sys.stderr)
-    rounds = run_ab(sides[0], sides[1], run_args, args.rounds, out_dir,
-                    progress=lambda line: print(line, file=sys.stderr))
+    print(
+        f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
+        file=sys.stderr,
+    )
+    rounds = run_ab(
+        sides[0], sides[1], run_args, args.rounds, out_dir, progress=lambda line: print(line, file=sys.stderr)
+    )
     comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
     if not comparisons:
         raise SpecError("; ".join(notes) or "no round produced records to compare")
-    return gate_exit(comparisons, settings, notes, [], args, f"A {args.a}, B {args.b}, {args.rounds} rounds",
-                     {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]},
-                      "out": out_dir})
+    return gate_exit(
+        comparisons,
+        settings,
+        notes,
+        [],
+        args,
+        f"A {args.a}, B {args.b}, {args.rounds} rounds",
+        {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]}, "out": out_dir},
+    )
 
 
 def command_baseline_save(args: argparse.Namespace) -> int:
@@ -207,14 +266,23 @@ def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
     add("--family-alpha", default="1%", help="false-alarm rate of the whole comparison (default 1%%)")
-    add("--prior-noise", default=None,
+    add(
+        "--prior-noise",
+        default=None,
         help="run-to-run spread to assume where neither repeats nor history measure it (default 15%% on CPU, "
-             "3%% on GPUs)")
-    add("--allow-failed-runs", action="store_true",
-        help="leave out candidate runs that failed or failed a correctness check instead of failing")
-    add("--fail-underpowered", action="store_true",
+        "3%% on GPUs)",
+    )
+    add(
+        "--allow-failed-runs",
+        action="store_true",
+        help="leave out candidate runs that failed or failed a correctness check instead of failing",
+    )
+    add(
+        "--fail-underpowered",
+        action="store_true",
         help="exit 3 when a comparison is too weak to see its target: twice --max-regression on the log scale "
-             "(9.75%% for 5%%), caught 80%% of the time (a slowdown at the threshold itself is caught at most half "
-             "the time)")
+        "(9.75%% for 5%%), caught 80%% of the time (a slowdown at the threshold itself is caught at most half "
+        "the time)",
+    )
     add("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
     add("--json", default=None, help="write the verdicts as JSON")

@@ -74,16 +74,21 @@ def parse_fault(text: str) -> Fault:
     return Fault(rank=rank, kind=fields["kind"], step=step, where=fields.get("where"))
 
 
-def check_fault_fits(fault: Fault, world_size: int, steps: int, strategy: str = "ddp",
-                     comm_hook: str = "allreduce") -> None:
+def check_fault_fits(
+    fault: Fault, world_size: int, steps: int, strategy: str = "ddp", comm_hook: str = "allreduce"
+) -> None:
     if fault.rank >= world_size:
         raise SpecError(f"--inject-fault rank {fault.rank} does not exist: world size is {world_size}")
     if fault.step >= steps:
-        raise SpecError(f"--inject-fault step {fault.step} is never reached: the run has {steps} steps (0..{steps - 1})")
+        raise SpecError(
+            f"--inject-fault step {fault.step} is never reached: the run has {steps} steps (0..{steps - 1})"
+        )
     if fault.uses_comm_hook and (strategy != "ddp" or comm_hook != "allreduce"):
-        raise SpecError(f"--inject-fault {fault.kind}{',where=' + fault.where if fault.where else ''} goes through "
-                        f"DDP's communication hook: it needs strategy ddp and --comm-hook allreduce; "
-                        f"got strategy {strategy}, comm hook {comm_hook}")
+        raise SpecError(
+            f"--inject-fault {fault.kind}{',where=' + fault.where if fault.where else ''} goes through "
+            f"DDP's communication hook: it needs strategy ddp and --comm-hook allreduce; "
+            f"got strategy {strategy}, comm hook {comm_hook}"
+        )
 
 
 def fault_applies(fault: dict, processes: int, steps: int, strategy: str) -> bool:

@@ -10,8 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpbench.config.faults import fault_applies
-from ddpbench.config.spec import (SCALING_MODES, STRATEGIES, DDPKnobs, RunSpec, SpecError, check_launchable,
-                                  threads_per_process)
+from ddpbench.config.spec import (
+    SCALING_MODES,
+    STRATEGIES,
+    DDPKnobs,
+    RunSpec,
+    SpecError,
+    check_launchable,
+    threads_per_process,
+)
 from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 
@@ -29,15 +36,31 @@ class Suite:
 
 
 SUITES: dict[str, Suite] = {
-    "cpu": Suite(workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8}, size="tiny",
-                 precision="fp32", steps=80, warmup=5,
-                 description="tiny workloads on CPU processes over gloo"),
+    "cpu": Suite(
+        workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8},
+        size="tiny",
+        precision="fp32",
+        steps=80,
+        warmup=5,
+        description="tiny workloads on CPU processes over gloo",
+    ),
     # warm-up 11: DDP host-synchronises its first 10 iterations on GPUs (runtime logging).
-    "gpu": Suite(workloads={"resnet50": 128, "vit_b_16": 64, "gpt2": 8, "mlp": 32}, size="full",
-                 precision="bf16", steps=60, warmup=11,
-                 description="full-size workloads on GPUs, bf16 autocast"),
-    "smoke": Suite(workloads={"mlp": 8}, size="tiny", precision="fp32", steps=12, warmup=2,
-                   description="one tiny workload, for a quick check that everything runs"),
+    "gpu": Suite(
+        workloads={"resnet50": 128, "vit_b_16": 64, "gpt2": 8, "mlp": 32},
+        size="full",
+        precision="bf16",
+        steps=60,
+        warmup=11,
+        description="full-size workloads on GPUs, bf16 autocast",
+    ),
+    "smoke": Suite(
+        workloads={"mlp": 8},
+        size="tiny",
+        precision="fp32",
+        steps=12,
+        warmup=2,
+        description="one tiny workload, for a quick check that everything runs",
+    ),
 }
 
 
@@ -136,8 +159,10 @@ def _per_device_batch(options: SweepOptions, default_batch: int | None, world_si
         raise SpecError("strong scaling of a user workload needs --global-batch or --batch-size")
     global_batch = options.global_batch or per_device * _largest_world_size(options)
     if global_batch % world_size:
-        raise SpecError(f"strong scaling: global batch {global_batch} does not split evenly over "
-                        f"{world_size} devices; pick a multiple of every world size in the sweep")
+        raise SpecError(
+            f"strong scaling: global batch {global_batch} does not split evenly over "
+            f"{world_size} devices; pick a multiple of every world size in the sweep"
+        )
     return global_batch // world_size
 
 
@@ -165,19 +190,29 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
             for nodes, per_node in layouts(options, strategy):
                 world_size = nodes * per_node
                 processes = world_size if strategy == "ddp" else 1
-                fault = options.fault if options.fault and fault_applies(
-                    options.fault, processes, common["steps"], strategy) else None
+                fault = (
+                    options.fault
+                    if options.fault and fault_applies(options.fault, processes, common["steps"], strategy)
+                    else None
+                )
                 for repeat in range(1, options.repeat + 1):
                     suffix = f"-r{repeat}" if options.repeat > 1 else ""
-                    plan.append(RunSpec(
-                        fault=fault, scaling=options.scaling,
-                        workload=workload, strategy=strategy, nproc=per_node, nnodes=nodes,
-                        batch_size=_per_device_batch(options, default_batch, world_size),
-                        threads_per_rank=threads_per_process(strategy, per_node, options.cores,
-                                                             options.max_world_size),
-                        run_id=f"{name}-{strategy}-n{world_size}{suffix}", **common,
-                    ))
+                    plan.append(
+                        RunSpec(
+                            fault=fault,
+                            scaling=options.scaling,
+                            workload=workload,
+                            strategy=strategy,
+                            nproc=per_node,
+                            nnodes=nodes,
+                            batch_size=_per_device_batch(options, default_batch, world_size),
+                            threads_per_rank=threads_per_process(
+                                strategy, per_node, options.cores, options.max_world_size
+                            ),
+                            run_id=f"{name}-{strategy}-n{world_size}{suffix}",
+                            **common,
+                        )
+                    )
     for spec in plan:
         check_launchable(spec)  # before any run starts, not as one failed run after another
     return plan
-

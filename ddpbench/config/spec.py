@@ -41,7 +41,7 @@ def default_warmup(strategy: str, device: str, steps: int) -> int:
 DDP_MIN_WARMUP = 2
 
 
-def check_launchable(spec: "RunSpec") -> None:
+def check_launchable(spec: RunSpec) -> None:
     """Rules a new run must follow that older records need not: checked before launching (and for
     every run of a sweep plan), never when a stored record is read back.
 
@@ -99,7 +99,7 @@ class DDPKnobs:
     """Gradient communication: plain all-reduce, or all-reduce compressed to fp16/bf16."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bucket_cap_mb, (int, float)) or self.bucket_cap_mb <= 0:
+        if not isinstance(self.bucket_cap_mb, int | float) or self.bucket_cap_mb <= 0:
             raise SpecError(f"bucket_cap_mb must be a number > 0; got {self.bucket_cap_mb!r}")
         _one_of("comm_hook", self.comm_hook, COMM_HOOKS)
 
@@ -227,17 +227,18 @@ class RunSpec:
         if self.no_sync_steps is not None:
             _at_least("no_sync_steps", self.no_sync_steps, 0)
         if (self.no_sync_steps or 0) > self.timed_steps:
-            raise SpecError(f"no_sync_steps replays timed steps, so it can be at most steps - warmup = "
-                            f"{self.timed_steps}; got {self.no_sync_steps}")
+            raise SpecError(
+                f"no_sync_steps replays timed steps, so it can be at most steps - warmup = "
+                f"{self.timed_steps}; got {self.no_sync_steps}"
+            )
         if self.threads_per_rank is not None:
             _at_least("threads_per_rank", self.threads_per_rank, 1)
         _at_least("num_workers", self.num_workers, 0)
-        if not isinstance(self.pg_timeout_s, (int, float)) or self.pg_timeout_s <= 0:
+        if not isinstance(self.pg_timeout_s, int | float) or self.pg_timeout_s <= 0:
             raise SpecError(f"pg_timeout_s must be a number > 0; got {self.pg_timeout_s!r}")
         if self.device == "cpu" and self.precision == "fp16":
             raise SpecError(
-                "precision fp16 needs a GPU (CPU autocast has no fp16 GradScaler path); "
-                "on cpu use fp32 or bf16"
+                "precision fp16 needs a GPU (CPU autocast has no fp16 GradScaler path); " "on cpu use fp32 or bf16"
             )
         if self.nnodes > 1:
             if self.strategy != "ddp":
@@ -249,7 +250,7 @@ class RunSpec:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise SpecError(f"rdzv_endpoint must be host:port; got {self.rdzv_endpoint!r}")
-        if not isinstance(self.slowdown, (int, float)) or not 0 <= self.slowdown <= 1:
+        if not isinstance(self.slowdown, int | float) or not 0 <= self.slowdown <= 1:
             raise SpecError(f"slowdown must be a fraction between 0 and 1; got {self.slowdown!r}")
         if self.fault is not None:
             check_fault_fits(Fault(**self.fault), self.processes, self.steps, self.strategy, self.ddp.comm_hook)
@@ -273,7 +274,7 @@ class RunSpec:
             return 0
         return min(10, self.timed_steps) if self.no_sync_steps is None else self.no_sync_steps
 
-    def replace(self, **changes: Any) -> "RunSpec":
+    def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -283,7 +284,7 @@ class RunSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         known = {f.name for f in dataclasses.fields(cls) if f.init}  # world_size, backend are derived
         values = {k: v for k, v in data.items() if k in known}
         values["ddp"] = DDPKnobs(**values.get("ddp", {}))

@@ -41,15 +41,13 @@ def check_workload_name(name: str) -> None:
             tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
         except SyntaxError as exc:
             raise SpecError(f"workload file {path!r} is not valid Python: {exc}") from None
-        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                    if isinstance(t, ast.Name)}
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         if factory not in defined:
             choices = ", ".join(sorted(defined)) or "nothing at top level"
             raise SpecError(f"workload file {path!r} defines no {factory!r} (it defines: {choices})")
         return
     if name not in BUILTIN_WORKLOADS:
         raise SpecError(
-            f"unknown workload {name!r}; valid: {', '.join(sorted(BUILTIN_WORKLOADS))}, "
-            "or path/to/file.py:factory"
+            f"unknown workload {name!r}; valid: {', '.join(sorted(BUILTIN_WORKLOADS))}, " "or path/to/file.py:factory"
         )

@@ -52,16 +52,19 @@ def resolve_side(name: str, given: str, python: str | None = None) -> Side:
         return Side(name, given, python or sys.executable, path)
     if os.path.isfile(path) and os.access(path, os.X_OK):
         return Side(name, given, path, HERE_REPO)
-    raise GateError(f"{name} = {given!r} is neither a Python executable nor a ddpbench working tree "
-                    f"(a folder with ddpbench/__init__.py)")
+    raise GateError(
+        f"{name} = {given!r} is neither a Python executable nor a ddpbench working tree "
+        f"(a folder with ddpbench/__init__.py)"
+    )
 
 
 def check_imports(side: Side) -> str:
     """The torch version the side would run; a side that cannot import torch and ddpbench is bad input."""
     code = "import torch, ddpbench, sys; print(torch.__version__)"
     try:
-        done = subprocess.run([side.python, "-c", code], env=side.environ(), capture_output=True, text=True,
-                              timeout=300, cwd=side.code)
+        done = subprocess.run(
+            [side.python, "-c", code], env=side.environ(), capture_output=True, text=True, timeout=300, cwd=side.code
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GateError(f"{side.name} = {side.given!r} cannot run Python: {exc}") from None
     if done.returncode != 0:
@@ -72,8 +75,17 @@ def check_imports(side: Side) -> str:
 
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
     run_id = f"{side.name.lower()}-r{round_index:02d}"
-    command = [side.python, "-m", "ddpbench", "run", *run_args, "--out", os.path.join(out_dir, side.name.lower()),
-               "--run-id", run_id]
+    command = [
+        side.python,
+        "-m",
+        "ddpbench",
+        "run",
+        *run_args,
+        "--out",
+        os.path.join(out_dir, side.name.lower()),
+        "--run-id",
+        run_id,
+    ]
     done = subprocess.run(command, env=side.environ(), cwd=side.code, capture_output=True, text=True)
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), done.returncode
 
@@ -85,20 +97,25 @@ def load_round(path: str) -> Record | None:
         return None
 
 
-def paired_comparisons(rounds: list[tuple[Record | None, Record | None]], settings: stats.GateSettings,
-                       allow_failed: bool) -> tuple[list[Comparison], list[str]]:
+def paired_comparisons(
+    rounds: list[tuple[Record | None, Record | None]], settings: stats.GateSettings, allow_failed: bool
+) -> tuple[list[Comparison], list[str]]:
     """Gate the rounds: a paired one-sided test per measure on the per-round log ratios B/A."""
     failures, notes, kept = [], [], []
     for index, (a, b) in enumerate(rounds, start=1):
-        problems = [f"{name} {why_unusable(r) if r else 'wrote no record'}"
-                    for name, r in (("A", a), ("B", b)) if r is None or not usable(r)]
+        problems = [
+            f"{name} {why_unusable(r) if r else 'wrote no record'}"
+            for name, r in (("A", a), ("B", b))
+            if r is None or not usable(r)
+        ]
         if problems:
             reason = f"round {index}: " + "; ".join(problems)
             if allow_failed:
                 notes.append(f"left out (allowed): {reason}")
             else:
-                failures.append(Comparison(describe(run_key(a or b)) if (a or b) else "?", "run", "not comparable",
-                                           note=reason))
+                failures.append(
+                    Comparison(describe(run_key(a or b)) if (a or b) else "?", "run", "not comparable", note=reason)
+                )
             continue
         kept.append((a, b))
     if len(kept) < MIN_ROUNDS:
@@ -108,16 +125,24 @@ def paired_comparisons(rounds: list[tuple[Record | None, Record | None]], settin
     pending = []
     for measure in AB_MEASURES:
         pairs = [(side_values([a]), side_values([b])) for a, b in kept]
-        values = [(va[run_key(a)].get(measure), vb[run_key(b)].get(measure))
-                  for (va, vb), (a, b) in zip(pairs, kept)]
+        values = [(va[run_key(a)].get(measure), vb[run_key(b)].get(measure)) for (va, vb), (a, b) in zip(pairs, kept)]
         if any(x is None or y is None for x, y in values):
             continue
         logs_a = np.array([to_log(measure, x[0]) for x, _ in values])
         logs_b = np.array([to_log(measure, y[0]) for _, y in values])
         evidence, noise = stats.paired(logs_a, logs_b)
-        comparison = Comparison(configuration, measure, "pass", float(np.median([x[0] for x, _ in values])),
-                                float(np.median([y[0] for _, y in values])), float(np.exp(evidence.change)),
-                                len(values), len(values), noise=noise.sigma, noise_source=noise.source)
+        comparison = Comparison(
+            configuration,
+            measure,
+            "pass",
+            float(np.median([x[0] for x, _ in values])),
+            float(np.median([y[0] for _, y in values])),
+            float(np.exp(evidence.change)),
+            len(values),
+            len(values),
+            noise=noise.sigma,
+            noise_source=noise.source,
+        )
         pending.append((comparison, evidence, noise))
     return failures + finish(pending, settings, paired=True), notes
 
@@ -141,4 +166,3 @@ def run_ab(a: Side, b: Side, run_args: list[str], rounds: int, out_dir: str, pro
 def validate_rounds(rounds: int) -> None:
     if rounds < MIN_ROUNDS:
         raise GateError(f"--rounds must be at least {MIN_ROUNDS} (a paired test needs two rounds); got {rounds}")
-

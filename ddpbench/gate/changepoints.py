@@ -56,8 +56,13 @@ def otava_python() -> str | None:
 def _otava(series: dict, python: str) -> dict:
     # Series names may be anything hashable (configuration keys); JSON gets their positions.
     names = list(series)
-    request = json.dumps({"series": {str(i): series[name] for i, name in enumerate(names)},
-                          "window": OTAVA_WINDOW, "pvalue": OTAVA_PVALUE})
+    request = json.dumps(
+        {
+            "series": {str(i): series[name] for i, name in enumerate(names)},
+            "window": OTAVA_WINDOW,
+            "pvalue": OTAVA_PVALUE,
+        }
+    )
     done = subprocess.run([python, "-c", _OTAVA_SCRIPT], input=request, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
@@ -107,9 +112,11 @@ def change_points(series: dict[str, list[float]]) -> tuple[dict[str, list[int]],
         reason = "Otava is not installed: make otava-venv"
     for name, values in long_enough.items():
         found[name] = fallback_change_points(values)
-    return found, (f"fallback rule: binary segmentation, Welch t-test p < {FALLBACK_PVALUE} (Bonferroni over "
-                   f"splits), at least {MIN_SEGMENT} points a side ({reason})")
+    return found, (
+        f"fallback rule: binary segmentation, Welch t-test p < {FALLBACK_PVALUE} (Bonferroni over "
+        f"splits), at least {MIN_SEGMENT} points a side ({reason})"
+    )
 
 
 def since_last_change(values: list, points: list[int]) -> list:
-    return values[points[-1]:] if points else list(values)
+    return values[points[-1] :] if points else list(values)

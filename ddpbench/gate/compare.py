@@ -122,8 +122,9 @@ def env_differences(baseline: list[Record], candidate: list[Record]) -> list[str
     return differences
 
 
-def comparability(baseline: list[Record], candidate: list[Record], allow_failed: bool,
-                  allow_missing: bool, check_missing: bool = True) -> tuple[list[Comparison], list[str]]:
+def comparability(
+    baseline: list[Record], candidate: list[Record], allow_failed: bool, allow_missing: bool, check_missing: bool = True
+) -> tuple[list[Comparison], list[str]]:
     """Candidate runs that cannot be compared and baseline configurations the candidate lacks:
     failures (verdict "not comparable"), or notes where the user allowed them."""
     failures, notes = [], []
@@ -148,17 +149,27 @@ def comparability(baseline: list[Record], candidate: list[Record], allow_failed:
     return failures, notes
 
 
-def _noise_groups(baseline: list[float], candidate: list[float], history: list[float] | None,
-                  baseline_is_history: bool) -> dict[str, list[np.ndarray]]:
-    groups = {"history" if baseline_is_history else "baseline repeats": [np.asarray(baseline)],
-              "candidate repeats": [np.asarray(candidate)]}
+def _noise_groups(
+    baseline: list[float], candidate: list[float], history: list[float] | None, baseline_is_history: bool
+) -> dict[str, list[np.ndarray]]:
+    groups = {
+        "history" if baseline_is_history else "baseline repeats": [np.asarray(baseline)],
+        "candidate repeats": [np.asarray(candidate)],
+    }
     if history and not baseline_is_history:
         groups["history"] = [np.asarray(history)]
     return groups
 
 
-def _evidence(measure: str, baseline: list[float], candidate: list[float], history: list[float] | None,
-              baseline_is_history: bool, settings: stats.GateSettings, device: str):
+def _evidence(
+    measure: str,
+    baseline: list[float],
+    candidate: list[float],
+    history: list[float] | None,
+    baseline_is_history: bool,
+    settings: stats.GateSettings,
+    device: str,
+):
     logs_b = np.array([to_log(measure, v) for v in baseline])
     logs_c = np.array([to_log(measure, v) for v in candidate])
     history_logs = [to_log(measure, v) for v in history] if history else None
@@ -170,40 +181,62 @@ def _evidence(measure: str, baseline: list[float], candidate: list[float], histo
     return stats.two_sample(logs_b, logs_c, noise), noise
 
 
-def compare_values(baseline: Values, candidate: Values, settings: stats.GateSettings,
-                   measures: tuple[str, ...] = MEASURE_NAMES, history: Values | None = None,
-                   baseline_is_history: bool = False) -> tuple[list[Comparison], list[str]]:
+def compare_values(
+    baseline: Values,
+    candidate: Values,
+    settings: stats.GateSettings,
+    measures: tuple[str, ...] = MEASURE_NAMES,
+    history: Values | None = None,
+    baseline_is_history: bool = False,
+) -> tuple[list[Comparison], list[str]]:
     """Every configuration both sides have, every measure both sides measured. `history` gives
     more evidence of the noise (values since the last change point) where the baseline is a sweep."""
     unknown = [name for name in measures if name not in MEASURE_NAMES]
     if unknown:
         raise GateError(f"unknown measure {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
     matched = sorted(set(baseline) & set(candidate), key=describe)
-    notes = [f"only in the candidate (nothing to compare with): {describe(k)}"
-             for k in sorted(set(candidate) - set(baseline), key=describe)]
+    notes = [
+        f"only in the candidate (nothing to compare with): {describe(k)}"
+        for k in sorted(set(candidate) - set(baseline), key=describe)
+    ]
     if not matched:
-        raise GateError("no configuration of the candidate matches one of the baseline (same workload, size, "
-                        "strategy, world size, batch, precision, device and DDP options)")
+        raise GateError(
+            "no configuration of the candidate matches one of the baseline (same workload, size, "
+            "strategy, world size, batch, precision, device and DDP options)"
+        )
     pending = []
     for key in matched:
         for measure in measures:
             before, after = baseline[key].get(measure), candidate[key].get(measure)
             if not before or not after:
                 if measure == "throughput" or (before or after):
-                    pending.append((Comparison(describe(key), measure, "n/a", note="not measured on both sides"),
-                                    None, None))
+                    pending.append(
+                        (Comparison(describe(key), measure, "n/a", note="not measured on both sides"), None, None)
+                    )
                 continue
             extra = (history or {}).get(key, {}).get(measure)
             evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6])
-            comparison = Comparison(describe(key), measure, "pass", statistics.median(before), statistics.median(after),
-                                    math.exp(evidence.change), len(before), len(after), noise=noise.sigma,
-                                    noise_source=noise.source)
+            comparison = Comparison(
+                describe(key),
+                measure,
+                "pass",
+                statistics.median(before),
+                statistics.median(after),
+                math.exp(evidence.change),
+                len(before),
+                len(after),
+                noise=noise.sigma,
+                noise_source=noise.source,
+            )
             pending.append((comparison, evidence, noise))
     return finish(pending, settings), notes
 
 
-def finish(pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | None]],
-           settings: stats.GateSettings, paired: bool = False) -> list[Comparison]:
+def finish(
+    pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | None]],
+    settings: stats.GateSettings,
+    paired: bool = False,
+) -> list[Comparison]:
     """Decide every comparison at the family-wise level and say what each could see."""
     tested = sum(1 for _, evidence, _ in pending if evidence is not None)
     alpha = settings.family_alpha / max(1, tested)
@@ -224,13 +257,24 @@ def finish(pending: list[tuple[Comparison, stats.Evidence | None, stats.Noise | 
     return [comparison for comparison, _, _ in pending]
 
 
-def compare(baseline: list[Record], candidate: list[Record], settings: stats.GateSettings,
-            measures: tuple[str, ...] = MEASURE_NAMES, history: Values | None = None,
-            allow_failed: bool = False, allow_missing: bool = False) -> tuple[list[Comparison], list[str]]:
+def compare(
+    baseline: list[Record],
+    candidate: list[Record],
+    settings: stats.GateSettings,
+    measures: tuple[str, ...] = MEASURE_NAMES,
+    history: Values | None = None,
+    allow_failed: bool = False,
+    allow_missing: bool = False,
+) -> tuple[list[Comparison], list[str]]:
     """Two sets of records: what cannot be compared, then every matched configuration and measure."""
     failures, notes = comparability(baseline, candidate, allow_failed, allow_missing)
-    comparisons, more = compare_values(side_values([r for r in baseline if usable(r)]),
-                                       side_values([r for r in candidate if usable(r)]), settings, measures, history)
+    comparisons, more = compare_values(
+        side_values([r for r in baseline if usable(r)]),
+        side_values([r for r in candidate if usable(r)]),
+        settings,
+        measures,
+        history,
+    )
     return failures + comparisons, notes + more
 
 
@@ -245,4 +289,3 @@ def overall_verdict(comparisons: list[Comparison]) -> str:
 
 def underpowered(comparisons: list[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if c.sees_threshold is False]
-

@@ -22,8 +22,18 @@ import os
 from dataclasses import dataclass, field
 
 from ddpbench.gate.baselines import machine_class, suite_of
-from ddpbench.gate.values import (MEASURE_NAMES, by_start, describe, efficiencies, group_by_key, local_key, run_key,
-                                  series_name, side_values, throughput)
+from ddpbench.gate.values import (
+    MEASURE_NAMES,
+    by_start,
+    describe,
+    efficiencies,
+    group_by_key,
+    local_key,
+    run_key,
+    series_name,
+    side_values,
+    throughput,
+)
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records, write_atomic
 
@@ -62,7 +72,7 @@ def read_series(path: str) -> Series:
     first, _, rest = text.partition("\n")
     if not first.startswith(MAGIC) or " | " not in first:
         raise HistoryError(f"{path}: not a ddpbench history file (its first line should start with {MAGIC.strip()!r})")
-    configuration, _, key_text = first[len(MAGIC):].partition(" | ")
+    configuration, _, key_text = first[len(MAGIC) :].partition(" | ")
     try:
         key = tuple(json.loads(key_text))
     except ValueError:
@@ -166,8 +176,15 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
         seen = {(row["sweep"], row["run_id"]) for row in series.rows}
         for record, values in runs:
             if (sweep, record.run_id) not in seen:
-                series.rows.append({"ended_at": record.ended_at or "", "sweep": sweep, "run_id": record.run_id,
-                                    "git_sha": record.env.git_sha or "", **values})
+                series.rows.append(
+                    {
+                        "ended_at": record.ended_at or "",
+                        "sweep": sweep,
+                        "run_id": record.run_id,
+                        "git_sha": record.env.git_sha or "",
+                        **values,
+                    }
+                )
         series.rows.sort(key=lambda row: (row["ended_at"], row["sweep"], row["run_id"]))
         updated.append(series)
     for series in updated:
@@ -191,8 +208,9 @@ def without_runs(rows: list[dict], sweep: str | None, records: list[Record]) -> 
     return [row for row in rows if not any(is_run_of(row, sweep, r) for r in by_id.get(row["run_id"], []))]
 
 
-def leave_out_runs(series: dict[tuple, Series], sweep: str | None,
-                   records: list[Record]) -> tuple[dict[tuple, Series], int]:
+def leave_out_runs(
+    series: dict[tuple, Series], sweep: str | None, records: list[Record]
+) -> tuple[dict[tuple, Series], int]:
     """The series without the rows that are these runs (series left empty are dropped), and how
     many rows that left out."""
     kept, left_out = {}, 0
@@ -214,8 +232,10 @@ def recent_rows(series: dict[tuple, Series]) -> tuple[dict[tuple, list[dict]], s
 
 def values_of(rows_by_key: dict[tuple, list[dict]]) -> dict[tuple, dict[str, list[float]]]:
     """Per configuration and measure, the stored values (as `values.side_values` gives a sweep's)."""
-    return {key: {measure: [row[measure] for row in rows if row[measure] is not None] for measure in MEASURE_NAMES}
-            for key, rows in rows_by_key.items()}
+    return {
+        key: {measure: [row[measure] for row in rows if row[measure] is not None] for measure in MEASURE_NAMES}
+        for key, rows in rows_by_key.items()
+    }
 
 
 def key_of(record: Record) -> tuple:
@@ -236,8 +256,16 @@ def history_frame(folder: str):
     for key, one in series.items():
         for position, row in enumerate(one.rows, start=1):
             segment = sum(1 for p in points[key] if p <= position - 1)
-            rows.append({"configuration": one.configuration, "position": position, "throughput": row["throughput"],
-                         "segment": segment, "change": (position - 1) in points[key], "sweep": row["sweep"]})
+            rows.append(
+                {
+                    "configuration": one.configuration,
+                    "position": position,
+                    "throughput": row["throughput"],
+                    "segment": segment,
+                    "change": (position - 1) in points[key],
+                    "sweep": row["sweep"],
+                }
+            )
     return pd.DataFrame(rows), method
 
 

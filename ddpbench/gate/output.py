@@ -45,29 +45,41 @@ def sight(comparison: Comparison, settings: GateSettings) -> str:
     if comparison.mde is None:
         return ""
     unit = "rounds" if comparison.paired else "runs per side"
-    have = (f"{comparison.candidate_runs} paired rounds" if comparison.paired
-            else f"{comparison.baseline_runs} baseline and {comparison.candidate_runs} candidate run(s)")
+    have = (
+        f"{comparison.candidate_runs} paired rounds"
+        if comparison.paired
+        else f"{comparison.baseline_runs} baseline and {comparison.candidate_runs} candidate run(s)"
+    )
     target = percent(settings.target)
     caught = f"catches a {_slowdown(comparison.mde)} slowdown {settings.power:.0%} of the time"
     if comparison.sees_threshold:
-        at_threshold = ("" if comparison.threshold_power is None else
-                        f" and one of {percent(settings.max_regression)} (the threshold) "
-                        f"{_chance(comparison.threshold_power)}")
+        at_threshold = (
+            ""
+            if comparison.threshold_power is None
+            else f" and one of {percent(settings.max_regression)} (the threshold) "
+            f"{_chance(comparison.threshold_power)}"
+        )
         return f"sees {target}: {caught}{at_threshold} ({have})"
-    return (f"CANNOT SEE {target}: with {have} it only {caught}; "
-            f"{_needed(comparison)} {unit} would be needed to see {target}")
+    return (
+        f"CANNOT SEE {target}: with {have} it only {caught}; "
+        f"{_needed(comparison)} {unit} would be needed to see {target}"
+    )
 
 
 def _seeing(settings: GateSettings) -> str:
     """What 'see' means, for the footnotes."""
-    return (f"to see {percent(settings.target)} is to catch that slowdown {settings.power:.0%} of the time: twice "
-            f"the {percent(settings.max_regression)} threshold on the log scale, since one exactly at the threshold "
-            f"is caught at most half the time however many runs there are")
+    return (
+        f"to see {percent(settings.target)} is to catch that slowdown {settings.power:.0%} of the time: twice "
+        f"the {percent(settings.max_regression)} threshold on the log scale, since one exactly at the threshold "
+        f"is caught at most half the time however many runs there are"
+    )
 
 
 def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
-    lines = [f"{'configuration':<36} {'measure':<22} {'baseline':>10} {'candidate':>10} {'ratio':>6} "
-             f"{'p':>8} {'noise':>6} {'MDE':>5} {'runs':>5}  verdict"]
+    lines = [
+        f"{'configuration':<36} {'measure':<22} {'baseline':>10} {'candidate':>10} {'ratio':>6} "
+        f"{'p':>8} {'noise':>6} {'MDE':>5} {'runs':>5}  verdict"
+    ]
     for c in comparisons:
         ratio = f"{c.ratio:.3f}" if c.ratio is not None else ""
         p = f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else ""
@@ -77,15 +89,18 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
         verdict = c.verdict.upper() if c.verdict in ("regression", "not comparable") else c.verdict
         note = f"  ({c.note})" if c.note else ""
         label = c.label if c.measure != "run" else "run"
-        lines.append(f"{c.configuration:<36} {label[:22]:<22} {_value(c, c.baseline):>10} {_value(c, c.candidate):>10} "
-                     f"{ratio:>6} {p:>8} {noise:>6} {mde:>5} {runs:>5}  {verdict}{note}")
+        lines.append(
+            f"{c.configuration:<36} {label[:22]:<22} {_value(c, c.baseline):>10} {_value(c, c.candidate):>10} "
+            f"{ratio:>6} {p:>8} {noise:>6} {mde:>5} {runs:>5}  {verdict}{note}"
+        )
     lines.append(
         f"ratio = candidate / baseline, above 1 is better (exposed communication: (1 - share now) / (1 - share "
         f"before)); regression when one-sided p < {settings.family_alpha:g} / comparisons AND ratio < "
         f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown that rule (test and "
         f"threshold) catches {settings.power:.0%} of the time; runs = "
         f"{'rounds' if any(c.paired for c in comparisons) else 'runs per side'} needed to see "
-        f"{percent(settings.target)} ({_seeing(settings)}).")
+        f"{percent(settings.target)} ({_seeing(settings)})."
+    )
     return "\n".join(lines)
 
 
@@ -93,8 +108,9 @@ def sight_lines(comparisons: list[Comparison], settings: GateSettings) -> list[s
     return [f"{c.configuration}, {c.label}: {sight(c, settings)}" for c in comparisons if c.mde is not None]
 
 
-def markdown_summary(comparisons: list[Comparison], settings: GateSettings, notes: list[str],
-                     env_notes: list[str]) -> str:
+def markdown_summary(
+    comparisons: list[Comparison], settings: GateSettings, notes: list[str], env_notes: list[str]
+) -> str:
     result = overall_verdict(comparisons)
     lines = [f"## ddpbench gate: {result.upper()}", ""]
     failing = [c for c in comparisons if c.verdict in ("regression", "not comparable")]
@@ -102,40 +118,61 @@ def markdown_summary(comparisons: list[Comparison], settings: GateSettings, note
         lines += ["What failed:", ""]
         for c in failing:
             if c.verdict == "regression":
-                lines.append(f"- **{c.configuration}**, {c.label}: {1 - c.ratio:.1%} worse (ratio {c.ratio:.3f}, "
-                             f"p = {c.p_value:.2g} < {c.alpha:.2g})")
+                lines.append(
+                    f"- **{c.configuration}**, {c.label}: {1 - c.ratio:.1%} worse (ratio {c.ratio:.3f}, "
+                    f"p = {c.p_value:.2g} < {c.alpha:.2g})"
+                )
             else:
                 lines.append(f"- **{c.configuration}**: not comparable: {c.note}")
         lines.append("")
     blind = underpowered(comparisons)
     if blind:
-        lines += [f"{len(blind)} of {sum(c.mde is not None for c in comparisons)} comparisons cannot see a "
-                  f"{percent(settings.target)} slowdown ({_seeing(settings)}):", ""]
+        lines += [
+            f"{len(blind)} of {sum(c.mde is not None for c in comparisons)} comparisons cannot see a "
+            f"{percent(settings.target)} slowdown ({_seeing(settings)}):",
+            "",
+        ]
         lines += [f"- {c.configuration}, {c.label}: {sight(c, settings)}" for c in blind]
         lines.append("")
-    lines += ["| configuration | measure | baseline | candidate | ratio | p | noise (source) | catches | "
-              f"runs to see {percent(settings.target)} | verdict |",
-              "|---|---|---:|---:|---:|---:|---|---:|---:|---|"]
+    lines += [
+        "| configuration | measure | baseline | candidate | ratio | p | noise (source) | catches | "
+        f"runs to see {percent(settings.target)} | verdict |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
     for c in comparisons:
-        cells = [c.configuration, c.label if c.measure != "run" else "run", _value(c, c.baseline),
-                 _value(c, c.candidate), f"{c.ratio:.3f}" if c.ratio is not None else "",
-                 f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else "",
-                 f"{c.noise:.1%} ({c.noise_source})" if c.noise is not None else c.note,
-                 _slowdown(c.mde) if c.mde is not None else "", _needed(c) if c.mde is not None else "",
-                 f"**{c.verdict}**" if c.verdict in ("regression", "not comparable") else c.verdict]
+        cells = [
+            c.configuration,
+            c.label if c.measure != "run" else "run",
+            _value(c, c.baseline),
+            _value(c, c.candidate),
+            f"{c.ratio:.3f}" if c.ratio is not None else "",
+            f"{c.p_value:.2g}" if c.p_value is not None and not math.isnan(c.p_value) else "",
+            f"{c.noise:.1%} ({c.noise_source})" if c.noise is not None else c.note,
+            _slowdown(c.mde) if c.mde is not None else "",
+            _needed(c) if c.mde is not None else "",
+            f"**{c.verdict}**" if c.verdict in ("regression", "not comparable") else c.verdict,
+        ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    lines += ["", f"Ratio = candidate / baseline, above 1 is better. A regression needs both a one-sided test "
-                  f"significant at a family-wise {settings.family_alpha:.0%} (Bonferroni over "
-                  f"{sum(c.mde is not None for c in comparisons)} comparisons) and a ratio below "
-                  f"{1 - settings.max_regression:.2f}. 'catches' is the slowdown that rule catches "
-                  f"{settings.power:.0%} of the time; {_seeing(settings)}."]
+    lines += [
+        "",
+        f"Ratio = candidate / baseline, above 1 is better. A regression needs both a one-sided test "
+        f"significant at a family-wise {settings.family_alpha:.0%} (Bonferroni over "
+        f"{sum(c.mde is not None for c in comparisons)} comparisons) and a ratio below "
+        f"{1 - settings.max_regression:.2f}. 'catches' is the slowdown that rule catches "
+        f"{settings.power:.0%} of the time; {_seeing(settings)}.",
+    ]
     for note in env_notes + notes:
         lines.append(f"- {note}")
     return "\n".join(lines) + "\n"
 
 
-def as_json(comparisons: list[Comparison], settings: GateSettings, notes: list[str], env_notes: list[str],
-            extra: dict | None = None) -> dict:
+def as_json(
+    comparisons: list[Comparison],
+    settings: GateSettings,
+    notes: list[str],
+    env_notes: list[str],
+    extra: dict | None = None,
+) -> dict:
     def clean(value):
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
@@ -145,7 +182,13 @@ def as_json(comparisons: list[Comparison], settings: GateSettings, notes: list[s
         row["label"] = c.label
         row["sight"] = sight(c, settings)
         rows.append(row)
-    return {"verdict": overall_verdict(comparisons), "settings": asdict(settings), "target_slowdown": settings.target,
-            "comparisons": rows,
-            "underpowered": len(underpowered(comparisons)), "notes": notes, "environment_differences": env_notes,
-            **(extra or {})}
+    return {
+        "verdict": overall_verdict(comparisons),
+        "settings": asdict(settings),
+        "target_slowdown": settings.target,
+        "comparisons": rows,
+        "underpowered": len(underpowered(comparisons)),
+        "notes": notes,
+        "environment_differences": env_notes,
+        **(extra or {}),
+    }

@@ -149,8 +149,8 @@ def paired(baseline: np.ndarray, candidate: np.ndarray, orient: float = 1.0) -> 
 
 def combined(minuend: Evidence, subtrahend: Evidence) -> Evidence:
     """minuend - subtrahend for independent estimates; Welch-Satterthwaite degrees of freedom."""
-    a, b = minuend.se ** 2, subtrahend.se ** 2
-    parts = [part ** 2 / df for part, df in ((a, minuend.df), (b, subtrahend.df)) if math.isfinite(df) and df > 0]
+    a, b = minuend.se**2, subtrahend.se**2
+    parts = [part**2 / df for part, df in ((a, minuend.df), (b, subtrahend.df)) if math.isfinite(df) and df > 0]
     df = (a + b) ** 2 / sum(parts) if parts and a + b > 0 else math.inf
     return Evidence(minuend.change - subtrahend.change, math.sqrt(a + b), df)
 
@@ -218,8 +218,9 @@ def rule_power(slowdown_log, se, df, alpha, threshold_log) -> np.ndarray:
     found[exact] = (d[exact] > tau[exact]).astype(float)
     known = usable & ~np.isfinite(df)
     if known.any():
-        found[known] = special.ndtr((d[known] - np.maximum(special.ndtri(1 - alpha[known]) * se[known], tau[known]))
-                                    / se[known])
+        found[known] = special.ndtr(
+            (d[known] - np.maximum(special.ndtri(1 - alpha[known]) * se[known], tau[known])) / se[known]
+        )
     estimated = usable & np.isfinite(df)
     if estimated.any():
         nu, shift, bar = df[estimated], d[estimated] / se[estimated], tau[estimated] / se[estimated]
@@ -239,7 +240,7 @@ def _over_estimate(shift, bar, crit, nu):
     lo = np.maximum(bar, shift - NORMAL_REACH)
     y, weights = _gauss_legendre(lo, np.maximum(lo, shift + NORMAL_REACH))
     significant = special.gammainc(nu[:, None] / 2, nu[:, None] * (y / crit[:, None]) ** 2 / 2)
-    density = np.exp(-(shift[:, None] - y) ** 2 / 2) / math.sqrt(2 * math.pi)
+    density = np.exp(-((shift[:, None] - y) ** 2) / 2) / math.sqrt(2 * math.pi)
     return np.sum(weights * density * significant, axis=1)
 
 
@@ -249,11 +250,12 @@ def _over_spread(shift, bar, crit, nu):
     w_lo = np.sqrt(special.gammaincinv(half, SPREAD_TAIL) / half)
     w_hi = np.sqrt(special.gammainccinv(half, SPREAD_TAIL) / half)
     w_bar = bar / crit
-    below = special.ndtr(shift - bar) * special.gammainc(half, half * w_bar ** 2)
+    below = special.ndtr(shift - bar) * special.gammainc(half, half * w_bar**2)
     w, weights = _gauss_legendre(np.clip(w_bar, w_lo, w_hi), w_hi)
     half = half[:, None]
-    density = np.exp(math.log(2) + half * np.log(half) - special.gammaln(half) + (2 * half - 1) * np.log(w)
-                     - half * w ** 2)
+    density = np.exp(
+        math.log(2) + half * np.log(half) - special.gammaln(half) + (2 * half - 1) * np.log(w) - half * w**2
+    )
     return below + np.sum(weights * special.ndtr(shift[:, None] - crit[:, None] * w) * density, axis=1)
 
 
@@ -276,8 +278,11 @@ def _first_reaching(power_of, lo: float, hi: float, power: float, integers: bool
         if not integers and hi - lo <= 1e-4 * hi:
             share = (power - low_power) / (high_power - low_power) if high_power > low_power else 1.0
             return lo + (hi - lo) * min(max(share, 0.0), 1.0)
-        grid = (np.unique(np.round(np.geomspace(lo + 1, hi - 1, min(31, int(hi - lo) - 1)))) if integers
-                else np.linspace(lo, hi, 34)[1:-1])
+        grid = (
+            np.unique(np.round(np.geomspace(lo + 1, hi - 1, min(31, int(hi - lo) - 1))))
+            if integers
+            else np.linspace(lo, hi, 34)[1:-1]
+        )
         powers = power_of(grid)
         reached = powers >= power
         first = int(np.argmax(reached)) if reached.any() else len(grid)
@@ -318,8 +323,15 @@ def as_slowdown(log_change: float) -> float:
     return 1 - math.exp(-log_change) if math.isfinite(log_change) else 1.0
 
 
-def runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float = 0.0, paired_rounds: bool = False,
-                efficiency_terms: int = 1, fixed_baseline_runs: int = 0) -> int | None:
+def runs_needed(
+    sigma: float,
+    alpha: float,
+    settings: GateSettings,
+    fixed_df: float = 0.0,
+    paired_rounds: bool = False,
+    efficiency_terms: int = 1,
+    fixed_baseline_runs: int = 0,
+) -> int | None:
     """Runs per side (or A/B rounds) with which `decide` catches the settings' target slowdown
     (twice the threshold) with their power; None when more than MAX_RUNS_NEEDED. `fixed_df`:
     degrees of freedom that do not grow with the runs (history); `efficiency_terms` = 2 where two
@@ -328,13 +340,27 @@ def runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: fl
     runs grow, so the count is of candidate runs."""
     if not math.isfinite(sigma) or sigma <= 0:
         return None if not math.isfinite(sigma) else 1
-    return _runs_needed(float(sigma), float(alpha), settings, float(fixed_df), bool(paired_rounds),
-                        int(efficiency_terms), int(fixed_baseline_runs))
+    return _runs_needed(
+        float(sigma),
+        float(alpha),
+        settings,
+        float(fixed_df),
+        bool(paired_rounds),
+        int(efficiency_terms),
+        int(fixed_baseline_runs),
+    )
 
 
 @lru_cache(maxsize=4096)  # the prior noise is the same for every comparison without repeats
-def _runs_needed(sigma: float, alpha: float, settings: GateSettings, fixed_df: float, paired_rounds: bool,
-                 efficiency_terms: int, fixed_baseline_runs: int = 0) -> int | None:
+def _runs_needed(
+    sigma: float,
+    alpha: float,
+    settings: GateSettings,
+    fixed_df: float,
+    paired_rounds: bool,
+    efficiency_terms: int,
+    fixed_baseline_runs: int = 0,
+) -> int | None:
     def power_of(runs: np.ndarray) -> np.ndarray:
         if paired_rounds:
             se, df = sigma / np.sqrt(runs), runs - 1.0
@@ -370,12 +396,22 @@ class Sight:
 
 
 def sight(evidence: Evidence, noise: Noise, alpha: float, settings: GateSettings, paired_rounds: bool = False) -> Sight:
-    at_threshold, at_target = rule_power([settings.threshold_log, settings.target_log], evidence.se, evidence.df,
-                                         alpha, settings.threshold_log)
-    return Sight(detectable_log(evidence.se, evidence.df, alpha, settings), float(at_threshold),
-                 bool(at_target >= settings.power),
-                 runs_needed(noise.sigma, alpha, settings, fixed_df=noise.history_df, paired_rounds=paired_rounds,
-                             fixed_baseline_runs=noise.fixed_baseline_runs))
+    at_threshold, at_target = rule_power(
+        [settings.threshold_log, settings.target_log], evidence.se, evidence.df, alpha, settings.threshold_log
+    )
+    return Sight(
+        detectable_log(evidence.se, evidence.df, alpha, settings),
+        float(at_threshold),
+        bool(at_target >= settings.power),
+        runs_needed(
+            noise.sigma,
+            alpha,
+            settings,
+            fixed_df=noise.history_df,
+            paired_rounds=paired_rounds,
+            fixed_baseline_runs=noise.fixed_baseline_runs,
+        ),
+    )
 
 
 def parse_fraction(text: str, what: str) -> float:

@@ -18,23 +18,25 @@ import hashlib
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from ddpbench.analysis import registry
 from ddpbench.records.schema import Record
 
 MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
-MEASURE_LABELS = {"throughput": "throughput", "efficiency": "scaling efficiency",
-                  "exposed_share": "exposed communication (share of step)"}
+MEASURE_LABELS = {
+    "throughput": "throughput",
+    "efficiency": "scaling efficiency",
+    "exposed_share": "exposed communication (share of step)",
+}
 
 
 def run_key(record: Record) -> tuple:
     """What defines a configuration: runs with equal keys are repeats of each other."""
     spec = record.spec
     ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else ""
-    return (spec.workload, spec.size, spec.strategy, spec.world_size, spec.batch_size, spec.precision, spec.device,
-            ddp)
+    return (spec.workload, spec.size, spec.strategy, spec.world_size, spec.batch_size, spec.precision, spec.device, ddp)
 
 
 def describe(key: tuple) -> str:

@@ -67,7 +67,7 @@ class StepTimes(Sequence):
         return self._row if dtype is None else self._row.astype(dtype, copy=False)
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, (StepTimes, list, tuple, np.ndarray)):
+        if isinstance(other, StepTimes | list | tuple | np.ndarray):
             return len(self) == len(other) and bool(np.array_equal(self._row, np.asarray(other, dtype=float)))
         return NotImplemented
 
@@ -94,8 +94,11 @@ def step_time_matrix(ranks) -> np.ndarray | None:
     rows = [rank.step_times_s for rank in ranks]
     if rows and all(isinstance(row, StepTimes) for row in rows):
         matrix = rows[0].matrix
-        if (matrix.shape[0] == len(rows) and all(row.matrix is matrix for row in rows)
-                and all(row.index == i for i, row in enumerate(rows))):
+        if (
+            matrix.shape[0] == len(rows)
+            and all(row.matrix is matrix for row in rows)
+            and all(row.index == i for i, row in enumerate(rows))
+        ):
             return matrix
     if len({len(row) for row in rows}) > 1:
         return None
@@ -127,15 +130,19 @@ def read_matrix(folder: str, file_name: str, sha256: str, shape: list[int]) -> n
         raise SidecarError(f"step-time sidecar {path}: cannot read: {exc.strerror or exc}") from None
     found = hashlib.sha256(data).hexdigest()
     if found != sha256:
-        raise SidecarError(f"step-time sidecar {path}: sha256 {found[:16]}... does not match the record's "
-                           f"{sha256[:16]}... (the file was changed or belongs to another record)")
+        raise SidecarError(
+            f"step-time sidecar {path}: sha256 {found[:16]}... does not match the record's "
+            f"{sha256[:16]}... (the file was changed or belongs to another record)"
+        )
     try:
         matrix = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as exc:
         raise SidecarError(f"step-time sidecar {path}: not a numpy .npy array: {exc}") from None
     if list(matrix.shape) != list(shape) or matrix.dtype != np.dtype(DTYPE):
-        raise SidecarError(f"step-time sidecar {path}: holds {matrix.dtype} {list(matrix.shape)}, the record "
-                           f"says float64 {list(shape)}")
+        raise SidecarError(
+            f"step-time sidecar {path}: holds {matrix.dtype} {list(matrix.shape)}, the record "
+            f"says float64 {list(shape)}"
+        )
     return matrix
 
 

@@ -69,8 +69,9 @@ def write_atomic(path: str, text: str | bytes) -> None:
 
 def new_record(spec: RunSpec, status: Status, env: dict[str, Any] | None = None) -> Record:
     """The skeleton every record shares, whether the run finished or not."""
-    return Record(run_id=spec.run_id, status=status, spec=spec,
-                  env=msgspec.convert(env or {}, Environment), ended_at=utc_now())
+    return Record(
+        run_id=spec.run_id, status=status, spec=spec, env=msgspec.convert(env or {}, Environment), ended_at=utc_now()
+    )
 
 
 def encode_record(record: Record) -> bytes:
@@ -130,8 +131,10 @@ def _large_step_times(record: Record, min_values: int):
     try:
         matrix = sidecar.step_time_matrix(record.ranks)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"run {getattr(record, 'run_id', '?')}: the record does not fit its schema: "
-                         f"step times are not numbers: {exc}") from None
+        raise ValueError(
+            f"run {getattr(record, 'run_id', '?')}: the record does not fit its schema: "
+            f"step times are not numbers: {exc}"
+        ) from None
     if not np.isfinite(matrix).all():
         raise ValueError(f"run {record.run_id}: the record does not fit its schema: step times must be finite")
     return matrix
@@ -169,8 +172,10 @@ def _fill_step_times(path: str, record: Record) -> None:
     except sidecar.SidecarError as exc:
         raise UnreadableRecord(f"{path}: {exc}") from None
     if matrix.shape[0] != len(record.ranks) or any(rank.step_times_s for rank in record.ranks):
-        raise UnreadableRecord(f"{path}: its step-time sidecar has {matrix.shape[0]} rows for {len(record.ranks)} "
-                               f"ranks, or the ranks hold step times of their own")
+        raise UnreadableRecord(
+            f"{path}: its step-time sidecar has {matrix.shape[0]} rows for {len(record.ranks)} "
+            f"ranks, or the ranks hold step times of their own"
+        )
     matrix.flags.writeable = False  # shared by every rank's view; nothing may edit it in place
     for index, rank in enumerate(record.ranks):
         rank.step_times_s = sidecar.StepTimes(matrix, index)
@@ -212,8 +217,11 @@ def from_schema_1(raw: dict) -> dict:
     """Schema 1 -> 2: checks move their details under `details`; empty metrics become None."""
     converted = dict(raw, schema_version=SCHEMA_VERSION)
     converted["checks"] = {
-        name: {"ok": check.get("ok"), "reason": check.get("reason"),
-               "details": {k: v for k, v in check.items() if k not in ("ok", "reason")}}
+        name: {
+            "ok": check.get("ok"),
+            "reason": check.get("reason"),
+            "details": {k: v for k, v in check.items() if k not in ("ok", "reason")},
+        }
         for name, check in (raw.get("checks") or {}).items()
     }
     converted["metrics"] = raw.get("metrics") or None

@@ -18,8 +18,14 @@ from ddpbench.report.plots import DPI, PALETTE, PANEL_HEIGHT_IN
 
 # Green for what is kept; no two terms share a hue family (the palette's two oranges would blur).
 KEPT_COLOUR = PALETTE[2]
-TERM_COLOURS = {"ddp_work": PALETTE[8], "data": PALETTE[9], "exposed_comm": PALETTE[3],
-                "overlap_slowdown": PALETTE[4], "slowest_rank": PALETTE[5], "unexplained": "#d9d9d9"}
+TERM_COLOURS = {
+    "ddp_work": PALETTE[8],
+    "data": PALETTE[9],
+    "exposed_comm": PALETTE[3],
+    "overlap_slowdown": PALETTE[4],
+    "slowest_rank": PALETTE[5],
+    "unexplained": "#d9d9d9",
+}
 UNEXPLAINED_HATCH = "///"
 FASTER_HATCH = "xxx"
 VALUE_MIN_POINTS = 4.0
@@ -44,28 +50,46 @@ def where_the_scaling_went_section(data, html) -> list[Markup]:
         return [html.note(f"Not broken down: {exc}.")]
     if not breakdowns:
         return [html.note(_not_broken_down(problems))]
-    blocks = [html.note("Each DDP run's time per step against the one-device reference (the sweep's local run, a "
-                        "device's batch per step): the points of efficiency lost, 100 % - E(N), split into measured "
-                        "terms that add up to them, with what they do not explain shown as such. The glossary says "
-                        "how each term is measured; ddpbench explain prints the same per run, with its basis.")]
+    blocks = [
+        html.note(
+            "Each DDP run's time per step against the one-device reference (the sweep's local run, a "
+            "device's batch per step): the points of efficiency lost, 100 % - E(N), split into measured "
+            "terms that add up to them, with what they do not explain shown as such. The glossary says "
+            "how each term is measured; ddpbench explain prints the same per run, with its basis."
+        )
+    ]
     if not any(breakdown.world_size >= 2 for breakdown in breakdowns):
-        blocks.append(html.note("No DDP run of 2 or more ranks: only DDP's own work and data loading can be lost at "
-                                "one rank. Sweep more devices (ddpbench sweep --nproc 2 or more, or --gpus) for "
-                                "communication and waiting."))
+        blocks.append(
+            html.note(
+                "No DDP run of 2 or more ranks: only DDP's own work and data loading can be lost at "
+                "one rank. Sweep more devices (ddpbench sweep --nproc 2 or more, or --gpus) for "
+                "communication and waiting."
+            )
+        )
     by_workload: dict[str, list[Breakdown]] = {}
     for breakdown in breakdowns:
         by_workload.setdefault(short_workload_name(breakdown.workload), []).append(breakdown)
     for workload, runs in sorted(by_workload.items()):
         runs = sorted(runs, key=lambda b: (b.world_size, b.run_id))
         blocks.append(Markup("<h3>{}</h3>").format(workload))
-        blocks.append(html.figure_html(waterfall(workload, runs), _alt_text(workload, runs),
-                                       "From 100 % (perfect weak scaling) down to E(N): each segment is the points of "
-                                       "efficiency one term lost; hatched grey is the part the terms do not explain; "
-                                       "a cross-hatched segment below the E(N) line is a term that made the step "
-                                       "faster, giving back what the terms above it overshoot."))
-        blocks.append(Markup("<ul>{}</ul>").format(Markup("").join(
-            Markup("<li><code>{}</code> ({}): {}</li>").format(b.run_id, _devices(b.world_size), _headline(b))
-            for b in runs)))
+        blocks.append(
+            html.figure_html(
+                waterfall(workload, runs),
+                _alt_text(workload, runs),
+                "From 100 % (perfect weak scaling) down to E(N): each segment is the points of "
+                "efficiency one term lost; hatched grey is the part the terms do not explain; "
+                "a cross-hatched segment below the E(N) line is a term that made the step "
+                "faster, giving back what the terms above it overshoot.",
+            )
+        )
+        blocks.append(
+            Markup("<ul>{}</ul>").format(
+                Markup("").join(
+                    Markup("<li><code>{}</code> ({}): {}</li>").format(b.run_id, _devices(b.world_size), _headline(b))
+                    for b in runs
+                )
+            )
+        )
         blocks.append(html.table_html(terms_table(runs), text_columns=("term",)))
         blocks.append(_advice(runs))
     if problems:
@@ -78,8 +102,10 @@ def _devices(world_size: int) -> str:
 
 
 def _headline(breakdown: Breakdown) -> str:
-    return (f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device: "
-            f"E(N) {breakdown.efficiency:.1%}, {100 - 100 * breakdown.efficiency:.1f} points lost")
+    return (
+        f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device: "
+        f"E(N) {breakdown.efficiency:.1%}, {100 - 100 * breakdown.efficiency:.1f} points lost"
+    )
 
 
 def _not_broken_down(problems: list[str]) -> str:
@@ -94,8 +120,7 @@ def _not_broken_down(problems: list[str]) -> str:
 def _run_names(runs: list[Breakdown]) -> list[str]:
     """A run by its world size, and by its id too where the world size repeats."""
     sizes = [run.world_size for run in runs]
-    return [_devices(run.world_size) + (f" ({run.run_id})" if sizes.count(run.world_size) > 1 else "")
-            for run in runs]
+    return [_devices(run.world_size) + (f" ({run.run_id})" if sizes.count(run.world_size) > 1 else "") for run in runs]
 
 
 def terms_table(runs: list[Breakdown]) -> pd.DataFrame:
@@ -117,11 +142,15 @@ def terms_table(runs: list[Breakdown]) -> pd.DataFrame:
 
 
 def _advice(runs: list[Breakdown]) -> Markup:
-    items = [Markup("<li><code>{}</code> ({}): {}</li>").format(run.run_id, _devices(run.world_size), sentence)
-             for run in runs for sentence in run.advice]
+    items = [
+        Markup("<li><code>{}</code> ({}): {}</li>").format(run.run_id, _devices(run.world_size), sentence)
+        for run in runs
+        for sentence in run.advice
+    ]
     if not items:
         return Markup('<p class="note">No term costs {:g} points or more: nothing to act on.</p>').format(
-            ADVICE_MIN_POINTS)
+            ADVICE_MIN_POINTS
+        )
     return Markup("<p>What to try:</p><ul>{}</ul>").format(Markup("").join(items))
 
 
@@ -137,20 +166,27 @@ def _not_measured(runs: list[Breakdown]) -> list[str]:
 
 def _made_faster(runs: list[Breakdown]) -> list[str]:
     """A sentence per negative term: its segment can be thin, so the figure says it in words too."""
-    return [f"made the step faster (drawn below the E(N) line): {LABELS[name]} {term.points:.1f} points "
-            f"({term.s_per_step * 1e3:.2f} ms per step) at {label}"
-            for label, run in zip(_run_names(runs), runs) for name, term in run.terms.items()
-            if term.points is not None and term.points < 0]
+    return [
+        f"made the step faster (drawn below the E(N) line): {LABELS[name]} {term.points:.1f} points "
+        f"({term.s_per_step * 1e3:.2f} ms per step) at {label}"
+        for label, run in zip(_run_names(runs), runs)
+        for name, term in run.terms.items()
+        if term.points is not None and term.points < 0
+    ]
 
 
 def _alt_text(workload: str, runs: list[Breakdown]) -> str:
-    measured = [LABELS[name] for name in LABELS if name != "unexplained"
-                and any(run.terms[name].s_per_step is not None for run in runs)]
+    measured = [
+        LABELS[name]
+        for name in LABELS
+        if name != "unexplained" and any(run.terms[name].s_per_step is not None for run in runs)
+    ]
     missing = _made_faster(runs) + _not_measured(runs)
-    return (f"Stacked bar chart for {workload}, one bar per world size, from 100 percent down to the scaling "
-            f"efficiency E(N): segments for the points lost to {', '.join(measured) or 'no measured term'}, the part "
-            "not explained hatched grey, E(N) as the bottom segment." + (" " + "; ".join(missing) + "." if missing
-                                                                         else ""))
+    return (
+        f"Stacked bar chart for {workload}, one bar per world size, from 100 percent down to the scaling "
+        f"efficiency E(N): segments for the points lost to {', '.join(measured) or 'no measured term'}, the part "
+        "not explained hatched grey, E(N) as the bottom segment." + (" " + "; ".join(missing) + "." if missing else "")
+    )
 
 
 def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
@@ -175,19 +211,29 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
         lost = [(name, term.points) for name, term in run.terms.items() if term.points is not None]
         for name, points in [(n, p) for n, p in lost if p > 0]:
             top -= points
-            handles[LABELS[name]] = _segment(axis, x, top, points, name, hatch=UNEXPLAINED_HATCH
-                                             if name == "unexplained" else None)
+            handles[LABELS[name]] = _segment(
+                axis, x, top, points, name, hatch=UNEXPLAINED_HATCH if name == "unexplained" else None
+            )
         lowest = min(lowest, top)
         # Below where the terms end, the bar is E(N) alone; a term that made the step faster covers the rest.
         shows = min(kept, top)
         if shows >= KEPT_LABEL_MIN_POINTS:
-            axis.text(x, shows / 2, f"E(N)\n{kept:.1f} %", ha="center", va="center", color="white",
-                      fontsize="small", fontweight="bold")
+            axis.text(
+                x,
+                shows / 2,
+                f"E(N)\n{kept:.1f} %",
+                ha="center",
+                va="center",
+                color="white",
+                fontsize="small",
+                fontweight="bold",
+            )
         else:
             names[x] += f"\nE(N) {kept:.1f} %"
         for name, points in [(n, p) for n, p in lost if p < 0]:
-            handles[f"{LABELS[name]}: made the step faster"] = _segment(axis, x, top, -points, name,
-                                                                        hatch=FASTER_HATCH, faster=True)
+            handles[f"{LABELS[name]}: made the step faster"] = _segment(
+                axis, x, top, -points, name, hatch=FASTER_HATCH, faster=True
+            )
             top -= points
         axis.hlines(kept, x - 0.36, x + 0.36, color="black", linewidth=1.6)
         highest = max(highest, kept)
@@ -201,13 +247,27 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
     # The legend reads top to bottom as the bars do: the terms first, E(N) last.
     order = [LABELS[t.name] for t in TERMS] + [f"{LABELS[t.name]}: made the step faster" for t in TERMS]
     shown = sorted((label for label in handles if label in order), key=order.index) + ["E(N): efficiency kept"]
-    axis.legend([handles[label] for label in shown], shown, fontsize="small", loc="upper left",
-                bbox_to_anchor=(1.01, 1.0), frameon=False)
+    axis.legend(
+        [handles[label] for label in shown],
+        shown,
+        fontsize="small",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     if notes:
         note_axis = figure.add_subplot(grid[1])
         note_axis.axis("off")
-        note_axis.text(0.0, 1.0, "\n".join(wrapped), ha="left", va="top", fontsize="x-small", color="#444444",
-                       transform=note_axis.transAxes)
+        note_axis.text(
+            0.0,
+            1.0,
+            "\n".join(wrapped),
+            ha="left",
+            va="top",
+            fontsize="x-small",
+            color="#444444",
+            transform=note_axis.transAxes,
+        )
     figure.tight_layout()
     return figure
 
@@ -217,13 +277,29 @@ def _segment(axis, x: int, bottom: float, points: float, name: str, hatch: str |
     if faster:
         # The unexplained part's light grey would vanish as a hatch on white: its edge is darker.
         edge = "#7f7f7f" if name == "unexplained" else colour
-        drawn = axis.bar(x, points, bottom=bottom, width=0.6, color="white", edgecolor=edge, hatch=hatch,
-                         linewidth=1.2, alpha=0.9)
+        drawn = axis.bar(
+            x, points, bottom=bottom, width=0.6, color="white", edgecolor=edge, hatch=hatch, linewidth=1.2, alpha=0.9
+        )
     else:
-        drawn = axis.bar(x, points, bottom=bottom, width=0.6, color=colour, hatch=hatch,
-                         edgecolor="#7f7f7f" if hatch else "white", linewidth=0.6)
+        drawn = axis.bar(
+            x,
+            points,
+            bottom=bottom,
+            width=0.6,
+            color=colour,
+            hatch=hatch,
+            edgecolor="#7f7f7f" if hatch else "white",
+            linewidth=0.6,
+        )
     if points >= VALUE_MIN_POINTS:
-        axis.text(x, bottom + points / 2, f"{'-' if faster else ''}{points:.1f}", ha="center", va="center",
-                  fontsize="x-small", color="black", bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
-                                                               edgecolor="none", alpha=0.7) if hatch else None)
+        axis.text(
+            x,
+            bottom + points / 2,
+            f"{'-' if faster else ''}{points:.1f}",
+            ha="center",
+            va="center",
+            fontsize="x-small",
+            color="black",
+            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.7) if hatch else None,
+        )
     return drawn

@@ -18,13 +18,26 @@ def bandwidth_figure(results: dict, profile: dict | None = None) -> plt.Figure:
     for colour, (collective, dtype) in zip(PALETTE * 4, lines):
         rows = [r for r in results["results"] if (r["collective"], r.get("dtype", "float32")) == (collective, dtype)]
         sizes = [r["bytes"] for r in rows]
-        axis.plot(sizes, [r["busbw_bytes_per_s"] / GB for r in rows], marker="o", markersize=3, color=colour,
-                  label=collective.replace("_", " ") + ("" if dtype == "float32" else f" {dtype}"))
-        fit = next((f for f in (profile or {}).get("fits", [])
-                    if f["collective"] == collective and f.get("dtype", "float32") == dtype), None)
+        axis.plot(
+            sizes,
+            [r["busbw_bytes_per_s"] / GB for r in rows],
+            marker="o",
+            markersize=3,
+            color=colour,
+            label=collective.replace("_", " ") + ("" if dtype == "float32" else f" {dtype}"),
+        )
+        fit = next(
+            (
+                f
+                for f in (profile or {}).get("fits", [])
+                if f["collective"] == collective and f.get("dtype", "float32") == dtype
+            ),
+            None,
+        )
         if fit:
-            fitted = [s / (fit["alpha_s"] + fit["beta_s_per_byte"] * s) * BUS_FACTORS[collective](world) / GB
-                      for s in sizes]
+            fitted = [
+                s / (fit["alpha_s"] + fit["beta_s_per_byte"] * s) * BUS_FACTORS[collective](world) / GB for s in sizes
+            ]
             axis.plot(sizes, fitted, linestyle="--", linewidth=1, color=colour)
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")

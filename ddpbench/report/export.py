@@ -21,12 +21,18 @@ def machine_info(record) -> dict:
     (not from the machine that happens to export)."""
     env = record.env
     return {
-        "node": env.hostname, "processor": env.cpu_model, "machine": env.machine,
-        "python_implementation": env.python_implementation, "python_version": env.python,
-        "release": env.release, "system": env.system,
+        "node": env.hostname,
+        "processor": env.cpu_model,
+        "machine": env.machine,
+        "python_implementation": env.python_implementation,
+        "python_version": env.python,
+        "release": env.release,
+        "system": env.system,
         "cpu": {"brand_raw": env.cpu_model, "count": env.cpu_cores},
         "gpu": {"count": env.gpu_count, "names": env.gpu_names},
-        "torch": env.torch, "cuda": env.cuda, "nccl": env.nccl,
+        "torch": env.torch,
+        "cuda": env.cuda,
+        "nccl": env.nccl,
     }
 
 
@@ -47,25 +53,36 @@ def pytest_benchmark_json(sweep_dir: str) -> dict:
         entry["data"] = list(stats.data)
         entry["iterations"] = 1
         param = f"{spec.strategy}-n{spec.world_size}"
-        benchmarks.append({
-            "group": spec.workload,
-            "name": f"{spec.workload}[{param}]",
-            "fullname": f"ddpbench::{spec.workload}[{param}]",
-            "params": {"strategy": spec.strategy, "world_size": spec.world_size},
-            "param": param,
-            "extra_info": {
-                "run_id": record.run_id, "world_size": spec.world_size, "strategy": spec.strategy,
-                "batch_size_per_device": spec.batch_size, "precision": spec.precision, "device": spec.device,
-                "throughput_unit": f"{metrics.sample_unit}/s",
-                "measure": "iteration time: the slowest rank's step time, in seconds",
-                # Every registered metric, by the name the runs frame and the scaling table use.
-                **{metric.name: metric.read(record) for metric in registry.METRICS},
-            },
-            "options": {"timer": "cuda events" if spec.device == "cuda" else "perf_counter",
-                        "min_rounds": metrics.timed_steps, "max_time": None, "min_time": None,
-                        "warmup": spec.warmup, "disable_gc": False},
-            "stats": entry,
-        })
+        benchmarks.append(
+            {
+                "group": spec.workload,
+                "name": f"{spec.workload}[{param}]",
+                "fullname": f"ddpbench::{spec.workload}[{param}]",
+                "params": {"strategy": spec.strategy, "world_size": spec.world_size},
+                "param": param,
+                "extra_info": {
+                    "run_id": record.run_id,
+                    "world_size": spec.world_size,
+                    "strategy": spec.strategy,
+                    "batch_size_per_device": spec.batch_size,
+                    "precision": spec.precision,
+                    "device": spec.device,
+                    "throughput_unit": f"{metrics.sample_unit}/s",
+                    "measure": "iteration time: the slowest rank's step time, in seconds",
+                    # Every registered metric, by the name the runs frame and the scaling table use.
+                    **{metric.name: metric.read(record) for metric in registry.METRICS},
+                },
+                "options": {
+                    "timer": "cuda events" if spec.device == "cuda" else "perf_counter",
+                    "min_rounds": metrics.timed_steps,
+                    "max_time": None,
+                    "min_time": None,
+                    "warmup": spec.warmup,
+                    "disable_gc": False,
+                },
+                "stats": entry,
+            }
+        )
     newest = max(records, key=lambda r: r.ended_at or "")
     return {
         "machine_info": machine_info(newest),

@@ -33,10 +33,11 @@ def panels(workloads: list[str]):
     """A grid with one panel per workload, at most two across so it fits a laptop screen."""
     columns = min(2, max(1, len(workloads)))
     rows = math.ceil(len(workloads) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows),
-                                squeeze=False)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows), squeeze=False
+    )
     flat = list(axes.flat)
-    for unused in flat[len(workloads):]:
+    for unused in flat[len(workloads) :]:
         unused.set_visible(False)
     return figure, dict(zip(workloads, flat))
 
@@ -57,14 +58,21 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
         for strategy in ("ddp", "dp"):
             line = rows[rows["strategy"] == strategy].sort_values("world_size")
             if not line.empty:
-                axis.plot(line["world_size"], line["throughput"], marker="o", color=STRATEGY_COLOURS[strategy],
-                          label=STRATEGY_NAMES[strategy])
+                axis.plot(
+                    line["world_size"],
+                    line["throughput"],
+                    marker="o",
+                    color=STRATEGY_COLOURS[strategy],
+                    label=STRATEGY_NAMES[strategy],
+                )
         local = rows[rows["strategy"] == "local"]
         if not local.empty:
             x1 = local["throughput"].iloc[0]
             sizes = sorted(rows["world_size"].unique())
             axis.plot(sizes, [x1 * n for n in sizes], linestyle="--", color="grey", label="ideal: N x local")
-            axis.plot([1], [x1], marker="s", color=STRATEGY_COLOURS["local"], linestyle="", label=STRATEGY_NAMES["local"])
+            axis.plot(
+                [1], [x1], marker="s", color=STRATEGY_COLOURS["local"], linestyle="", label=STRATEGY_NAMES["local"]
+            )
         _finish_scaling_axis(axis, rows, workload, f"throughput ({unit}/s)")
     figure.tight_layout()
     return figure
@@ -85,8 +93,13 @@ def efficiency(table: pd.DataFrame) -> plt.Figure:
         for strategy in ("ddp", "dp"):
             line = rows[rows["strategy"] == strategy].dropna(subset=["efficiency"]).sort_values("world_size")
             if not line.empty:
-                axis.plot(line["world_size"], 100 * line["efficiency"], marker="o",
-                          color=STRATEGY_COLOURS[strategy], label=STRATEGY_NAMES[strategy])
+                axis.plot(
+                    line["world_size"],
+                    100 * line["efficiency"],
+                    marker="o",
+                    color=STRATEGY_COLOURS[strategy],
+                    label=STRATEGY_NAMES[strategy],
+                )
         axis.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
         _finish_scaling_axis(axis, rows, workload, "scaling efficiency (%)")
     figure.tight_layout()
@@ -103,8 +116,16 @@ def step_time_by_rank(step_times: pd.DataFrame) -> plt.Figure:
         with warnings.catch_warnings():
             # seaborn 0.13 still passes matplotlib's deprecated `vert`; nothing for a reader to act on.
             warnings.filterwarnings("ignore", message=".*vert.*", category=DeprecationWarning)
-            sns.boxplot(data=rows, x="world_size", y="step_time_ms", hue="rank", ax=axis, fliersize=2,
-                        palette=sns.color_palette("colorblind", ranks), legend=ranks <= 8)
+            sns.boxplot(
+                data=rows,
+                x="world_size",
+                y="step_time_ms",
+                hue="rank",
+                ax=axis,
+                fliersize=2,
+                palette=sns.color_palette("colorblind", ranks),
+                legend=ranks <= 8,
+            )
         axis.set_xlabel("world size (devices)")
         axis.set_ylabel("step time (ms)")
         axis.set_title(f"{workload}: DDP step time per rank")
@@ -118,8 +139,16 @@ def rank_heat_map(binned, bin_width: int, title: str) -> plt.Figure:
     ms = binned * 1000
     low, high = np.percentile(ms, [1, 99])
     figure, axis = plt.subplots(figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * 1.3))
-    image = axis.imshow(ms, aspect="auto", interpolation="nearest", cmap="viridis", vmin=low, vmax=max(high, low + 1e-9),
-                        origin="lower", extent=(0, ms.shape[1] * bin_width, -0.5, ms.shape[0] - 0.5))
+    image = axis.imshow(
+        ms,
+        aspect="auto",
+        interpolation="nearest",
+        cmap="viridis",
+        vmin=low,
+        vmax=max(high, low + 1e-9),
+        origin="lower",
+        extent=(0, ms.shape[1] * bin_width, -0.5, ms.shape[0] - 0.5),
+    )
     figure.colorbar(image, ax=axis, label="step time (ms)" + (f", mean of {bin_width} steps" if bin_width > 1 else ""))
     axis.set_xlabel("timed step")
     axis.set_ylabel("rank")
@@ -133,10 +162,24 @@ def step_bands(bands: pd.DataFrame, title: str) -> plt.Figure:
     """Per step, the spread over ranks: median, the p90-p99 band and the slowest rank."""
     figure, axis = plt.subplots(figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN))
     steps = bands.index.to_numpy()
-    axis.fill_between(steps, bands["min_s"] * 1000, bands["max_s"] * 1000, color=PALETTE[0], alpha=0.15,
-                      linewidth=0, label="fastest to slowest rank")
-    axis.fill_between(steps, bands["p90_s"] * 1000, bands["p99_s"] * 1000, color=PALETTE[0], alpha=0.35,
-                      linewidth=0, label="p90 to p99 of ranks")
+    axis.fill_between(
+        steps,
+        bands["min_s"] * 1000,
+        bands["max_s"] * 1000,
+        color=PALETTE[0],
+        alpha=0.15,
+        linewidth=0,
+        label="fastest to slowest rank",
+    )
+    axis.fill_between(
+        steps,
+        bands["p90_s"] * 1000,
+        bands["p99_s"] * 1000,
+        color=PALETTE[0],
+        alpha=0.35,
+        linewidth=0,
+        label="p90 to p99 of ranks",
+    )
     axis.plot(steps, bands["p50_s"] * 1000, color=PALETTE[0], linewidth=1, label="median rank")
     axis.set_xlabel("timed step")
     axis.set_ylabel("step time (ms)")
@@ -153,8 +196,12 @@ def rank_spread(spread: pd.DataFrame, workload_of: dict) -> plt.Figure:
     figure, axes = panels(sorted(spread["workload"].unique()))
     for workload, axis in axes.items():
         rows = spread[spread["workload"] == workload].groupby("world_size").median(numeric_only=True).reset_index()
-        for column, label, style in (("p50_s", "median rank", "-"), ("p90_s", "p90 of ranks", "--"),
-                                     ("max_s", "slowest rank", ":"), ("iteration_p50_s", "iteration (median step)", "-.")):
+        for column, label, style in (
+            ("p50_s", "median rank", "-"),
+            ("p90_s", "p90 of ranks", "--"),
+            ("max_s", "slowest rank", ":"),
+            ("iteration_p50_s", "iteration (median step)", "-."),
+        ):
             axis.plot(rows["world_size"], rows[column] * 1000, marker="o", linestyle=style, label=label)
         _world_size_axis(axis, rows["world_size"])
         axis.set_ylabel("median step time (ms)")
@@ -170,9 +217,14 @@ def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
     for workload, axis in axes.items():
         rows = iterations[iterations["workload"] == workload]
         for (strategy, world_size), run in rows.groupby(["strategy", "world_size"]):
-            axis.plot(run["step"], run["iteration_time_s"] * 1000, color=STRATEGY_COLOURS[strategy],
-                      alpha=0.35 + 0.65 * world_size / rows["world_size"].max(), linewidth=1,
-                      label=f"{STRATEGY_NAMES[strategy]} x{world_size}")
+            axis.plot(
+                run["step"],
+                run["iteration_time_s"] * 1000,
+                color=STRATEGY_COLOURS[strategy],
+                alpha=0.35 + 0.65 * world_size / rows["world_size"].max(),
+                linewidth=1,
+                label=f"{STRATEGY_NAMES[strategy]} x{world_size}",
+            )
         axis.set_xlabel("timed step")
         axis.set_ylabel("iteration time (ms)")
         axis.set_ylim(bottom=0)
@@ -182,22 +234,32 @@ def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
     return figure
 
 
-ESTIMATES = {"exposed_comm_trace_s": "profiler trace", "exposed_comm_no_sync_s": "no_sync() replay",
-             "exposed_comm_reducer_s": "DDP reducer timers"}
+ESTIMATES = {
+    "exposed_comm_trace_s": "profiler trace",
+    "exposed_comm_no_sync_s": "no_sync() replay",
+    "exposed_comm_reducer_s": "DDP reducer timers",
+}
 
 
 def exposed_communication(overlap: pd.DataFrame) -> plt.Figure:
     """DDP runs: exposed communication per step, three estimates side by side, and the overlap %."""
     workloads = sorted(overlap["workload"].unique())
-    figure, axes = plt.subplots(len(workloads), 2, figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)),
-                                squeeze=False)
+    figure, axes = plt.subplots(
+        len(workloads), 2, figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)), squeeze=False
+    )
     for row_axes, workload in zip(axes, workloads):
         rows = overlap[overlap["workload"] == workload]
         long = rows.melt(id_vars="world_size", value_vars=list(ESTIMATES), var_name="estimate", value_name="seconds")
         long = long.dropna().assign(estimate=lambda f: f["estimate"].map(ESTIMATES), ms=lambda f: f["seconds"] * 1000)
         if not long.empty:
-            sns.barplot(data=long, x="world_size", y="ms", hue="estimate", ax=row_axes[0],
-                        hue_order=[e for e in ESTIMATES.values() if e in set(long["estimate"])])
+            sns.barplot(
+                data=long,
+                x="world_size",
+                y="ms",
+                hue="estimate",
+                ax=row_axes[0],
+                hue_order=[e for e in ESTIMATES.values() if e in set(long["estimate"])],
+            )
         row_axes[0].set_xlabel("world size (devices)")
         row_axes[0].set_ylabel("exposed communication per step (ms)")
         row_axes[0].set_title(f"{workload}: exposed all-reduce, three estimates")
@@ -212,8 +274,12 @@ def exposed_communication(overlap: pd.DataFrame) -> plt.Figure:
     return figure
 
 
-BREAKDOWN_LABELS = {"compute_us": "compute", "exposed_comm_us": "exposed communication", "other_us": "other",
-                    "idle_us": "idle"}
+BREAKDOWN_LABELS = {
+    "compute_us": "compute",
+    "exposed_comm_us": "exposed communication",
+    "other_us": "other",
+    "idle_us": "idle",
+}
 
 
 def step_breakdown(breakdown: pd.DataFrame) -> plt.Figure:
@@ -249,11 +315,24 @@ def history(series: pd.DataFrame) -> plt.Figure:
     figure, axes = panels(list(dict.fromkeys(series["configuration"])))
     for configuration, axis in axes.items():
         rows = series[series["configuration"] == configuration]
-        axis.plot(rows["position"], rows["throughput"], marker="o", markersize=3, linewidth=1, color=PALETTE[0],
-                  label="one run")
+        axis.plot(
+            rows["position"],
+            rows["throughput"],
+            marker="o",
+            markersize=3,
+            linewidth=1,
+            color=PALETTE[0],
+            label="one run",
+        )
         for _, segment in rows.groupby("segment"):
-            axis.hlines(segment["throughput"].mean(), segment["position"].min(), segment["position"].max(),
-                        color=PALETTE[2], linewidth=2, label="segment mean")
+            axis.hlines(
+                segment["throughput"].mean(),
+                segment["position"].min(),
+                segment["position"].max(),
+                color=PALETTE[2],
+                linewidth=2,
+                label="segment mean",
+            )
         for position in rows.loc[rows["change"], "position"]:
             axis.axvline(position - 0.5, color=PALETTE[3], linestyle="--", linewidth=1.2, label="change point")
         handles, labels = axis.get_legend_handles_labels()

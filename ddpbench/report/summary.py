@@ -43,10 +43,14 @@ def _mfu(metrics: Metrics) -> str:
         return f"unknown ({basis.reason if basis and basis.reason else 'not measured'})"
     mix = ""
     if basis.matmul_precision and basis.conv_precision and basis.matmul_precision != basis.conv_precision:
-        mix = (f"; matmuls {basis.matmul_precision}, convolutions ({100 * (basis.conv_flops_share or 0):.0f} % "
-               f"of FLOPs) {basis.conv_precision}")
-    return (f"{100 * metrics.mfu:.1f} % of {basis.peak_flops_per_s / 1e12:,.1f} TFLOP/s "
-            f"{basis.precision} ({basis.matched}, published dense peak{mix})")
+        mix = (
+            f"; matmuls {basis.matmul_precision}, convolutions ({100 * (basis.conv_flops_share or 0):.0f} % "
+            f"of FLOPs) {basis.conv_precision}"
+        )
+    return (
+        f"{100 * metrics.mfu:.1f} % of {basis.peak_flops_per_s / 1e12:,.1f} TFLOP/s "
+        f"{basis.precision} ({basis.matched}, published dense peak{mix})"
+    )
 
 
 def _host_sync_notes(record: Record) -> list[str]:
@@ -64,9 +68,11 @@ def _host_sync_notes(record: Record) -> list[str]:
 def format_summary(record: Record, path: str) -> str:
     spec = record.spec
     threads = spec.threads_per_rank
-    title = (f"{spec.workload}/{spec.size}  {strategy_label(spec)}  world {spec.world_size} on "
-             f"{spec.device}, {threads} thread{'s' if threads != 1 else ''}/process  {spec.precision}  "
-             f"batch {spec.batch_size or 'default'}/device")
+    title = (
+        f"{spec.workload}/{spec.size}  {strategy_label(spec)}  world {spec.world_size} on "
+        f"{spec.device}, {threads} thread{'s' if threads != 1 else ''}/process  {spec.precision}  "
+        f"batch {spec.batch_size or 'default'}/device"
+    )
     lines = [title]
     if record.status != "ok":
         error = record.error
@@ -79,15 +85,19 @@ def format_summary(record: Record, path: str) -> str:
         metrics = record.metrics
         unit = metrics.sample_unit
         iteration = metrics.iteration_time_s
-        lines.append(f"  throughput   {metrics.throughput_units_per_s:,.1f} {unit}/s "
-                     f"({metrics.throughput_units_per_s_per_device:,.1f} per device)")
+        lines.append(
+            f"  throughput   {metrics.throughput_units_per_s:,.1f} {unit}/s "
+            f"({metrics.throughput_units_per_s_per_device:,.1f} per device)"
+        )
         if spec.device == "cuda":
             lines.append(f"  MFU          {_mfu(metrics)}")
         for note in _host_sync_notes(record):
             lines.append(f"  host sync    {note}")
-        lines.append(f"  iteration    p50 {_ms(iteration.p50)}  p90 {_ms(iteration.p90)}  "
-                     f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
-                     f"  over {metrics.timed_steps} timed steps")
+        lines.append(
+            f"  iteration    p50 {_ms(iteration.p50)}  p90 {_ms(iteration.p90)}  "
+            f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
+            f"  over {metrics.timed_steps} timed steps"
+        )
         if spec.strategy == "ddp" and spec.world_size > 1:
             agreement = estimates_agreement(record)
             if agreement.agree is not None:
@@ -106,12 +116,16 @@ def format_summary(record: Record, path: str) -> str:
         if record.error:
             lines.append(f"  !! {record.error.message}")
         for attempt in record.oom_backoff or []:
-            lines.append(f"  oom backoff  batch {attempt.batch_size}/device ran out of memory; "
-                         f"measured at batch {spec.batch_size}/device instead")
+            lines.append(
+                f"  oom backoff  batch {attempt.batch_size}/device ran out of memory; "
+                f"measured at batch {spec.batch_size}/device instead"
+            )
     if record.oversubscribed:
         figures = record.oversubscribed
-        lines.append(f"  !! oversubscribed: {figures.threads} threads on {figures.usable_cores} usable cores; "
-                     "these numbers describe time-sharing, not scaling")
+        lines.append(
+            f"  !! oversubscribed: {figures.threads} threads on {figures.usable_cores} usable cores; "
+            "these numbers describe time-sharing, not scaling"
+        )
     lines.append(f"  record       {path}")
     logs = record.launch.logs if record.launch else None
     if logs and (record.status != "ok" or record.error):

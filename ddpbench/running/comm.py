@@ -91,14 +91,38 @@ def run_comm(options: CommOptions) -> tuple[dict, dict, str]:
     os.makedirs(options.out, exist_ok=True)
     results_path = os.path.join(options.out, "results.json")
     threads = max(1, usable_cores() // options.nproc)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={options.nproc}",
-               "--max-restarts=0", "-m", "ddpbench.worker.comm_bench", "--out", results_path,
-               "--backend", options.backend, "--collectives", ",".join(options.collectives),
-               "--dtypes", ",".join(options.dtypes),
-               "--min-bytes", str(options.min_bytes), "--max-bytes", str(options.max_bytes),
-               "--warmup", str(options.warmup), "--min-iters", str(options.min_iters),
-               "--max-iters", str(options.max_iters), "--seconds-per-size", str(options.seconds_per_size),
-               "--threads", str(threads)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={options.nproc}",
+        "--max-restarts=0",
+        "-m",
+        "ddpbench.worker.comm_bench",
+        "--out",
+        results_path,
+        "--backend",
+        options.backend,
+        "--collectives",
+        ",".join(options.collectives),
+        "--dtypes",
+        ",".join(options.dtypes),
+        "--min-bytes",
+        str(options.min_bytes),
+        "--max-bytes",
+        str(options.max_bytes),
+        "--warmup",
+        str(options.warmup),
+        "--min-iters",
+        str(options.min_iters),
+        "--max-iters",
+        str(options.max_iters),
+        "--seconds-per-size",
+        str(options.seconds_per_size),
+        "--threads",
+        str(threads),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if os.path.exists(results_path):
         os.unlink(results_path)  # never mistake an older run's results for this one's
@@ -108,12 +132,17 @@ def run_comm(options: CommOptions) -> tuple[dict, dict, str]:
     finally:
         end_process_group(process)
     if not os.path.exists(results_path):
-        raise CommFailed(f"the collective benchmark exited with code {exit_code} before measuring any size, so "
-                         f"nothing was written to {options.out}; its processes' output above says why")
+        raise CommFailed(
+            f"the collective benchmark exited with code {exit_code} before measuring any size, so "
+            f"nothing was written to {options.out}; its processes' output above says why"
+        )
     with open(results_path, encoding="utf-8") as handle:
         results = json.load(handle)
     results["exit_code"] = exit_code
-    name = options.name or f"{results['backend']}-{results['device']}-n{results['world_size']}-{results['env'].get('hostname')}"
+    name = (
+        options.name
+        or f"{results['backend']}-{results['device']}-n{results['world_size']}-{results['env'].get('hostname')}"
+    )
     profile = profile_from_results(results, name)
     write_atomic(os.path.join(options.out, "profile.json"), json.dumps(profile, indent=1) + "\n")
     write_atomic(results_path, json.dumps(results, indent=1) + "\n")
@@ -128,5 +157,7 @@ def report_comm(results: dict, profile: dict, folder: str) -> str:
     save_png(bandwidth_figure(results, profile), plot_path)
     text = format_results_table(results, profile)
     if results.get("exit_code"):
-        text += f"\nWARNING: the benchmark exited with code {results['exit_code']}; the sizes above are what it measured"
+        text += (
+            f"\nWARNING: the benchmark exited with code {results['exit_code']}; the sizes above are what it measured"
+        )
     return text + f"\nprofile: {os.path.join(folder, 'profile.json')}\nplot: {plot_path}"

@@ -23,14 +23,20 @@ _RANK_ERROR_FILE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:[^\n]*\n[^\n]*\n
 _COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective", re.IGNORECASE)
 # What a rank reports when *another* rank died or stopped: the consequence, not the cause.
 _PEER_FAILURE = re.compile(r"by peer|remote worker|timed out|timeout|Watchdog caught collective", re.IGNORECASE)
-_RENDEZVOUS_FAILURE = re.compile(r"EADDRINUSE|address already in use|RendezvousConnectionError|"
-                                 r"RendezvousTimeoutError|The server socket has failed to listen", re.IGNORECASE)
+_RENDEZVOUS_FAILURE = re.compile(
+    r"EADDRINUSE|address already in use|RendezvousConnectionError|"
+    r"RendezvousTimeoutError|The server socket has failed to listen",
+    re.IGNORECASE,
+)
 # Out of memory, however it is raised: torch.OutOfMemoryError from the caching allocator, but
 # also a plain RuntimeError when cuDNN, cuBLAS or NCCL fail to allocate (their workspace or
 # communicator buffers) and CUDA's own "out of memory" error (code 2).
-_OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDNN_STATUS_ALLOC_FAILED|"
-                            r"CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUFFT_ALLOC_FAILED|"
-                            r"cudaErrorMemoryAllocation|\bout of memory\b", re.IGNORECASE)
+_OUT_OF_MEMORY = re.compile(
+    r"OutOfMemoryError|CUDA out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUFFT_ALLOC_FAILED|"
+    r"cudaErrorMemoryAllocation|\bout of memory\b",
+    re.IGNORECASE,
+)
 OUTPUT_READ_BYTES = 256 * 1024
 
 
@@ -80,8 +86,9 @@ def error_files(ranks_dir: str, node_rank: int, nproc: int, output: str = "") ->
 def root_cause(errors: dict[int, dict]) -> int:
     """The rank whose error caused the others: not one reporting a dead or silent peer, and
     among the rest the earliest."""
-    return min(errors, key=lambda rank: (bool(_PEER_FAILURE.search(errors[rank]["message"])),
-                                         errors[rank]["timestamp"], rank))
+    return min(
+        errors, key=lambda rank: (bool(_PEER_FAILURE.search(errors[rank]["message"])), errors[rank]["timestamp"], rank)
+    )
 
 
 def exits_by_rank(output: str) -> dict[int, int]:
@@ -115,12 +122,20 @@ def rendezvous_failed(log_dir: str) -> bool:
     if not _RENDEZVOUS_FAILURE.search(output):
         return False
     errors = error_files(os.path.join(log_dir, "ranks"), 0, 1, output)
-    return not any(not _RENDEZVOUS_FAILURE.search(e["message"]) and not _PEER_FAILURE.search(e["message"])
-                   for e in errors.values())
+    return not any(
+        not _RENDEZVOUS_FAILURE.search(e["message"]) and not _PEER_FAILURE.search(e["message"]) for e in errors.values()
+    )
 
 
-def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: str, node_rank: int = 0,
-             nproc: int = 1, output_tail: list[str] | None = None) -> tuple[str, dict]:
+def diagnose(
+    exit_code: int,
+    timed_out: bool,
+    timeout_s: float | None,
+    log_dir: str,
+    node_rank: int = 0,
+    nproc: int = 1,
+    output_tail: list[str] | None = None,
+) -> tuple[str, dict]:
     """(status, error) for a run that wrote no record or failed after writing it."""
     output = read_output(os.path.join(log_dir, "output.log"))
     errors = error_files(os.path.join(log_dir, "ranks"), node_rank, nproc, output)
@@ -146,8 +161,10 @@ def diagnose(exit_code: int, timed_out: bool, timeout_s: float | None, log_dir: 
     elif any(out_of_memory(t) for t in texts):
         status = "oom"
         ranks = sorted(r for r, e in errors.items() if out_of_memory(e["message"]))
-        error["message"] = f"out of memory{' on rank ' + ', '.join(map(str, ranks)) if ranks else ''}: " \
-                           f"{next(t for t in texts if out_of_memory(t))}"
+        error["message"] = (
+            f"out of memory{' on rank ' + ', '.join(map(str, ranks)) if ranks else ''}: "
+            f"{next(t for t in texts if out_of_memory(t))}"
+        )
     elif killed and not aborted_after_hang:
         status = "failed"
         error["message"] = "; ".join(f"rank {rank} was killed by {name}" for rank, name in sorted(killed.items()))

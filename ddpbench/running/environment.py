@@ -9,7 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
-from typing import Mapping
+from collections.abc import Mapping
 
 from ddpbench.running.slurm import scheduler_facts
 
@@ -108,8 +108,12 @@ def _nvidia_smi(*args: str) -> str | None:
 def gpu_host_facts() -> dict:
     """Driver version, MIG mode of every GPU and the topology matrix (NVLink, PCIe, NUMA
     affinity: `nvidia-smi topo -m`), where an NVIDIA driver is present; None where unknown."""
-    facts: dict = {"driver_version": None, "mig_mode": [], "gpu_topology": None,
-                   "mig_devices_visible": "MIG-" in os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    facts: dict = {
+        "driver_version": None,
+        "mig_mode": [],
+        "gpu_topology": None,
+        "mig_devices_visible": "MIG-" in os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
     if not nvidia_driver_present():
         return facts
     query = _nvidia_smi("--query-gpu=driver_version,mig.mode.current", "--format=csv,noheader")

@@ -33,7 +33,7 @@ def flight_recorder_files(folder: str) -> tuple[str | None, dict[int, str]]:
     for prefix in DUMP_PREFIXES:
         found = {}
         for path in glob.glob(os.path.join(folder, prefix + "*")):
-            suffix = os.path.basename(path)[len(prefix):]
+            suffix = os.path.basename(path)[len(prefix) :]
             if suffix.isdigit():
                 found[int(suffix)] = path
         if found:
@@ -49,8 +49,11 @@ def collectives_by_rank(paths: dict[int, str]) -> dict[int, dict[int, tuple]]:
         try:
             with open(path, "rb") as handle:
                 dump = pickle.load(handle)
-            found[rank] = {entry["collective_seq_id"]: (entry["profiling_name"], repr(entry.get("input_sizes")))
-                           for entry in dump.get("entries", []) if not entry.get("is_p2p")}
+            found[rank] = {
+                entry["collective_seq_id"]: (entry["profiling_name"], repr(entry.get("input_sizes")))
+                for entry in dump.get("entries", [])
+                if not entry.get("is_p2p")
+            }
         except Exception:  # a truncated or foreign file is no evidence, not a reason to fail
             continue
     return found
@@ -63,7 +66,7 @@ def main_thread_frames(path: str, thread: str | None, count: int = TOP_FRAMES) -
             text = handle.read()
     except OSError:
         return []
-    blocks = {match.group(1): text[match.end():] for match in _THREAD.finditer(text)}
+    blocks = {match.group(1): text[match.end() :] for match in _THREAD.finditer(text)}
     block = blocks.get(thread) if thread else None
     if block is None:
         return []
@@ -93,8 +96,11 @@ def torch_analyzer_verdict(folder: str, prefix: str) -> str:
         done = subprocess.run(command, capture_output=True, text=True, timeout=ANALYZER_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the analyzer did not finish: {exc}"
-    lines = [line for line in (done.stdout + done.stderr).splitlines()
-             if line.strip() and "tabulate is not installed" not in line]
+    lines = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.strip() and "tabulate is not installed" not in line
+    ]
     if done.returncode != 0:
         return f"the analyzer failed (exit code {done.returncode}): {lines[-1] if lines else 'no output'}"
     return "\n".join(lines[:ANALYZER_LINES]) or "no mismatch or missing rank found"
@@ -105,12 +111,17 @@ def collect(log_dir: str, beats: dict[int, dict], hang: dict | None, analyze: bo
     folder = dumps_folder(log_dir)
     prefix, recorder = flight_recorder_files(folder)
     stacks = {rank: path for rank in sorted(beats) if (path := stacks_file(folder, rank))}
-    evidence: dict = {"heartbeats": os.path.join(log_dir, "heartbeats"),
-                      "stacks": {str(rank): path for rank, path in stacks.items()},
-                      "flight_recorder": {str(rank): path for rank, path in sorted(recorder.items())}}
+    evidence: dict = {
+        "heartbeats": os.path.join(log_dir, "heartbeats"),
+        "stacks": {str(rank): path for rank, path in stacks.items()},
+        "flight_recorder": {str(rank): path for rank, path in sorted(recorder.items())},
+    }
     if hang:
-        evidence["top_frames"] = {str(rank): main_thread_frames(stacks[rank], beats[rank].get("main_thread"))
-                                  for rank in hang["ranks"] if rank in stacks}
+        evidence["top_frames"] = {
+            str(rank): main_thread_frames(stacks[rank], beats[rank].get("main_thread"))
+            for rank in hang["ranks"]
+            if rank in stacks
+        }
     if analyze and prefix and len(recorder) == len(beats) > 1:
         evidence["flight_recorder_analysis"] = torch_analyzer_verdict(folder, prefix)
     return evidence

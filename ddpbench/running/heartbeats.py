@@ -59,7 +59,7 @@ def _ranks(ranks) -> str:
 
 
 def _op_name(operations: dict | None, rank: int, number) -> str:
-    """"all_reduce" when the Flight Recorder saw the collective (gloo:all_reduce), else "collective"."""
+    """ "all_reduce" when the Flight Recorder saw the collective (gloo:all_reduce), else "collective"."""
     found = (operations or {}).get(rank, {}).get(number)
     return found[0].split(":")[-1] if found else "collective"
 
@@ -81,9 +81,15 @@ def _skippers(running: dict[int, dict], counts: dict[int, int], operations: dict
     """The ranks that skipped a collective: whose collective #k is the others' #k+1 (they
     skipped the others' #k); else those furthest ahead in the program, fewest collectives first."""
     if mismatch is not None:
-        shifted = [rank for rank in running if any(
-            operations[rank].get(mismatch) == operations[other].get(mismatch + 1) is not None
-            for other in running if other != rank)]
+        shifted = [
+            rank
+            for rank in running
+            if any(
+                operations[rank].get(mismatch) == operations[other].get(mismatch + 1) is not None
+                for other in running
+                if other != rank
+            )
+        ]
         if shifted:
             return shifted
     furthest = max(position(beat) for beat in running.values())
@@ -115,21 +121,34 @@ def find_hang(beats: dict[int, dict], operations: dict[int, dict[int, tuple]] | 
     first = running[culprits[0]]
     waiting = {str(rank): f"{_op(operations, rank, counts[rank])} ({place(running[rank])})" for rank in others}
     if kind == "hung":
-        explanation = "; ".join(f"rank {rank} stuck in {place(running[rank])} ({counts[rank]} collectives issued)"
-                                for rank in culprits)
+        explanation = "; ".join(
+            f"rank {rank} stuck in {place(running[rank])} ({counts[rank]} collectives issued)" for rank in culprits
+        )
         explanation += "".join(f"; rank {rank} waits in {words}" for rank, words in waiting.items())
     elif mismatch is not None:
-        explanation = (f"{_ranks(culprits)} skipped a collective: its collective #{mismatch} is "
-                       f"{_op_name(operations, culprits[0], mismatch)} ({place(first)}), while "
-                       + "; ".join(f"rank {rank}'s is {_op_name(operations, rank, mismatch)} ({place(running[rank])})"
-                                   for rank in others))
+        explanation = (
+            f"{_ranks(culprits)} skipped a collective: its collective #{mismatch} is "
+            f"{_op_name(operations, culprits[0], mismatch)} ({place(first)}), while "
+            + "; ".join(
+                f"rank {rank}'s is {_op_name(operations, rank, mismatch)} ({place(running[rank])})" for rank in others
+            )
+        )
     else:
-        explanation = (f"{_ranks(culprits)} skipped a collective: it got to {place(first)} with "
-                       f"{counts[culprits[0]]} collectives, while "
-                       + "; ".join(f"rank {rank} is in {place(running[rank])} with {counts[rank]}" for rank in others))
-    return {"kind": kind, "ranks": sorted(culprits), "step": first.get("step"), "where": first.get("where"),
-            "phase": first.get("phase"), "collectives": {str(rank): counts[rank] for rank in sorted(running)},
-            "waiting": waiting, "explanation": explanation}
+        explanation = (
+            f"{_ranks(culprits)} skipped a collective: it got to {place(first)} with "
+            f"{counts[culprits[0]]} collectives, while "
+            + "; ".join(f"rank {rank} is in {place(running[rank])} with {counts[rank]}" for rank in others)
+        )
+    return {
+        "kind": kind,
+        "ranks": sorted(culprits),
+        "step": first.get("step"),
+        "where": first.get("where"),
+        "phase": first.get("phase"),
+        "collectives": {str(rank): counts[rank] for rank in sorted(running)},
+        "waiting": waiting,
+        "explanation": explanation,
+    }
 
 
 def _by_steps(running: dict[int, dict]) -> dict | None:
@@ -141,6 +160,13 @@ def _by_steps(running: dict[int, dict]) -> dict | None:
         return None
     steps = ", ".join(f"rank {r} at step {running[r]['step']}" for r in behind)
     first = running[behind[0]]
-    return {"kind": "hung", "ranks": behind, "step": first["step"], "where": first.get("where"),
-            "phase": first.get("phase"), "collectives": None, "waiting": {},
-            "explanation": f"{steps}, while other ranks had entered step {furthest} and waited for them"}
+    return {
+        "kind": "hung",
+        "ranks": behind,
+        "step": first["step"],
+        "where": first.get("where"),
+        "phase": first.get("phase"),
+        "collectives": None,
+        "waiting": {},
+        "explanation": f"{steps}, while other ranks had entered step {furthest} and waited for them",
+    }

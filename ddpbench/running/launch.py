@@ -25,15 +25,15 @@ from datetime import datetime
 
 import msgspec
 
+from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
+from ddpbench.config.workloads import check_workload_name, short_workload_name
+from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
+from ddpbench.records.store import load_record, new_record, record_path, write_record
+from ddpbench.running import slurm
 from ddpbench.running.diagnose import diagnose, rendezvous_failed
 from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
 from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, read_heartbeats
-from ddpbench.running import slurm
 from ddpbench.running.progress import RunProgress
-from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
-from ddpbench.records.store import load_record, new_record, record_path, write_record
-from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
-from ddpbench.config.workloads import check_workload_name, short_workload_name
 
 ERROR_TAIL_LINES = 40
 
@@ -52,8 +52,9 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     cores = usable_cores() if cores is None else cores
     device = resolve_device(spec.device, gpu_count)
     if device == "cuda" and spec.nproc > gpu_count:
-        raise SpecError(f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; "
-                        f"this machine has {gpu_count}")
+        raise SpecError(
+            f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; " f"this machine has {gpu_count}"
+        )
     threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
     changes = {
         "device": device,
@@ -74,15 +75,22 @@ def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
     threads = processes * spec.threads_per_rank
     if threads <= cores:
         return None
-    return {"device": "cpu", "processes": processes, "threads_per_process": spec.threads_per_rank,
-            "threads": threads, "usable_cores": cores}
+    return {
+        "device": "cpu",
+        "processes": processes,
+        "threads_per_process": spec.threads_per_rank,
+        "threads": threads,
+        "usable_cores": cores,
+    }
 
 
 def oversubscription_warning(figures: dict) -> str:
-    return (f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "
-            f"{figures['threads_per_process']} thread{'s' if figures['threads_per_process'] != 1 else ''} = "
-            f"{figures['threads']} threads on {figures['usable_cores']} usable cores; ranks will time-share cores, "
-            "so throughput and efficiency describe time-sharing, not scaling (the record says so)")
+    return (
+        f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "
+        f"{figures['threads_per_process']} thread{'s' if figures['threads_per_process'] != 1 else ''} = "
+        f"{figures['threads']} threads on {figures['usable_cores']} usable cores; ranks will time-share cores, "
+        "so throughput and efficiency describe time-sharing, not scaling (the record says so)"
+    )
 
 
 def make_run_id(spec: RunSpec) -> str:
@@ -105,8 +113,10 @@ def check_output_folder(out_dir: str) -> None:
         raise SpecError(f"output folder {out_dir!r} is not writable: {exc.strerror or exc}") from None
     free = shutil.disk_usage(runs).free
     if free < MIN_FREE_BYTES:
-        raise SpecError(f"output folder {out_dir!r} has only {free / 2**20:.0f} MiB free; "
-                        f"ddpbench needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB for records, logs and traces")
+        raise SpecError(
+            f"output folder {out_dir!r} has only {free / 2**20:.0f} MiB free; "
+            f"ddpbench needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB for records, logs and traces"
+        )
 
 
 def worker_module_args(spec: RunSpec) -> list[str]:
@@ -122,20 +132,28 @@ def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
 def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
     if spec.strategy != "ddp":
         return [sys.executable, *worker_module_args(spec)]
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}",
-               "--max-restarts=0"]
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
     if log_dir:
         # Per-rank stdout/stderr files (and @record error files), still shown on the console.
         command += [f"--log-dir={log_dir}", "--tee=3"]
     if spec.rdzv_endpoint:
         # c10d gives agents their node ranks itself; srun starts the same command on every node.
         node_rank = [] if spec.launcher == "slurm" else [f"--node-rank={spec.node_rank}"]
-        command += [f"--nnodes={spec.nnodes}", *node_rank, "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={spec.rdzv_endpoint}", f"--rdzv-id={spec.rdzv_id}"]
+        command += [
+            f"--nnodes={spec.nnodes}",
+            *node_rank,
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={spec.rdzv_endpoint}",
+            f"--rdzv-id={spec.rdzv_id}",
+        ]
     elif spec.rdzv_port:
         # One node on a chosen port: the same c10d rendezvous, on localhost only.
-        command += ["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{spec.rdzv_port}",
-                    f"--rdzv-id={spec.run_id}"]
+        command += [
+            "--nnodes=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=localhost:{spec.rdzv_port}",
+            f"--rdzv-id={spec.run_id}",
+        ]
     else:
         # Standalone: a c10d rendezvous on localhost with a free port picked by torchrun.
         command += ["--standalone"]
@@ -153,9 +171,21 @@ def port_is_free(port: int) -> bool:
 
 # What torchrun tells its workers about their job. A ddpbench run started from inside such a job
 # (a torchrun or SLURM script) inherits them; `local` and `dp` are one process of their own.
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
-                      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+)
 
 
 # Kineto (the profiler's C++ side) logs through its own levels: ... ERROR 4, USDT 5 (its
@@ -227,7 +257,7 @@ class OutputTee:
                 sys.stderr.buffer.write(chunk)
                 sys.stderr.flush()
             self.log.write(chunk)
-            self.text = (self.text + chunk.decode("utf-8", "replace"))[-ERROR_TAIL_LINES * 400:]
+            self.text = (self.text + chunk.decode("utf-8", "replace"))[-ERROR_TAIL_LINES * 400 :]
         self.log.close()
 
     def tail(self, timeout_s: float = 5.0) -> list[str]:
@@ -255,8 +285,9 @@ def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
 RENDEZVOUS_ATTEMPTS = 3
 
 
-def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose: bool,
-                   show_progress: bool) -> tuple[list, int, bool, list]:
+def _run_processes(
+    spec: RunSpec, log_dir: str, timeout_s: float | None, verbose: bool, show_progress: bool
+) -> tuple[list, int, bool, list]:
     """Start the run's processes and wait for them. Returns (command, exit code, timed out,
     output tail); ends the whole group on timeout or on any exception (Ctrl-C, SIGTERM)."""
     # A rerun (resume, OOM back-off, rendezvous retry) starts from empty per-rank folders. Only
@@ -266,8 +297,13 @@ def _run_processes(spec: RunSpec, log_dir: str, timeout_s: float | None, verbose
     command = command_for(spec, log_dir=os.path.join(log_dir, "ranks"))
     heartbeat_dir = os.path.join(log_dir, "heartbeats")
     # A session of its own, so the run can be ended as a group (and Ctrl-C reaches us first).
-    process = subprocess.Popen(command, env=child_environment(spec, heartbeat_dir, verbose),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        env=child_environment(spec, heartbeat_dir, verbose),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     output = OutputTee(process.stdout, verbose, os.path.join(log_dir, "output.log"))
     # Verbose output already holds the worker's own bar; a second one would fight it.
     progress = RunProgress(spec, heartbeat_dir, enabled=show_progress and not verbose and sys.stderr.isatty())
@@ -299,8 +335,9 @@ def kill_leftovers(process: subprocess.Popen) -> None:
         pass
 
 
-def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
-           show_progress: bool = True) -> LaunchResult:
+def launch(
+    spec: RunSpec, timeout_s: float | None = None, verbose: bool = False, show_progress: bool = True
+) -> LaunchResult:
     """Run a resolved spec to completion; always leaves a record on the node of rank 0.
 
     Output goes to `<out>/logs/<run_id>/` (torchrun adds per-rank files for ddp) and, with
@@ -319,9 +356,13 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
     started = time.perf_counter()
     for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
         command, exit_code, timed_out, tail = _run_processes(spec, log_dir, timeout_s, verbose, show_progress)
-        rendezvous_broke = (exit_code != 0 and not timed_out and not os.path.exists(path)
-                            and spec.strategy == "ddp"
-                            and rendezvous_failed(log_dir))
+        rendezvous_broke = (
+            exit_code != 0
+            and not timed_out
+            and not os.path.exists(path)
+            and spec.strategy == "ddp"
+            and rendezvous_failed(log_dir)
+        )
         # Another node's endpoint cannot be moved (unless ddpbench chose it: slurm): only a
         # single-node rendezvous is retried.
         if not rendezvous_broke or (spec.rdzv_endpoint and spec.launcher != "slurm"):
@@ -332,8 +373,16 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
     wall_s = time.perf_counter() - started
 
     oversubscribed = oversubscription(spec)
-    launch_info = Launch(command=command, wall_s=wall_s, exit_code=exit_code, node_rank=spec.node_rank,
-                         timeout_s=timeout_s, logs=log_dir, attempts=attempt, notes=notes)
+    launch_info = Launch(
+        command=command,
+        wall_s=wall_s,
+        exit_code=exit_code,
+        node_rank=spec.node_rank,
+        timeout_s=timeout_s,
+        logs=log_dir,
+        attempts=attempt,
+        notes=notes,
+    )
     diagnosis = None
     if exit_code != 0 or timed_out:
         diagnosis = diagnose(exit_code, timed_out, timeout_s, log_dir, spec.node_rank, spec.nproc, tail)
@@ -354,12 +403,15 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
             record.error = msgspec.convert(error, RunError)
         write_record(record, spec.out_dir)
     else:
-        status, error = diagnosis or ("failed", {"message": "the run exited cleanly but wrote no record",
-                                                 "exit_code": exit_code, "output_tail": tail})
+        status, error = diagnosis or (
+            "failed",
+            {"message": "the run exited cleanly but wrote no record", "exit_code": exit_code, "output_tail": tail},
+        )
         if rendezvous_broke:
             tries = "once" if attempt == 1 else f"{attempt} times"
-            error["message"] = (f"the rendezvous failed {tries} (port in use or store unreachable): "
-                                f"{error['message']}")
+            error["message"] = (
+                f"the rendezvous failed {tries} (port in use or store unreachable): " f"{error['message']}"
+            )
         record = new_record(spec, status, env=host_facts())
         record.error = msgspec.convert(error, RunError)
         record.launch = launch_info
@@ -368,8 +420,13 @@ def launch(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
     return LaunchResult(spec, exit_code, wall_s, path)
 
 
-def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, verbose: bool = False,
-                            oom_backoff: bool = False, show_progress: bool = True) -> LaunchResult:
+def launch_with_oom_backoff(
+    spec: RunSpec,
+    timeout_s: float | None = None,
+    verbose: bool = False,
+    oom_backoff: bool = False,
+    show_progress: bool = True,
+) -> LaunchResult:
     """Launch; with `oom_backoff`, rerun a run that ran out of memory at half the batch (down to
     1), and record the attempts that ran out of memory in the final record's `oom_backoff`."""
     result = launch(spec, timeout_s, verbose, show_progress)
@@ -387,6 +444,7 @@ def launch_with_oom_backoff(spec: RunSpec, timeout_s: float | None = None, verbo
         record.oom_backoff = attempts
         write_record(record, spec.out_dir)
     return result
+
 
 def last_batch_size(spec: RunSpec) -> int | None:
     """The batch the workers resolved (the workload's default when none was given), from their heartbeats."""

@@ -31,8 +31,7 @@ class RunProgress:
         from tqdm import tqdm
 
         what = f"{self.spec.strategy} {self.spec.workload} x{self.spec.world_size}"
-        with tqdm(total=self.spec.steps, desc=f"{what}: starting", unit="step", file=sys.stderr,
-                  leave=False) as bar:
+        with tqdm(total=self.spec.steps, desc=f"{what}: starting", unit="step", file=sys.stderr, leave=False) as bar:
             while not self._stop.wait(POLL_S):
                 beats = read_heartbeats(self.heartbeat_dir)
                 if not beats:

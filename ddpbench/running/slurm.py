@@ -18,14 +18,16 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ddpbench.config.errors import SpecError
 from ddpbench.config.spec import RunSpec
 
-HOW_TO_GET_ONE = ("run it inside an allocation: `salloc --nodes N --exclusive` then the same command, "
-                  "or submit the whole sweep with `ddpbench sbatch`")
+HOW_TO_GET_ONE = (
+    "run it inside an allocation: `salloc --nodes N --exclusive` then the same command, "
+    "or submit the whole sweep with `ddpbench sbatch`"
+)
 RENDEZVOUS_PORTS = (29500, 29999)
 """Ports tried for the c10d rendezvous on the step's first node (torchrun's default is 29500)."""
 
@@ -91,23 +93,40 @@ def current_allocation(environ: Mapping[str, str] = os.environ) -> Allocation:
         raise SpecError(f"--launcher slurm needs a SLURM allocation and this shell has none; {HOW_TO_GET_ONE}")
     # The batch script, salloc's shell and its interactive step (LaunchParameters=use_interactive_step)
     # are fine: SLURM's ids for them, by name or number.
-    if environ.get("SLURM_STEP_ID") not in (None, "", "batch", "interactive", "extern",
-                                            "4294967294", "4294967290", "4294967295"):
+    if environ.get("SLURM_STEP_ID") not in (
+        None,
+        "",
+        "batch",
+        "interactive",
+        "extern",
+        "4294967294",
+        "4294967290",
+        "4294967295",
+    ):
         # A step started with srun holds its nodes: each run's own srun would wait for them forever.
-        raise SpecError("ddpbench is running inside a SLURM job step (under srun): start it from the batch "
-                        "script or the salloc shell instead, so that it can start one srun step per run")
+        raise SpecError(
+            "ddpbench is running inside a SLURM job step (under srun): start it from the batch "
+            "script or the salloc shell instead, so that it can start one srun step per run"
+        )
     if shutil.which("srun") is None:
         raise SpecError("SLURM's srun is not on PATH; load the cluster's slurm module first")
     nodes = expand_nodelist(environ["SLURM_JOB_NODELIST"])
     cpus = expand_cpus_per_node(environ.get("SLURM_JOB_CPUS_PER_NODE", "")) or [1]
-    return Allocation(job_id=job_id, nodes=nodes, cpus_per_node=min(cpus), gpus_per_node=gpus_on_node(environ),
-                      partition=environ.get("SLURM_JOB_PARTITION"))
+    return Allocation(
+        job_id=job_id,
+        nodes=nodes,
+        cpus_per_node=min(cpus),
+        gpus_per_node=gpus_on_node(environ),
+        partition=environ.get("SLURM_JOB_PARTITION"),
+    )
 
 
 def check_nodes(allocation: Allocation, wanted: int) -> None:
     if wanted > len(allocation.nodes):
-        raise SpecError(f"asked for {wanted} nodes; SLURM job {allocation.job_id} has {len(allocation.nodes)} "
-                        f"({','.join(allocation.nodes)}): ask salloc/sbatch for --nodes {wanted}, or use fewer")
+        raise SpecError(
+            f"asked for {wanted} nodes; SLURM job {allocation.job_id} has {len(allocation.nodes)} "
+            f"({','.join(allocation.nodes)}): ask salloc/sbatch for --nodes {wanted}, or use fewer"
+        )
 
 
 def rendezvous_endpoint(allocation: Allocation) -> str:
@@ -124,7 +143,10 @@ def placement(spec: RunSpec) -> tuple[int | None, int, dict]:
     check_nodes(allocation, spec.nnodes)
     changes = {}
     if spec.strategy == "ddp" and spec.nnodes > 1 and not spec.rdzv_endpoint:
-        changes = {"rdzv_endpoint": rendezvous_endpoint(allocation), "rdzv_id": f"slurm-{allocation.job_id}-{spec.run_id}"}
+        changes = {
+            "rdzv_endpoint": rendezvous_endpoint(allocation),
+            "rdzv_id": f"slurm-{allocation.job_id}-{spec.run_id}",
+        }
     return allocation.gpus_per_node, allocation.cpus_per_node, changes
 
 
@@ -142,13 +164,20 @@ def srun_command(spec: RunSpec, environ: Mapping[str, str] = os.environ) -> list
     has). --kill-on-bad-exit: when one node's agent fails, the others stop at once instead of
     waiting on collectives until the timeout. GPUs need no option: a step gets all the GPUs the
     job asked for on its nodes."""
-    nodes = expand_nodelist(environ["SLURM_JOB_NODELIST"])[:spec.nnodes]
+    nodes = expand_nodelist(environ["SLURM_JOB_NODELIST"])[: spec.nnodes]
     cpus = spec.threads_per_rank * (spec.nproc if spec.strategy == "ddp" else 1)
     node_cpus = expand_cpus_per_node(environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
     cpus = min([cpus, *node_cpus])
-    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1",
-            f"--job-name={spec.run_id}"]
+    return [
+        "srun",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        f"--cpus-per-task={cpus}",
+        "--kill-on-bad-exit=1",
+        f"--job-name={spec.run_id}",
+    ]
 
 
 def cancel_step(run_id: str, environ: Mapping[str, str] = os.environ) -> None:
@@ -158,8 +187,12 @@ def cancel_step(run_id: str, environ: Mapping[str, str] = os.environ) -> None:
     if not (job_id and squeue and scancel):
         return
     try:
-        steps = subprocess.run([squeue, "--steps", f"--jobs={job_id}", "--noheader", "--format=%i %j"],
-                               capture_output=True, text=True, timeout=30).stdout
+        steps = subprocess.run(
+            [squeue, "--steps", f"--jobs={job_id}", "--noheader", "--format=%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         for step_id, name in (line.split(maxsplit=1) for line in steps.splitlines() if " " in line.strip()):
             if name.strip() == run_id:
                 subprocess.run([scancel, step_id], capture_output=True, timeout=30)
@@ -168,9 +201,13 @@ def cancel_step(run_id: str, environ: Mapping[str, str] = os.environ) -> None:
 
 
 SCHEDULER_VARIABLES = {
-    "job_id": "SLURM_JOB_ID", "cluster": "SLURM_CLUSTER_NAME",
-    "partition": "SLURM_JOB_PARTITION", "job_nodes": "SLURM_JOB_NODELIST", "step_id": "SLURM_STEP_ID",
-    "step_nodes": "SLURM_STEP_NODELIST", "node": "SLURMD_NODENAME",
+    "job_id": "SLURM_JOB_ID",
+    "cluster": "SLURM_CLUSTER_NAME",
+    "partition": "SLURM_JOB_PARTITION",
+    "job_nodes": "SLURM_JOB_NODELIST",
+    "step_id": "SLURM_STEP_ID",
+    "step_nodes": "SLURM_STEP_NODELIST",
+    "node": "SLURMD_NODENAME",
 }
 
 
@@ -193,27 +230,45 @@ def check_partition(partition: str) -> int:
         text = _scontrol("-o", "show", "partition", partition)
     except SpecError:
         known = re.findall(r"PartitionName=(\S+)", _scontrol("-o", "show", "partition"))
-        raise SpecError(f"partition {partition!r} does not exist on this cluster; "
-                        f"valid: {', '.join(known) or 'none'}") from None
+        raise SpecError(
+            f"partition {partition!r} does not exist on this cluster; " f"valid: {', '.join(known) or 'none'}"
+        ) from None
     match = re.search(r"\bTotalNodes=(\d+)", text)
     return int(match[1]) if match else 0
 
 
-def sbatch_script(sweep_argv: list[str], sweep_dir: str, nodes: int, gpus_per_node: int | None,
-                  options: list[str], python: str, workdir: str) -> str:
+def sbatch_script(
+    sweep_argv: list[str],
+    sweep_dir: str,
+    nodes: int,
+    gpus_per_node: int | None,
+    options: list[str],
+    python: str,
+    workdir: str,
+) -> str:
     """The batch script: whole nodes for the sweep, which then starts one srun step per run and
     writes the report at the end. Submitted again (or requeued), it resumes the same sweep."""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=ddpbench-{os.path.basename(sweep_dir)}",
-             f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive",
-             f"#SBATCH --output={os.path.join(sweep_dir, 'slurm-%j.out')}"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=ddpbench-{os.path.basename(sweep_dir)}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+        f"#SBATCH --output={os.path.join(sweep_dir, 'slurm-%j.out')}",
+    ]
     if gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
     lines += [f"#SBATCH {option}" for option in options]
     sweep = [python, "-m", "ddpbench", "sweep", "--launcher", "slurm", *sweep_argv]
-    lines += ["set -euo pipefail", f"cd {shlex.quote(workdir)}",
-              f"if [ -e {shlex.quote(os.path.join(sweep_dir, 'manifest.json'))} ]; then",
-              f"  exec {shlex.join(sweep)} --resume  # requeued or submitted again: carry on", "fi",
-              f"exec {shlex.join(sweep)}", ""]
+    lines += [
+        "set -euo pipefail",
+        f"cd {shlex.quote(workdir)}",
+        f"if [ -e {shlex.quote(os.path.join(sweep_dir, 'manifest.json'))} ]; then",
+        f"  exec {shlex.join(sweep)} --resume  # requeued or submitted again: carry on",
+        "fi",
+        f"exec {shlex.join(sweep)}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -234,6 +289,7 @@ def submit(script_path: str, wait: bool) -> tuple[int, str]:
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise SpecError("SLURM's sbatch is not on PATH; load the cluster's slurm module first")
-    done = subprocess.run([sbatch, "--parsable", *(["--wait"] if wait else []), script_path],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sbatch, "--parsable", *(["--wait"] if wait else []), script_path], capture_output=True, text=True
+    )
     return done.returncode, (done.stdout + done.stderr).strip()

@@ -13,12 +13,19 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.records.schema import Record, RunError
+from ddpbench.records.store import (
+    UnreadableRecord,
+    load_record,
+    new_record,
+    record_path,
+    utc_now,
+    write_atomic,
+    write_record,
+)
 from ddpbench.running.environment import host_facts
 from ddpbench.running.launch import check_output_folder, launch_with_oom_backoff, resolve
-from ddpbench.records.schema import Record, RunError
-from ddpbench.records.store import (UnreadableRecord, load_record, new_record, record_path, utc_now, write_atomic,
-                                     write_record)
-from ddpbench.config.spec import RunSpec, SpecError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -54,8 +61,10 @@ def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: b
     Refuses to touch an existing sweep without `resume`, before anything runs."""
     exists = os.path.exists(manifest_path(sweep_dir))
     if exists and not resume:
-        raise SpecError(f"sweep folder {sweep_dir!r} already exists; add --resume to carry on with it, "
-                        "or choose another --sweep-id")
+        raise SpecError(
+            f"sweep folder {sweep_dir!r} already exists; add --resume to carry on with it, "
+            "or choose another --sweep-id"
+        )
     if resume and not exists:
         raise SpecError(f"nothing to resume: {sweep_dir!r} holds no sweep")
     if resume:
@@ -132,8 +141,9 @@ class Progress:
 
         self.done = 0
         self.run_seconds: list[float] = []
-        self.bar = tqdm(total=self.total, unit="run", desc="sweep", file=sys.stderr, leave=False,
-                        disable=not sys.stderr.isatty())
+        self.bar = tqdm(
+            total=self.total, unit="run", desc="sweep", file=sys.stderr, leave=False, disable=not sys.stderr.isatty()
+        )
 
     def finished(self, line: str, wall_s: float | None) -> None:
         self.done += 1
@@ -144,8 +154,10 @@ class Progress:
         mean = sum(self.run_seconds) / len(self.run_seconds) if self.run_seconds else 0.0
         eta = f"ETA {_clock(mean * remaining)}" if remaining and self.run_seconds else ""
         self.bar.update()
-        self.bar.write(f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})",
-                       file=sys.stderr)
+        self.bar.write(
+            f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})",
+            file=sys.stderr,
+        )
 
     def close(self) -> None:
         self.bar.close()
@@ -159,11 +171,14 @@ def _status_line(record: Record, wall_s: float) -> str:
         failed = record.failed_checks()
         checks = f"  CHECKS FAILED: {', '.join(failed)}" if failed else ""
         late_error = f"  ({record.error.message})" if record.error else ""
-        return (f"ok      {what:<28} {metrics.throughput_units_per_s:>12,.1f} {metrics.sample_unit}/s"
-                f"  {wall_s:5.1f} s{checks}{late_error}")
+        return (
+            f"ok      {what:<28} {metrics.throughput_units_per_s:>12,.1f} {metrics.sample_unit}/s"
+            f"  {wall_s:5.1f} s{checks}{late_error}"
+        )
     logs = record.launch.logs if record.launch else None
-    return (f"{record.status.upper():<7} {what:<28} {record.error.message if record.error else ''}"
-            + (f"\n        logs: {logs}" if logs else ""))
+    return f"{record.status.upper():<7} {what:<28} {record.error.message if record.error else ''}" + (
+        f"\n        logs: {logs}" if logs else ""
+    )
 
 
 def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool, verbose: bool) -> tuple[Record, float]:
@@ -178,13 +193,21 @@ def _run_one(spec: RunSpec, timeout_s: float, oom_backoff: bool, verbose: bool) 
         write_record(record, spec.out_dir)
         return record, time.perf_counter() - started
     # The sweep's own bar and status lines stand for the run's progress.
-    result = launch_with_oom_backoff(resolved, timeout_s=timeout_s, verbose=verbose, oom_backoff=oom_backoff,
-                                     show_progress=False)
+    result = launch_with_oom_backoff(
+        resolved, timeout_s=timeout_s, verbose=verbose, oom_backoff=oom_backoff, show_progress=False
+    )
     return load_record(result.record_path), result.wall_s
 
 
-def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout_s: float | None = None,
-              oom_backoff: bool = False, fixed_pg_timeout_s: float | None = None, verbose: bool = False) -> dict:
+def run_sweep(
+    sweep_dir: str,
+    manifest: dict,
+    plan: list[RunSpec],
+    fixed_timeout_s: float | None = None,
+    oom_backoff: bool = False,
+    fixed_pg_timeout_s: float | None = None,
+    verbose: bool = False,
+) -> dict:
     """Run every planned run that has no ok record yet; `verbose` streams what the processes
     print (otherwise only in each run's logs folder). Returns the final manifest."""
     progress = Progress(total=len(plan), started=time.perf_counter())
@@ -197,8 +220,9 @@ def run_sweep(sweep_dir: str, manifest: dict, plan: list[RunSpec], fixed_timeout
                 progress.finished(f"done    {spec.run_id:<28} kept the ok record from {done.ended_at}", None)
             else:
                 spec = spec.replace(pg_timeout_s=pg_timeout_s(spec, reference_step_s, fixed_pg_timeout_s))
-                done, wall_s = _run_one(spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff,
-                                         verbose)
+                done, wall_s = _run_one(
+                    spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff, verbose
+                )
                 manifest["runs"][spec.run_id] = done.status
                 progress.finished(_status_line(done, wall_s), wall_s)
             if done.status == "ok" and done.spec.strategy == "local":

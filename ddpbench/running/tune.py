@@ -87,13 +87,18 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
         raise SpecError(f"--repeat must be >= 1; got {repeat}")
     profile = tune_profile(profile_spec, spec.world_size) if profile_spec else None
     if profile is not None and not spec.profile:
-        print("ddpbench tune: note: with --no-profile the runs record no gradient timeline, so the projection "
-              "column will be unavailable", file=sys.stderr)
+        print(
+            "ddpbench tune: note: with --no-profile the runs record no gradient timeline, so the projection "
+            "column will be unavailable",
+            file=sys.stderr,
+        )
     found = [Variant(name, knobs) for name, knobs in variants(spec.ddp).items()]
     base_spec = resolve(spec.replace(out_dir=out_dir, run_id=""))
     for round_number in range(repeat):
         for variant in found:
-            run_spec = base_spec.replace(ddp=variant.knobs, run_id=f"{base_spec.run_id}-{slug(variant.name)}-r{round_number}")
+            run_spec = base_spec.replace(
+                ddp=variant.knobs, run_id=f"{base_spec.run_id}-{slug(variant.name)}-r{round_number}"
+            )
             result = launch(run_spec, show_progress=False)
             record = readable_record(result.record_path)
             if record and record.status == "ok" and record.metrics:
@@ -130,8 +135,10 @@ def tune_profile(profile_spec: str, world_size: int) -> dict:
     try:
         predict(profile, "all_reduce", world_size, 1.0)
     except ProfileError as exc:
-        raise SpecError(f"{exc}; tune projects every variant at the run's world size, {world_size}: give a profile "
-                        "measured there, one with a fabric model, or a preset") from None
+        raise SpecError(
+            f"{exc}; tune projects every variant at the run's world size, {world_size}: give a profile "
+            "measured there, one with a fabric model, or a preset"
+        ) from None
     return profile
 
 
@@ -155,9 +162,12 @@ def project_variants(found: list[Variant], profile: dict, world_size: int) -> No
         return
     for variant in found:
         try:
-            what = WhatIf(world_size=world_size, bucket_cap_mb=variant.knobs.bucket_cap_mb,
-                          comm_hook=variant.knobs.comm_hook,
-                          gradient_as_bucket_view=variant.knobs.gradient_as_bucket_view)
+            what = WhatIf(
+                world_size=world_size,
+                bucket_cap_mb=variant.knobs.bucket_cap_mb,
+                comm_hook=variant.knobs.comm_hook,
+                gradient_as_bucket_view=variant.knobs.gradient_as_bucket_view,
+            )
             variant.projected = project(source, profile, what).throughput
         except (ProfileError, ProjectionError) as exc:
             variant.projection_unavailable = str(exc)
@@ -170,16 +180,20 @@ def slug(name: str) -> str:
 def format_tune(found: list[Variant]) -> str:
     base = found[0]
     unit = next((v.unit for v in found if v.throughputs), "samples")
-    lines = [f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
-             f"{'real?':>14} {'projected':>11}"]
+    lines = [
+        f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
+        f"{'real?':>14} {'projected':>11}"
+    ]
     ranked = sorted((v for v in found if v.throughputs), key=lambda v: -v.median)
     tests = len(found) - 1
     for variant in ranked:
         change = variant.median / base.median - 1 if base.median else float("nan")
         real = "-" if variant is base else difference(base.by_round, variant.by_round, tests)
         projected = projected_change(variant, base)
-        lines.append(f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
-                     f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11}")
+        lines.append(
+            f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
+            f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11}"
+        )
     unavailable = projection_unavailable(found)
     if unavailable:
         lines.append(unavailable)
@@ -206,8 +220,9 @@ def projection_unavailable(found: list[Variant]) -> str:
             reasons.setdefault(variant.projection_unavailable, []).append(variant.name)
     if not reasons:
         return ""
-    return "projected: unavailable " + "; ".join(f"for {', '.join(names)}: {reason}"
-                                                 for reason, names in reasons.items())
+    return "projected: unavailable " + "; ".join(
+        f"for {', '.join(names)}: {reason}" for reason, names in reasons.items()
+    )
 
 
 def advice(found: list[Variant]) -> str:
@@ -217,16 +232,25 @@ def advice(found: list[Variant]) -> str:
     better = [v for v in found[1:] if difference(base.by_round, v.by_round, len(found) - 1) == "better"]
     if not better:
         runs = len(base.throughputs)
-        text = (f"advice: keep the settings as given; no knob beat them by more than "
-                f"{TUNE_SETTINGS.max_regression:.0%} with significance over {runs} round(s)")
-        hopeful = [v for v in found[1:] if v.throughputs and v.median > base.median * (1 + TUNE_SETTINGS.max_regression)]
+        text = (
+            f"advice: keep the settings as given; no knob beat them by more than "
+            f"{TUNE_SETTINGS.max_regression:.0%} with significance over {runs} round(s)"
+        )
+        hopeful = [
+            v for v in found[1:] if v.throughputs and v.median > base.median * (1 + TUNE_SETTINGS.max_regression)
+        ]
         if hopeful:
             best = max(hopeful, key=lambda v: v.median)
-            text += (f"; {best.name} measured {best.median / base.median - 1:+.1%} but the rounds cannot tell it "
-                     f"from noise: run --repeat {max(5, runs + 2)} to decide")
+            text += (
+                f"; {best.name} measured {best.median / base.median - 1:+.1%} but the rounds cannot tell it "
+                f"from noise: run --repeat {max(5, runs + 2)} to decide"
+            )
         return text
     best = max(better, key=lambda v: v.median)
     gain = best.median / base.median - 1
-    predicted = "" if best.projected is None or base.projected is None else \
-        f" (the projection predicted {best.projected / base.projected - 1:+.1%})"
+    predicted = (
+        ""
+        if best.projected is None or base.projected is None
+        else f" (the projection predicted {best.projected / base.projected - 1:+.1%})"
+    )
     return f"advice: use {best.name}: {gain:+.1%} throughput, measured over {len(best.throughputs)} runs{predicted}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -42,9 +42,11 @@ def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
     over the ranks that have one, and the first rank's reason where a rank gave one."""
     values = [c["details"][worst] for c in per_rank if c["details"].get(worst) is not None]
     reason = next((f"rank {rank}: {c['reason']}" for rank, c in enumerate(per_rank) if c.get("reason")), None)
-    return verdict(all(c["ok"] for c in per_rank), reason,
-                   **{f"max_{worst}": max(values) if values else None,
-                      "tolerance": per_rank[0]["details"]["tolerance"]})
+    return verdict(
+        all(c["ok"] for c in per_rank),
+        reason,
+        **{f"max_{worst}": max(values) if values else None, "tolerance": per_rank[0]["details"]["tolerance"]},
+    )
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
@@ -75,15 +77,26 @@ def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int, 
     shard_sizes = [len(s) for s in indices_by_rank]
     disjoint = repeats <= padding
     return {
-        "shards_disjoint": one_rank() if len(indices_by_rank) < 2 else verdict(
-            disjoint, None if disjoint else f"{repeats} indices were read by more than one rank; "
+        "shards_disjoint": one_rank()
+        if len(indices_by_rank) < 2
+        else verdict(
+            disjoint,
+            None
+            if disjoint
+            else f"{repeats} indices were read by more than one rank; "
             f"DistributedSampler's padding allows {padding}",
-            repeated_indices=repeats, padding_allowed=padding, shard_sizes=shard_sizes),
+            repeated_indices=repeats,
+            padding_allowed=padding,
+            shard_sizes=shard_sizes,
+        ),
         "shards_cover_dataset": verdict(
             covered == set(range(dataset_length)),
-            None if covered == set(range(dataset_length)) else
-            f"the ranks read {len(covered)} distinct indices of {dataset_length}",
-            covered=len(covered), dataset_length=dataset_length),
+            None
+            if covered == set(range(dataset_length))
+            else f"the ranks read {len(covered)} distinct indices of {dataset_length}",
+            covered=len(covered),
+            dataset_length=dataset_length,
+        ),
     }
 
 
@@ -94,19 +107,24 @@ def reshuffled_each_epoch(passes: Sequence[tuple[int, Sequence[int]]]) -> dict:
         return verdict(None, "the run did not reach a second epoch: nothing to compare")
     (first_epoch, first), (second_epoch, second) = passes[0], passes[1]
     if first_epoch == second_epoch:
-        return verdict(False, f"set_epoch was not called between epochs: the sampler stayed at epoch "
-                              f"{first_epoch}, so every epoch reads the data in the same order",
-                       epochs=[first_epoch, second_epoch])
+        return verdict(
+            False,
+            f"set_epoch was not called between epochs: the sampler stayed at epoch "
+            f"{first_epoch}, so every epoch reads the data in the same order",
+            epochs=[first_epoch, second_epoch],
+        )
     same_order = list(first) == list(second)
-    return verdict(not same_order, "the order did not change between epochs" if same_order else None,
-                   epochs=[first_epoch, second_epoch])
+    return verdict(
+        not same_order,
+        "the order did not change between epochs" if same_order else None,
+        epochs=[first_epoch, second_epoch],
+    )
 
 
 def _flat_gradients(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([
-        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().flatten()
-        for p in model.parameters()
-    ])
+    return torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().flatten() for p in model.parameters()]
+    )
 
 
 def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, comm_hook: str) -> dict:
@@ -134,7 +152,11 @@ def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, com
     if not (bool(torch.isfinite(expected).all()) and bool(torch.isfinite(actual).all())):
         # A diverged model (loss NaN or inf): no error can be computed, and a NaN would compare
         # False without saying why.
-        return verdict(False, "gradients are not finite (NaN or inf; has the loss diverged?), so their average "
-                              "cannot be checked", relative_error=None, tolerance=tolerance)
+        return verdict(
+            False,
+            "gradients are not finite (NaN or inf; has the loss diverged?), so their average " "cannot be checked",
+            relative_error=None,
+            tolerance=tolerance,
+        )
     relative_error = float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
     return verdict(relative_error <= tolerance, relative_error=relative_error, tolerance=tolerance)

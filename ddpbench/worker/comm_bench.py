@@ -129,10 +129,20 @@ def measure_size(collective: str, dtype: str, size_bytes: int, world: int, devic
     times_s = slowest_rank([timed_call(collective, tensor(), part, device) for _ in range(iterations)], device)
     p50 = percentile(times_s, 50)
     algbw = real_bytes / p50
-    return {"collective": collective, "dtype": dtype, "bytes": real_bytes, "elements": real_bytes // element_bytes,
-            "iterations": iterations, "fresh_tensor_each_call": fresh, "p50_s": p50, "p90_s": percentile(times_s, 90),
-            "mean_s": statistics.fmean(times_s), "min_s": min(times_s),
-            "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUS_FACTORS[collective](world)}
+    return {
+        "collective": collective,
+        "dtype": dtype,
+        "bytes": real_bytes,
+        "elements": real_bytes // element_bytes,
+        "iterations": iterations,
+        "fresh_tensor_each_call": fresh,
+        "p50_s": p50,
+        "p90_s": percentile(times_s, 90),
+        "mean_s": statistics.fmean(times_s),
+        "min_s": min(times_s),
+        "algbw_bytes_per_s": algbw,
+        "busbw_bytes_per_s": algbw * BUS_FACTORS[collective](world),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
                     row = measure_size(collective, dtype, size, world, device, args)
                     results.append(row)
                     if rank == 0:
-                        print(f"{collective:>14} {dtype:>8} {row['bytes']:>12} B  p50 {row['p50_s'] * 1e6:12.1f} us  "
-                              f"busbw {row['busbw_bytes_per_s'] / 1e9:8.3f} GB/s", file=sys.stderr, flush=True)
+                        print(
+                            f"{collective:>14} {dtype:>8} {row['bytes']:>12} B  p50 {row['p50_s'] * 1e6:12.1f} us  "
+                            f"busbw {row['busbw_bytes_per_s'] / 1e9:8.3f} GB/s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     if rank == 0:  # written after every size: a run cut short keeps what it measured
                         write_atomic(args.out, json.dumps(_document(args, world, device, started, results), indent=1))
     finally:
@@ -177,10 +191,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _document(args, world: int, device: torch.device, started: float, results: list[dict]) -> dict:
-    return {"kind": "ddpbench-comm-results", "backend": args.backend, "world_size": world,
-            "device": device.type, "threads_per_rank": args.threads, "dtypes": args.dtypes.split(","),
-            "started_unix_s": started, "wall_s": time.time() - started,
-            "env": {**host_facts(), **torch_facts()}, "results": results}
+    return {
+        "kind": "ddpbench-comm-results",
+        "backend": args.backend,
+        "world_size": world,
+        "device": device.type,
+        "threads_per_rank": args.threads,
+        "dtypes": args.dtypes.split(","),
+        "started_unix_s": started,
+        "wall_s": time.time() - started,
+        "env": {**host_facts(), **torch_facts()},
+        "results": results,
+    }
 
 
 if __name__ == "__main__":

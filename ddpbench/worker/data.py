@@ -7,7 +7,7 @@ a tiny model; the sampler still sees (and shards) the full index range.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
@@ -43,12 +43,14 @@ def image_folder(root: str, image_size: int):
     """A torchvision ImageFolder with the usual resize / crop / normalise."""
     from torchvision import datasets, transforms
 
-    transform = transforms.Compose([
-        transforms.Resize(image_size),
-        transforms.CenterCrop(image_size),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ])
+    transform = transforms.Compose(
+        [
+            transforms.Resize(image_size),
+            transforms.CenterCrop(image_size),
+            transforms.ToTensor(),
+            transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        ]
+    )
     return datasets.ImageFolder(root, transform=transform)
 
 
@@ -73,9 +75,16 @@ class NotShardable(TypeError):
     """A dataset DistributedSampler cannot split between ranks."""
 
 
-def make_loader(dataset: Dataset, batch_size: int, world_size: int, rank: int, seed: int,
-                num_workers: int, pin_memory: bool,
-                sampler_class: type = DistributedSampler) -> tuple[DataLoader, DistributedSampler]:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    world_size: int,
+    rank: int,
+    seed: int,
+    num_workers: int,
+    pin_memory: bool,
+    sampler_class: type = DistributedSampler,
+) -> tuple[DataLoader, DistributedSampler]:
     """Each rank reads a disjoint shard through DistributedSampler, shuffled per epoch."""
     if isinstance(dataset, IterableDataset):
         # A DataLoader over an IterableDataset ignores samplers: every rank would read all of it,
@@ -83,22 +92,26 @@ def make_loader(dataset: Dataset, batch_size: int, world_size: int, rank: int, s
         raise NotShardable(
             f"the workload's dataset is an IterableDataset ({type(dataset).__name__}): DistributedSampler "
             "cannot shard it, so every rank would train on all of it; return a map-style Dataset "
-            "(__len__ and __getitem__) from make_dataset")
-    sampler = sampler_class(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed, drop_last=False)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        pin_memory=pin_memory, drop_last=True,
-                        persistent_workers=num_workers > 0)
+            "(__len__ and __getitem__) from make_dataset"
+        )
+    sampler = sampler_class(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        drop_last=True,
+        persistent_workers=num_workers > 0,
+    )
     return loader, sampler
 
 
-def endless_batches(loader: DataLoader, sampler: DistributedSampler,
-                    epochs_seen: list[int]) -> Iterator:
+def endless_batches(loader: DataLoader, sampler: DistributedSampler, epochs_seen: list[int]) -> Iterator:
     """Batches forever, calling set_epoch at the start of every epoch so shuffles differ."""
     epoch = 0
     while True:
         sampler.set_epoch(epoch)
         epochs_seen.append(epoch)
-        for batch in loader:
-            yield batch
+        yield from loader
         epoch += 1

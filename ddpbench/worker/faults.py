@@ -81,8 +81,11 @@ def _hang_in_backward(output, trigger: InStepFault) -> None:
     gradient is ready, so no all-reduce of the step has been issued."""
     import torch
 
-    tensors = [output] if isinstance(output, torch.Tensor) else \
-        [t for t in getattr(output, "values", lambda: output)() if isinstance(t, torch.Tensor)]
+    tensors = (
+        [output]
+        if isinstance(output, torch.Tensor)
+        else [t for t in getattr(output, "values", lambda: output)() if isinstance(t, torch.Tensor)]
+    )
     if tensors and tensors[0].requires_grad and trigger.beat.step == trigger.step:
         tensors[0].register_hook(trigger.hang_if_due)
 

@@ -111,6 +111,7 @@ class GradTimeline:
     def _ready_hook(self, index: int):
         def hook(param) -> None:
             self.ready[index] = self.clock.now()
+
         return hook
 
     def step(self, step_on, batch) -> dict:
@@ -142,7 +143,7 @@ def _first_tensor_with_grad(output, depth: int = 3):
         return output if output.requires_grad else None
     if depth == 0:
         return None
-    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, tuple | list) else ()
     return next((found for item in items if (found := _first_tensor_with_grad(item, depth - 1)) is not None), None)
 
 
@@ -151,8 +152,17 @@ def timeline_pairs(timed_steps: int) -> int:
     return max(6, min(20, timed_steps // 2))
 
 
-def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device, pairs: int, world_size: int,
-                   solo_step_on=None, unwrapped_step_on=None) -> dict:
+def timeline_phase(
+    ddp_model,
+    optimizer,
+    step_on,
+    batches,
+    device: torch.device,
+    pairs: int,
+    world_size: int,
+    solo_step_on=None,
+    unwrapped_step_on=None,
+) -> dict:
     """`pairs` steps with DDP's all-reduce, `pairs` under no_sync(), (given `solo_step_on`, a
     step through DDP over a group of one rank) `pairs` with DDP's own work but no network and
     (given `unwrapped_step_on`, a step of `ddp_model.module` itself) `pairs` without DDP, in turn;
@@ -194,8 +204,14 @@ def timeline_phase(ddp_model, optimizer, step_on, batches, device: torch.device,
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:
         timeline.remove()
-    return {"param_names": timeline.names, "param_bytes": grad_bytes, **found, "ddp_lead_in": True,
-            "cast_cost": cast_costs(sum(grad_bytes), device, world_size), "contention": contention}
+    return {
+        "param_names": timeline.names,
+        "param_bytes": grad_bytes,
+        **found,
+        "ddp_lead_in": True,
+        "cast_cost": cast_costs(sum(grad_bytes), device, world_size),
+        "contention": contention,
+    }
 
 
 class ConcurrentAllReduce:
@@ -275,8 +291,15 @@ def _backward_span(step: dict) -> float:
 PROBE_ROUNDS = 5
 
 
-def contention_probe(ddp_model, timeline: GradTimeline, step_on, batches, device: torch.device,
-                     grad_bytes: int, rounds: int = PROBE_ROUNDS) -> dict | None:
+def contention_probe(
+    ddp_model,
+    timeline: GradTimeline,
+    step_on,
+    batches,
+    device: torch.device,
+    grad_bytes: int,
+    rounds: int = PROBE_ROUNDS,
+) -> dict | None:
     """Per round: the all-reduce alone, backward alone, and both at once (see the module's
     docstring). None where it cannot say anything: one rank (no network to contend with), or a
     model whose output cannot mark the start of backward (the same on every rank)."""
@@ -295,8 +318,13 @@ def contention_probe(ddp_model, timeline: GradTimeline, step_on, batches, device
     size = torch.tensor([float(min(4 * grad_bytes, max(64 * 1024, wanted)))], device=device)
     dist.all_reduce(size, op=dist.ReduceOp.MAX)  # every rank must all-reduce the same size
     buffer = torch.ones(max(1, int(size.item()) // 4), device=device)  # float32, as DDP's buckets
-    found: dict = {"probe_bytes": buffer.numel() * 4, "comm_alone_s": [], "backward_alone_s": [],
-                   "backward_with_comm_s": [], "comm_with_backward_s": []}
+    found: dict = {
+        "probe_bytes": buffer.numel() * 4,
+        "comm_alone_s": [],
+        "backward_alone_s": [],
+        "backward_with_comm_s": [],
+        "comm_with_backward_s": [],
+    }
     _all_reduce_alone_s(buffer, device)
     for _ in range(rounds):
         found["comm_alone_s"].append(_all_reduce_alone_s(buffer, device))
@@ -340,11 +368,13 @@ def cast_costs(total_bytes: int, device: torch.device, world_size: int) -> dict:
     elements = max(1, total_bytes // 4)
     flat = torch.randn(elements, device=device)
     target = torch.empty_like(flat)
-    costs: dict = {"copy_s_per_byte": _median_seconds(lambda: target.copy_(flat), device) / (elements * 4),
-                   # Without a comm hook DDP divides while it copies a gradient into its bucket
-                   # (the reducer's mul_out), a slower pass than a plain copy.
-                   "scaled_copy_s_per_byte": _median_seconds(lambda: torch.mul(flat, 1.0 / world_size, out=target),
-                                                             device) / (elements * 4)}
+    costs: dict = {
+        "copy_s_per_byte": _median_seconds(lambda: target.copy_(flat), device) / (elements * 4),
+        # Without a comm hook DDP divides while it copies a gradient into its bucket
+        # (the reducer's mul_out), a slower pass than a plain copy.
+        "scaled_copy_s_per_byte": _median_seconds(lambda: torch.mul(flat, 1.0 / world_size, out=target), device)
+        / (elements * 4),
+    }
     # DDP copies every parameter's gradient on its own (into the bucket, and back unless
     # gradient_as_bucket_view): each copy also pays a fixed cost per call (dispatch, a kernel launch).
     tiny, tiny_target = torch.ones(1, device=device), torch.empty(1, device=device)
@@ -352,8 +382,10 @@ def cast_costs(total_bytes: int, device: torch.device, world_size: int) -> dict:
     for hook, dtype in (("fp16_compress", torch.float16), ("bf16_compress", torch.bfloat16)):
         half = flat.to(dtype)
         costs[hook] = {
-            "compress_s_per_byte": _median_seconds(lambda: flat.to(dtype).div_(world_size), device) / (elements * 4),
-            "decompress_s_per_byte": _median_seconds(lambda: target.copy_(half), device) / (elements * 4),
+            # the lambdas are called here, in this iteration: binding the loop variables is for the linter
+            "compress_s_per_byte": _median_seconds(lambda d=dtype: flat.to(d).div_(world_size), device)
+            / (elements * 4),
+            "decompress_s_per_byte": _median_seconds(lambda h=half: target.copy_(h), device) / (elements * 4),
         }
     return costs
 
@@ -368,11 +400,23 @@ def timeline_record(found: list[dict]):
     if not ranks:
         return None
     first = ranks[0]["timeline"]
-    return msgspec.convert({
-        "param_names": first["param_names"], "param_bytes": first["param_bytes"],
-        "cast_cost": first["cast_cost"], "ddp_lead_in": first.get("ddp_lead_in", False),
-        "by_rank": [{"rank": f["rank"], "with_ddp": f["timeline"]["with_ddp"],
-                     "without_allreduce": f["timeline"]["without_allreduce"],
-                     "solo": f["timeline"].get("solo"), "unwrapped": f["timeline"].get("unwrapped"),
-                     "contention": f["timeline"].get("contention")} for f in ranks],
-    }, Timeline)
+    return msgspec.convert(
+        {
+            "param_names": first["param_names"],
+            "param_bytes": first["param_bytes"],
+            "cast_cost": first["cast_cost"],
+            "ddp_lead_in": first.get("ddp_lead_in", False),
+            "by_rank": [
+                {
+                    "rank": f["rank"],
+                    "with_ddp": f["timeline"]["with_ddp"],
+                    "without_allreduce": f["timeline"]["without_allreduce"],
+                    "solo": f["timeline"].get("solo"),
+                    "unwrapped": f["timeline"].get("unwrapped"),
+                    "contention": f["timeline"].get("contention"),
+                }
+                for f in ranks
+            ],
+        },
+        Timeline,
+    )

@@ -59,8 +59,9 @@ def name_unnamed_groups(dump: dict) -> dict:
     under the uids the entries use, so the analyzer can read our dumps (torch itself untouched)."""
     config = dump.get("pg_config") or {}
     if "" in config:
-        for uid, desc in {tuple(entry["process_group"]) for entry in dump.get("entries", [])
-                          if entry.get("process_group")}:
+        for uid, desc in {
+            tuple(entry["process_group"]) for entry in dump.get("entries", []) if entry.get("process_group")
+        }:
             config.setdefault(uid, {**config[""], "name": uid, "desc": desc})
         del config[""]
     return dump

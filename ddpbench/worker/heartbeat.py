@@ -57,10 +57,19 @@ class Heartbeat:
         self._backend = backend
 
     def _write(self) -> None:
-        beat = {"rank": self.rank, "step": self.step, "where": self.where, "phase": self.phase,
-                "collectives": self.collectives, "time": time.time(), "pid": os.getpid(),
-                "batch_size": self.batch_size, "stalled_s": round(self.stalled_s(), 1),
-                "main_thread": f"0x{threading.main_thread().ident:016x}", "dumps": self.dumps}
+        beat = {
+            "rank": self.rank,
+            "step": self.step,
+            "where": self.where,
+            "phase": self.phase,
+            "collectives": self.collectives,
+            "time": time.time(),
+            "pid": os.getpid(),
+            "batch_size": self.batch_size,
+            "stalled_s": round(self.stalled_s(), 1),
+            "main_thread": f"0x{threading.main_thread().ident:016x}",
+            "dumps": self.dumps,
+        }
         write_atomic(os.path.join(self.folder, f"rank-{self.rank}.json"), json.dumps(beat))
 
     def stalled_s(self) -> float:
@@ -75,8 +84,12 @@ class Heartbeat:
         progress = (self.phase, self.step, self.where, self.collectives)
         if progress != self._progress:
             self._progress, self._progress_at = progress, time.monotonic()
-        elif (self.stall_after_s and not self.dumps and self.phase not in ("starting", "done")
-              and self.stalled_s() >= self.stall_after_s):
+        elif (
+            self.stall_after_s
+            and not self.dumps
+            and self.phase not in ("starting", "done")
+            and self.stalled_s() >= self.stall_after_s
+        ):
             self._dump_evidence()
 
     def _dump_evidence(self) -> None:
@@ -85,7 +98,8 @@ class Heartbeat:
         if self._backend:
             try:
                 self.dumps["flight_recorder"] = hang_dumps.dump_flight_recorder(
-                    hang_dumps.flight_recorder_path(self.dumps_folder, self.rank), self._backend)
+                    hang_dumps.flight_recorder_path(self.dumps_folder, self.rank), self._backend
+                )
             except Exception as exc:  # evidence is a bonus: never let it take the rank down
                 self.dumps["flight_recorder_error"] = f"{type(exc).__name__}: {exc}"
 

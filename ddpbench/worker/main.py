@@ -24,23 +24,32 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 from torch.utils.data.dataloader import default_collate
 
+from ddpbench.analysis.metrics import run_metrics
+from ddpbench.analysis.peaks import model_flops_utilisation
+from ddpbench.config.spec import RunSpec
+from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record, RunError
+from ddpbench.records.store import new_record, utc_now, write_record
+from ddpbench.running.environment import host_facts
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
-from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_pairs, timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
-from ddpbench.analysis.metrics import run_metrics
-from ddpbench.analysis.peaks import model_flops_utilisation
-from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record, RunError
-from ddpbench.records.store import new_record, utc_now, write_record
-from ddpbench.config.spec import RunSpec
 from ddpbench.worker.memory import PeakMemory
-from ddpbench.worker.training import (UNTRACKED, flops_per_sample, host_synchronisation, make_precision, to_device,
-                                      train_step, wrap_data_parallel, wrap_ddp)
+from ddpbench.worker.training import (
+    UNTRACKED,
+    flops_per_sample,
+    host_synchronisation,
+    make_precision,
+    to_device,
+    train_step,
+    wrap_data_parallel,
+    wrap_ddp,
+)
 from ddpbench.worker.workload import build_workload
+
 
 class Rank:
     """Where this process sits in the job: from torchrun's environment variables under ddp; a
@@ -92,8 +101,15 @@ def progress_bar(spec: RunSpec, rank: Rank):
 
     # Rank 0 only, and only when the launcher saw a terminal: no bar noise in logs and CI.
     show = rank.is_writer and os.environ.get("DDPBENCH_PROGRESS") == "1"
-    return tqdm(total=spec.steps, desc=f"{spec.strategy} {spec.workload} x{spec.world_size}",
-                unit="step", mininterval=0.5, disable=not show, file=sys.stderr, leave=False)
+    return tqdm(
+        total=spec.steps,
+        desc=f"{spec.strategy} {spec.workload} x{spec.world_size}",
+        unit="step",
+        mininterval=0.5,
+        disable=not show,
+        file=sys.stderr,
+        leave=False,
+    )
 
 
 class Trainer:
@@ -112,13 +128,21 @@ class Trainer:
         # The first batch after the window starts the second epoch, so set_epoch is still
         # exercised and checked, outside the window. (A real data folder has its own length.)
         self.dataset = self.workload.make_dataset(loader_batch * rank.world_size * spec.steps)
-        loader, self.sampler = make_loader(self.dataset, loader_batch, rank.world_size, rank.rank, spec.seed,
-                                           spec.num_workers, pin_memory=rank.device.type == "cuda",
-                                           sampler_class=RecordingSampler)
+        loader, self.sampler = make_loader(
+            self.dataset,
+            loader_batch,
+            rank.world_size,
+            rank.rank,
+            spec.seed,
+            spec.num_workers,
+            pin_memory=rank.device.type == "cuda",
+            sampler_class=RecordingSampler,
+        )
         model = self.workload.model.to(rank.device)
         flops_inputs, flops_targets = to_device(default_collate([self.dataset[0], self.dataset[1]]), rank.device)
-        self.flops_per_sample, self.conv_flops_share = flops_per_sample(model, self.workload.loss, flops_inputs,
-                                                                        flops_targets)
+        self.flops_per_sample, self.conv_flops_share = flops_per_sample(
+            model, self.workload.loss, flops_inputs, flops_targets
+        )
         if rank.distributed:
             model = wrap_ddp(model, rank.device, spec.ddp)
         elif spec.strategy == "dp":
@@ -126,8 +150,9 @@ class Trainer:
         self.model = model
         self.optimizer = self.workload.make_optimizer(model.parameters())
         self.precision = make_precision(spec.precision, rank.device)
-        self.host_synchronisation = host_synchronisation(spec.strategy, rank.device, spec.warmup, self.precision,
-                                                         self.optimizer)
+        self.host_synchronisation = host_synchronisation(
+            spec.strategy, rank.device, spec.warmup, self.precision, self.optimizer
+        )
         self.epochs_seen: list[int] = []
         self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
 
@@ -138,8 +163,9 @@ class Trainer:
         inputs, targets = to_device(batch, self.device)
         if self.extra_work_units:
             extra_work(self.extra_work_units, self.device)
-        return train_step(self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets,
-                          self.progress)
+        return train_step(
+            self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets, self.progress
+        )
 
     def calibrate_slowdown(self, fraction: float, warmup_step_s: list[float]) -> None:
         """Size the extra work to `fraction` of a warm-up step, measured here, on this device."""
@@ -246,7 +272,8 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     if rank.distributed and rank.world_size > 1:  # one rank's gradient is its own mean: nothing to check
         inputs, targets = to_device(after_window, rank.device)
         result["gradients_averaged"] = checks.gradients_averaged(
-            trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook)
+            trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook
+        )
     result["param_digest"] = checks.parameter_digest(trainer.model)
     result["sampler_passes"] = trainer.sampler.passes
     sync_device(rank.device)
@@ -255,13 +282,17 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     result["peak_memory_kind"] = timed_memory["kind"]
     result["peak_memory_bytes_by_device"] = timed_memory["by_device"]
     result["peak_memory_by_phase"] = memory.by_phase
-    shared = {"window_s": window_s, "dataset_length": len(trainer.dataset),
-              "host_synchronisation": trainer.host_synchronisation,
-              "device_name": torch.cuda.get_device_name(rank.device) if rank.device.type == "cuda" else None,
-              "tf32_allowed": tf32_allowed() if rank.device.type == "cuda" else {"matmul": False, "conv": False},
-              "flops_per_sample": trainer.flops_per_sample, "conv_flops_share": trainer.conv_flops_share,
-              "sample_unit": trainer.workload.sample_unit,
-              "units_per_sample": trainer.workload.units_per_sample}
+    shared = {
+        "window_s": window_s,
+        "dataset_length": len(trainer.dataset),
+        "host_synchronisation": trainer.host_synchronisation,
+        "device_name": torch.cuda.get_device_name(rank.device) if rank.device.type == "cuda" else None,
+        "tf32_allowed": tf32_allowed() if rank.device.type == "cuda" else {"matmul": False, "conv": False},
+        "flops_per_sample": trainer.flops_per_sample,
+        "conv_flops_share": trainer.conv_flops_share,
+        "sample_unit": trainer.workload.sample_unit,
+        "units_per_sample": trainer.workload.units_per_sample,
+    }
     return result, shared, replay
 
 
@@ -279,12 +310,14 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
     found: dict = {"rank": rank.rank}
     if spec.profile:
         path = phases.trace_path(spec.out_dir, spec.run_id, rank.rank)
-        found["trace_path"] = phases.profiled_phase(trainer.step, rank.device, spec.profile_wait,
-                                                    spec.profile_warmup, spec.profile_active, path)
+        found["trace_path"] = phases.profiled_phase(
+            trainer.step, rank.device, spec.profile_wait, spec.profile_warmup, spec.profile_active, path
+        )
         found["trace_summary"] = summarize_own_trace(path)
     if replay:
         found["replay_step_times_s"], found["no_sync_step_times_s"] = phases.replay_phase(
-            trainer.model, trainer.step_on, replay, rank.device)
+            trainer.model, trainer.step_on, replay, rank.device
+        )
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
     if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
         # DDP over a group of this rank alone, same module and knobs: every step of DDP's own work
@@ -295,10 +328,17 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         # And the same module with no wrapper at all (the optimizer holds its very parameters): the
         # reference in this run that solo's steps are DDP's own work on top of.
         unwrapped = trainer.model.module
-        found["timeline"] = timeline_phase(trainer.model, trainer.optimizer, trainer.step_on, trainer.batches,
-                                           rank.device, timeline_pairs(spec.steps - spec.warmup), rank.world_size,
-                                           solo_step_on=lambda batch: trainer.step_with(solo, batch),
-                                           unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch))
+        found["timeline"] = timeline_phase(
+            trainer.model,
+            trainer.optimizer,
+            trainer.step_on,
+            trainer.batches,
+            rank.device,
+            timeline_pairs(spec.steps - spec.warmup),
+            rank.world_size,
+            solo_step_on=lambda batch: trainer.step_with(solo, batch),
+            unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch),
+        )
     return found
 
 
@@ -325,15 +365,18 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     # The job's window is the longest rank's own: ranks leave the opening barrier a fraction of a
     # millisecond apart, so only each rank's own window is sure to hold all of its timed steps.
     window_s = max([r.get("window_s") or 0.0 for r in results] + [shared["window_s"]])
-    metrics = run_metrics(step_times, window_s, spec.batch_size, spec.world_size,
-                          shared["units_per_sample"])
+    metrics = run_metrics(step_times, window_s, spec.batch_size, spec.world_size, shared["units_per_sample"])
     metrics.update({key: shared[key] for key in ("sample_unit", "units_per_sample", "flops_per_sample")})
     metrics["final_loss"] = results[0]["final_loss"]
-    utilisation = model_flops_utilisation(shared["flops_per_sample"], metrics["throughput_samples_per_s_per_device"],
-                                          shared["device_name"], spec.precision,
-                                          matmul_tf32=shared["tf32_allowed"]["matmul"],
-                                          conv_tf32=shared["tf32_allowed"]["conv"],
-                                          conv_flops_share=shared["conv_flops_share"])
+    utilisation = model_flops_utilisation(
+        shared["flops_per_sample"],
+        metrics["throughput_samples_per_s_per_device"],
+        shared["device_name"],
+        spec.precision,
+        matmul_tf32=shared["tf32_allowed"]["matmul"],
+        conv_tf32=shared["tf32_allowed"]["conv"],
+        conv_flops_share=shared["conv_flops_share"],
+    )
     metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 
     first_pass = [r["sampler_passes"][0][1] for r in results]
@@ -341,8 +384,11 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(results[0]["sampler_passes"])
     if spec.strategy == "ddp":
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
-        run_checks["gradients_averaged"] = checks.one_rank() if spec.world_size == 1 else checks.all_ranks(
-            [r["gradients_averaged"] for r in results], worst="relative_error")
+        run_checks["gradients_averaged"] = (
+            checks.one_rank()
+            if spec.world_size == 1
+            else checks.all_ranks([r["gradients_averaged"] for r in results], worst="relative_error")
+        )
 
     record = new_record(spec, "ok", env={**host_facts(), **torch_facts()})
     record.started_at = started_at
@@ -350,8 +396,9 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
     record.overlap = overlap_estimates(spec, results, None)
-    record.ranks = [msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult)
-                    for r in results]
+    record.ranks = [
+        msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
+    ]
     return record
 
 
@@ -365,15 +412,22 @@ def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | No
     if found is not None:
         found = sorted(found, key=lambda f: f["rank"])
         if spec.profile:
-            estimates["trace"] = {"paths": [f["trace_path"] for f in found],
-                                  "by_rank": [f["trace_summary"] for f in found]}
+            estimates["trace"] = {
+                "paths": [f["trace_path"] for f in found],
+                "by_rank": [f["trace_summary"] for f in found],
+            }
         if spec.strategy == "ddp" and spec.no_sync_replays:
             by_rank = [phases.exposed_from_no_sync(f["replay_step_times_s"], f["no_sync_step_times_s"]) for f in found]
-            estimates["no_sync"] = {"by_rank": by_rank, "method": phases.NO_SYNC_METHOD,
-                                    "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank)}
-            estimates["reducer"] = {"by_rank": [f["reducer"] for f in found],
-                                    "note": "DDP reducer timers over the replayed steps; their overlap runs from the "
-                                            "first all-reduce's start to backward's end, not a true intersection"}
+            estimates["no_sync"] = {
+                "by_rank": by_rank,
+                "method": phases.NO_SYNC_METHOD,
+                "exposed_comm_s_max": max(e["exposed_comm_s"] for e in by_rank),
+            }
+            estimates["reducer"] = {
+                "by_rank": [f["reducer"] for f in found],
+                "note": "DDP reducer timers over the replayed steps; their overlap runs from the "
+                "first all-reduce's start to backward's end, not a true intersection",
+            }
     return msgspec.convert(estimates, Overlap)
 
 
@@ -382,8 +436,11 @@ def add_overlap(record: Record, spec: RunSpec, results: list[dict], found: list[
     failed = [(f["rank"], f["trace_summary"]["error"]) for f in found if (f.get("trace_summary") or {}).get("error")]
     if failed and record.error is None:
         # The measurements stand; the run still says (and exits 1) that its trace view is missing.
-        record.error = RunError(message="trace analysis failed: " + "; ".join(
-            f"rank {rank}: {message}" for rank, message in sorted(failed)), failed_ranks=sorted(r for r, _ in failed))
+        record.error = RunError(
+            message="trace analysis failed: "
+            + "; ".join(f"rank {rank}: {message}" for rank, message in sorted(failed)),
+            failed_ranks=sorted(r for r, _ in failed),
+        )
     record.ended_at = utc_now()
     by_rank = {f["rank"]: f for f in found}
     for entry in record.ranks:
@@ -403,14 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     rank = Rank(spec)
     # Evidence is dumped when nothing moved for half the process-group timeout: before the
     # timeout tears the run down, and long enough that a slow step is not mistaken for a hang.
-    beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank.rank,
-                     stall_after_s=spec.pg_timeout_s / 2 if rank.distributed else None)
+    beat = Heartbeat(
+        os.environ.get(HEARTBEAT_ENV), rank.rank, stall_after_s=spec.pg_timeout_s / 2 if rank.distributed else None
+    )
     if rank.distributed:
         # device_id binds NCCL to this rank's GPU: communicators start eagerly and barriers know
         # their device (without it every NCCL barrier warns that it guesses the device).
         device_id = rank.device if spec.backend == "nccl" else None
-        dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s),
-                                device_id=device_id)
+        dist.init_process_group(backend=spec.backend, timeout=timedelta(seconds=spec.pg_timeout_s), device_id=device_id)
         beat.watch_collectives(dist.distributed_c10d._get_default_group(), spec.backend)
     try:
         trainer = Trainer(spec, rank)
@@ -433,4 +490,3 @@ def main(argv: list[str] | None = None) -> int:
         if rank.distributed:
             dist.destroy_process_group()
     return 0
-

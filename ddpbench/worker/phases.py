@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from ddpbench.config.spec import DDP_LOGGED_ITERATIONS
+from ddpbench.records.store import default_file_mode
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.training import DDP_RUNTIME_LOGGING_SAMPLE_RATE
-from ddpbench.records.store import default_file_mode
 
 
 def trace_path(out_dir: str, run_id: str, rank: int) -> str:
@@ -32,8 +32,9 @@ def trace_path(out_dir: str, run_id: str, rank: int) -> str:
     return os.path.join(out_dir, "traces", run_id, f"rank-{rank}.pt.trace.json.gz")
 
 
-def profiled_phase(step: Callable[[], object], device: torch.device, wait: int, warmup: int, active: int,
-                   path: str) -> str:
+def profiled_phase(
+    step: Callable[[], object], device: torch.device, wait: int, warmup: int, active: int, path: str
+) -> str:
     """Run wait + warmup + active steps under torch.profiler and write the trace atomically."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -58,12 +59,15 @@ def profiled_phase(step: Callable[[], object], device: torch.device, wait: int, 
     return path
 
 
-NO_SYNC_METHOD = ("the same in-memory batches replayed after the timed window, alternating a step with "
-                  "all-reduce and a step under no_sync(); data loading excluded on both sides")
+NO_SYNC_METHOD = (
+    "the same in-memory batches replayed after the timed window, alternating a step with "
+    "all-reduce and a step under no_sync(); data loading excluded on both sides"
+)
 
 
-def replay_phase(ddp_model, step_on: Callable[[tuple], object], batches: list[tuple],
-                 device: torch.device) -> tuple[list[float], list[float]]:
+def replay_phase(
+    ddp_model, step_on: Callable[[tuple], object], batches: list[tuple], device: torch.device
+) -> tuple[list[float], list[float]]:
     """(step times with all-reduce, step times under no_sync) of the given batches, each batch
     stepped once each way, alternating, so that drift in the machine's speed hits both sides."""
     clock = StepClock(device)
@@ -89,8 +93,12 @@ def exposed_from_no_sync(with_allreduce_s: list[float], without_allreduce_s: lis
     }
 
 
-REDUCER_TIMERS = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
-                  "avg_backward_compute_comm_overlap_time")
+REDUCER_TIMERS = (
+    "avg_forward_compute_time",
+    "avg_backward_compute_time",
+    "avg_backward_comm_time",
+    "avg_backward_compute_comm_overlap_time",
+)
 
 
 def _sizes(text: str) -> list[int]:
@@ -103,13 +111,15 @@ def reducer_statistics(data: dict) -> dict:
     stats = {name.replace("avg_", "") + "_s": data[name] / 1e9 for name in REDUCER_TIMERS if name in data}
     if "backward_comm_time_s" in stats and "backward_compute_comm_overlap_time_s" in stats:
         stats["exposed_comm_s"] = stats["backward_comm_time_s"] - stats["backward_compute_comm_overlap_time_s"]
-    stats.update({
-        "sampled_iteration": data.get("iteration"),
-        "bucket_cap_bytes": data.get("bucket_cap_bytes"),
-        "bucket_sizes_bytes": _sizes(data.get("bucket_sizes", "")),
-        "rebuilt_bucket_sizes_bytes": _sizes(data.get("rebuilt_bucket_sizes", "")),
-        "has_rebuilt_buckets": bool(data.get("has_rebuilt_buckets")),
-    })
+    stats.update(
+        {
+            "sampled_iteration": data.get("iteration"),
+            "bucket_cap_bytes": data.get("bucket_cap_bytes"),
+            "bucket_sizes_bytes": _sizes(data.get("bucket_sizes", "")),
+            "rebuilt_bucket_sizes_bytes": _sizes(data.get("rebuilt_bucket_sizes", "")),
+            "has_rebuilt_buckets": bool(data.get("has_rebuilt_buckets")),
+        }
+    )
     stats["num_buckets"] = len(stats["rebuilt_bucket_sizes_bytes"] or stats["bucket_sizes_bytes"])
     return stats
 
@@ -154,6 +164,8 @@ def reducer_phase(ddp_model, step_on: Callable[[tuple], object], batches: list[t
     if "backward_comm_time_s" in stats and "backward_compute_comm_overlap_time_s" in stats:
         stats["exposed_comm_s"] = stats["backward_comm_time_s"] - stats["backward_compute_comm_overlap_time_s"]
     stats["iterations"] = covered
-    stats["covers"] = (f"mean of DDP iterations {first + 1} to {last}: {covered} steps replayed after the timed "
-                       "window, warm-up excluded")
+    stats["covers"] = (
+        f"mean of DDP iterations {first + 1} to {last}: {covered} steps replayed after the timed "
+        "window, warm-up excluded"
+    )
     return stats

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -53,8 +54,9 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs, proc
     if knobs.comm_hook != "allreduce":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        hook = {"fp16_compress": default_hooks.fp16_compress_hook,
-                "bf16_compress": default_hooks.bf16_compress_hook}[knobs.comm_hook]
+        hook = {"fp16_compress": default_hooks.fp16_compress_hook, "bf16_compress": default_hooks.bf16_compress_hook}[
+            knobs.comm_hook
+        ]
         ddp_model.register_comm_hook(state=process_group, hook=hook)  # the hooks' state is their group
     return ddp_model
 
@@ -133,9 +135,15 @@ class Untracked:
 UNTRACKED = Untracked()
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-               precision: Precision, inputs: torch.Tensor, targets: torch.Tensor,
-               progress: Any = UNTRACKED) -> torch.Tensor:
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    precision: Precision,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    progress: Any = UNTRACKED,
+) -> torch.Tensor:
     """One optimisation step. Returns the loss tensor without reading it (reading would sync).
     `progress.where` says which part of the step runs: plain stores, for the heartbeat to read."""
     progress.where = "forward"
@@ -155,8 +163,9 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     return loss.detach()
 
 
-def flops_per_sample(model: torch.nn.Module, loss_fn: Callable, inputs: torch.Tensor,
-                     targets: torch.Tensor) -> tuple[float | None, float | None]:
+def flops_per_sample(
+    model: torch.nn.Module, loss_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[float | None, float | None]:
     """Training FLOPs (forward + backward) per sample and the share of them in convolutions,
     counted by torch's FlopCounterMode on two samples (BatchNorm refuses one). The share sets the
     MFU peak of fp32 runs: cuDNN convolutions and cuBLAS matrix products differ in their TF32
@@ -178,8 +187,9 @@ def flops_per_sample(model: torch.nn.Module, loss_fn: Callable, inputs: torch.Te
         model.zero_grad(set_to_none=True)
 
 
-def host_synchronisation(strategy: str, device: torch.device, warmup: int, precision: Precision,
-                         optimizer: torch.optim.Optimizer) -> dict:
+def host_synchronisation(
+    strategy: str, device: torch.device, warmup: int, precision: Precision, optimizer: torch.optim.Optimizer
+) -> dict:
     """Where timed steps would wait for the GPU on the host, and what was done about it: for the
     record, since a step that waits hides the GPU's pace behind the CPU's."""
     on_gpu = device.type == "cuda"
@@ -190,16 +200,22 @@ def host_synchronisation(strategy: str, device: torch.device, warmup: int, preci
         if not on_gpu:
             how = "CPU timers: DDP's runtime logging never waits"
         elif waiting:
-            how = (f"warm-up of {warmup} is shorter than {DDP_LOGGED_ITERATIONS + 1}: the first {waiting} timed "
-                   f"steps wait for the previous step's CUDA events (DDP runtime logging)")
+            how = (
+                f"warm-up of {warmup} is shorter than {DDP_LOGGED_ITERATIONS + 1}: the first {waiting} timed "
+                f"steps wait for the previous step's CUDA events (DDP runtime logging)"
+            )
         else:
             how = f"warm-up of {warmup} covers DDP's {DDP_LOGGED_ITERATIONS} logged iterations"
-        found["ddp_runtime_logging"] = {"sample_rate": DDP_RUNTIME_LOGGING_SAMPLE_RATE,
-                                        "logged_iterations": DDP_LOGGED_ITERATIONS,
-                                        "timed_steps_host_synchronised": waiting, "how": how}
+        found["ddp_runtime_logging"] = {
+            "sample_rate": DDP_RUNTIME_LOGGING_SAMPLE_RATE,
+            "logged_iterations": DDP_LOGGED_ITERATIONS,
+            "timed_steps_host_synchronised": waiting,
+            "how": how,
+        }
     if on_gpu and precision.scaler is not None and not getattr(optimizer, "_step_supports_amp_scaling", False):
         # torch.amp.GradScaler._maybe_opt_step: sum(v.item() for v in found_inf_per_device)
         found["host_reads_per_step"].append(
             "GradScaler.step reads found_inf on the host every step (the optimizer has no fused AMP "
-            "step), so each step's optimizer waits for its backward")
+            "step), so each step's optimizer waits for its backward"
+        )
     return found

@@ -12,8 +12,9 @@ import importlib
 import importlib.util
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ddpbench.config.workloads import BUILTIN_WORKLOADS, check_workload_name, is_user_workload
 
