@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test lint gate clean hta-venv otava-venv gpu-check
+.PHONY: install bench test lint gate clean hta-venv otava-venv gpu-check docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -63,3 +63,13 @@ hta-venv: .venv-hta/bin/python
 	.venv-otava/bin/pip install --quiet apache-otava==0.8.0
 
 otava-venv: .venv-otava/bin/python
+
+# The documentation site (docs/, nav in mkdocs.yml) built into site/, with mkdocs and
+# mkdocs-material in an environment of their own. --strict fails on a broken link or a page
+# missing from the nav.
+.venv-docs/bin/mkdocs:
+	$(PYTHON) -m venv .venv-docs
+	.venv-docs/bin/pip install --quiet mkdocs==1.6.1 mkdocs-material==9.8.2
+
+docs: .venv-docs/bin/mkdocs
+	NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --site-dir site
