@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from ddpbench.analysis.network import load_profile  # noqa: E402
-from ddpbench.analysis.projection import validation_cases  # noqa: E402
+from ddpbench.analysis.projection_validation import validation_cases  # noqa: E402
 from ddpbench.analysis.registry import profiled_step_p50_s  # noqa: E402
 from ddpbench.analysis.trace_comm import profile_vs_trace  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402

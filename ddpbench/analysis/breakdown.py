@@ -6,7 +6,7 @@ window over its steps: a device's batch per step). So the points lost, 1 - E(N),
 (t(N) - t(1)) / t(N), and each term's milliseconds over t(N) are its points; the points of all
 terms, `unexplained` included, add up to 100 % - E(N).
 
-The terms (`TERMS` defines each once; the report's glossary and `ddpbench explain` read it):
+The terms (`breakdown_terms.TERMS` defines each once; the report's glossary and `ddpbench explain` read it):
 - ddp_work: DDP's own work without a network: the gradient timeline's steps through DDP over a
   one-rank group against the same module stepped unwrapped in the same run.
 - data: data loading per step at N minus at the reference (the host's wait for the next batch
@@ -29,8 +29,9 @@ whole lead over the other.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, replace
 
+from ddpbench.analysis.breakdown_terms import TERM_NAMES, Breakdown, ExplainError, Term
+from ddpbench.analysis.breakdown_text import advice
 from ddpbench.analysis.frames import reference_runs
 from ddpbench.analysis.registry import (
     exposed_comm_no_sync_s,
@@ -40,126 +41,6 @@ from ddpbench.analysis.registry import (
     profiled_step_p50_s,
 )
 from ddpbench.records.schema import Record, TimelineStep
-
-
-@dataclass(frozen=True)
-class TermDefinition:
-    name: str
-    label: str
-    """The term in the user's words (report and terminal)."""
-    method: str
-    """How it is measured (the glossary)."""
-
-
-TERMS = (
-    TermDefinition(
-        "ddp_work",
-        "DDP's own work",
-        "what DDP itself costs a step without a network (its hooks, the copies into and out of "
-        "gradient buckets, the wrapper): steps through DDP over a process group of one rank against "
-        "the same module stepped without DDP, both in the run's gradient timeline phase",
-    ),
-    TermDefinition(
-        "data",
-        "data loading",
-        "data loading per step at N devices minus at the one-device reference: the time from a timed "
-        "step's start until its batch is in hand (on GPUs, the device's idle time waiting for input); a "
-        "cost the reference pays too is not lost scaling",
-    ),
-    TermDefinition(
-        "exposed_comm",
-        "exposed communication",
-        "communication that no computation hides (HolisticTraceAnalysis's definition), per profiled "
-        "step, from the rank that waits least in its collectives: the transfer, not waiting for peers",
-    ),
-    TermDefinition(
-        "overlap_slowdown",
-        "compute slowed by overlap",
-        "backward slowed by the all-reduces that run beside it (on CPU gloo's threads take cores, on "
-        "GPUs NCCL's kernels take SMs and memory bandwidth): backward's span with DDP's all-reduce "
-        "against the one-rank DDP's, which does the same copies without a network",
-    ),
-    TermDefinition(
-        "slowest_rank",
-        "waiting for the slowest rank",
-        "the slowest rank's own step against the median rank's, in the no_sync replay where no rank "
-        "waits for another; without a replay, the excess wait inside collectives in the traces",
-    ),
-    TermDefinition(
-        "unexplained",
-        "not explained",
-        "the lost time minus every measured term: where the model of the step is incomplete, shown "
-        "as such and never folded into a term",
-    ),
-)
-TERM_NAMES = tuple(term.name for term in TERMS)
-LABELS = {term.name: term.label for term in TERMS}
-
-ADVICE_MIN_POINTS = 2.0
-"""Advice is given for terms worth at least this many points of efficiency."""
-
-
-@dataclass
-class Term:
-    s_per_step: float | None
-    """Seconds per step; None where the run could not measure it (`basis` says why)."""
-    points: float | None
-    """Points of efficiency: s_per_step / t(N) x 100."""
-    basis: str
-    """How it was measured here, or why it could not be."""
-
-
-@dataclass
-class Breakdown:
-    run_id: str
-    workload: str
-    world_size: int
-    efficiency: float
-    step_s: float
-    """t(N): the run's time per step (timed window / steps)."""
-    reference_step_s: float
-    """t(1): the reference's time per step, a device's batch per step."""
-    reference: str
-    terms: dict[str, Term]
-    phases: dict[str, float | None] = field(default_factory=dict)
-    """The step at N by phase, seconds: compute, data, exposed communication, waiting."""
-    estimates: list[str] = field(default_factory=list)
-    """The three exposed-communication estimates, each in the terms it holds."""
-    advice: list[str] = field(default_factory=list)
-    unexplained_parts: dict[str, float] = field(default_factory=dict)
-    """Measured beside `unexplained` (see `unexplained_parts`), seconds: compute_at_n_s,
-    timed_beyond_timeline_s."""
-
-    def as_dict(self) -> dict:
-        return {
-            "run_id": self.run_id,
-            "workload": self.workload,
-            "world_size": self.world_size,
-            "efficiency": self.efficiency,
-            "step_s": self.step_s,
-            "reference_step_s": self.reference_step_s,
-            "reference": self.reference,
-            "terms": {
-                name: {"s_per_step": term.s_per_step, "points": term.points, "basis": term.basis}
-                for name, term in self.terms.items()
-            },
-            "phases": self.phases,
-            "estimates": self.estimates,
-            "advice": self.advice,
-            "unexplained_parts": self.unexplained_parts,
-        }
-
-    def largest(self) -> tuple[str, Term]:
-        """The measured term (not `unexplained`) that lost the most."""
-        measured = [
-            (name, term) for name, term in self.terms.items() if name != "unexplained" and term.s_per_step is not None
-        ]
-        return max(measured, key=lambda item: item[1].s_per_step, default=("unexplained", self.terms["unexplained"]))
-
-
-class ExplainError(ValueError):
-    """A run or sweep that cannot be explained; the message says what is missing and how to get it."""
-
 
 # --- what one DDP record measured ----------------------------------------------------------------
 
@@ -386,10 +267,6 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     return breakdown
 
 
-UNEXPLAINED_SHARE = 0.15
-"""Above this share of the lost time, `unexplained` is called out with what was measured beside it."""
-
-
 PART_WORDS = {
     "compute_at_n_s": "the module's own step at N (unwrapped) beyond the reference's compute",
     "timed_beyond_timeline_s": "the timed steps beyond the timeline's DDP steps",
@@ -480,111 +357,6 @@ def _bucket_work(record: Record) -> tuple[float | None, str]:
     return (_typical(values), "timeline") if values else (None, "no one-rank DDP steps")
 
 
-def projected_gain(record: Record, profile: dict | None) -> str:
-    """The best of a few what-ifs for exposed communication, projected from the run's own record
-    (`ddpbench project`), in words and marked as a projection; "" where none can be made."""
-    from ddpbench.analysis.network import ProfileError
-    from ddpbench.analysis.projection import ProjectionError, WhatIf, project
-
-    if profile is None or record.timeline is None:
-        return ""
-    knobs = record.spec.ddp
-    own = WhatIf(
-        world_size=record.spec.world_size,
-        bucket_cap_mb=knobs.bucket_cap_mb,
-        comm_hook=knobs.comm_hook,
-        gradient_as_bucket_view=knobs.gradient_as_bucket_view,
-    )
-    options = {
-        f"--bucket-cap-mb {2 * knobs.bucket_cap_mb:g}": replace(own, bucket_cap_mb=2 * knobs.bucket_cap_mb),
-        f"--bucket-cap-mb {knobs.bucket_cap_mb / 2:g}": replace(own, bucket_cap_mb=knobs.bucket_cap_mb / 2),
-        "--comm-hook bf16_compress": replace(own, comm_hook="bf16_compress"),
-        "--gradient-as-bucket-view": replace(own, gradient_as_bucket_view=True),
-    }
-    try:
-        base = project(record, profile, own).throughput
-        gains = {
-            flag: project(record, profile, what).throughput / base - 1 for flag, what in options.items() if what != own
-        }
-    except (ProfileError, ProjectionError):
-        return ""
-    flag = max(gains, key=gains.get)
-    return (
-        f" PROJECTION, not measured (profile {profile.get('name')}): {flag} gives {gains[flag]:+.1%} "
-        "throughput, the best of " + ", ".join(f"{name} {gain:+.1%}" for name, gain in gains.items()) + "."
-    )
-
-
-def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: dict | None = None) -> list[str]:
-    """One sentence per term worth at least ADVICE_MIN_POINTS, largest first."""
-    said = []
-    worth = sorted(
-        (
-            (name, term)
-            for name, term in breakdown.terms.items()
-            if term.points is not None and term.points >= ADVICE_MIN_POINTS
-        ),
-        key=lambda item: -item[1].points,
-    )
-    knobs = record.spec.ddp
-    for name, term in worth:
-        lost = f"{LABELS[name]} costs {term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} points)"
-        if name == "exposed_comm":
-            said.append(
-                f"{lost}: try another bucket cap (now {knobs.bucket_cap_mb:g} MB, --bucket-cap-mb), gradient "
-                "compression (--comm-hook bf16_compress) and --gradient-as-bucket-view; `ddpbench project` "
-                "projects each from this record." + projected_gain(record, profile)
-            )
-        elif name == "data":
-            said.append(
-                f"{lost} more than at one device: give the DataLoader more workers (--num-workers, now "
-                f"{record.spec.num_workers}) and pin memory."
-            )
-        elif name == "slowest_rank":
-            host = record.ranks[slowest].hostname if slowest is not None and slowest < len(record.ranks) else None
-            who = f"rank {slowest}" + (f" on {host}" if host else "") if slowest is not None else "one rank"
-            said.append(f"{lost}: {who} is the slowest; look at that device and host (load, clocks, its data).")
-        elif name == "ddp_work":
-            said.append(
-                f"{lost}: try --static-graph and --gradient-as-bucket-view, which save DDP's per-step "
-                "bookkeeping and bucket copies."
-            )
-        elif name == "overlap_slowdown":
-            said.append(
-                f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
-                "(--comm-hook bf16_compress) shorten the time all-reduces compete with backward."
-            )
-    return said + _unexplained_advice(breakdown)
-
-
-def _unexplained_advice(breakdown: Breakdown) -> list[str]:
-    """Said when `unexplained` is more than UNEXPLAINED_SHARE of the lost time: how much, and what
-    was measured beside it."""
-    term, lost = breakdown.terms["unexplained"], breakdown.step_s - breakdown.reference_step_s
-    if term.s_per_step is None or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
-        return []
-    share = (
-        f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
-    )
-    parts = breakdown.unexplained_parts
-    if not parts:
-        return [f"{share}; this record has no gradient timeline to say what lies beside it."]
-    beside = []
-    if "compute_at_n_s" in parts:
-        value = parts["compute_at_n_s"]
-        beside.append(
-            f"the same module, unwrapped, steps {abs(value) * 1e3:.2f} ms {'slower' if value > 0 else 'faster'}"
-            " at N than one device computes (N ranks at once share memory bandwidth and caches)"
-        )
-    if "timed_beyond_timeline_s" in parts:
-        value = parts["timed_beyond_timeline_s"]
-        beside.append(
-            f"the timed steps ran {abs(value) * 1e3:.2f} ms {'longer' if value > 0 else 'shorter'} than "
-            "the timeline's DDP steps the terms come from"
-        )
-    return [f"{share}: measured beside it, {' and '.join(beside)}."]
-
-
 def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None) -> tuple[list[Breakdown], list[str]]:
     """Every ok DDP run, and a line for each that could not be explained. At world size 1 only
     DDP's own work and data loading can be lost (no communication, no other rank), and the terms
@@ -599,30 +371,3 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
         except ExplainError as exc:
             problems.append(str(exc))
     return breakdowns, problems
-
-
-def format_breakdown(breakdown: Breakdown) -> str:
-    lines = [
-        f"{breakdown.run_id}  {breakdown.workload} x{breakdown.world_size}  E(N) {breakdown.efficiency:.1%}  "
-        f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device "
-        f"({100 - 100 * breakdown.efficiency:.1f} points lost)"
-    ]
-    ordered = sorted(
-        breakdown.terms.items(),
-        key=lambda item: (
-            item[0] == "unexplained",
-            -(item[1].s_per_step if item[1].s_per_step is not None else float("-inf")),
-        ),
-    )
-    for name, term in ordered:
-        figure = (
-            "not measured" if term.s_per_step is None else f"{term.s_per_step * 1e3:8.2f} ms  {term.points:5.1f} pts"
-        )
-        lines.append(f"  {name:<17} {figure:<24} {term.basis}")
-    phases = ", ".join(
-        f"{name} {'n/a' if value is None else f'{value * 1e3:.2f} ms'}" for name, value in breakdown.phases.items()
-    )
-    lines.append(f"  step at N        {phases}")
-    lines += [f"  estimate         {line}" for line in breakdown.estimates]
-    lines += [f"  advice           {line}" for line in breakdown.advice]
-    return "\n".join(lines)

@@ -27,25 +27,6 @@ One step, as DDP runs it:
    interfere or were not measured);
 5. the step ends when backward and the last all-reduce are done, DDP has finalized (copied the
    buckets back into the gradients unless gradient_as_bucket_view), and the optimizer has run.
-
-Anchored on the run's own measurement. The replay from these parts does not explain all of a
-measured step: besides the model's own miss (on gloo a small all-reduce inside a step can take
-several times what `ddpbench comm` measures after a barrier), the parts are measured at the end of
-the run, after the profiled and no_sync phases, and a shared machine moves in between. So a
-projection is the run's measured median step plus what the replay says changes: replay(what-if) -
-replay(the run itself), both on the same profile. What the parts miss, measured minus replay of
-the run itself, is shown as `unexplained_s`, and is assumed the same for every what-if and world
-size. It is not applied to a profile of another backend, or one that does not name its backend
-(what gloo on this CPU misses says nothing about NCCL on NVSwitch); to one device from a run of
-several (no all-reduce left to be slow); where the record has no timed steps; or where the
-measured step is less than half the replay's (a replay that far off is not corrected by a shift).
-The projection then is the replay from parts alone, and says so.
-
-Re-bucketing (`bucket_cap_mb`) follows DDP's rebuild after its first iteration: parameters in
-gradient-ready order (roughly the reverse of definition order), a bucket closes as soon as it
-reaches its cap (so a parameter is never split and a bucket may overshoot), and the first bucket
-has its own cap. torch 2.14 uses a 1 MiB first bucket only when bucket_cap_mb is left unset; when
-it is given (ddpbench always gives it) the first bucket has the same cap.
 """
 
 from __future__ import annotations
@@ -74,7 +55,14 @@ class ProjectionError(ValueError):
 def rebucket(
     order: list[int], param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None
 ) -> list[list[int]]:
-    """DDP's bucket assignment (compute_bucket_assignment_by_size) over parameters in `order`."""
+    """DDP's bucket assignment (compute_bucket_assignment_by_size) over parameters in `order`.
+
+    Re-bucketing (`bucket_cap_mb`) follows DDP's rebuild after its first iteration: parameters in
+    gradient-ready order (roughly the reverse of definition order), a bucket closes as soon as it
+    reaches its cap (so a parameter is never split and a bucket may overshoot), and the first bucket
+    has its own cap. torch 2.14 uses a 1 MiB first bucket only when bucket_cap_mb is left unset; when
+    it is given (ddpbench always gives it) the first bucket has the same cap.
+    """
     if cap_bytes <= 0:
         raise ProjectionError(f"bucket cap must be > 0 bytes; got {cap_bytes}")
     buckets, current, size = [], [], 0
@@ -596,7 +584,21 @@ def project(
 def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tuple[float | None, str]:
     """What the replay from parts misses of the run's own step, on this profile: the run's median
     iteration time minus the replay of the run itself (its own world size and knobs). None, with
-    the reason, where it cannot be applied (see the module's docstring)."""
+    the reason, where it cannot be applied.
+
+    Anchored on the run's own measurement. The replay from these parts does not explain all of a
+    measured step: besides the model's own miss (on gloo a small all-reduce inside a step can take
+    several times what `ddpbench comm` measures after a barrier), the parts are measured at the end of
+    the run, after the profiled and no_sync phases, and a shared machine moves in between. So a
+    projection is the run's measured median step plus what the replay says changes: replay(what-if) -
+    replay(the run itself), both on the same profile. What the parts miss, measured minus replay of
+    the run itself, is shown as `unexplained_s`, and is assumed the same for every what-if and world
+    size. It is not applied to a profile of another backend, or one that does not name its backend
+    (what gloo on this CPU misses says nothing about NCCL on NVSwitch); to one device from a run of
+    several (no all-reduce left to be slow); where the record has no timed steps; or where the
+    measured step is less than half the replay's (a replay that far off is not corrected by a shift).
+    The projection then is the replay from parts alone, and says so.
+    """
     backend = profile.get("backend")
     if backend != record.spec.backend:
         return None, (
@@ -625,150 +627,3 @@ def _anchor(model: RunModel, record: Record, profile: dict, what: WhatIf) -> tup
         f"the run's measured step, {measured * 1e3:.2f} ms: its replay from parts gives {own.step_s * 1e3:.2f} ms, "
         f"and the {(measured - own.step_s) * 1e3:+.2f} ms it misses is added"
     )
-
-
-def format_projection(projection: Projection, record: Record) -> str:
-    what = projection.what
-    knobs = [f"bucket cap {what.bucket_cap_mb:g} MB", f"comm hook {what.comm_hook}"]
-    if what.bandwidth_scale != 1:
-        knobs.append(f"bandwidth x{what.bandwidth_scale:g}")
-    lines = [
-        f"PROJECTION (not a measurement) of {record.run_id} "
-        f"(measured: {record.spec.world_size} ranks, {record.spec.backend}, "
-        f"bucket cap {record.spec.ddp.bucket_cap_mb:g} MB, {record.spec.ddp.comm_hook})",
-        f"  to world size {what.world_size} on profile {projection.profile_name} ({projection.basis}), "
-        f"{', '.join(knobs)}",
-        f"  step time        {projection.step_s * 1e3:9.2f} ms   "
-        f"band {projection.step_low_s * 1e3:.2f} .. {projection.step_high_s * 1e3:.2f} ms",
-        f"  exposed comm     {projection.exposed_comm_s * 1e3:9.2f} ms   of {projection.comm_s * 1e3:.2f} ms "
-        f"all-reduce over {projection.buckets} buckets (in the replay from parts)",
-        f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces "
-        "(in the replay from parts)",
-        f"  DDP's own work   {projection.ddp_work}",
-        f"  anchored on      {projection.anchor}",
-        f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
-        f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
-        f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   "
-        f"band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",
-        f"  efficiency E(N)  {projection.efficiency:9.1%}   "
-        f"band {projection.efficiency_low:.1%} .. {projection.efficiency_high:.1%} "
-        f"(against {projection.efficiency_reference})",
-    ]
-    if projection.measured_step_s is not None:
-        # Anchored, the run's projection of itself is its measurement: the model's test is the replay from parts.
-        error = projection.modelled_step_s / projection.measured_step_s - 1
-        lines.append(
-            f"  measured         {projection.measured_step_s * 1e3:9.2f} ms   (median iteration time of the run; "
-            f"replay from parts {error:+.1%})"
-        )
-    return "\n".join(lines)
-
-
-def _setting(record: Record) -> tuple:
-    spec = record.spec
-    return (spec.workload, spec.size, spec.batch_size, spec.world_size, spec.precision, spec.device)
-
-
-def _is_default(record: Record) -> bool:
-    knobs = record.spec.ddp
-    return (
-        knobs.bucket_cap_mb == 25.0
-        and knobs.comm_hook == "allreduce"
-        and not knobs.gradient_as_bucket_view
-        and not knobs.static_graph
-    )
-
-
-def _what_if_of(record: Record) -> WhatIf:
-    knobs = record.spec.ddp
-    return WhatIf(
-        world_size=record.spec.world_size,
-        bucket_cap_mb=knobs.bucket_cap_mb,
-        comm_hook=knobs.comm_hook,
-        gradient_as_bucket_view=knobs.gradient_as_bucket_view,
-    )
-
-
-def _case_label(record: Record) -> str:
-    knobs = record.spec.ddp
-    return f"bucket cap {knobs.bucket_cap_mb:g} MB" if knobs.comm_hook == "allreduce" else knobs.comm_hook
-
-
-def validation_cases(records: list[Record], profile: dict) -> list[dict]:
-    """Projection against measurement, for every group of DDP runs that share everything but the
-    bucket cap and the comm hook. Every run with the defaults (cap 25 MB, plain all-reduce) is a
-    source: replayed as itself (next to the spread between the default runs: (max - min) / median
-    of their median iteration times; from its parts alone, since anchored it would be its own
-    measurement), and projected to the knobs of the other runs. With several
-    runs of a knob (or several sources), a what-if compares the median over sources of the
-    projection with the median over runs of the measurement: one run on a shared machine is one
-    draw of its noise."""
-    groups: dict[tuple, list[Record]] = {}
-    for record in records:
-        modelled = not record.spec.ddp.static_graph and not record.spec.ddp.find_unused_parameters
-        if record.status == "ok" and record.spec.strategy == "ddp" and record.timeline and record.metrics and modelled:
-            groups.setdefault(_setting(record), []).append(record)
-    cases = []
-    for setting, members in sorted(groups.items(), key=lambda item: str(item[0])):
-        sources = sorted((r for r in members if _is_default(r)), key=lambda r: (r.started_at or "", r.run_id))
-        if not sources:
-            continue
-        own = [r.metrics.iteration_time_s.p50 for r in sources]
-        spread = (max(own) - min(own)) / statistics.median(own) if len(own) > 1 else None
-        for source in sources:
-            # Anchored, a run's projection of itself is its own measurement: the test of the model
-            # is the replay from its parts alone.
-            model = RunModel(source)
-            replayed = project(source, profile, model.source)
-            measured = source.metrics.iteration_time_s.p50
-            shift = replayed.unexplained_s or 0.0
-            cases.append(
-                {
-                    "workload": setting[0],
-                    "kind": "replay",
-                    "case": "replay of the run itself",
-                    "sources": [source.run_id],
-                    "targets": [source.run_id],
-                    "anchored": 0,
-                    "projected_s": replayed.modelled_step_s,
-                    "modelled_s": replayed.modelled_step_s,
-                    "measured_s": measured,
-                    "error": replayed.modelled_step_s / measured - 1,
-                    "spread": spread,
-                    "timeline_step_s": model.timeline_step_s(),
-                    "band_s": [replayed.step_low_s - shift, replayed.step_high_s - shift],
-                }
-            )
-        by_knobs: dict[tuple, list[Record]] = {}
-        for target in members:
-            if not _is_default(target):
-                what = _what_if_of(target)
-                by_knobs.setdefault((what.bucket_cap_mb, what.comm_hook, what.gradient_as_bucket_view), []).append(
-                    target
-                )
-        for _, targets in sorted(by_knobs.items(), key=lambda item: str(item[0])):
-            targets.sort(key=lambda r: r.run_id)
-            projections = [project(source, profile, _what_if_of(targets[0])) for source in sources]
-            projected = statistics.median(p.step_s for p in projections)
-            measured = statistics.median(t.metrics.iteration_time_s.p50 for t in targets)
-            cases.append(
-                {
-                    "workload": setting[0],
-                    "kind": "what-if",
-                    "case": _case_label(targets[0]),
-                    "sources": [r.run_id for r in sources],
-                    "targets": [t.run_id for t in targets],
-                    "anchored": sum(p.unexplained_s is not None for p in projections),
-                    "projected_s": projected,
-                    "modelled_s": statistics.median(p.modelled_step_s for p in projections),
-                    "measured_s": measured,
-                    "error": projected / measured - 1,
-                    "spread": spread,
-                    "timeline_step_s": statistics.median(RunModel(t).timeline_step_s() for t in targets),
-                    "band_s": [
-                        statistics.median(p.step_low_s for p in projections),
-                        statistics.median(p.step_high_s for p in projections),
-                    ],
-                }
-            )
-    return cases

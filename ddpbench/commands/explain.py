@@ -47,7 +47,8 @@ def sweep_breakdowns(sweep_dir: str, profile: dict | None = None):
 
 
 def command_explain(args: argparse.Namespace) -> int:
-    from ddpbench.analysis.breakdown import ExplainError, format_breakdown
+    from ddpbench.analysis.breakdown_terms import ExplainError
+    from ddpbench.analysis.breakdown_text import format_breakdown
 
     if not os.path.isdir(args.sweep_dir):
         raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
@@ -72,7 +73,7 @@ def command_explain(args: argparse.Namespace) -> int:
 
 def closing_lines(sweep_dir: str) -> list[str]:
     """The sweep's last words: the largest measured loss per workload and world size."""
-    from ddpbench.analysis.breakdown import LABELS, ExplainError
+    from ddpbench.analysis.breakdown_terms import LABELS, ExplainError
 
     try:
         breakdowns, _ = sweep_breakdowns(sweep_dir)

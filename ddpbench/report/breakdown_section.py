@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from markupsafe import Markup
 
-from ddpbench.analysis.breakdown import ADVICE_MIN_POINTS, LABELS, TERMS, Breakdown, ExplainError, explain_sweep
+from ddpbench.analysis.breakdown import explain_sweep
+from ddpbench.analysis.breakdown_terms import ADVICE_MIN_POINTS, LABELS, TERMS, Breakdown, ExplainError
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.report.plots import DPI, PALETTE, PANEL_HEIGHT_IN
 

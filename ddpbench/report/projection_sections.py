@@ -16,7 +16,8 @@ from markupsafe import Markup
 
 from ddpbench.analysis.frames import reference_throughput
 from ddpbench.analysis.network import ProfileError, load_profile
-from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project, validation_cases
+from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project
+from ddpbench.analysis.projection_validation import validation_cases
 from ddpbench.report.plots import PALETTE
 
 BEYOND_WORLD_SIZES = (8, 64, 512)

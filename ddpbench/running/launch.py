@@ -1,8 +1,10 @@
 """Start one run: torchrun for `ddp`, a plain process for `local`. No torch imported here.
 
-The launcher resolves what `auto` means on this machine, checks the output folder, starts the
-processes, and makes sure a record exists afterwards: the worker's own, or a `failed` one with
-the exit code and the end of the error output, so a failing run is never silently lost.
+The launcher takes a resolved spec (`ddpbench.running.resolve`), checks the output folder, starts
+the processes (their command and environment: `ddpbench.running.command`), retries a rendezvous
+that failed, and makes sure a record exists afterwards: the worker's own, or a `failed` one with
+the exit code and the end of the error output, so a failing run is never silently lost. With OOM
+back-off, a run that ran out of memory is rerun at half the batch.
 
 What the processes print (torchrun, the profiler, the user's workload) goes to the run's log
 folder; the terminal gets it only with `verbose`, so a healthy run shows ddpbench's own lines.
@@ -11,153 +13,29 @@ folder; the terminal gets it only with `verbose`, so a healthy run shows ddpbenc
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 
 import msgspec
 
-from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
-from ddpbench.config.workloads import check_workload_name, short_workload_name
+from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.running import slurm
+from ddpbench.running.command import child_environment, command_for
 from ddpbench.running.diagnose import diagnose, rendezvous_failed
-from ddpbench.running.environment import host_facts, usable_cores, visible_gpu_count
-from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, read_heartbeats
+from ddpbench.running.environment import host_facts
+from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, read_heartbeats
 from ddpbench.running.progress import RunProgress
+from ddpbench.running.resolve import check_output_folder, oversubscription
 
 ERROR_TAIL_LINES = 40
-
-
-def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
-    """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
-    check_workload_name(spec.workload)
-    check_launchable(spec)
-    spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
-    if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
-        node_gpus, node_cores, rendezvous = slurm.placement(spec)
-        gpu_count = node_gpus if gpu_count is None else gpu_count
-        cores = node_cores if cores is None else cores
-        spec = spec.replace(**rendezvous)
-    gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
-    cores = usable_cores() if cores is None else cores
-    device = resolve_device(spec.device, gpu_count)
-    if device == "cuda" and spec.nproc > gpu_count:
-        raise SpecError(
-            f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; " f"this machine has {gpu_count}"
-        )
-    threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
-    changes = {
-        "device": device,
-        "size": spec.size or ("full" if device == "cuda" else "tiny"),
-        "threads_per_rank": threads,
-    }
-    return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
-
-
-def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
-    """The figures when a resolved CPU run asks for more threads than this node has usable cores
-    (None otherwise): its ranks then time-share cores, and its throughput describes that, not
-    scaling. A GPU run cannot get here: `resolve` refuses more processes than GPUs."""
-    if spec.device != "cpu":
-        return None
-    cores = usable_cores() if cores is None else cores
-    processes = spec.nproc if spec.strategy == "ddp" else 1  # dp and local: one process
-    threads = processes * spec.threads_per_rank
-    if threads <= cores:
-        return None
-    return {
-        "device": "cpu",
-        "processes": processes,
-        "threads_per_process": spec.threads_per_rank,
-        "threads": threads,
-        "usable_cores": cores,
-    }
-
-
-def oversubscription_warning(figures: dict) -> str:
-    return (
-        f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "
-        f"{figures['threads_per_process']} thread{'s' if figures['threads_per_process'] != 1 else ''} = "
-        f"{figures['threads']} threads on {figures['usable_cores']} usable cores; ranks will time-share cores, "
-        "so throughput and efficiency describe time-sharing, not scaling (the record says so)"
-    )
-
-
-def make_run_id(spec: RunSpec) -> str:
-    workload = short_workload_name(spec.workload)
-    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
-    return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
-
-
-MIN_FREE_BYTES = 200 * 1024 * 1024  # records are small, but traces and logs are not
-
-
-def check_output_folder(out_dir: str) -> None:
-    """Fail before launching if records could not be written there, or the disk is nearly full."""
-    runs = os.path.join(out_dir, "runs")
-    try:
-        os.makedirs(runs, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=runs, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise SpecError(f"output folder {out_dir!r} is not writable: {exc.strerror or exc}") from None
-    free = shutil.disk_usage(runs).free
-    if free < MIN_FREE_BYTES:
-        raise SpecError(
-            f"output folder {out_dir!r} has only {free / 2**20:.0f} MiB free; "
-            f"ddpbench needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB for records, logs and traces"
-        )
-
-
-def worker_module_args(spec: RunSpec) -> list[str]:
-    return ["-m", "ddpbench.worker", "--spec-json", spec.to_json()]
-
-
-def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
-    if spec.launcher == "slurm":  # the same command on every node of the run, started by srun
-        return slurm.srun_command(spec) + _command_on_node(spec, log_dir)
-    return _command_on_node(spec, log_dir)
-
-
-def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
-    if spec.strategy != "ddp":
-        return [sys.executable, *worker_module_args(spec)]
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
-    if log_dir:
-        # Per-rank stdout/stderr files (and @record error files), still shown on the console.
-        command += [f"--log-dir={log_dir}", "--tee=3"]
-    if spec.rdzv_endpoint:
-        # c10d gives agents their node ranks itself; srun starts the same command on every node.
-        node_rank = [] if spec.launcher == "slurm" else [f"--node-rank={spec.node_rank}"]
-        command += [
-            f"--nnodes={spec.nnodes}",
-            *node_rank,
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={spec.rdzv_endpoint}",
-            f"--rdzv-id={spec.rdzv_id}",
-        ]
-    elif spec.rdzv_port:
-        # One node on a chosen port: the same c10d rendezvous, on localhost only.
-        command += [
-            "--nnodes=1",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=localhost:{spec.rdzv_port}",
-            f"--rdzv-id={spec.run_id}",
-        ]
-    else:
-        # Standalone: a c10d rendezvous on localhost with a free port picked by torchrun.
-        command += ["--standalone"]
-    return command + worker_module_args(spec)
 
 
 def port_is_free(port: int) -> bool:
@@ -167,56 +45,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-# What torchrun tells its workers about their job. A ddpbench run started from inside such a job
-# (a torchrun or SLURM script) inherits them; `local` and `dp` are one process of their own.
-LAUNCHER_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "ROLE_NAME",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_ERROR_FILE",
-)
-
-
-# Kineto (the profiler's C++ side) logs through its own levels: ... ERROR 4, USDT 5 (its
-# profiler_start/stop markers). 6 silences it, and on CPU it has nothing else to say: its one
-# ERROR there is "gpuGetDeviceCount failed", i.e. that the machine has no GPU.
-KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
-KINETO_QUIET_ON_CPU = "6"
-
-
-def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) -> dict[str, str]:
-    env = dict(os.environ)
-    if spec.strategy != "ddp":
-        for name in LAUNCHER_VARIABLES:
-            env.pop(name, None)
-    # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.
-    env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
-    # The workers write into a pipe, so they cannot see that a person is watching: tell them.
-    # Without `verbose` nobody sees their output, and the launcher draws the bar from heartbeats.
-    env["DDPBENCH_PROGRESS"] = "1" if verbose and sys.stderr.isatty() else "0"
-    env[HEARTBEAT_ENV] = heartbeat_dir
-    # Quiet the profiler at its source rather than filtering its lines; a level the user set wins,
-    # and `verbose` shows everything.
-    if spec.device == "cpu" and not verbose and KINETO_LOG_LEVEL not in env:
-        env[KINETO_LOG_LEVEL] = KINETO_QUIET_ON_CPU
-    # NCCL's own Flight Recorder dump when its watchdog times a collective out, beside ours;
-    # a user's own settings win.
-    dumps = os.path.join(os.path.dirname(os.path.abspath(heartbeat_dir)), HANG_DUMPS_FOLDER)
-    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(dumps, "nccl_trace_rank_"))
-    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    return env
 
 
 @dataclass

@@ -25,7 +25,8 @@ from ddpbench.records.store import (
     write_record,
 )
 from ddpbench.running.environment import host_facts
-from ddpbench.running.launch import check_output_folder, launch_with_oom_backoff, resolve
+from ddpbench.running.launch import launch_with_oom_backoff
+from ddpbench.running.resolve import check_output_folder, resolve
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
 from ddpbench.gate import stats
 from ddpbench.records.store import UnreadableRecord, load_record
-from ddpbench.running.launch import launch, resolve
+from ddpbench.running.launch import launch
+from ddpbench.running.resolve import resolve
 
 TUNE_SETTINGS = stats.GateSettings(max_regression=0.03, family_alpha=0.05)
 

@@ -1,0 +1,93 @@
+"""The report's communication section: exposed communication estimated three ways, its overlap
+with computation, its spread across ranks, whether the estimates agree, and where a profiled
+step's time goes."""
+
+from __future__ import annotations
+
+import pandas as pd
+from markupsafe import Markup
+
+from ddpbench.analysis import ranks
+from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
+from ddpbench.analysis.frames import breakdown_frame, overlap_table
+from ddpbench.records.schema import Record
+from ddpbench.report import plots
+from ddpbench.report.blocks import ReportData, figure_html, metric_columns, table_html
+
+
+def communication_section(data: ReportData) -> list[Markup]:
+    overlap = overlap_table(data.runs) if not data.runs.empty else pd.DataFrame()
+    breakdown = breakdown_frame(data.records)
+    blocks = []
+    if not overlap.empty:
+        blocks.append(
+            figure_html(
+                plots.exposed_communication(overlap),
+                "Grouped bar charts of exposed communication per step in milliseconds from three "
+                "estimates, and bar charts of overlap percent, per world size and workload.",
+                "Exposed all-reduce per step, estimated three ways, and the share of it hidden " "behind computation.",
+            )
+        )
+        shown, formats = metric_columns(overlap, list(overlap.columns))
+        blocks.append(
+            table_html(shown.rename(columns={"world_size": "world size"}), formats, text_columns=("workload",))
+        )
+    spread = exposed_spread_frame(data.records)
+    if not spread.empty:
+        blocks.append(
+            Markup(
+                "<p>Exposed communication across the ranks of each DDP run (no_sync replay), with the "
+                "rank exposing most named:</p>"
+            )
+        )
+        blocks.append(
+            table_html(
+                spread, {c: "{:,.2f}" for c in ("p50 (ms)", "p90 (ms)", "max (ms)")}, text_columns=("run", "host")
+            )
+        )
+    sentences = [
+        (record.run_id, estimates_agreement(record))
+        for _, record in data.records
+        if record.status == "ok" and record.spec.strategy == "ddp" and record.spec.world_size > 1
+    ]
+    sentences = [(run_id, found) for run_id, found in sentences if found.agree is not None]
+    if sentences:
+        items = Markup("").join(
+            Markup("<li><code>{}</code>: {}.</li>").format(run_id, found.sentence) for run_id, found in sentences
+        )
+        blocks.append(
+            Markup("<p>Do the three estimates agree (within {:.0%} of their median)?</p><ul>{}</ul>").format(
+                AGREEMENT, items
+            )
+        )
+    if not breakdown.empty:
+        blocks.append(
+            figure_html(
+                plots.step_breakdown(breakdown),
+                "Stacked bar charts of the time of a profiled step split into compute, exposed "
+                "communication, other and idle, for every run with a trace.",
+                "Where a profiled step's time goes (mean over ranks and profiled steps).",
+            )
+        )
+    return blocks
+
+
+def exposed_spread_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
+    rows = []
+    for _, record in records:
+        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+            continue
+        found = ranks.exposed_across_ranks(record)
+        if found:
+            rows.append(
+                {
+                    "run": record.run_id,
+                    "world size": record.spec.world_size,
+                    "p50 (ms)": found["p50_s"] * 1000,
+                    "p90 (ms)": found["p90_s"] * 1000,
+                    "max (ms)": found["max_s"] * 1000,
+                    "rank": found["worst_rank"],
+                    "host": found["worst_host"],
+                }
+            )
+    return pd.DataFrame(rows).sort_values(["world size", "run"]) if rows else pd.DataFrame()

@@ -1,0 +1,225 @@
+"""The report's sections on scaling and its ranks: throughput and efficiency against world size,
+step times rank by rank (summaries beyond a few dozen ranks: heat map, bands, the slowest ranks
+and nodes), and a straggler verdict per DDP run."""
+
+from __future__ import annotations
+
+import pandas as pd
+from markupsafe import Markup
+
+from ddpbench.analysis import ranks, registry
+from ddpbench.analysis.frames import iteration_frame, step_time_frame
+from ddpbench.config.workloads import short_workload_name
+from ddpbench.records.schema import Record
+from ddpbench.report import plots
+from ddpbench.report.blocks import ReportData, figure_html, metric_columns, note, table_html
+
+
+def scaling_section(data: ReportData) -> list[Markup]:
+    if data.table.empty:
+        return []
+    table = data.table
+    blocks = [
+        figure_html(
+            plots.throughput(table),
+            "Line charts of throughput against world size for DDP and DataParallel, one per workload, with "
+            "the ideal linear line from the local run.",
+            "Throughput against world size; the dashed line is perfect linear scaling of the local run.",
+        ),
+        figure_html(
+            plots.efficiency(table),
+            "Line charts of scaling efficiency in percent against world size for DDP and DataParallel, one "
+            "per workload, with a dashed line at 100 percent.",
+            "Scaling efficiency E(N) = X(N) / (N x X(1)); 100 % is perfect.",
+        ),
+    ]
+    metrics = [m.name for m in registry.METRICS if m.in_scaling_table]
+    shown = table[
+        [
+            "workload",
+            "strategy_label",
+            "world_size",
+            "batch_size",
+            "global_batch",
+            "sample_unit",
+            *metrics,
+            "speedup",
+            "efficiency",
+            "reference",
+            "oversubscribed",
+        ]
+    ]
+    shown, formats = metric_columns(shown, metrics)
+    shown = shown.rename(
+        columns={
+            "strategy_label": "strategy",
+            "world_size": "world size",
+            "batch_size": "batch / device",
+            "global_batch": "global batch",
+            "sample_unit": "unit",
+            "reference": "X(1)",
+        }
+    )
+    shown["X(1)"] = shown["X(1)"].replace("", "local run")
+    shown["oversubscribed"] = shown["oversubscribed"].map({True: "yes", False: ""})
+    formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x", "efficiency": "{:.1%}"})
+    blocks.append(table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)", "oversubscribed")))
+    if (shown["oversubscribed"] == "yes").any():
+        blocks.append(
+            Markup(
+                '<p class="status-failed">Points marked oversubscribed ran more threads than usable '
+                "cores: their throughput and efficiency describe time-sharing, not scaling.</p>"
+            )
+        )
+    return blocks
+
+
+def step_times_section(data: ReportData) -> list[Markup]:
+    ok = [(path, record) for path, record in data.records if record.status == "ok" and record.ranks]
+    if not ok:
+        return []
+    blocks = []
+    # Rank by rank only while a box per rank can still be told apart.
+    detailed = [(p, r) for p, r in ok if len(r.ranks) <= ranks.RANK_DETAIL_LIMIT]
+    step_times = step_time_frame([(p, r) for p, r in detailed if r.spec.strategy == "ddp"])
+    if not step_times.empty:
+        blocks.append(
+            figure_html(
+                plots.step_time_by_rank(step_times),
+                "Box plots of DDP step time in milliseconds for each rank at each world size, "
+                "one chart per workload.",
+                f"Each rank's step-time distribution (DDP runs of up to {ranks.RANK_DETAIL_LIMIT} "
+                "ranks): a rank whose box sits higher is slow.",
+            )
+        )
+    blocks += large_runs_blocks([r for _, r in ok])
+    blocks.append(
+        figure_html(
+            plots.iteration_over_steps(iteration_frame(ok)),
+            "Line charts of iteration time in milliseconds over the timed steps of every run, "
+            "one chart per workload.",
+            "Iteration time (slowest rank) over the timed steps of each run.",
+        )
+    )
+    return blocks
+
+
+def largest_ddp_runs(records: list[Record]) -> list[Record]:
+    """Per workload, its largest DDP run beyond the rank-by-rank limit (the first of its repeats)."""
+    chosen: dict[str, Record] = {}
+    for record in records:
+        if record.spec.strategy != "ddp" or len(record.ranks) <= ranks.RANK_DETAIL_LIMIT:
+            continue
+        workload = short_workload_name(record.spec.workload)
+        if workload not in chosen or record.spec.world_size > chosen[workload].spec.world_size:
+            chosen[workload] = record
+    return [chosen[workload] for workload in sorted(chosen)]
+
+
+def large_runs_blocks(records: list[Record]) -> list[Markup]:
+    """Runs beyond a few dozen ranks, summarised: the spread of ranks against world size; for the
+    largest run of each workload a rank x step heat map, percentile bands, the slowest ranks with
+    their hosts, the slowest nodes, and the straggler verdict."""
+    large = largest_ddp_runs(records)
+    if not large:
+        return []
+    blocks = [
+        figure_html(
+            plots.rank_spread(
+                ranks.rank_spread_frame(records), {r.run_id: short_workload_name(r.spec.workload) for r in records}
+            ),
+            "Line charts of the median, 90th percentile and maximum over ranks of each rank's median "
+            "step time, against world size on a log-2 axis, one chart per workload.",
+            "How far the slowest ranks drift from the median rank as the world grows.",
+        )
+    ]
+    for record in large:
+        matrix = ranks.step_matrix(record)
+        if matrix is None:
+            continue
+        title = f"{short_workload_name(record.spec.workload)}, {record.run_id}: {record.spec.world_size} ranks"
+        binned, width = ranks.heat_map_bins(matrix)
+        per_rank = ranks.rank_frame(record)
+        verdict = ranks.straggler_verdict(per_rank)
+        blocks.append(Markup("<h3>{}</h3>").format(title))
+        blocks.append(
+            Markup('<p><strong>Stragglers:</strong> <span class="{}">{}</span> {}</p>').format(
+                "status-failed" if verdict.straggler else "status-ok", verdict.text, verdict.basis
+            )
+        )
+        blocks.append(
+            figure_html(
+                plots.rank_heat_map(binned, width, title),
+                f"Heat map of step time in milliseconds, {matrix.shape[0]} ranks by " f"{matrix.shape[1]} timed steps.",
+                "Step time of every rank (rows) at every step (columns): a slow rank is a bright "
+                "row, a slow moment of the whole job a bright column.",
+            )
+        )
+        blocks.append(
+            figure_html(
+                plots.step_bands(ranks.step_bands(matrix), title),
+                "Band chart of step time over the timed steps: median rank, 90th to 99th "
+                "percentile of ranks, and fastest to slowest rank.",
+                "Per step, how the ranks spread: a wide top band is a slow minority of ranks.",
+            )
+        )
+        blocks.append(slowest_ranks_table(per_rank))
+        if per_rank["host"].nunique() > 1:
+            blocks.append(slowest_nodes_table(per_rank))
+    return blocks
+
+
+def slowest_ranks_table(per_rank: pd.DataFrame) -> Markup:
+    measure = ranks.measure_name(per_rank)
+    shown = per_rank.sort_values("measure_s", ascending=False).head(ranks.SLOWEST_SHOWN)
+    shown = shown[
+        ["rank", "host", "step_p50_s", "step_p90_s", "no_sync_p50_s", "above_median_pct", "slowest_steps_pct"]
+    ].copy()
+    for column in ("step_p50_s", "step_p90_s", "no_sync_p50_s"):
+        shown[column] = shown[column] * 1000
+    shown.columns = [
+        "rank",
+        "host",
+        "step p50 (ms)",
+        "step p90 (ms)",
+        "no_sync p50 (ms)",
+        f"{measure} vs median rank (%)",
+        "slowest rank in (% of steps)",
+    ]
+    return Markup("<p>The {} slowest of {} ranks by {}:</p>").format(len(shown), len(per_rank), measure) + table_html(
+        shown, {c: "{:,.2f}" for c in shown.columns[2:]} | {shown.columns[5]: "{:+.1f}"}, text_columns=("host",)
+    )
+
+
+def slowest_nodes_table(per_rank: pd.DataFrame) -> Markup:
+    nodes = ranks.node_frame(per_rank)
+    shown = nodes.head(ranks.SLOWEST_SHOWN).assign(measure_s=lambda f: f["measure_s"] * 1000)
+    shown = shown[["host", "ranks", "measure_s", "above_median_pct", "slowest_rank"]]
+    shown.columns = [
+        "host",
+        "ranks",
+        f"median {ranks.measure_name(per_rank)} (ms)",
+        "vs median rank (%)",
+        "its slowest rank",
+    ]
+    return Markup("<p>The {} slowest of {} nodes (median over each node's ranks):</p>").format(
+        len(shown), len(nodes)
+    ) + table_html(shown, {shown.columns[2]: "{:,.2f}", shown.columns[3]: "{:+.1f}"}, text_columns=("host",))
+
+
+def stragglers_section(data: ReportData) -> list[Markup]:
+    """One sentence per DDP run of two or more ranks."""
+    items, bases = [], []
+    for _, record in data.records:
+        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+            continue
+        verdict = ranks.straggler_verdict(ranks.rank_frame(record))
+        bases.append(verdict.basis)
+        items.append(
+            Markup('<li><code>{}</code> ({} ranks): <span class="{}">{}</span></li>').format(
+                record.run_id, len(record.ranks), "status-failed" if verdict.straggler else "", verdict.text
+            )
+        )
+    if not items:
+        return []
+    return [note(" ".join(sorted(set(bases)))), Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]

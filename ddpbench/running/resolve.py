@@ -1,0 +1,97 @@
+"""Before a run starts: its spec made concrete for this machine (`auto` device, size, threads per
+rank, a run id, a SLURM allocation's placement), the oversubscription it would cause, and an output
+folder it can write to. Bad choices raise SpecError. No torch imported here."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from datetime import datetime
+
+from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
+from ddpbench.config.workloads import check_workload_name, short_workload_name
+from ddpbench.running import slurm
+from ddpbench.running.environment import usable_cores, visible_gpu_count
+
+
+def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
+    """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
+    check_workload_name(spec.workload)
+    check_launchable(spec)
+    spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
+    if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
+        node_gpus, node_cores, rendezvous = slurm.placement(spec)
+        gpu_count = node_gpus if gpu_count is None else gpu_count
+        cores = node_cores if cores is None else cores
+        spec = spec.replace(**rendezvous)
+    gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
+    cores = usable_cores() if cores is None else cores
+    device = resolve_device(spec.device, gpu_count)
+    if device == "cuda" and spec.nproc > gpu_count:
+        raise SpecError(
+            f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; " f"this machine has {gpu_count}"
+        )
+    threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
+    changes = {
+        "device": device,
+        "size": spec.size or ("full" if device == "cuda" else "tiny"),
+        "threads_per_rank": threads,
+    }
+    return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+
+
+def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
+    """The figures when a resolved CPU run asks for more threads than this node has usable cores
+    (None otherwise): its ranks then time-share cores, and its throughput describes that, not
+    scaling. A GPU run cannot get here: `resolve` refuses more processes than GPUs."""
+    if spec.device != "cpu":
+        return None
+    cores = usable_cores() if cores is None else cores
+    processes = spec.nproc if spec.strategy == "ddp" else 1  # dp and local: one process
+    threads = processes * spec.threads_per_rank
+    if threads <= cores:
+        return None
+    return {
+        "device": "cpu",
+        "processes": processes,
+        "threads_per_process": spec.threads_per_rank,
+        "threads": threads,
+        "usable_cores": cores,
+    }
+
+
+def oversubscription_warning(figures: dict) -> str:
+    return (
+        f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "
+        f"{figures['threads_per_process']} thread{'s' if figures['threads_per_process'] != 1 else ''} = "
+        f"{figures['threads']} threads on {figures['usable_cores']} usable cores; ranks will time-share cores, "
+        "so throughput and efficiency describe time-sharing, not scaling (the record says so)"
+    )
+
+
+def make_run_id(spec: RunSpec) -> str:
+    workload = short_workload_name(spec.workload)
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+    return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
+
+
+MIN_FREE_BYTES = 200 * 1024 * 1024  # records are small, but traces and logs are not
+
+
+def check_output_folder(out_dir: str) -> None:
+    """Fail before launching if records could not be written there, or the disk is nearly full."""
+    runs = os.path.join(out_dir, "runs")
+    try:
+        os.makedirs(runs, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=runs, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise SpecError(f"output folder {out_dir!r} is not writable: {exc.strerror or exc}") from None
+    free = shutil.disk_usage(runs).free
+    if free < MIN_FREE_BYTES:
+        raise SpecError(
+            f"output folder {out_dir!r} has only {free / 2**20:.0f} MiB free; "
+            f"ddpbench needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB for records, logs and traces"
+        )
