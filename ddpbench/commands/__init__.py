@@ -1,1 +1,2 @@
-"""The subcommands of `ddpbench` beside the core ones in `ddpbench.cli`, and what they share. No torch."""
+"""The subcommands of `ddpbench`, one module each with its options and handler (`ddpbench.cli`
+only dispatches), and what they share (`arguments`). No torch."""

@@ -1,4 +1,4 @@
-"""`ddpbench gate`, `history`, `ab` and `baseline`: the regression gate's commands. No torch."""
+"""`ddpbench gate`, `ab` and `baseline`: the regression gate's commands (`history`: commands/history.py). No torch."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import sys
 import time
 
 from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, on_sweep_folder, spec_from_args
+
+# The history commands live in ddpbench.commands.history; importable from here as they were.
+from ddpbench.commands.history import command_history_add, command_history_changes  # noqa: F401
 from ddpbench.config.errors import SpecError
 
 EXIT_FAIL, EXIT_UNDERPOWERED = 1, 3
@@ -52,6 +55,7 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
 
 
 def command_gate(args: argparse.Namespace) -> int:
+    from ddpbench.commands.history import gate_series, gate_store
     from ddpbench.gate.baselines import baseline_dir
     from ddpbench.gate.compare import (
         GateError,
@@ -83,17 +87,22 @@ def command_gate(args: argparse.Namespace) -> int:
             raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
         candidate = load_side(args.candidate)
         ok = [r for r in candidate if r.status == "ok"]
-        folder = args.history_folder or (
-            history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate) else None
-        )
+        store = gate_store(args)
+        if store is None:
+            folder = args.history_folder or (
+                history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate) else None
+            )
+            wanted = args.baseline == "history" or bool(folder and os.path.isdir(folder))
+            found = (read_history(folder) if folder else {}) if wanted else {}
+        else:
+            folder, found = gate_series(store, ok, args.candidate, args.baseline == "history")
+            wanted = args.baseline == "history" or bool(found)
         recent, method, own_rows = {}, "", 0
-        if args.baseline == "history" or (folder and os.path.isdir(folder)):
+        if wanted:
             # A sweep added to the history before it was gated is there already: its own rows are no
             # evidence about it (as baseline they would pull the verdict toward pass), so the gate
             # sees the history as it was before that `history add`.
-            series, own_rows = leave_out_runs(
-                read_history(folder) if folder else {}, sweep_id(args.candidate), candidate
-            )
+            series, own_rows = leave_out_runs(found, sweep_id(args.candidate), candidate)
             recent, method = recent_rows(series)
         own_note = (
             f"left out: {own_rows} history row(s) that are the candidate's own runs (added before this "
@@ -105,6 +114,11 @@ def command_gate(args: argparse.Namespace) -> int:
                     f"the history in {folder} holds only the candidate's own runs ({own_rows} rows, "
                     f"added with history add): nothing else to compare it with; gate a sweep before "
                     f"adding it, or use --baseline auto or a baseline sweep"
+                )
+            if not recent and store is not None:
+                raise GateError(
+                    f"the history store {folder} holds no runs of the candidate's machine class and suite; "
+                    "add nightly sweeps with: ddpbench history add SWEEP_DIR"
                 )
             if not recent:
                 raise GateError(
@@ -173,51 +187,10 @@ def command_gate(args: argparse.Namespace) -> int:
     )
 
 
-def command_history_add(args: argparse.Namespace) -> int:
-    from ddpbench.gate.history import HistoryError, add_sweep
-
-    try:
-        folder, notes = add_sweep(args.sweep_dir, args.history)
-    except HistoryError as exc:
-        raise SpecError(str(exc)) from None
-    for note in notes:
-        print(f"note: {note}")
-    print(f"history updated: {folder}")
-    return 0
-
-
-def command_history_changes(args: argparse.Namespace) -> int:
-    from ddpbench.gate.changepoints import MIN_POINTS, change_points
-    from ddpbench.gate.history import HistoryError, read_history, read_series
-
-    try:
-        found = {}
-        for path in args.paths:
-            found.update(
-                {s.path: s for s in read_history(path).values()} if os.path.isdir(path) else {path: read_series(path)}
-            )
-    except HistoryError as exc:
-        raise SpecError(str(exc)) from None
-    short = [f"{path} ({len(s.rows)} points)" for path, s in found.items() if len(s.rows) < MIN_POINTS]
-    if short:
-        raise SpecError(f"too short for change points (at least {MIN_POINTS} points): {', '.join(short)}")
-    points, method = change_points({path: s.values("throughput") for path, s in found.items()})
-    print(f"change points by {method}")
-    for path, series in found.items():
-        marks = (
-            ", ".join(
-                f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})" for i in points[path]
-            )
-            or "none"
-        )
-        print(f"{series.configuration}: {len(series.rows)} runs; change points: {marks}")
-    return 0
-
-
 def command_ab(args: argparse.Namespace) -> int:
     from ddpbench.gate.ab import check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
     from ddpbench.gate.compare import GateError
-    from ddpbench.running.launch import resolve
+    from ddpbench.running.resolve import resolve
 
     run_args = args.run_args
     try:

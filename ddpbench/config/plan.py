@@ -10,11 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpbench.config.faults import fault_applies
+from ddpbench.config.options import comma_list, flag, node_counts, positive_int, same_flag
 from ddpbench.config.spec import (
     SCALING_MODES,
     STRATEGIES,
     DDPKnobs,
+    Launcher,
+    Precision,
     RunSpec,
+    ScalingMode,
+    Size,
     SpecError,
     check_launchable,
     threads_per_process,
@@ -86,29 +91,38 @@ class SweepOptions:
     cores: int
     """CPU cores usable by the sweep; each rank gets cores // max_world_size threads."""
     suite: str
-    workloads: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = flag("comma-separated workloads instead of the suite's", type=comma_list, default=())
     """Overrides the suite's workloads when given."""
-    strategies: tuple[str, ...] = ("local", "ddp", "dp")
-    size: str | None = None
-    steps: int | None = None
-    warmup: int | None = None
-    batch_size: int | None = None
+    strategies: tuple[str, ...] = flag(f"subset of {','.join(STRATEGIES)}", type=comma_list, default=STRATEGIES)
+    size: Size | None = flag(default=None)
+    steps: int | None = flag("steps per run, warm-up included (default: the suite's)", default=None)
+    warmup: int | None = flag(default=None)
+    batch_size: int | None = flag("per-device batch for every workload (weak scaling)", default=None)
     """Per-device batch (weak scaling) for every workload, overriding the suite's."""
-    scaling: str = "weak"
+    scaling: ScalingMode = flag("weak: fixed per-device batch (default); strong: fixed global batch", default="weak")
     """weak: fixed per-device batch; strong: fixed global batch split over the devices."""
-    global_batch: int | None = None
+    global_batch: int | None = flag("strong scaling's global batch", default=None)
     """Strong scaling's fixed global batch; default: per-device batch x max_world_size."""
-    precision: str | None = None
+    precision: Precision | None = flag(default=None)
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
-    profile: bool = True
+    profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
-    fault: dict | None = None
+    fault: dict | None = same_flag(RunSpec, "fault")
     """Testing aid: injected into every run that has the fault's rank and step."""
-    repeat: int = 1
+    repeat: int = flag(
+        "run every configuration K times (the gate then measures the run-to-run noise from them)",
+        type=positive_int,
+        default=1,
+    )
     """Runs of every configuration (run ids end in -r1, -r2, ... when above 1)."""
-    launcher: str = "local"
+    launcher: Launcher = same_flag(RunSpec, "launcher")
     """local: every run on this machine; slurm: every run started with srun in an allocation."""
-    nodes: tuple[int, ...] = ()
+    nodes: tuple[int, ...] = flag(
+        "with --launcher slurm: node counts to sweep, e.g. 1,2,4 (whole nodes above 1; default 1, 2, 4, ... up to "
+        "the allocation's nodes)",
+        type=node_counts,
+        default=(),
+    )
     """Node counts to sweep (slurm); max_world_size is then the devices per node. Empty: one node."""
 
     def __post_init__(self) -> None:

@@ -9,19 +9,30 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ddpbench.config.errors import SpecError
-from ddpbench.config.faults import Fault, check_fault_fits
+from ddpbench.config.faults import USAGE as FAULT_USAGE
+from ddpbench.config.faults import Fault, check_fault_fits, parse_fault
+from ddpbench.config.options import flag
 
-STRATEGIES = ("local", "ddp", "dp")
+Strategy = Literal["local", "ddp", "dp"]
+Precision = Literal["fp32", "bf16", "fp16"]
+Device = Literal["auto", "cuda", "cpu"]
+Size = Literal["tiny", "full"]
+CommHook = Literal["allreduce", "fp16_compress", "bf16_compress"]
+ScalingMode = Literal["weak", "strong"]
+Launcher = Literal["local", "slurm"]
+STRATEGIES = get_args(Strategy)
 """In the order sweeps run them and tables show them: the local reference first."""
-PRECISIONS = ("fp32", "bf16", "fp16")
-DEVICES = ("auto", "cuda", "cpu")
-SIZES = ("tiny", "full")
-COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
-SCALING_MODES = ("weak", "strong")
-LAUNCHERS = ("local", "slurm")
+PRECISIONS = get_args(Precision)
+DEVICES = get_args(Device)
+SIZES = get_args(Size)
+COMM_HOOKS = get_args(CommHook)
+SCALING_MODES = get_args(ScalingMode)
+LAUNCHERS = get_args(Launcher)
+DEFAULT_BUCKET_CAP_MB = 25.0
+"""DDP's own default bucket cap (torch's DistributedDataParallel bucket_cap_mb)."""
 DEFAULT_WARMUP = 5
 # DDP times its first 10 iterations for its runtime logging (torch's Reducer,
 # should_collect_runtime_stats), and on GPUs reading those timers waits for the previous
@@ -85,17 +96,17 @@ def threads_per_process(strategy: str, nproc: int, cores: int, devices_sharing_c
 class DDPKnobs:
     """DistributedDataParallel constructor options and the gradient communication hook."""
 
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = flag(default=DEFAULT_BUCKET_CAP_MB)
     """Size of a gradient bucket in MiB; DDP all-reduces one bucket at a time during backward."""
-    gradient_as_bucket_view: bool = False
+    gradient_as_bucket_view: bool = flag(negatable=True, default=False)
     """Let .grad alias the bucket memory, saving one copy and the memory of the gradients."""
-    static_graph: bool = False
+    static_graph: bool = flag(negatable=True, default=False)
     """Promise DDP the set of used parameters never changes, enabling its static-graph optimisations."""
-    find_unused_parameters: bool = False
+    find_unused_parameters: bool = flag(negatable=True, default=False)
     """Walk the autograd graph each step to find parameters that got no gradient."""
-    broadcast_buffers: bool = True
+    broadcast_buffers: bool = flag(negatable=True, default=True)
     """Broadcast buffers (BatchNorm statistics) from rank 0 at every forward."""
-    comm_hook: str = "allreduce"
+    comm_hook: CommHook = flag(default="allreduce")
     """Gradient communication: plain all-reduce, or all-reduce compressed to fp16/bf16."""
 
     def __post_init__(self) -> None:
@@ -108,75 +119,108 @@ class DDPKnobs:
 class RunSpec:
     """Everything that defines one run; stored whole in its record."""
 
-    workload: str
+    workload: str = flag("built-in name (resnet50, vit_b_16, gpt2, mlp) or path/to/file.py:factory")
     """A built-in workload name, or `path/to/file.py:factory` for a user's own."""
-    strategy: str = "ddp"
+    strategy: Strategy = flag("ddp under torchrun, or local: one process, no wrapper", default="ddp")
     """`ddp`: DistributedDataParallel under torchrun; `local`: one process, no wrapper (the
     reference); `dp`: nn.DataParallel, one process driving `nproc` devices with the global batch."""
-    nproc: int = 1
+    nproc: int = flag("processes per node, one per device (default 1)", default=1)
     """Devices per node: one process each for ddp, all in one process for dp."""
-    nnodes: int = 1
+    nnodes: int = flag(default=1)
     """Nodes in the job; world_size = nproc * nnodes."""
-    device: str = "auto"
+    device: Device = flag("auto picks cuda when a GPU is visible", default="auto")
     """`cuda`, `cpu`, or `auto` (cuda when a GPU is visible)."""
-    size: str | None = None
+    size: Size | None = flag("workload size (default: full on GPUs, tiny on CPU)", default=None)
     """`tiny` or `full`; None picks full on GPUs and tiny on CPU."""
-    batch_size: int | None = None
+    batch_size: int | None = flag("samples per device per step (default: the workload's)", default=None)
     """Samples per device per step; None takes the workload's default for its size."""
-    steps: int = 30
+    steps: int = flag("total steps per rank, warm-up included (default 30)", default=30)
     """Total steps per rank, warm-up included."""
-    warmup: int | None = None
+    warmup: int | None = flag(
+        "leading steps never timed (default 5, or 11 for ddp on GPUs; ddp needs >= 1)", default=None
+    )
     """Leading steps that are never timed. DDP needs at least one: its first iteration is special.
     None: 5, or 11 for ddp on GPUs (DDP host-synchronises its first 10 iterations); filled in
     once the device is known."""
-    precision: str = "fp32"
+    precision: Precision = flag("fp16 needs a GPU", default="fp32")
     """fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler, GPU only)."""
-    threads_per_rank: int | None = None
+    threads_per_rank: int | None = flag("CPU threads per process (default cores // nproc)", default=None)
     """Intra-op CPU threads per process; None gives max(1, cores // nproc), times nproc for dp."""
-    num_workers: int = 0
+    num_workers: int = flag("DataLoader workers per rank (default 0)", default=0)
     """DataLoader worker processes per rank."""
-    data_dir: str | None = None
+    data_dir: str | None = flag("an ImageFolder tree for the image workloads instead of synthetic data", default=None)
     """An image folder (torchvision ImageFolder layout) instead of synthetic data."""
-    seed: int = 0
+    seed: int = flag(default=0)
     """Seed for model initialisation and synthetic data; the same on every rank."""
-    pg_timeout_s: float = 300.0
+    pg_timeout_s: float = flag(
+        "seconds a collective may wait before the run fails (default 300)", flags=("--pg-timeout",), default=300.0
+    )
     """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
     """DDP options; ignored by `local` and `dp`."""
-    profile: bool = True
+    profile: bool = flag(
+        "skip the profiled phase (by default each rank writes a trace after the timed steps)",
+        flags=("--no-profile",),
+        default=True,
+    )
     """Run a profiled phase after the timed steps and write one trace per rank."""
     profile_wait: int = 1
     """Profiler schedule: steps run before the profiler starts."""
     profile_warmup: int = 2
     """Profiler schedule: steps traced but discarded (the profiler's own start-up is inflated)."""
-    profile_active: int = 3
+    profile_active: int = flag(
+        "profiler steps kept in each trace (default 3; GPU analysis drops the last)",
+        flags=("--profile-steps",),
+        metavar="PROFILE_STEPS",
+        default=3,
+    )
     """Profiler schedule: steps kept in the trace."""
-    no_sync_steps: int | None = None
+    no_sync_steps: int | None = flag(
+        "timed steps replayed under no_sync() to estimate exposed communication (default min(10, timed); 0 skips)",
+        default=None,
+    )
     """Timed steps replayed under DDP's no_sync() to estimate exposed communication; 0 skips
     it; None replays min(10, timed steps)."""
-    node_rank: int = 0
+    node_rank: int = flag(default=0)
     """This node's rank, for multi-node jobs."""
-    rdzv_endpoint: str | None = None
+    rdzv_endpoint: str | None = flag("host:port reachable from every node", default=None)
     """host:port of torchrun's c10d rendezvous; None runs single-node (standalone, localhost)."""
-    rdzv_id: str | None = None
+    rdzv_id: str | None = flag("a job id shared by all nodes", default=None)
     """Job id shared by every node of a multi-node job."""
-    rdzv_port: int | None = None
+    rdzv_port: int | None = flag(
+        "single node: rendezvous port on localhost (default: a free one; a taken one is replaced)", default=None
+    )
     """Single node: the rendezvous port on localhost; None lets torchrun pick a free one. A port
     that is taken is replaced by a free one (and the record says so)."""
-    launcher: str = "local"
+    launcher: Launcher = flag(
+        "local: on this machine; slurm: with srun inside a SLURM allocation (salloc/sbatch), one torchrun agent "
+        "per node",
+        default="local",
+    )
     """`local`: torchrun (or the one process) started on this node; `slurm`: started with `srun`
     inside a SLURM allocation, one torchrun agent per node, rendezvous on the step's first node."""
-    fault: dict | None = None
+    fault: dict | None = flag(
+        "testing aid: make rank R raise, be killed, hang (before or inside step S), skip an all-reduce or run out "
+        "of memory at step S",
+        flags=("--inject-fault",),
+        metavar=FAULT_USAGE,
+        parse=lambda text: parse_fault(text).to_dict() if text else None,
+        default=None,
+    )
     """A fault to inject (testing aid): {"rank": R, "kind": raise|kill|hang|oom|skip, "step": S},
     and for an in-step hang "where": data|forward|backward|optimizer|collective."""
-    slowdown: float = 0.0
+    slowdown: float = flag(
+        "testing aid for the gate: add real work worth FRACTION of a step (0.1 = 10 %%) to every timed step",
+        metavar="FRACTION",
+        default=0.0,
+    )
     """Testing aid for the gate: extra real work per timed step, as a fraction of a warm-up step."""
-    scaling: str = "weak"
+    scaling: ScalingMode = "weak"
     """How the sweep that planned this run sized its batch: weak (fixed per-device batch) or strong
     (fixed global batch split over the devices). Decides which local run is its X(1)."""
-    run_id: str = ""
+    run_id: str = flag("name of the run (default: workload-strategy-nN-time-random)", default="")
     """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
-    out_dir: str = "results/single"
+    out_dir: str = flag("records go to OUT/runs/ (default results/single)", flags=("--out",), default="results/single")
     """Folder that receives `runs/` (records) and later `traces/`."""
     world_size: int = field(init=False, default=1)
     """Devices in the run, nproc * nnodes (for dp too, although it is one process). Derived;
@@ -187,7 +231,6 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Derived fields first: the checks below use them. (Frozen, hence object.__setattr__.)
         object.__setattr__(self, "world_size", self.nproc * self.nnodes)
-        object.__setattr__(self, "backend", "nccl" if self.device == "cuda" else "gloo")
         if not isinstance(self.workload, str) or not self.workload:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)

@@ -1,53 +1,40 @@
-"""`ddpbench comm`, `project` and `tune`: beyond the machine at hand. No torch here."""
+"""`ddpbench project`: a measured DDP step replayed for another world size, network, bucket size or
+compression (a projection, not a measurement). No torch here."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 
-from ddpbench.commands.arguments import spec_from_args
 from ddpbench.config.errors import SpecError
+from ddpbench.config.spec import COMM_HOOKS
 
 
-def command_comm(args: argparse.Namespace) -> int:
-    from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommFailed, CommOptions, parse_bytes, report_comm, run_comm
-    from ddpbench.running.environment import visible_gpu_count
-
-    gpus = visible_gpu_count()
-    by_device = {"cpu": "gloo", "cuda": "nccl"}.get(args.device)
-    if args.backend and by_device and args.backend != by_device:
-        raise SpecError(
-            f"--backend {args.backend} does not go with --device {args.device}: cpu measures gloo, "
-            "cuda measures nccl"
-        )
-    if args.device == "cuda" and not gpus:
-        raise SpecError("--device cuda: this machine has no visible GPU")
-    backend = args.backend or by_device or ("nccl" if gpus else "gloo")
-    device = "cuda" if backend == "nccl" else "cpu"
-    options = CommOptions(
-        nproc=args.nproc or (gpus if backend == "nccl" else 2),
-        backend=backend,
-        collectives=args.collectives,
-        dtypes=args.dtypes,
-        min_bytes=parse_bytes(args.min_bytes),
-        max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else DEFAULT_MAX_BYTES[device],
-        warmup=args.warmup,
-        min_iters=args.min_iters,
-        max_iters=args.max_iters,
-        seconds_per_size=args.seconds_per_size,
-        out=args.out,
-        name=args.name,
+def add_project_parser(commands) -> None:
+    project = commands.add_parser(
+        "project",
+        help="replay a measured DDP step for another world size, network, "
+        "bucket size or compression (a projection, not a measurement)",
     )
-    try:
-        results, profile, folder = run_comm(options)
-    except CommFailed as exc:
-        # A run that failed, as `ddpbench run` reports a failed launch: exit 1, not bad input's 2.
-        print(f"ddpbench comm: error: {exc}", file=sys.stderr)
-        return 1
-    print(report_comm(results, profile, folder))
-    return 1 if results.get("exit_code") else 0
+    project.add_argument("run", metavar="RUN", help="a DDP run's record (RUN.json), or a folder with one record")
+    project.add_argument("--world", type=int, required=True, help="world size to project to (>= 1)")
+    project.add_argument(
+        "--profile",
+        required=True,
+        help="network profile JSON from ddpbench comm, or a preset: "
+        "h100-nvswitch, h200-nvswitch, pcie4-8gpu, ib-100g, ib-400g",
+    )
+    project.add_argument("--bucket-cap-mb", type=float, default=None, help="what-if bucket cap (default: the run's)")
+    project.add_argument(
+        "--comm-hook",
+        choices=COMM_HOOKS,
+        default=None,
+        help="what-if gradient compression (default: the run's)",
+    )
+    project.add_argument("--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth")
+    project.add_argument("--json", action="store_true", help="machine-readable output")
+    project.set_defaults(handler=command_project)
 
 
 def load_run_record(path: str):
@@ -83,7 +70,8 @@ def sweep_reference(run: str, record) -> tuple[float | None, str]:
 
 def command_project(args: argparse.Namespace) -> int:
     from ddpbench.analysis.network import ProfileError, load_profile
-    from ddpbench.analysis.projection import ProjectionError, WhatIf, format_projection, project
+    from ddpbench.analysis.projection import ProjectionError, WhatIf, project
+    from ddpbench.analysis.projection_text import format_projection
 
     record = load_run_record(args.run)
     try:
@@ -103,11 +91,3 @@ def command_project(args: argparse.Namespace) -> int:
     else:
         print(format_projection(projection, record))
     return 0
-
-
-def command_tune(args: argparse.Namespace) -> int:
-    from ddpbench.running.tune import format_tune, run_tune
-
-    found = run_tune(spec_from_args(args), args.repeat, args.out_dir, args.network_profile)
-    print(format_tune(found))
-    return 0 if found[0].throughputs else 1

@@ -1,0 +1,220 @@
+"""`ddpbench history`: nightly results over time, kept in CSV series folders or in a history store
+(SQLite or PostgreSQL, `ddpbench.history`); and which of the two a command uses. No torch.
+
+A command uses the store named by --store, else (unless its command line names a CSV history
+folder) the one in $DDPBENCH_HISTORY, else results/history.sqlite where that file exists. Where
+none is, it works on CSV folders as before; `history add` then starts results/history.sqlite,
+unless a CSV history is already at results/history (it goes on there: import it to move).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ddpbench.commands.arguments import subcommands
+from ddpbench.config.errors import SpecError
+
+STORE_HELP = (
+    "history store: sqlite:///PATH, a file path, or postgresql://USER@HOST/DB (a password from PGPASSWORD "
+    "or ~/.pgpass); default $DDPBENCH_HISTORY, else results/history.sqlite"
+)
+
+
+def add_store_argument(parser: argparse.ArgumentParser, help_text: str = STORE_HELP) -> None:
+    parser.add_argument("--store", default=None, metavar="URL", help=help_text)
+
+
+def add_history_parser(commands) -> None:
+    """The `history` command group, under the top-level subcommands `commands`."""
+    history = commands.add_parser("history", help="nightly results over time: add sweeps, find change points")
+    history_commands = subcommands(history, "history_command")
+    add = history_commands.add_parser("add", help="append a sweep's ok runs to results/history/<class>/<suite>/")
+    add.add_argument("sweep_dir")
+    # default None: a --history given on the command line means the CSV folder, even the default one.
+    add.add_argument("--history", default=None, help="root of the history (default results/history)")
+    add_store_argument(
+        add,
+        STORE_HELP + " (where that file exists, or no CSV history is at results/history); one transaction, and "
+        "runs already stored are skipped",
+    )
+    add.set_defaults(handler=command_history_add)
+    changes = history_commands.add_parser("changes", help="change points of history series (Apache Otava)")
+    changes.add_argument("paths", nargs="*", metavar="PATH", help="history folders or series files (*.csv)")
+    add_store_argument(changes)
+    changes.set_defaults(handler=command_history_changes)
+    into = history_commands.add_parser("import", help="add CSV history series (a history folder) to the store")
+    into.add_argument("folder", metavar="DIR", help="a history root (results/history) or one <class>/<suite> folder")
+    add_store_argument(into)
+    into.set_defaults(handler=command_history_import)
+    out = history_commands.add_parser("export", help="write the store's series as CSV files, as history add does")
+    out.add_argument("folder", metavar="DIR", help="written as DIR/<class>/<suite>/<series>.csv")
+    add_store_argument(out)
+    out.set_defaults(handler=command_history_export)
+
+
+def _not_both(store: str | None, csv_named: bool, what: str) -> None:
+    if store is not None and csv_named:
+        raise SpecError(f"give --store or {what}, not both")
+
+
+def add_target(args: argparse.Namespace) -> str | None:
+    """The store `history add` writes to; None: the CSV folder under --history."""
+    from ddpbench.gate.history import DEFAULT_HISTORY
+    from ddpbench.history import DEFAULT_STORE, chosen_address
+
+    _not_both(args.store, args.history is not None, "--history")
+    url = chosen_address(args.store, args.history is not None)
+    if url is None and (args.history is not None or os.path.isdir(DEFAULT_HISTORY)):
+        return None
+    return url or DEFAULT_STORE
+
+
+def gate_store(args: argparse.Namespace) -> str | None:
+    """The store the gate reads; None: CSV folders (--history-folder, or under --history)."""
+    from ddpbench.gate.history import DEFAULT_HISTORY
+    from ddpbench.history import chosen_address
+
+    csv_named = args.history_folder is not None or os.path.normpath(args.history) != DEFAULT_HISTORY
+    _not_both(args.store, csv_named, "--history/--history-folder")
+    return chosen_address(args.store, csv_named)
+
+
+def gate_series(url: str, ok_records: list, candidate: str, required: bool) -> tuple[str, dict]:
+    """The store's series for the candidate's machine class and suite (named as the gate shows
+    them), as `read_history` gives a folder's; empty where it has none, unless `required`."""
+    from ddpbench.gate.baselines import machine_class, suite_of
+    from ddpbench.gate.compare import GateError
+    from ddpbench.gate.history import read_store_history
+    from ddpbench.history import NoHistoryYet, open_store, parse_address
+
+    shown = parse_address(url).shown
+    if not os.path.isdir(candidate) or not ok_records:
+        if required:
+            raise GateError(
+                f"--baseline history with the store {shown} needs a sweep folder with ok runs as --candidate "
+                "(its machine class and suite name the series)"
+            )
+        return shown, {}
+    machine, suite = machine_class(ok_records[0]), suite_of(candidate)
+    label = f"{shown} ({machine}/{suite})"
+    try:
+        with open_store(url, create=False) as store:
+            return label, read_store_history(store, machine, suite)
+    except NoHistoryYet:
+        if required:
+            raise
+        return label, {}
+
+
+def command_history_add(args: argparse.Namespace) -> int:
+    from ddpbench.gate.history import HistoryError, add_sweep
+    from ddpbench.history import StoreError, open_store
+    from ddpbench.history.sweeps import sweep_runs
+
+    url = add_target(args)
+    try:
+        if url is None:
+            folder, notes = add_sweep(args.sweep_dir, args.history or "results/history")
+        else:
+            machine, suite, runs, notes = sweep_runs(args.sweep_dir)
+            with open_store(url) as store:
+                added = store.add_sweep(runs)
+            folder = (
+                f"{store.shown} ({machine}/{suite}): {added.runs} new run(s), "
+                f"{added.given - added.runs} already there"
+            )
+    except (HistoryError, StoreError) as exc:
+        raise SpecError(str(exc)) from None
+    for note in notes:
+        print(f"note: {note}")
+    print(f"history updated: {folder}")
+    return 0
+
+
+def _store_series(url: str) -> dict:
+    """Every series of a store by name; names carry the machine class and suite where it has several."""
+    from ddpbench.gate.history import read_store_history
+    from ddpbench.history import open_store
+
+    found = {}
+    with open_store(url, create=False) as store:
+        places = store.places()
+        for machine, suite in places:
+            for series in read_store_history(store, machine, suite).values():
+                if len(places) > 1:
+                    series.configuration = f"{machine}/{suite} {series.configuration}"
+                found[series.path] = series
+        if not found:
+            raise SpecError(f"history store {store.shown}: holds no runs; add sweeps with: ddpbench history add")
+    return found
+
+
+def command_history_changes(args: argparse.Namespace) -> int:
+    from ddpbench.gate.changepoints import MIN_POINTS, change_points
+    from ddpbench.gate.history import HistoryError, read_history, read_series
+    from ddpbench.history import StoreError, chosen_address
+
+    _not_both(args.store, bool(args.paths), "PATH")
+    try:
+        found = {}
+        for path in args.paths:
+            found.update(
+                {s.path: s for s in read_history(path).values()} if os.path.isdir(path) else {path: read_series(path)}
+            )
+        if not args.paths:
+            url = chosen_address(args.store)
+            if url is None:
+                raise SpecError(
+                    "the following arguments are required: PATH (history folders or series files), or a "
+                    "history store with --store URL"
+                )
+            found = _store_series(url)
+    except (HistoryError, StoreError) as exc:
+        raise SpecError(str(exc)) from None
+    short = [f"{path} ({len(s.rows)} points)" for path, s in found.items() if len(s.rows) < MIN_POINTS]
+    if short:
+        raise SpecError(f"too short for change points (at least {MIN_POINTS} points): {', '.join(short)}")
+    points, method = change_points({path: s.values("throughput") for path, s in found.items()})
+    print(f"change points by {method}")
+    for path, series in found.items():
+        marks = (
+            ", ".join(
+                f"run {i + 1} ({series.rows[i]['sweep']}, {series.rows[i]['ended_at'][:10]})" for i in points[path]
+            )
+            or "none"
+        )
+        print(f"{series.configuration}: {len(series.rows)} runs; change points: {marks}")
+    return 0
+
+
+def command_history_import(args: argparse.Namespace) -> int:
+    from ddpbench.gate.history import HistoryError
+    from ddpbench.history import DEFAULT_STORE, StoreError, chosen_address, open_store
+    from ddpbench.history.csv_files import import_folder
+
+    try:
+        with open_store(chosen_address(args.store) or DEFAULT_STORE) as store:
+            added, files = import_folder(store, args.folder)
+    except (HistoryError, StoreError) as exc:
+        raise SpecError(str(exc)) from None
+    print(
+        f"history imported: {args.folder} ({files} series) -> {store.shown}: {added.runs} new run(s), "
+        f"{added.given - added.runs} already there"
+    )
+    return 0
+
+
+def command_history_export(args: argparse.Namespace) -> int:
+    from ddpbench.history import DEFAULT_STORE, StoreError, chosen_address, open_store
+    from ddpbench.history.csv_files import export_folder
+
+    try:
+        with open_store(chosen_address(args.store) or DEFAULT_STORE, create=False) as store:
+            written = export_folder(store, args.folder)
+    except StoreError as exc:
+        raise SpecError(str(exc)) from None
+    except OSError as exc:
+        raise SpecError(f"{args.folder}: cannot write: {exc.strerror or exc}") from None
+    print(f"history exported: {store.shown} -> {args.folder} ({len(written)} series)")
+    return 0

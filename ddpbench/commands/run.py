@@ -1,0 +1,43 @@
+"""`ddpbench run`: one benchmark run, under torchrun or in one process, and its record. No torch here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ddpbench.commands.arguments import add_run_arguments, spec_from_args
+
+
+def add_run_parser(commands) -> None:
+    run = commands.add_parser("run", help="run one benchmark (ddp under torchrun, or local) and write its record")
+    add_run_arguments(run)
+    run.set_defaults(handler=command_run)
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from ddpbench.records.store import load_record
+    from ddpbench.report.summary import format_summary
+    from ddpbench.running.launch import launch_with_oom_backoff
+    from ddpbench.running.resolve import oversubscription, oversubscription_warning, resolve
+
+    spec = resolve(spec_from_args(args))
+    figures = oversubscription(spec)
+    if figures:
+        print(f"ddpbench run: {oversubscription_warning(figures)}", file=sys.stderr)
+    result = launch_with_oom_backoff(
+        spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff, verbose=args.verbose
+    )
+    if result.record_path is None:
+        if result.exit_code != 0:
+            print(
+                f"node {spec.node_rank} FAILED ({result.message or f'exit code {result.exit_code}'}); "
+                f"the node of global rank 0 writes the record"
+            )
+            return 1
+        print(f"node {spec.node_rank} finished; global rank 0 ran on another node and wrote the record there")
+        return 0
+    record = load_record(result.record_path)
+    print(format_summary(record, result.record_path))
+    if record.status != "ok" or record.failed_checks() or record.error:
+        return 1
+    return 0

@@ -1,0 +1,149 @@
+"""`ddpbench sweep`: a scaling sweep on this machine or a SLURM allocation, its table and report.
+No torch here."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+from ddpbench.commands.arguments import add_reliability_arguments, add_verbose_argument, positive_int
+from ddpbench.commands.explain import closing_lines
+from ddpbench.commands.table import print_table
+from ddpbench.config.options import add_arguments, from_args
+from ddpbench.config.plan import SUITES, SweepOptions
+from ddpbench.config.spec import DEVICES, DDPKnobs, SpecError, resolve_device
+
+
+def add_sweep_parser(commands) -> None:
+    sweep = commands.add_parser("sweep", help="run a scaling sweep: local, ddp and dp over world sizes 1, 2, 4, ...")
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(handler=command_sweep)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep's options: SweepOptions' fields, and what decides the device and world sizes."""
+    devices = parser.add_mutually_exclusive_group()
+    devices.add_argument(
+        "--gpus",
+        "--gpus-per-node",
+        dest="gpus",
+        type=positive_int,
+        help="GPUs per node: the largest world size on one node (implies --device cuda)",
+    )
+    devices.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=positive_int,
+        help="processes per node: the largest world size on one node " "(default: every GPU, or every CPU core)",
+    )
+    add_arguments(parser, SweepOptions, ("launcher", "nodes"))
+    parser.add_argument("--device", choices=DEVICES, default="auto")
+    parser.add_argument(
+        "--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)"
+    )
+    add_arguments(
+        parser,
+        SweepOptions,
+        ("workloads", "size", "strategies", "steps", "warmup", "batch_size", "scaling", "global_batch", "precision"),
+    )
+    add_arguments(parser, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
+    parser.add_argument("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")
+    parser.add_argument("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
+    parser.add_argument("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
+    add_arguments(parser, SweepOptions, ("profile",))
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        help="seconds before a run is ended as timeout (default: derived from the expected step time)",
+    )
+    add_arguments(parser, SweepOptions, ("repeat",))
+    parser.add_argument(
+        "--pg-timeout",
+        type=float,
+        default=None,
+        dest="pg_timeout_s",
+        help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)",
+    )
+    add_verbose_argument(parser)
+    add_reliability_arguments(parser)  # --inject-fault fills SweepOptions.fault: the same flag as a run's
+
+
+def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
+    """(GPUs, usable cores) of a node, the node counts to sweep, and what to call the node."""
+    from ddpbench.config.plan import world_sizes
+    from ddpbench.running.environment import usable_cores, visible_gpu_count
+
+    if args.launcher != "slurm":
+        return visible_gpu_count(), usable_cores(), args.nodes, "this machine"
+    from ddpbench.running import slurm
+
+    allocation = slurm.current_allocation()
+    nodes = args.nodes or tuple(world_sizes(len(allocation.nodes)))
+    slurm.check_nodes(allocation, max(nodes))
+    gpus = visible_gpu_count() if allocation.gpus_per_node is None else allocation.gpus_per_node
+    return gpus, allocation.cpus_per_node, nodes, f"each node of SLURM job {allocation.job_id}"
+
+
+def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None) -> SweepOptions:
+    gpu_count, cores, nodes, machine = shape or node_shape(args)
+    device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
+    if device == "cuda":
+        largest = args.gpus or args.nproc or gpu_count
+        if largest > gpu_count:
+            raise SpecError(f"asked for {largest} GPUs; {machine} has {gpu_count}")
+        if largest < 1:
+            raise SpecError("no GPU is visible; use --device cpu (or leave --device auto)")
+    else:
+        largest = args.nproc or cores
+        if largest > cores:
+            raise SpecError(
+                f"asked for {largest} CPU processes; {machine} has {cores} usable cores "
+                "(a CPU device is a slice of cores, so at most one process per core)"
+            )
+    return from_args(
+        SweepOptions,
+        args,
+        nodes=nodes,
+        device=device,
+        max_world_size=largest,
+        cores=cores,
+        suite=args.suite or ("gpu" if device == "cuda" else "cpu"),
+    )
+
+
+def command_sweep(args: argparse.Namespace) -> int:
+    from ddpbench.config.plan import plan_sweep
+    from ddpbench.report.html import build_report
+    from ddpbench.running.resolve import resolve
+    from ddpbench.running.sweep import prepare, run_sweep
+
+    if args.resume and not args.sweep_id:
+        raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
+    options = None if args.resume else sweep_options_from_args(args)
+    sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{options.suite}"
+    sweep_dir = os.path.join(args.out, sweep_id)
+    plan = None if args.resume else plan_sweep(options, sweep_dir)
+    stored_options = None if args.resume else dataclasses.asdict(options)
+    for spec in plan or []:  # every planned run is valid on this machine before the first starts
+        resolve(spec)
+    manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
+    print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
+    run_sweep(
+        sweep_dir,
+        manifest,
+        plan,
+        fixed_timeout_s=args.run_timeout,
+        oom_backoff=args.oom_backoff,
+        fixed_pg_timeout_s=args.pg_timeout_s,
+        verbose=args.verbose,
+    )
+    status = print_table(sweep_dir, save=True)
+    for line in closing_lines(sweep_dir):
+        print(line)
+    print(f"report: {build_report(sweep_dir)}")
+    return status

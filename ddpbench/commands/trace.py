@@ -1,0 +1,70 @@
+"""`ddpbench trace analyze`: communication/computation overlap in torch.profiler traces. No torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ddpbench.commands.arguments import positive_int, subcommands
+from ddpbench.config.errors import SpecError
+
+
+def add_trace_parser(commands) -> None:
+    trace = commands.add_parser("trace", help="analyse torch.profiler traces")
+    trace_commands = subcommands(trace, "trace_command")
+    analyze = trace_commands.add_parser(
+        "analyze", help="communication/computation overlap per rank, any torch.profiler trace"
+    )
+    analyze.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="chrome trace files (.json or .json.gz), one per rank, or folders holding them",
+    )
+    analyze.add_argument("--json", action="store_true", help="machine-readable output")
+    analyze.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        help="traces analysed at a time, one process each (default: 4, at most the usable cores)",
+    )
+    analyze.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="print the per-rank table even beyond 16 ranks (by default a one-screen summary)",
+    )
+    analyze.add_argument(
+        "--mode",
+        choices=("ddpbench", "hta"),
+        default="ddpbench",
+        help="hta: reproduce HolisticTraceAnalysis 0.5.0's selection and rounding (GPU traces)",
+    )
+    analyze.set_defaults(handler=command_trace_analyze)
+
+
+def command_trace_analyze(args: argparse.Namespace) -> int:
+    from ddpbench.analysis.trace_job import analyze_job, format_job_summary, straggler_ranking, trace_files
+    from ddpbench.analysis.traces import TraceError, stragglers
+
+    try:
+        paths = trace_files(args.paths)
+    except TraceError as exc:
+        raise SpecError(str(exc)) from None
+    analyses, errors = analyze_job(paths, mode=args.mode, jobs=args.jobs)
+    if not analyses:  # nothing to show: the input was wrong
+        raise SpecError("; ".join(errors))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ranks": [a.summary() for a in analyses],
+                    "stragglers": stragglers(analyses),
+                    "straggler_ranking": straggler_ranking(analyses),
+                    "unreadable": errors,
+                },
+                indent=1,
+            )
+        )
+    else:
+        print(format_job_summary(analyses, errors, per_rank=args.per_rank))
+    return 1 if errors else 0
