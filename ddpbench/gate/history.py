@@ -144,9 +144,9 @@ def values_by_run(records: list[Record]) -> list[tuple[Record, dict[str, float |
     return measured
 
 
-def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[str]]:
-    """Append a sweep's ok runs (without failed checks) to their series; returns the folder and
-    notes on what was left out. Every file is checked before any is written."""
+def sweep_rows(sweep_dir: str) -> tuple[list[Record], list[tuple[tuple, dict]], list[str]]:
+    """A sweep's ok runs (without failed checks), each as its configuration key and history row,
+    and notes on what was left out."""
     if not os.path.isdir(sweep_dir):
         raise HistoryError(f"{sweep_dir!r} is not a sweep folder")
     found, unreadable = read_records(sweep_dir)
@@ -162,34 +162,56 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
             good.append(record)
     if not good:
         raise HistoryError(f"{sweep_dir!r} holds no successful run records to add")
-    folder = history_dir(good, sweep_dir, root)
     sweep = sweep_id(sweep_dir)
-    by_key: dict[tuple, list[tuple[Record, dict]]] = {}
-    for record, values in values_by_run(good):
-        by_key.setdefault(run_key(record), []).append((record, values))
+    rows = [
+        (
+            run_key(record),
+            {
+                "ended_at": record.ended_at or "",
+                "sweep": sweep,
+                "run_id": record.run_id,
+                "git_sha": record.env.git_sha or "",
+                **values,
+            },
+        )
+        for record, values in values_by_run(good)
+    ]
+    return good, rows, notes
+
+
+def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[str]]:
+    """Append a sweep's ok runs (without failed checks) to their series; returns the folder and
+    notes on what was left out. Every file is checked before any is written."""
+    good, rows, notes = sweep_rows(sweep_dir)
+    folder = history_dir(good, sweep_dir, root)
+    by_key: dict[tuple, list[dict]] = {}
+    for key, row in rows:
+        by_key.setdefault(key, []).append(row)
     updated = []
-    for key, runs in by_key.items():
+    for key, new_rows in by_key.items():
         path = os.path.join(folder, series_name(key) + ".csv")
         series = read_series(path) if os.path.exists(path) else Series(path, describe(key), key)
         if tuple(series.key) != tuple(json.loads(json.dumps(list(key)))):
             raise HistoryError(f"{path}: holds another configuration ({series.configuration})")
         seen = {(row["sweep"], row["run_id"]) for row in series.rows}
-        for record, values in runs:
-            if (sweep, record.run_id) not in seen:
-                series.rows.append(
-                    {
-                        "ended_at": record.ended_at or "",
-                        "sweep": sweep,
-                        "run_id": record.run_id,
-                        "git_sha": record.env.git_sha or "",
-                        **values,
-                    }
-                )
+        series.rows += [row for row in new_rows if (row["sweep"], row["run_id"]) not in seen]
         series.rows.sort(key=lambda row: (row["ended_at"], row["sweep"], row["run_id"]))
         updated.append(series)
     for series in updated:
         write_atomic(series.path, format_series(series))
     return folder, notes
+
+
+def read_store_history(store, machine_class: str, suite: str) -> dict[tuple, Series]:
+    """Every series of one machine class and suite in a history store (`ddpbench.history`), as
+    `read_history` gives a folder's; empty where the store has none. A series is named by the
+    store (password hidden) and the file name its CSV export would have."""
+    found = {}
+    for stored in store.series(machine_class, suite):
+        key = tuple(stored.key)
+        name = f"{store.shown} {machine_class}/{suite}/{series_name(key)}"
+        found[key] = Series(name, stored.configuration, key, [run.row() for run in stored.runs])
+    return found
 
 
 def is_run_of(row: dict, sweep: str | None, record: Record) -> bool:

@@ -1,0 +1,31 @@
+"""A sweep folder's runs as the history store keeps them: the rows `ddpbench history add` writes
+to CSV series, with the machine class and suite that name the series' folder there. No torch."""
+
+from __future__ import annotations
+
+from ddpbench.gate.baselines import machine_class, suite_of
+from ddpbench.gate.history import sweep_rows
+from ddpbench.gate.values import MEASURE_NAMES, describe
+from ddpbench.history.store import HistoryRun
+
+
+def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
+    """The machine class, suite and ok runs of a sweep, and notes on what was left out
+    (HistoryError where it has no run to add)."""
+    good, rows, notes = sweep_rows(sweep_dir)
+    machine, suite = machine_class(good[0]), suite_of(sweep_dir)
+    runs = [
+        HistoryRun(
+            machine,
+            suite,
+            key,
+            describe(key),
+            row["sweep"],
+            row["run_id"],
+            row["git_sha"],
+            row["ended_at"],
+            {measure: row[measure] for measure in MEASURE_NAMES},
+        )
+        for key, row in rows
+    ]
+    return machine, suite, runs, notes
