@@ -134,7 +134,10 @@ def test_every_snapshot_belongs_to_a_command():
             "ddpbench run: error: argument --comm-hook: invalid choice: 'zip' "
             "(choose from 'allreduce', 'fp16_compress', 'bf16_compress') (see ddpbench run --help)",
         ),
-        (["run"], "ddpbench run: error: the following arguments are required: --workload (see ddpbench run --help)"),
+        (
+            ["run"],
+            "ddpbench run: error: one of the arguments --workload --script is required (see ddpbench run --help)",
+        ),
         (["sweep", "--bogus"], "ddpbench: error: unrecognized arguments: --bogus (see ddpbench --help)"),
         (
             ["sweep", "--nproc", "0"],

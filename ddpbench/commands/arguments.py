@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 import os
 
-from ddpbench.config.options import add_arguments, comma_list, from_args, node_counts, positive_int
-from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
+from ddpbench.config.options import add_arguments, argument_options, comma_list, from_args, node_counts, positive_int
+from ddpbench.config.spec import DDPKnobs, RunSpec, ScriptSpec, SpecError
 
 __all__ = ["comma_list", "node_counts", "positive_int"]  # argument types, kept importable from here
 
@@ -22,13 +22,21 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of one run: the fields of RunSpec (and its DDP knobs) and how the run is launched."""
+def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> None:
+    """The options of one run: the fields of RunSpec (and its DDP knobs) and how the run is launched.
+    With `script`, a user's training script may stand where the workload does."""
+    if script:
+        what = parser.add_mutually_exclusive_group(required=True)
+        # one of the two, so neither is required by itself
+        for owner, name in ((RunSpec, "workload"), (ScriptSpec, "path")):
+            options, keywords = argument_options(owner, name)
+            what.add_argument(*options, **{**keywords, "required": False, "default": None})
+    else:
+        add_arguments(parser, RunSpec, ("workload",))
     add_arguments(
         parser,
         RunSpec,
         (
-            "workload",
             "strategy",
             "nproc",
             "device",
@@ -62,6 +70,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_arguments(nodes, RunSpec, ("launcher", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_port"))
     add_reliability_arguments(parser)
+    if script:
+        scripts = parser.add_argument_group(
+            "a training script (--script), run unmodified under torchrun; its own arguments follow --"
+        )
+        add_arguments(scripts, ScriptSpec, ("run_to_end", "sample_unit", "units_per_sample"))
+        scripts.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS", help="the script's own arguments")
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +97,12 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
-    return from_args(RunSpec, args)
+    if getattr(args, "path", None) is None:  # a workload
+        if getattr(args, "script_args", None):
+            raise SpecError(f"arguments after -- are a script's ({' '.join(args.script_args)}); they need --script")
+        return from_args(RunSpec, args)
+    script = from_args(ScriptSpec, args, args=tuple(args.script_args))
+    return from_args(RunSpec, args, workload=script.workload_name, script=script)
 
 
 def on_sweep_folder(sweep_dir: str, action):

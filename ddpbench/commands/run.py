@@ -10,7 +10,7 @@ from ddpbench.commands.arguments import add_run_arguments, spec_from_args
 
 def add_run_parser(commands) -> None:
     run = commands.add_parser("run", help="run one benchmark (ddp under torchrun, or local) and write its record")
-    add_run_arguments(run)
+    add_run_arguments(run, script=True)
     run.set_defaults(handler=command_run)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -90,6 +91,37 @@ def threads_per_process(strategy: str, nproc: int, cores: int, devices_sharing_c
     process drives nproc devices, so it gets nproc slices."""
     per_device = max(1, cores // devices_sharing_cores)
     return per_device * (nproc if strategy == "dp" else 1)
+
+
+@dataclass(frozen=True)
+class ScriptSpec:
+    """A user's own training script, run unmodified under torchrun (`ddpbench run --script`)."""
+
+    path: str = flag(
+        "a training script that runs under torchrun; measured as it is", flags=("--script",), metavar="SCRIPT"
+    )
+    """The script, run as `__main__` on every rank."""
+    args: tuple[str, ...] = ()
+    """Its own command-line arguments: what follows `--` on ddpbench's command line."""
+    run_to_end: bool = flag("let the script finish after the measurements instead of stopping it", default=False)
+    """Let the script finish instead of stopping every rank at a step boundary once measured."""
+    sample_unit: str = flag("what throughput counts, e.g. tokens (default samples)", default="samples")
+    """What one unit of throughput is; with units_per_sample, tokens for a language model."""
+    units_per_sample: int = flag(
+        "units per sample: the forward's leading dimension counts samples (default 1)", default=1
+    )
+    """Units (tokens) per sample."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise SpecError("script must be a path to a Python file")
+        object.__setattr__(self, "args", tuple(self.args))
+        _at_least("units_per_sample", self.units_per_sample, 1)
+
+    @property
+    def workload_name(self) -> str:
+        """How the script is named where a workload's name stands (tables, run ids)."""
+        return f"script:{os.path.basename(self.path)}"
 
 
 @dataclass(frozen=True)
@@ -222,6 +254,9 @@ class RunSpec:
     """Unique name of the run; the record is `<out_dir>/runs/<run_id>.json`."""
     out_dir: str = flag("records go to OUT/runs/ (default results/single)", flags=("--out",), default="results/single")
     """Folder that receives `runs/` (records) and later `traces/`."""
+    script: ScriptSpec | None = None
+    """A user's training script measured as it is, in place of a workload (whose name is then
+    `script:<file name>`); None for workloads."""
     world_size: int = field(init=False, default=1)
     """Devices in the run, nproc * nnodes (for dp too, although it is one process). Derived;
     stored so that a record says it without arithmetic."""
@@ -231,6 +266,12 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Derived fields first: the checks below use them. (Frozen, hence object.__setattr__.)
         object.__setattr__(self, "world_size", self.nproc * self.nnodes)
+        if self.script is not None and self.strategy != "ddp":
+            raise SpecError(
+                f"a script runs under torchrun with DDP; strategy {self.strategy} is measured with workloads "
+                "(--workload)"
+            )
+        object.__setattr__(self, "backend", "nccl" if self.device == "cuda" else "gloo")
         if not isinstance(self.workload, str) or not self.workload:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -331,4 +372,6 @@ class RunSpec:
         known = {f.name for f in dataclasses.fields(cls) if f.init}  # world_size, backend are derived
         values = {k: v for k, v in data.items() if k in known}
         values["ddp"] = DDPKnobs(**values.get("ddp", {}))
+        if values.get("script") is not None:
+            values["script"] = ScriptSpec(**values["script"])
         return cls(**values)

@@ -26,9 +26,25 @@ def is_user_workload(name: str) -> bool:
     return bool(sep) and path.endswith(".py")
 
 
+SCRIPT_PREFIX = "script:"
+
+
 def short_workload_name(workload: str) -> str:
-    """How a workload is named in run ids and tables: a user's file by its factory's name."""
+    """How a workload is named in run ids and tables: a user's file by its factory's name, a
+    script by its file's stem."""
+    if workload.startswith(SCRIPT_PREFIX):
+        return os.path.splitext(workload[len(SCRIPT_PREFIX) :])[0]
     return workload.rpartition(":")[2] if is_user_workload(workload) else workload
+
+
+def check_script(path: str) -> None:
+    """A script must exist and parse as Python; running it is for the ranks. Imports nothing."""
+    if not os.path.isfile(path):
+        raise SpecError(f"script {path!r} does not exist")
+    try:
+        ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise SpecError(f"script {path!r} is not valid Python: {exc}") from None
 
 
 def check_workload_name(name: str) -> None:

@@ -535,6 +535,17 @@ class StepTimesSidecar(Part):
     """Little-endian float64, as numpy names it."""
 
 
+class ScriptRun(Part):
+    """A run of the user's own training script (`ddpbench run --script`; the spec's `script`
+    says which, with its arguments), measured from outside its loop: what that way of measuring
+    saw and could not see."""
+
+    steps_seen: int | None = None
+    """Optimizer steps the script took while ddpbench watched (rank 0)."""
+    notes: list[str] = []
+    """What differs from a workload's run: estimates that need a replay, a comm hook of its own."""
+
+
 class Record(Part):
     """One run: what was asked for, where it ran, what it measured, and whether it was right."""
 
@@ -561,6 +572,8 @@ class Record(Part):
     step_times_sidecar: StepTimesSidecar | None = None
     """Set when the ranks' step times are kept beside the record (runs with at least
     `ddpbench.records.sidecar.SIDECAR_MIN_VALUES` step times); None when they are inline."""
+    script: ScriptRun | None = None
+    """Set for runs of a user's training script; None for workloads."""
 
     def __post_init__(self):
         # Records written before world-size-1 checks were left undecided say `ok` for them; read

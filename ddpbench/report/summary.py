@@ -65,11 +65,29 @@ def _host_sync_notes(record: Record) -> list[str]:
     return notes
 
 
+def _script_lines(record: Record) -> list[str]:
+    """A script's run has only the trace's view of overlap (no replay): say what it saw."""
+    if record.script is None:
+        return []
+    lines = []
+    trace = record.overlap.trace if record.overlap else None
+    summaries = [s for s in (trace.by_rank if trace else []) if s.exposed_comm_us_per_step is not None]
+    if summaries:
+        worst = max(s.exposed_comm_us_per_step for s in summaries)
+        hidden = min(s.overlap_pct or 0.0 for s in summaries)
+        lines.append(
+            f"  exposed comm {worst / 1e3:.2f} ms/step on the slowest rank, {hidden:.0f} % of all-reduce hidden "
+            "(from the profiled steps' traces)"
+        )
+    lines += [f"  script       {note}" for note in record.script.notes]
+    return lines
+
+
 def format_summary(record: Record, path: str) -> str:
     spec = record.spec
     threads = spec.threads_per_rank
     title = (
-        f"{spec.workload}/{spec.size}  {strategy_label(spec)}  world {spec.world_size} on "
+        f"{spec.workload}{'/' + spec.size if spec.size else ''}  {strategy_label(spec)}  world {spec.world_size} on "
         f"{spec.device}, {threads} thread{'s' if threads != 1 else ''}/process  {spec.precision}  "
         f"batch {spec.batch_size or 'default'}/device"
     )
@@ -102,6 +120,7 @@ def format_summary(record: Record, path: str) -> str:
             agreement = estimates_agreement(record)
             if agreement.agree is not None:
                 lines.append(f"  exposed comm {agreement.sentence}")
+        lines += _script_lines(record)
         marks = [f"{name} {CHECK_WORDS[check.ok]}" for name, check in record.checks.items()]
         lines.append("  checks       " + ", ".join(marks))
         for name in record.failed_checks():

@@ -12,7 +12,9 @@ from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV
 
 
 def worker_module_args(spec: RunSpec) -> list[str]:
-    return ["-m", "ddpbench.worker", "--spec-json", spec.to_json()]
+    # A script runs in place of the worker's own loop, under the observer's hooks.
+    module = "ddpbench.worker.script" if spec.script is not None else "ddpbench.worker"
+    return ["-m", module, "--spec-json", spec.to_json()]
 
 
 def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:

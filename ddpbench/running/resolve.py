@@ -4,6 +4,7 @@ folder it can write to. Bad choices raise SpecError. No torch imported here."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -11,14 +12,19 @@ import tempfile
 from datetime import datetime
 
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
-from ddpbench.config.workloads import check_workload_name, short_workload_name
+from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.running import slurm
 from ddpbench.running.environment import usable_cores, visible_gpu_count
 
 
 def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
     """Turn `auto` and defaults into concrete choices for this machine, or raise SpecError."""
-    check_workload_name(spec.workload)
+    if spec.script is not None:
+        check_script(spec.script.path)
+        # every rank, on every node, finds it wherever its working directory is
+        spec = spec.replace(script=dataclasses.replace(spec.script, path=os.path.abspath(spec.script.path)))
+    else:
+        check_workload_name(spec.workload)
     check_launchable(spec)
     spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
     if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
@@ -36,7 +42,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
     changes = {
         "device": device,
-        "size": spec.size or ("full" if device == "cuda" else "tiny"),
+        # a script's model is its own: no size to pick
+        "size": None if spec.script else spec.size or ("full" if device == "cuda" else "tiny"),
         "threads_per_rank": threads,
     }
     return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu

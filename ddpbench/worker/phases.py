@@ -46,6 +46,12 @@ def profiled_phase(
         for _ in range(wait + warmup + active):
             step()
             prof.step()
+    return export_trace(prof, path)
+
+
+def export_trace(prof, path: str) -> str:
+    """Write a finished profiler's trace to `path` atomically (readers never see half a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     # export_chrome_trace gzips when the name ends in .gz; write beside the target, then rename.
     fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".json.gz", dir=os.path.dirname(path))
     os.close(fd)

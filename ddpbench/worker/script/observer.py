@@ -1,0 +1,216 @@
+"""What ddpbench sees of a user's training script from inside its process, without changing it.
+
+Four hooks, installed before the script runs:
+- DistributedDataParallel's constructor: the model being trained (its knobs and buckets), and a
+  forward pre-hook on it that counts the samples of every forward (the first tensor's leading
+  dimension) and marks where a step's data was in hand;
+  (and the autocast precision it runs in);
+- the optimizers' global step hooks: a step ends when an optimizer holding the DDP model's
+  parameters has stepped (other optimizers, a GAN's second one say, are part of the step);
+- DistributedSampler's `__iter__` and `set_epoch`: the indices each rank read and the epochs set,
+  for the shard and reshuffle checks, as the worker's own sampler records them.
+
+The hot path pays a few attribute stores and one clock mark per step, the clock the worker uses
+(a CUDA event on GPUs, never a synchronize inside the loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data.distributed import DistributedSampler
+
+from ddpbench.worker.clock import StepClock
+
+
+class StopScript(BaseException):
+    """Raised at a step boundary once ddpbench has measured what it came for. A BaseException, so
+    that a script's own `except Exception` cannot swallow it."""
+
+
+def leading_samples(args: tuple, kwargs: dict) -> int | None:
+    """The batch size of a forward: the leading dimension of its first tensor argument."""
+    for value in [*args, *kwargs.values()]:
+        found = _first_tensor(value)
+        if found is not None:
+            return int(found.shape[0]) if found.dim() > 0 else 1
+    return None
+
+
+def _first_tensor(value) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    if isinstance(value, dict):
+        for item in value.values():
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+class SamplerLog:
+    """Per DistributedSampler the script made: (epoch it was set to, indices) of its first passes."""
+
+    def __init__(self) -> None:
+        self.passes: dict[int, list[tuple[int, list[int]]]] = {}
+        self.samplers: list[DistributedSampler] = []
+
+
+class Observer:
+    """The state the hooks share. `on_step_end(step)` is called after every step the script
+    completes, with the count of completed steps; it may raise StopScript."""
+
+    def __init__(self) -> None:
+        self.precision: str | None = None
+        self.ddp: DistributedDataParallel | None = None
+        self.ddp_count = 0
+        self._ddp_parameters: set[int] = set()
+        self._owners: dict[int, bool] = {}
+        self.steps_done = 0
+        self.samples_in_step = 0
+        self.samples_per_step: list[int] = []
+        self.forwards_in_step = 0
+        self.forwards_per_step: list[int] = []
+        self.optimizers_seen = 0
+        self.clock: StepClock | None = None
+        self.timing = False
+        self.on_step_end: Callable[[int], None] = lambda steps: None
+        self.beat = None  # the heartbeat, once the process group exists
+        self.sampler_log = SamplerLog()
+        self._removers: list[Callable[[], None]] = []
+
+    # -- DDP -----------------------------------------------------------------------------------
+    def saw_ddp(self, model: DistributedDataParallel) -> None:
+        self.ddp_count += 1
+        if self.ddp is None:  # the first DDP model is the one trained; a second is reported
+            self.ddp = model
+            self._ddp_parameters = {id(p) for p in model.parameters()}
+            model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+            model.register_forward_hook(self._after_forward)
+
+    def _before_forward(self, module, args, kwargs):
+        if self.timing and self.forwards_in_step == 0 and self.clock is not None:
+            self.clock.mark_data()  # the step's first batch is in hand
+        self.forwards_in_step += 1
+        self.samples_in_step += leading_samples(args, kwargs) or 0
+        if self.precision is None:  # autocast is the script's: read it where the model runs
+            self.precision = autocast_precision(self.device())
+        if self.beat is not None:
+            self.beat.where = "forward"
+
+    def _after_forward(self, module, args, output):
+        if self.beat is not None:
+            self.beat.where = "backward"  # what follows a training forward
+
+    # -- optimizers ----------------------------------------------------------------------------
+    def owns_ddp_parameters(self, optimizer: torch.optim.Optimizer) -> bool:
+        key = id(optimizer)
+        if key not in self._owners:
+            self._owners[key] = any(
+                id(p) in self._ddp_parameters for group in optimizer.param_groups for p in group["params"]
+            )
+        return self._owners[key]
+
+    def before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.beat is not None and self.ddp is not None and self.owns_ddp_parameters(optimizer):
+            self.beat.where = "optimizer"
+
+    def after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self.optimizers_seen += 1
+        if self.ddp is None or not self.owns_ddp_parameters(optimizer):
+            return
+        self.steps_done += 1
+        self.samples_per_step.append(self.samples_in_step)
+        self.forwards_per_step.append(self.forwards_in_step)
+        self.samples_in_step = self.forwards_in_step = 0
+        if self.timing and self.clock is not None:
+            self.clock.mark()
+        if self.beat is not None:
+            self.beat.step, self.beat.where = self.steps_done, "data"
+        self.on_step_end(self.steps_done)
+
+    # -- installing ----------------------------------------------------------------------------
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._removers.append(register_optimizer_step_pre_hook(self.before_optimizer_step).remove)
+        self._removers.append(register_optimizer_step_post_hook(self.after_optimizer_step).remove)
+        self._patch_ddp()
+        self._patch_sampler()
+
+    def uninstall(self) -> None:
+        for remove in reversed(self._removers):
+            remove()
+        self._removers.clear()
+
+    def _patch_ddp(self) -> None:
+        original = DistributedDataParallel.__init__
+        observer = self
+
+        def init(model, *args, **kwargs):
+            original(model, *args, **kwargs)
+            observer.saw_ddp(model)
+
+        DistributedDataParallel.__init__ = init
+        self._removers.append(lambda: setattr(DistributedDataParallel, "__init__", original))
+
+    def _patch_sampler(self) -> None:
+        original_iter = DistributedSampler.__iter__
+        log = self.sampler_log
+
+        def recording_iter(sampler):
+            indices = list(original_iter(sampler))
+            key = id(sampler)
+            if key not in log.passes:
+                log.passes[key] = []
+                log.samplers.append(sampler)
+            if len(log.passes[key]) < 2:
+                log.passes[key].append((sampler.epoch, indices))
+            return iter(indices)
+
+        DistributedSampler.__iter__ = recording_iter
+        self._removers.append(lambda: setattr(DistributedSampler, "__iter__", original_iter))
+
+    # -- reading -------------------------------------------------------------------------------
+    def knobs(self) -> dict:
+        """What the script gave DDP, read from the model itself."""
+        model = self.ddp
+        hook = getattr(model, "_comm_hooks", None) or []
+        hook_names = [getattr(entry[0], "__name__", str(entry[0])) for entry in hook if entry]
+        return {
+            "bucket_cap_mb": model.bucket_bytes_cap / (1024 * 1024),
+            "gradient_as_bucket_view": bool(model.gradient_as_bucket_view),
+            "static_graph": bool(model.static_graph),
+            "find_unused_parameters": bool(model.find_unused_parameters),
+            # torch 2.14 renamed broadcast_buffers to forward_sync_buffers
+            "broadcast_buffers": bool(
+                getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
+            ),
+            "comm_hook": COMM_HOOK_NAMES.get(hook_names[0], hook_names[0]) if hook_names else "allreduce",
+        }
+
+    def device(self) -> torch.device:
+        first = next(self.ddp.parameters(), None)
+        return first.device if first is not None else torch.device("cpu")
+
+
+# torch's own hooks, by the names ddpbench's knobs give them
+COMM_HOOK_NAMES = {
+    "allreduce_hook": "allreduce",
+    "fp16_compress_hook": "fp16_compress",
+    "bf16_compress_hook": "bf16_compress",
+}
+
+
+def autocast_precision(device: torch.device) -> str:
+    if not torch.is_autocast_enabled(device.type):
+        return "fp32"
+    dtype = torch.get_autocast_dtype(device.type)
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype).removeprefix("torch."))
