@@ -14,6 +14,7 @@ import json
 import os
 import re
 
+import pandas as pd
 import pytest
 from conftest import FIXTURES, ddpbench
 
@@ -164,6 +165,7 @@ def test_a_script_with_its_own_options_gets_them_after_the_double_dash(own_argum
         ("raises_on_import", "FileNotFoundError"),
         ("no_ddp", "never wrapped a model in DistributedDataParallel"),
         ("manual_update", "never called step() on an optimizer holding the DDP model's parameters"),
+        ("data_parallel", "DataParallel is measured with workloads"),
     ],
 )
 def test_a_script_that_cannot_be_measured_fails_with_what_was_missing(tmp_path_factory, name, message):
@@ -220,3 +222,33 @@ def test_the_step_boundary_is_the_optimizer_that_owns_the_ddp_parameters():
     assert leading_samples((torch.zeros(7, 3),), {}) == 7
     assert leading_samples(({"input_ids": torch.zeros(5, 9)},), {}) == 5
     assert leading_samples((), {"x": [torch.zeros(2)]}) == 2
+
+
+@pytest.mark.launches
+def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(tmp_path):
+    done = ddpbench(
+        "sweep", "--script", os.path.join(SCRIPTS, "grad_accumulation.py"), "--device", "cpu", "--nproc", "2",
+        "--steps", "16", "--no-profile", "--out", str(tmp_path), "--sweep-id", "s",
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = {os.path.basename(p): json.load(open(p)) for p in glob.glob(str(tmp_path / "s" / "runs" / "*.json"))}
+    assert sorted(r["spec"]["world_size"] for r in records.values()) == [1, 2]
+    assert all(r["spec"]["strategy"] == "ddp" and r["spec"]["script"] for r in records.values())
+    assert "against DDP x1 (a script's reference)" in done.stdout
+    table = pd.read_csv(tmp_path / "s" / "scaling.csv")
+    one, two = (table[table["world_size"] == n].iloc[0] for n in (1, 2))
+    assert one["efficiency"] == pytest.approx(1.0)
+    assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]))
+    # the reference is not broken down against itself; the x2 run is
+    assert "x1  E(N)" not in done.stdout and "script:grad_accumulation.py x2" in done.stdout
+
+
+def test_a_script_sweep_refuses_what_does_not_apply(tmp_path):
+    for options, message in (
+        (("--workloads", "mlp"), "drop --workloads"),
+        (("--strategies", "dp"), "keep ddp in --strategies"),
+        (("--batch-size", "8"), "weak scaling only, no --batch-size"),
+    ):
+        done = ddpbench("sweep", "--script", TUTORIAL, "--device", "cpu", *options, "--out", str(tmp_path))
+        assert done.returncode == 2 and message in done.stderr, (options, done.stderr)

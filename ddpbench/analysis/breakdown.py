@@ -361,7 +361,14 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
     """Every ok DDP run, and a line for each that could not be explained. At world size 1 only
     DDP's own work and data loading can be lost (no communication, no other rank), and the terms
     say so."""
-    runs = [record for _, record in records if record.spec.strategy == "ddp" and record.status == "ok"]
+    # A script's DDP x1 run is its reference (it has no local run): nothing to break down there.
+    runs = [
+        record
+        for _, record in records
+        if record.spec.strategy == "ddp"
+        and record.status == "ok"
+        and not (record.spec.script and record.spec.world_size == 1)
+    ]
     if not runs:
         raise ExplainError("no ok DDP runs in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     breakdowns, problems = [], []

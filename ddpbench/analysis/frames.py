@@ -19,7 +19,7 @@ import pandas as pd
 from ddpbench.analysis import registry
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.config.spec import STRATEGIES
-from ddpbench.config.workloads import short_workload_name
+from ddpbench.config.workloads import SCRIPT_PREFIX, short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.records.sidecar import step_time_matrix
 from ddpbench.records.store import read_records
@@ -67,7 +67,8 @@ def record_row(record: Record, path: str | None = None) -> dict:
     row = {
         "run_id": record.run_id,
         "status": record.status,
-        "workload": short_workload_name(spec.workload),
+        # a script keeps its `script:` prefix in tables: its X(1) is its DDP x1 run, not a local one
+        "workload": spec.workload if spec.script else short_workload_name(spec.workload),
         "size": spec.size,
         "strategy": spec.strategy,
         "strategy_label": strategy_label(spec),
@@ -118,6 +119,26 @@ def _reference_batch(row: pd.Series) -> float:
     return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
 
 
+SCRIPT_REFERENCE = "X(1) is the script's DDP run at world size 1 (a script has no run without DDP)"
+
+
+def is_script(workload: str) -> bool:
+    return str(workload).startswith(SCRIPT_PREFIX)
+
+
+def is_reference(rows: pd.DataFrame) -> pd.Series:
+    """The rows that are X(1): a workload's local run; a script's DDP run at world size 1."""
+    scripts = rows["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
+    ddp_one = (rows["strategy"] == "ddp") & (rows["world_size"] == 1)
+    return (~scripts & (rows["strategy"] == "local")) | (scripts & ddp_one)
+
+
+def is_reference_row(row: dict) -> bool:
+    if is_script(row["workload"]):
+        return row["strategy"] == "ddp" and row["world_size"] == 1
+    return row["strategy"] == "local"
+
+
 def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[list[Record], str]:
     """The sweep's ok `local` runs that are X(1) for one run, as the scaling table matches them
     (same configuration and reference batch); an empty list with the reason without one."""
@@ -128,16 +149,18 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
         candidate = record_row(other)
         if (
             other.status == "ok"
-            and candidate["strategy"] == "local"
+            and is_reference_row(candidate)
             and candidate["batch_size"] == batch
             and all(candidate[column] == row[column] for column in CONFIGURATION)
         ):
             found.append(other)
     if not found:
         return [], (
-            f"no local run with batch {batch:.0f} and {row['threads_per_device']} thread(s) per device " "in the sweep"
+            f"no {'DDP x1' if is_script(row['workload']) else 'local'} run with batch {batch:.0f} and "
+            f"{row['threads_per_device']} thread(s) per device in the sweep"
         )
-    return found, f"X(1) of the sweep's local run ({', '.join(run.run_id for run in found)})"
+    kind = "DDP x1" if is_script(row["workload"]) else "local"
+    return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
 
 
 def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
@@ -185,7 +208,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         runs=("run_id", "count"),
         oversubscribed=("oversubscribed", "any"),
     )
-    local = grouped[grouped["strategy"] == "local"].set_index(CONFIGURATION + ["batch_size"])["throughput"]
+    local = grouped[is_reference(grouped)].set_index(CONFIGURATION + ["batch_size"])["throughput"]
     local = local[~local.index.duplicated()]
     references, notes = [], []
     for _, row in grouped.iterrows():
@@ -193,10 +216,10 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         found = local.get(key) if key in local.index else None
         references.append(found)
         notes.append(
-            ""
+            (SCRIPT_REFERENCE if is_script(row["workload"]) else "")
             if found is not None
-            else f"no local run with batch {_reference_batch(row):.0f} and {row['threads_per_device']} "
-            f"thread(s) per device"
+            else f"no {'DDP x1' if is_script(row['workload']) else 'local'} run with batch "
+            f"{_reference_batch(row):.0f} and {row['threads_per_device']} thread(s) per device"
         )
     table = grouped.assign(reference=notes)
     table["speedup"] = table["throughput"] / pd.Series(references, index=table.index, dtype=float)
@@ -259,7 +282,15 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         return "(no successful runs to tabulate)"
     formatters = {c: "{:6.1%}".format for c in wide.columns if c.endswith(" E")}
     formatters.update({c: "{:,.1f}".format for c in wide.columns if c.endswith(" X")})
-    note = "X = throughput, E = efficiency X(N) / (N * X(1)) against local."
+    scripts = table["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
+    against = (
+        "DDP x1 (a script's reference)"
+        if scripts.all()
+        else "local"
+        if not scripts.any()
+        else ("local (a script's: DDP x1)")
+    )
+    note = f"X = throughput, E = efficiency X(N) / (N * X(1)) against {against}."
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
     if "oversubscribed" in wide:
@@ -313,6 +344,17 @@ def format_overlap(runs: pd.DataFrame) -> str:
 STEP_COLUMNS = ["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"]
 
 
+def _run_identity(record: Record) -> dict:
+    """The columns that say which run a row of the step, iteration and breakdown frames is from."""
+    spec = record.spec
+    return {
+        "run_id": record.run_id,
+        "workload": short_workload_name(spec.workload),
+        "strategy": spec.strategy,
+        "world_size": spec.world_size,
+    }
+
+
 def step_time_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     """One row per ok run, rank and timed step: the raw step times, for distributions. Built from
     each run's step-time matrix with numpy (a 1,024-rank run has millions of rows; for views of
@@ -331,14 +373,10 @@ def step_time_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
             rank_numbers = np.repeat([rank.rank for rank in ordered], matrix.shape[1])
             steps = np.tile(np.arange(matrix.shape[1]), matrix.shape[0])
             values = matrix.ravel()
-        spec = record.spec
         parts.append(
             pd.DataFrame(
                 {
-                    "run_id": record.run_id,
-                    "workload": short_workload_name(spec.workload),
-                    "strategy": spec.strategy,
-                    "world_size": spec.world_size,
+                    **_run_identity(record),
                     "rank": rank_numbers,
                     "step": steps,
                     "step_time_s": values,
@@ -358,14 +396,10 @@ def iteration_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         if record.status != "ok":
             continue
         iterations = registry.record_iteration_times_s(record)
-        spec = record.spec
         parts.append(
             pd.DataFrame(
                 {
-                    "run_id": record.run_id,
-                    "workload": short_workload_name(spec.workload),
-                    "strategy": spec.strategy,
-                    "world_size": spec.world_size,
+                    **_run_identity(record),
                     "step": np.arange(len(iterations)),
                     "iteration_time_s": iterations,
                 }
@@ -386,13 +420,7 @@ def breakdown_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         steps = [step for view in (trace.by_rank if trace else []) for step in view.steps]
         if not steps:
             continue
-        spec = record.spec
-        row = {
-            "run_id": record.run_id,
-            "workload": short_workload_name(spec.workload),
-            "strategy": spec.strategy,
-            "world_size": spec.world_size,
-        }
+        row = _run_identity(record)
         row.update({part: sum(getattr(step, part) for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
         rows.append(row)
     return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", *BREAKDOWN_PARTS])

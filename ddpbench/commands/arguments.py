@@ -71,11 +71,28 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
     add_arguments(nodes, RunSpec, ("launcher", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_port"))
     add_reliability_arguments(parser)
     if script:
-        scripts = parser.add_argument_group(
-            "a training script (--script), run unmodified under torchrun; its own arguments follow --"
-        )
-        add_arguments(scripts, ScriptSpec, ("run_to_end", "sample_unit", "units_per_sample"))
-        scripts.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS", help="the script's own arguments")
+        add_script_arguments(parser)
+
+
+def add_script_arguments(parser: argparse.ArgumentParser, with_path: bool = False) -> None:
+    """How a user's script runs (`run` puts --script beside --workload itself)."""
+    scripts = parser.add_argument_group(
+        "a training script (--script), run unmodified under torchrun; its own arguments follow --"
+    )
+    if with_path:
+        options, keywords = argument_options(ScriptSpec, "path")
+        scripts.add_argument(*options, **{**keywords, "required": False, "default": None})
+    add_arguments(scripts, ScriptSpec, ("run_to_end", "sample_unit", "units_per_sample"))
+    scripts.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS", help="the script's own arguments")
+
+
+def script_from_args(args: argparse.Namespace) -> ScriptSpec | None:
+    """The script asked for, or None (then arguments after -- are a mistake)."""
+    if getattr(args, "path", None) is None:
+        if getattr(args, "script_args", None):
+            raise SpecError(f"arguments after -- are a script's ({' '.join(args.script_args)}); they need --script")
+        return None
+    return from_args(ScriptSpec, args, args=tuple(args.script_args))
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
@@ -97,11 +114,9 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
-    if getattr(args, "path", None) is None:  # a workload
-        if getattr(args, "script_args", None):
-            raise SpecError(f"arguments after -- are a script's ({' '.join(args.script_args)}); they need --script")
+    script = script_from_args(args)
+    if script is None:
         return from_args(RunSpec, args)
-    script = from_args(ScriptSpec, args, args=tuple(args.script_args))
     return from_args(RunSpec, args, workload=script.workload_name, script=script)
 
 

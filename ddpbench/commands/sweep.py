@@ -9,7 +9,13 @@ import os
 import sys
 import time
 
-from ddpbench.commands.arguments import add_reliability_arguments, add_verbose_argument, positive_int
+from ddpbench.commands.arguments import (
+    add_reliability_arguments,
+    add_script_arguments,
+    add_verbose_argument,
+    positive_int,
+    script_from_args,
+)
 from ddpbench.commands.explain import closing_lines
 from ddpbench.commands.table import print_table
 from ddpbench.config.options import add_arguments, from_args
@@ -71,6 +77,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_verbose_argument(parser)
     add_reliability_arguments(parser)  # --inject-fault fills SweepOptions.fault: the same flag as a run's
+    add_script_arguments(parser, with_path=True)
 
 
 def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
@@ -113,6 +120,7 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
         max_world_size=largest,
         cores=cores,
         suite=args.suite or ("gpu" if device == "cuda" else "cpu"),
+        script=script_from_args(args),
     )
 
 

@@ -19,6 +19,7 @@ from ddpbench.config.spec import (
     Precision,
     RunSpec,
     ScalingMode,
+    ScriptSpec,
     Size,
     SpecError,
     check_launchable,
@@ -124,6 +125,9 @@ class SweepOptions:
         default=(),
     )
     """Node counts to sweep (slurm); max_world_size is then the devices per node. Empty: one node."""
+    script: ScriptSpec | None = None
+    """A user's training script swept in place of the suite's workloads (ddp only: its DDP x1 run
+    is the reference, since a script has no run without DDP)."""
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -147,6 +151,15 @@ class SweepOptions:
             raise SpecError("several nodes need --launcher slurm (or ddpbench run --nnodes on each node)")
         if self.global_batch is not None and self.scaling != "strong":
             raise SpecError("global_batch applies to strong scaling only (add --scaling strong)")
+        if self.script is not None:
+            if self.workloads:
+                raise SpecError("--script sweeps the script in place of workloads: drop --workloads")
+            if "ddp" not in self.strategies:
+                raise SpecError(
+                    "a script is swept with ddp (its DDP x1 run is the reference): keep ddp in --strategies"
+                )
+            if self.scaling != "weak" or self.batch_size is not None:
+                raise SpecError("a script keeps its own per-rank batch: weak scaling only, no --batch-size")
 
 
 def layouts(options: SweepOptions, strategy: str) -> list[tuple[int, int]]:
@@ -184,11 +197,14 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     """Every run of the sweep, in the order they run: per workload, the local reference first."""
     suite = SUITES[options.suite]
     workloads = {name: suite.workloads.get(name) for name in options.workloads} or dict(suite.workloads)
+    strategies = options.strategies
+    if options.script is not None:  # the script's own batch; DDP only (DataParallel is measured with workloads)
+        workloads, strategies = {options.script.workload_name: None}, ("ddp",)
     # Every run of the sweep gets the same slice of cores per device, the one its largest world
     # size allows, so X(1) and X(N) are measured on equal devices.
     common = dict(
         device=options.device,
-        size=options.size or suite.size,
+        size=None if options.script else options.size or suite.size,
         steps=options.steps or suite.steps,
         warmup=options.warmup if options.warmup is not None else suite.warmup,
         precision=options.precision or suite.precision,
@@ -196,11 +212,12 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         profile=options.profile,
         out_dir=out_dir,
         launcher=options.launcher,
+        script=options.script,
     )
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
-        for strategy in [s for s in STRATEGIES if s in options.strategies]:
+        for strategy in [s for s in STRATEGIES if s in strategies]:
             for nodes, per_node in layouts(options, strategy):
                 world_size = nodes * per_node
                 processes = world_size if strategy == "ddp" else 1

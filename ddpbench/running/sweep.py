@@ -226,7 +226,10 @@ def run_sweep(
                 )
                 manifest["runs"][spec.run_id] = done.status
                 progress.finished(_status_line(done, wall_s), wall_s)
-            if done.status == "ok" and done.spec.strategy == "local":
+            # the workload's local run, or a script's DDP x1 (a script has no run without DDP)
+            if done.status == "ok" and (
+                done.spec.strategy == "local" or (done.spec.script and done.spec.world_size == 1)
+            ):
                 reference_step_s[spec.workload] = done.metrics.iteration_time_s.p50
             write_manifest(sweep_dir, manifest)
     except BaseException as exc:

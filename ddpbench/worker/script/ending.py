@@ -13,11 +13,7 @@ from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import RankResult, RunError, ScriptRun
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.running.environment import host_facts
-from ddpbench.worker.script.observer import Observer
-
-
-class ScriptNotMeasurable(RuntimeError):
-    """The script ran, but not as DDP training ddpbench can measure."""
+from ddpbench.worker.script.observer import Observer, ScriptNotMeasurable
 
 
 def end_of_script(spec: RunSpec, observer: Observer, session, stopped: bool) -> int:

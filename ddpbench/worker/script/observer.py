@@ -25,6 +25,10 @@ from torch.utils.data.distributed import DistributedSampler
 from ddpbench.worker.clock import StepClock
 
 
+class ScriptNotMeasurable(RuntimeError):
+    """The script runs, but not as DDP training ddpbench can measure."""
+
+
 class StopScript(BaseException):
     """Raised at a step boundary once ddpbench has measured what it came for. A BaseException, so
     that a script's own `except Exception` cannot swallow it."""
@@ -143,6 +147,7 @@ class Observer:
         self._removers.append(register_optimizer_step_pre_hook(self.before_optimizer_step).remove)
         self._removers.append(register_optimizer_step_post_hook(self.after_optimizer_step).remove)
         self._patch_ddp()
+        self._patch_data_parallel()
         self._patch_sampler()
 
     def uninstall(self) -> None:
@@ -160,6 +165,18 @@ class Observer:
 
         DistributedDataParallel.__init__ = init
         self._removers.append(lambda: setattr(DistributedDataParallel, "__init__", original))
+
+    def _patch_data_parallel(self) -> None:
+        original = torch.nn.DataParallel.__init__
+
+        def refuse(model, *args, **kwargs):
+            raise ScriptNotMeasurable(
+                "the script wraps its model in nn.DataParallel: --script measures DDP training; "
+                "DataParallel is measured with workloads (--workload ... --strategy dp)"
+            )
+
+        torch.nn.DataParallel.__init__ = refuse
+        self._removers.append(lambda: setattr(torch.nn.DataParallel, "__init__", original))
 
     def _patch_sampler(self) -> None:
         original_iter = DistributedSampler.__iter__
