@@ -51,6 +51,17 @@ def add_history_parser(commands) -> None:
     out.add_argument("folder", metavar="DIR", help="written as DIR/<class>/<suite>/<series>.csv")
     add_store_argument(out)
     out.set_defaults(handler=command_history_export)
+    page = history_commands.add_parser(
+        "report", help="an HTML page of the store's history: a chart per configuration, then a table"
+    )
+    add_store_argument(page)
+    page.add_argument(
+        "--out",
+        default=os.path.join("reports", "history"),
+        metavar="DIR",
+        help="folder for the page, DIR/index.html (default reports/history)",
+    )
+    page.set_defaults(handler=command_history_report)
 
 
 def _not_both(store: str | None, csv_named: bool, what: str) -> None:
@@ -217,4 +228,18 @@ def command_history_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecError(f"{args.folder}: cannot write: {exc.strerror or exc}") from None
     print(f"history exported: {store.shown} -> {args.folder} ({len(written)} series)")
+    return 0
+
+
+def command_history_report(args: argparse.Namespace) -> int:
+    from ddpbench.history import DEFAULT_STORE, StoreError, chosen_address
+    from ddpbench.history.report import write_history_page
+
+    try:
+        path = write_history_page(chosen_address(args.store) or DEFAULT_STORE, args.out)
+    except StoreError as exc:
+        raise SpecError(str(exc)) from None
+    except OSError as exc:
+        raise SpecError(f"{args.out}: cannot write the history page: {exc.strerror or exc}") from None
+    print(f"history page: {path}")
     return 0
