@@ -252,3 +252,17 @@ def test_a_script_sweep_refuses_what_does_not_apply(tmp_path):
     ):
         done = ddpbench("sweep", "--script", TUTORIAL, "--device", "cpu", *options, "--out", str(tmp_path))
         assert done.returncode == 2 and message in done.stderr, (options, done.stderr)
+
+
+@pytest.mark.launches
+def test_a_hang_inside_a_scripts_forward_names_the_rank_and_the_phase(tmp_path_factory):
+    # The script sets no timeout: the run's --pg-timeout applies, and the hooks tell the phase.
+    done, record, _, _ = run_script(
+        tmp_path_factory, "hangs_in_forward", "--steps", "30", "--pg-timeout", "10", "--run-timeout", "120",
+        "--no-profile",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert record["status"] == "timeout"
+    assert "rank 1 stuck in forward of step 9" in record["error"]["message"], record["error"]["message"]
+    assert "rank 0 waits in all_reduce" in record["error"]["message"]
+    assert record["error"]["hung_ranks"] == [1]

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     script = spec.script
     rank = int(os.environ.get("RANK", 0))
     beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank, stall_after_s=spec.pg_timeout_s / 2)
-    observer = Observer()
+    observer = Observer(spec.pg_timeout_s)
     session = Session(spec, observer, beat)
     observer.on_step_end = session.step_ended
     observer.install()

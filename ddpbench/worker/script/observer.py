@@ -1,6 +1,7 @@
 """What ddpbench sees of a user's training script from inside its process, without changing it.
 
-Four hooks, installed before the script runs:
+Hooks, installed before the script runs:
+- init_process_group: the run's --pg-timeout where the script gives no timeout of its own;
 - DistributedDataParallel's constructor: the model being trained (its knobs and buckets), and a
   forward pre-hook on it that counts the samples of every forward (the first tensor's leading
   dimension) and marks where a step's data was in hand;
@@ -17,6 +18,7 @@ The hot path pays a few attribute stores and one clock mark per step, the clock 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -71,7 +73,8 @@ class Observer:
     """The state the hooks share. `on_step_end(step)` is called after every step the script
     completes, with the count of completed steps; it may raise StopScript."""
 
-    def __init__(self) -> None:
+    def __init__(self, pg_timeout_s: float | None = None) -> None:
+        self.pg_timeout_s = pg_timeout_s
         self.precision: str | None = None
         self.ddp: DistributedDataParallel | None = None
         self.ddp_count = 0
@@ -146,6 +149,7 @@ class Observer:
 
         self._removers.append(register_optimizer_step_pre_hook(self.before_optimizer_step).remove)
         self._removers.append(register_optimizer_step_post_hook(self.after_optimizer_step).remove)
+        self._patch_init_process_group()
         self._patch_ddp()
         self._patch_data_parallel()
         self._patch_sampler()
@@ -165,6 +169,22 @@ class Observer:
 
         DistributedDataParallel.__init__ = init
         self._removers.append(lambda: setattr(DistributedDataParallel, "__init__", original))
+
+    def _patch_init_process_group(self) -> None:
+        """The run's process-group timeout, where the script sets none: a hung collective then
+        fails after --pg-timeout, as in a workload's run, instead of torch's 30 minutes."""
+        import torch.distributed as dist
+
+        original = dist.init_process_group
+        timeout_s = self.pg_timeout_s
+
+        def init_process_group(*args, **kwargs):
+            if timeout_s is not None and kwargs.get("timeout") is None:
+                kwargs["timeout"] = timedelta(seconds=timeout_s)
+            return original(*args, **kwargs)
+
+        dist.init_process_group = init_process_group
+        self._removers.append(lambda: setattr(dist, "init_process_group", original))
 
     def _patch_data_parallel(self) -> None:
         original = torch.nn.DataParallel.__init__
