@@ -65,66 +65,14 @@ MATMUL_FRACTION_RANGE = (0.40, 1.00)
 # DDP and DataParallel on one GPU do the same work as no wrapper.
 ONE_GPU_AGREEMENT = 0.10
 
-RESNET = [
-    "--workload",
-    "resnet50",
-    "--size",
-    "full",
-    "--precision",
-    "bf16",
-    "--batch-size",
-    "64",
-    "--steps",
-    "30",
-    "--warmup",
-    "11",
-]
-GPT2_FP16 = [
-    "--workload",
-    "gpt2",
-    "--size",
-    "full",
-    "--precision",
-    "fp16",
-    "--comm-hook",
-    "fp16_compress",
-    "--batch-size",
-    "8",
-    "--steps",
-    "25",
-    "--strategy",
-    "ddp",
-]
-GPT2_BF16_TWO = [
-    "--workload",
-    "gpt2",
-    "--size",
-    "full",
-    "--precision",
-    "bf16",
-    "--batch-size",
-    "8",
-    "--steps",
-    "25",
-    "--strategy",
-    "ddp",
-]
-VIT_WORKERS = [
-    "--workload",
-    "vit_b_16",
-    "--size",
-    "full",
-    "--precision",
-    "bf16",
-    "--batch-size",
-    "64",
-    "--steps",
-    "25",
-    "--num-workers",
-    "4",
-    "--strategy",
-    "ddp",
-]
+RESNET = "--workload resnet50 --size full --precision bf16 --batch-size 64 --steps 30 --warmup 11".split()
+GPT2_FP16 = (
+    "--workload gpt2 --size full --precision fp16 --comm-hook fp16_compress --batch-size 8 --steps 25 --strategy ddp"
+).split()
+GPT2_BF16_TWO = "--workload gpt2 --size full --precision bf16 --batch-size 8 --steps 25 --strategy ddp".split()
+VIT_WORKERS = (
+    "--workload vit_b_16 --size full --precision bf16 --batch-size 64 --steps 25 --num-workers 4 --strategy ddp"
+).split()
 
 
 def utc_now() -> str:

@@ -37,13 +37,13 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from ddpbench.analysis.network import ProfileError, predict
+from ddpbench.config.spec import COMM_HOOKS
 from ddpbench.records.schema import Record
 
 MIB = 1024 * 1024
 SLOWEST_RATE = 0.05
 """A floor on the rates: an estimate below it (an all-reduce that barely moves while backward
 runs) is taken as this, so that a replay always ends."""
-COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
 WIRE_DTYPE = {"allreduce": "float32", "fp16_compress": "float16", "bf16_compress": "bfloat16"}
 """What each hook all-reduces (gradients are float32; the compression hooks send halves)."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from ddpbench.analysis.projection import RunModel, WhatIf, project
+from ddpbench.config.spec import DEFAULT_BUCKET_CAP_MB
 from ddpbench.records.schema import Record
 
 
@@ -18,7 +19,7 @@ def _setting(record: Record) -> tuple:
 def _is_default(record: Record) -> bool:
     knobs = record.spec.ddp
     return (
-        knobs.bucket_cap_mb == 25.0
+        knobs.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB
         and knobs.comm_hook == "allreduce"
         and not knobs.gradient_as_bucket_view
         and not knobs.static_graph

@@ -98,6 +98,21 @@ def _metric(field: str) -> Callable[[Record], float | None]:
     return lambda record: getattr(record.metrics, field) if record.metrics else None
 
 
+def _iteration_time(statistic: str) -> Callable[[Record], float | None]:
+    return lambda record: getattr(record.metrics.iteration_time_s, statistic) if record.metrics else None
+
+
+def _milliseconds(
+    name: str,
+    label: str,
+    read: Callable[[Record], float | None],
+    better: Literal["higher", "lower"] | None,
+    in_scaling_table: bool = True,
+) -> Metric:
+    """A time read in seconds and shown in milliseconds: every step and communication time."""
+    return Metric(name, label, read, "s", "{:,.2f}", better, 1000, "ms", in_scaling_table=in_scaling_table)
+
+
 METRICS: list[Metric] = [
     Metric("throughput", "throughput", _metric("throughput_units_per_s"), "unit/s", "{:,.1f}", "higher"),
     Metric(
@@ -108,77 +123,21 @@ METRICS: list[Metric] = [
         "{:,.1f}",
         "higher",
     ),
-    Metric("iteration_p50_s", "iteration p50", iteration_p50_s, "s", "{:,.2f}", "lower", 1000, "ms"),
-    Metric(
-        "iteration_p90_s",
-        "iteration p90",
-        lambda r: r.metrics.iteration_time_s.p90 if r.metrics else None,
-        "s",
-        "{:,.2f}",
-        "lower",
-        1000,
-        "ms",
-        in_scaling_table=False,
-    ),
-    Metric(
-        "iteration_mean_s",
-        "iteration mean",
-        lambda r: r.metrics.iteration_time_s.mean if r.metrics else None,
-        "s",
-        "{:,.2f}",
-        "lower",
-        1000,
-        "ms",
-        in_scaling_table=False,
-    ),
+    _milliseconds("iteration_p50_s", "iteration p50", iteration_p50_s, "lower"),
+    _milliseconds("iteration_p90_s", "iteration p90", _iteration_time("p90"), "lower", in_scaling_table=False),
+    _milliseconds("iteration_mean_s", "iteration mean", _iteration_time("mean"), "lower", in_scaling_table=False),
     # Beside the timed p50: the steps that overlap and the trace's exposed time come from.
-    Metric(
-        "profiled_step_p50_s",
-        "profiled step p50",
-        profiled_step_p50_s,
-        "s",
-        "{:,.2f}",
-        None,
-        1000,
-        "ms",
-        in_scaling_table=False,
-    ),
+    _milliseconds("profiled_step_p50_s", "profiled step p50", profiled_step_p50_s, None, in_scaling_table=False),
     # Model FLOPs utilisation on GPUs (None on CPUs and on GPUs without a published peak).
     Metric("mfu", "MFU", _metric("mfu"), "", "{:.1f}", "higher", 100, "% of peak"),
     Metric("window_s", "timed window", _metric("window_s"), "s", "{:,.2f}", in_scaling_table=False),
     Metric("overlap_pct", "overlap", overlap_pct, "%", "{:,.1f}", "higher", in_scaling_table=False),
-    Metric(
-        "exposed_comm_trace_s",
-        "exposed, trace",
-        exposed_comm_trace_s,
-        "s",
-        "{:,.2f}",
-        "lower",
-        1000,
-        "ms",
-        in_scaling_table=False,
+    _milliseconds("exposed_comm_trace_s", "exposed, trace", exposed_comm_trace_s, "lower", in_scaling_table=False),
+    _milliseconds(
+        "exposed_comm_no_sync_s", "exposed, no_sync", exposed_comm_no_sync_s, "lower", in_scaling_table=False
     ),
-    Metric(
-        "exposed_comm_no_sync_s",
-        "exposed, no_sync",
-        exposed_comm_no_sync_s,
-        "s",
-        "{:,.2f}",
-        "lower",
-        1000,
-        "ms",
-        in_scaling_table=False,
-    ),
-    Metric(
-        "exposed_comm_reducer_s",
-        "exposed, reducer",
-        exposed_comm_reducer_s,
-        "s",
-        "{:,.2f}",
-        "lower",
-        1000,
-        "ms",
-        in_scaling_table=False,
+    _milliseconds(
+        "exposed_comm_reducer_s", "exposed, reducer", exposed_comm_reducer_s, "lower", in_scaling_table=False
     ),
 ]
 

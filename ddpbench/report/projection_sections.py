@@ -18,6 +18,7 @@ from ddpbench.analysis.frames import reference_throughput
 from ddpbench.analysis.network import ProfileError, load_profile
 from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project
 from ddpbench.analysis.projection_validation import validation_cases
+from ddpbench.config.spec import DEFAULT_BUCKET_CAP_MB
 from ddpbench.report.plots import PALETTE
 
 BEYOND_WORLD_SIZES = (8, 64, 512)
@@ -126,7 +127,8 @@ def _sources(records) -> dict[str, object]:
         if record.status != "ok" or record.spec.strategy != "ddp" or record.timeline is None or not record.metrics:
             continue
         key = record.spec.workload
-        rank = (record.spec.world_size, record.spec.ddp.comm_hook == "allreduce", record.spec.ddp.bucket_cap_mb == 25.0)
+        knobs = record.spec.ddp
+        rank = (record.spec.world_size, knobs.comm_hook == "allreduce", knobs.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB)
         if key not in chosen or rank > chosen[key][0]:
             chosen[key] = (rank, record)
     return {workload: record for workload, (_, record) in sorted(chosen.items())}
