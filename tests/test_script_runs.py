@@ -266,3 +266,13 @@ def test_a_hang_inside_a_scripts_forward_names_the_rank_and_the_phase(tmp_path_f
     assert "rank 1 stuck in forward of step 9" in record["error"]["message"], record["error"]["message"]
     assert "rank 0 waits in all_reduce" in record["error"]["message"]
     assert record["error"]["hung_ranks"] == [1]
+
+
+@pytest.mark.launches
+def test_a_script_that_ends_in_the_profiled_phase_keeps_its_measurements(tmp_path_factory):
+    # 12 steps: the window (3 + 5) closes, then the profiled phase (1 + 2 + 3 steps) runs out of steps
+    done, record, _, _ = run_script(tmp_path_factory, "ends_early", "--steps", "8", "--warmup", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert record["status"] == "ok" and record["metrics"]["timed_steps"] == 5
+    assert record["overlap"]["trace"] is None
+    assert any("inside the profiled phase: no trace" in note for note in record["script"]["notes"])

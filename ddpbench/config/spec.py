@@ -34,6 +34,7 @@ SCALING_MODES = get_args(ScalingMode)
 LAUNCHERS = get_args(Launcher)
 DEFAULT_BUCKET_CAP_MB = 25.0
 """DDP's own default bucket cap (torch's DistributedDataParallel bucket_cap_mb)."""
+DEFAULT_STEPS = 30
 DEFAULT_WARMUP = 5
 # DDP times its first 10 iterations for its runtime logging (torch's Reducer,
 # should_collect_runtime_stats), and on GPUs reading those timers waits for the previous
@@ -166,10 +167,10 @@ class RunSpec:
     """`tiny` or `full`; None picks full on GPUs and tiny on CPU."""
     batch_size: int | None = flag("samples per device per step (default: the workload's)", default=None)
     """Samples per device per step; None takes the workload's default for its size."""
-    steps: int = flag("total steps per rank, warm-up included (default 30)", default=30)
+    steps: int = flag(f"total steps per rank, warm-up included (default {DEFAULT_STEPS})", default=DEFAULT_STEPS)
     """Total steps per rank, warm-up included."""
     warmup: int | None = flag(
-        "leading steps never timed (default 5, or 11 for ddp on GPUs; ddp needs >= 1)", default=None
+        "leading steps never timed (default 5, or 11 for ddp on GPUs; ddp needs >= 2)", default=None
     )
     """Leading steps that are never timed. DDP needs at least one: its first iteration is special.
     None: 5, or 11 for ddp on GPUs (DDP host-synchronises its first 10 iterations); filled in

@@ -29,6 +29,18 @@ def end_of_script(spec: RunSpec, observer: Observer, session, stopped: bool) -> 
                 "the script never called step() on an optimizer holding the DDP model's parameters: "
                 "ddpbench counts steps at the optimizer"
             )
+        if session.window_s is not None:
+            # The script ended during the profiled phase: the measurements are on disk already;
+            # only the trace view is missing, and the record says why. A profiler left running
+            # at exit brings the process down (SIGSEGV in its teardown): stop it first.
+            session.abandon_profiler()
+            if session.record is not None:  # rank 0
+                session.record.script.notes.append(
+                    f"the script ended after {observer.steps_done} optimizer steps, inside the profiled phase: "
+                    "no trace (give it more steps, or --no-profile)"
+                )
+                write_record(session.record, spec.out_dir)
+            return 0
         if int(os.environ.get("RANK", 0)) == 0:
             write_record(ended_early(spec, observer, session), spec.out_dir)
         return 0

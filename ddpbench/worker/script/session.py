@@ -193,6 +193,12 @@ class Session:
         )
         self.profiler.start()
 
+    def abandon_profiler(self) -> None:
+        """Stop a profiled phase the script did not finish; its trace is dropped."""
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None:
+            profiler.stop()
+
     def _end_profiler(self) -> None:
         profiler, self.profiler = self.profiler, None
         profiler.stop()
