@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test lint gate clean hta-venv otava-venv gpu-check docs
+.PHONY: install bench test test-fast lint gate clean hta-venv otava-venv gpu-check docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +28,27 @@ GATE_ID := gate-$(shell date +%Y%m%d-%H%M%S)
 GATE_ARGS ?=
 # GATE_BASELINE=history gates against the stored history since its last change point instead.
 GATE_BASELINE ?= auto
+# BASE=<git ref> instead: a same-job A/B (ddpbench ab) of this working tree against that ref's code,
+# built once in .gate-base/<sha>/ with its own .venv; BASE_ROUNDS rounds of BASE_RUN_ARGS (the
+# options of ddpbench run), GATE_ARGS as verdict options. Drift between sweeps cannot fake it.
+BASE ?=
+BASE_ROUNDS ?= 5
+BASE_RUN_ARGS ?= --workload mlp --strategy ddp $(if $(GPUS),--device cuda --nproc $(GPUS),--nproc 2)
 gate: install
+ifneq ($(BASE),)
+	$(BIN)/python -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
+else
 	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
 	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) $(GATE_ARGS)
+endif
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
+# (torchrun runs, worker processes, a browser).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not launches" tests
 
 # ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
 lint: install

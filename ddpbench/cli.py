@@ -7,16 +7,13 @@ import os
 import signal
 import sys
 
-from ddpbench.commands.arguments import USAGE_ERROR, OneLineErrorParser, comma_list, subcommands
+from ddpbench.commands.arguments import USAGE_ERROR, OneLineErrorParser
+from ddpbench.commands.canary import add_canary_parser
 from ddpbench.commands.comm import add_comm_parser
 from ddpbench.commands.explain import add_explain_parser
 from ddpbench.commands.export import add_export_parser
-from ddpbench.commands.gate import (
-    add_verdict_arguments,
-    command_ab,
-    command_baseline_save,
-    command_gate,
-)
+from ddpbench.commands.gate import add_ab_parser, add_baseline_parser, add_gate_parser
+from ddpbench.commands.history import add_history_parser
 from ddpbench.commands.project import add_project_parser
 from ddpbench.commands.report import add_report_parser
 from ddpbench.commands.run import add_run_parser
@@ -37,68 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_table_parser(commands)
     add_explain_parser(commands)
     add_report_parser(commands)
-    gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
-    gate.add_argument(
-        "--baseline",
-        required=True,
-        help="sweep folder, record file, 'auto' (the stored baseline for the candidate's machine class "
-        "and suite) or 'history' (the stored history since its last change point)",
-    )
-    gate.add_argument("--candidate", required=True, help="sweep folder or record file")
-    gate.add_argument(
-        "--metrics",
-        type=comma_list,
-        default=None,
-        help="comma-separated subset of throughput,efficiency,exposed_share (default: all)",
-    )
-    gate.add_argument(
-        "--allow-env-mismatch", action="store_true", help="compare even when GPU, CPU, torch, CUDA or NCCL differ"
-    )
-    gate.add_argument(
-        "--allow-missing",
-        action="store_true",
-        help="a configuration of the baseline missing from the candidate is a note, not a failure",
-    )
-    gate.add_argument(
-        "--history",
-        default="results/history",
-        help="root of the stored history (default results/history); its series for the candidate's "
-        "machine class and suite add evidence of the noise, or are the baseline",
-    )
-    gate.add_argument(
-        "--history-folder",
-        default=None,
-        help="one machine class and suite's history folder, instead of finding it under --history",
-    )
-    add_verdict_arguments(gate)
-    gate.set_defaults(handler=command_gate)
-    from ddpbench.commands.history import add_history_parser, add_store_argument
-
-    add_store_argument(gate)
+    add_gate_parser(commands)
     add_history_parser(commands)
-    ab = commands.add_parser(
-        "ab",
-        help="run one configuration in two environments, A B A B ..., and gate B " "against A with a paired test",
-        usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp " "--nproc 2)",
-    )
-    ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
-    ab.add_argument("b", help="environment B, the candidate")
-    ab.add_argument("--rounds", type=int, default=5, help="rounds of A then B (default 5, at least 2)")
-    ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
-    ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
-    add_verdict_arguments(ab)
-    ab.set_defaults(handler=command_ab)
-    baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
-    baseline_commands = subcommands(baseline, "baseline_command")
-    save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
-    save.add_argument("sweep_dir")
-    save.add_argument("--baselines", default="results/baselines", help="where baselines live")
-    save.set_defaults(handler=command_baseline_save)
+    add_ab_parser(commands)
+    add_baseline_parser(commands)
     add_export_parser(commands)
     add_comm_parser(commands)
     add_project_parser(commands)
     add_tune_parser(commands)
     add_trace_parser(commands)
+    add_canary_parser(commands)
     return parser
 
 

@@ -8,13 +8,85 @@ import os
 import sys
 import time
 
-from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, on_sweep_folder, spec_from_args
+from ddpbench.commands.arguments import (
+    OneLineErrorParser,
+    add_run_arguments,
+    comma_list,
+    on_sweep_folder,
+    spec_from_args,
+    subcommands,
+)
 
 # The history commands live in ddpbench.commands.history; importable from here as they were.
-from ddpbench.commands.history import command_history_add, command_history_changes  # noqa: F401
+from ddpbench.commands.history import add_store_argument, command_history_add, command_history_changes  # noqa: F401
 from ddpbench.config.errors import SpecError
 
-EXIT_FAIL, EXIT_UNDERPOWERED = 1, 3
+# 4: a regression that the machine's canary accounts for (ddpbench.gate.drift): still a failure,
+# told apart from a confirmed one (1) so that CI can rerun it as a same-job A/B.
+EXIT_FAIL, EXIT_UNDERPOWERED, EXIT_DRIFT = 1, 3, 4
+
+
+def add_gate_parser(commands) -> None:
+    gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
+    gate.add_argument(
+        "--baseline",
+        required=True,
+        help="sweep folder, record file, 'auto' (the stored baseline for the candidate's machine class "
+        "and suite) or 'history' (the stored history since its last change point)",
+    )
+    gate.add_argument("--candidate", required=True, help="sweep folder or record file")
+    gate.add_argument(
+        "--metrics",
+        type=comma_list,
+        default=None,
+        help="comma-separated subset of throughput,efficiency,exposed_share (default: all)",
+    )
+    gate.add_argument(
+        "--allow-env-mismatch", action="store_true", help="compare even when GPU, CPU, torch, CUDA or NCCL differ"
+    )
+    gate.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="a configuration of the baseline missing from the candidate is a note, not a failure",
+    )
+    gate.add_argument(
+        "--history",
+        default="results/history",
+        help="root of the stored history (default results/history); its series for the candidate's "
+        "machine class and suite add evidence of the noise, or are the baseline",
+    )
+    gate.add_argument(
+        "--history-folder",
+        default=None,
+        help="one machine class and suite's history folder, instead of finding it under --history",
+    )
+    add_verdict_arguments(gate)
+    add_store_argument(gate)
+    gate.set_defaults(handler=command_gate)
+
+
+def add_ab_parser(commands) -> None:
+    ab = commands.add_parser(
+        "ab",
+        help="run one configuration in two environments, A B A B ..., and gate B against A with a paired test",
+        usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp --nproc 2)",
+    )
+    ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
+    ab.add_argument("b", help="environment B, the candidate")
+    ab.add_argument("--rounds", type=int, default=5, help="rounds of A then B (default 5, at least 2)")
+    ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
+    ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
+    add_verdict_arguments(ab)
+    ab.set_defaults(handler=command_ab)
+
+
+def add_baseline_parser(commands) -> None:
+    baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
+    baseline_commands = subcommands(baseline, "baseline_command")
+    save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
+    save.add_argument("sweep_dir")
+    save.add_argument("--baselines", default="results/baselines", help="where baselines live")
+    save.set_defaults(handler=command_baseline_save)
 
 
 def gate_settings(args: argparse.Namespace):
@@ -27,10 +99,14 @@ def gate_settings(args: argparse.Namespace):
     )
 
 
-def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None) -> int:
+def gate_exit(
+    comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None, canary=None
+) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
-    comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target."""
+    comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
+    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for."""
     from ddpbench.gate.compare import overall_verdict, underpowered
+    from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
@@ -41,16 +117,23 @@ def gate_exit(comparisons, settings, notes, env_notes, args, header: str, extra:
         print(f"note: {note}")
     result = overall_verdict(comparisons)
     blind = underpowered(comparisons)
+    drift = canary is not None and judge_drift(canary, comparisons).drift
+    if canary is not None:
+        print(canary_table(canary))
+        extra = {**(extra or {}), "canary": canary_json(canary)}
+    if drift:
+        notes = notes + [drift_words(canary, hasattr(args, "confirm_with"))]
     print(
         f"verdict: {result.upper()} ({header})"
         + (f"; {len(blind)} comparison(s) cannot see " f"{percent(settings.target)}" if blind else "")
+        + (f"; {notes[-1]}" if drift else "")
     )
     if args.summary_md:
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
     if args.json:
         write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
     if result != "pass":
-        return EXIT_FAIL
+        return EXIT_DRIFT if drift else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
@@ -182,8 +265,16 @@ def command_gate(args: argparse.Namespace) -> int:
             notes = env_notes + notes if args.allow_env_mismatch else notes
     except (GateError, HistoryError, ValueError) as exc:
         raise SpecError(str(exc)) from None
+    from ddpbench.gate.drift import gate_canary
+
     return gate_exit(
-        comparisons, settings, notes, env_notes, args, f"baseline {baseline_path}, candidate {args.candidate}"
+        comparisons,
+        settings,
+        notes,
+        env_notes,
+        args,
+        f"baseline {baseline_path}, candidate {args.candidate}",
+        canary=gate_canary(baseline_path, args.candidate, args.baseline == "history"),
     )
 
 

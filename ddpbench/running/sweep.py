@@ -24,6 +24,7 @@ from ddpbench.records.store import (
     write_atomic,
     write_record,
 )
+from ddpbench.running.canary import canary_wanted, run_canary
 from ddpbench.running.environment import host_facts
 from ddpbench.running.launch import launch_with_oom_backoff
 from ddpbench.running.resolve import check_output_folder, resolve
@@ -210,10 +211,18 @@ def run_sweep(
     verbose: bool = False,
 ) -> dict:
     """Run every planned run that has no ok record yet; `verbose` streams what the processes
-    print (otherwise only in each run's logs folder). Returns the final manifest."""
+    print (otherwise only in each run's logs folder). Returns the final manifest.
+
+    The machine canary runs before the first run and after the last (a resumed sweep adds its own
+    pair): the gate compares it with the baseline's to tell a slower machine from slower code.
+    DDPBENCH_CANARY=off leaves it out (quick loops, test suites): the sweep then gates as one
+    from before the canary."""
     progress = Progress(total=len(plan), started=time.perf_counter())
     reference_step_s: dict[str, float] = {}
     try:
+        if canary_wanted():
+            manifest.setdefault("canary", []).append(run_canary("start"))
+            write_manifest(sweep_dir, manifest)
         for spec in plan:
             done = ok_record(sweep_dir, spec.run_id)
             if done is not None:
@@ -239,6 +248,8 @@ def run_sweep(
         raise
     finally:
         progress.close()
+    if canary_wanted():
+        manifest["canary"].append(run_canary("end"))
     manifest.update(state="finished", ended_at=utc_now())
     write_manifest(sweep_dir, manifest)
     return manifest
