@@ -1,7 +1,12 @@
+import contextlib
+import io
 import os
 import re
+import signal
 import subprocess
 import sys
+import traceback
+import warnings
 
 import pytest
 
@@ -12,6 +17,9 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures")
 # Tests meant for CPU run with the GPUs hidden: on a GPU machine `--device auto` would otherwise
 # pick CUDA (and every `--nproc 2` run would be refused on a one-GPU box).
 HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
+# The machine canary costs each sweep a few seconds at its start and end; tests/test_canary.py
+# measures it, the suite's other sweeps leave it out.
+os.environ.setdefault("DDPBENCH_CANARY", "off")
 
 
 def cpu_environment(**changes: str) -> dict:
@@ -19,20 +27,90 @@ def cpu_environment(**changes: str) -> dict:
     return {**os.environ, **HIDE_GPUS, **changes}
 
 
-def ddpbench(
-    *args: str, timeout: float = 240, env: dict | None = None, cwd=REPO, gpus: bool = False
+def command_environment(env: dict | None, base: dict | None, gpus: bool) -> dict:
+    """The environment a command runs in: `base` (by default this one, GPUs hidden unless `gpus`)
+    with the changes in `env`."""
+    if base is None:
+        base = dict(os.environ) if gpus else cpu_environment()
+    return {**base, **(env or {})}
+
+
+def ddpbench_process(
+    *args: str,
+    timeout: float = 240,
+    env: dict | None = None,
+    cwd=REPO,
+    gpus: bool = False,
+    base: dict | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run the real command line in a fresh process, as a user would. Commands that write to the
-    working folder (a sweep's report goes to ./reports/) get a temporary `cwd` from their test.
-    GPUs stay hidden unless `gpus` (the CUDA tests)."""
-    base = dict(os.environ) if gpus else cpu_environment()
+    """Run the real command line in a fresh process, as a user would: for tests whose point needs
+    one (what reaches the terminal from the processes a run starts, signals, the interpreter's
+    exit, what a fresh interpreter imports). Commands that write to the working folder (a sweep's
+    report goes to ./reports/) get a temporary `cwd` from their test. GPUs stay hidden unless
+    `gpus` (the CUDA tests); `base` replaces this process's environment (a SLURM cluster's)."""
     return subprocess.run(
         [sys.executable, "-m", "ddpbench", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**base, **(env or {})},
+        env=command_environment(env, base, gpus),
+    )
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    # As a fresh interpreter shows a warning: on stderr (pytest would otherwise collect it).
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def ddpbench(
+    *args: str,
+    timeout: float = 240,
+    env: dict | None = None,
+    cwd=REPO,
+    gpus: bool = False,
+    base: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """The command line run in this process (`ddpbench.cli.main`), for tests that read only its
+    output, exit code and files: the same result as `ddpbench_process` without starting an
+    interpreter and importing the libraries again for each command. The environment (`env`,
+    `base`, `gpus` as there) and working folder apply for the call and are put back after it; an
+    exit through SystemExit or an uncaught exception ends as it would in a process (its code, or
+    the traceback on stderr and code 1). `timeout` is accepted for the same calls and not enforced:
+    a command started in this process cannot be ended from outside it."""
+    from ddpbench.cli import main
+
+    stdout, stderr = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(2))
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_sigterm = signal.getsignal(signal.SIGTERM)  # main() installs its own handler
+    os.environ.clear()
+    os.environ.update(command_environment(env, base, gpus))
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
+            warnings.resetwarnings()
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = _show_warning
+            try:
+                code = main(list(args))
+            except SystemExit as exc:
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        signal.signal(signal.SIGTERM, saved_sigterm)
+    return subprocess.CompletedProcess(
+        ["ddpbench", *args], code or 0, stdout.buffer.getvalue().decode(), stderr.buffer.getvalue().decode()
     )
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, ddpbench
+from conftest import FIXTURES, ddpbench_process
 
 from ddpbench.cli import main
 
@@ -150,7 +150,7 @@ def test_bad_stored_data_is_one_line_and_exit_2(argv, message, bad, tmp_path, mo
     ],
 )
 def test_no_traceback_reaches_the_terminal(argv, message, bad, tmp_path):
-    done = ddpbench(*[arg.format(**bad) if "{" in arg else arg for arg in argv], cwd=tmp_path)
+    done = ddpbench_process(*[arg.format(**bad) if "{" in arg else arg for arg in argv], cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"ddpbench {argv[0]}: error: ") and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

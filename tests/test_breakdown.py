@@ -6,13 +6,12 @@ import os
 import shutil
 
 import pytest
-from conftest import REPO
+from conftest import FIXTURES
 
 from ddpbench.analysis.breakdown import TERM_NAMES, ExplainError, explain, explain_sweep
 from ddpbench.cli import main
 from ddpbench.records.store import load_record, read_records
 
-FIXTURES = os.path.join(REPO, "tests", "fixtures")
 DDP = os.path.join(FIXTURES, "projection", "mlp2.json")
 LOCAL = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-local-n1.json")
 

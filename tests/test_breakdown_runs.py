@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, cpu_environment
+from conftest import FIXTURES, cpu_environment, ddpbench
 
 pytestmark = pytest.mark.launches
 
@@ -73,13 +73,7 @@ def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) ->
 def explained(folder, tmp_path) -> dict[str, dict]:
     """The folder's breakdowns as `ddpbench explain --json` writes them, by run id."""
     path = tmp_path / f"{os.path.basename(folder)}-explain.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "ddpbench", "explain", str(folder), "--json", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=cpu_environment(),
-    )
+    done = ddpbench("explain", str(folder), "--json", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path) as handle:
         return {breakdown["run_id"]: breakdown for breakdown in json.load(handle)}

@@ -1,4 +1,5 @@
 import os
+import traceback
 
 import pytest
 import torch
@@ -146,22 +147,53 @@ def _gradient_check_on_rank(rank, world_size, store_path, broken, results, diver
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("broken", [False, True], ids=["real-ddp", "no-averaging-hook"])
-def test_gradient_check_tells_averaged_from_local_gradients(tmp_path, broken):
+# (broken, diverged) by case: real DDP, a hook that averages nothing, one rank's non-finite sample.
+GRADIENT_CASES = {"real-ddp": (False, False), "no-averaging-hook": (True, False), "not-finite": (False, True)}
+
+
+def _gradient_cases_on_rank(rank, world_size, folder, results):
+    """Every case in turn, each in a process group of its own, in one pair of processes: starting
+    them (and importing torch in each) is most of the time. A case that fails keeps its traceback
+    for its own test, and the others still run."""
+    for name, (broken, diverged) in GRADIENT_CASES.items():
+        found = {}
+        try:
+            _gradient_check_on_rank(rank, world_size, os.path.join(folder, f"store-{name}"), broken, found, diverged)
+            results[(name, rank)] = found[rank]
+        except Exception:
+            results[(name, rank)] = {"error": traceback.format_exc()}
+
+
+@pytest.fixture(scope="module")
+def gradient_cases(tmp_path_factory):
+    """Case name -> rank -> the rank's gradients_averaged verdict."""
+    folder = str(tmp_path_factory.mktemp("gradient-check"))
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_gradient_check_on_rank, args=(2, str(tmp_path / "store"), broken, results), nprocs=2)
+        mp.spawn(_gradient_cases_on_rank, args=(2, folder, results), nprocs=2)
         results = dict(results)
+    return {name: {rank: results[(name, rank)] for rank in range(2)} for name in GRADIENT_CASES}
+
+
+def case_results(gradient_cases, name) -> dict:
+    results = gradient_cases[name]
+    errors = [found["error"] for found in results.values() if "error" in found]
+    assert not errors, errors[0]
+    return results
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize("broken", [False, True], ids=["real-ddp", "no-averaging-hook"])
+def test_gradient_check_tells_averaged_from_local_gradients(gradient_cases, broken):
+    results = case_results(gradient_cases, "no-averaging-hook" if broken else "real-ddp")
     assert all(r["ok"] is (not broken) for r in results.values()), results
     if broken:
         assert min(r["details"]["relative_error"] for r in results.values()) > 0.01
 
 
-def test_gradient_check_says_when_gradients_are_not_finite(tmp_path):
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_gradient_check_on_rank, args=(2, str(tmp_path / "store"), False, results, True), nprocs=2)
-        results = dict(results)
+@pytest.mark.launches
+def test_gradient_check_says_when_gradients_are_not_finite(gradient_cases):
+    results = case_results(gradient_cases, "not-finite")
     assert all(r["ok"] is False and "not finite" in r["reason"] for r in results.values()), results
     merged = checks.all_ranks([results[0], results[1]], worst="relative_error")
     assert merged["ok"] is False and merged["reason"].startswith("rank 0: gradients are not finite")

@@ -58,7 +58,7 @@ def test_checking_input_does_not_import_torch():
     import sys
 
     code = (
-        "import sys; from ddpbench.running.launch import resolve; from ddpbench.config.spec import RunSpec;"
+        "import sys; from ddpbench.running.resolve import resolve; from ddpbench.config.spec import RunSpec;"
         "resolve(RunSpec(workload='mlp', nproc=2), gpu_count=0, cores=2);"
         "print('torch' in sys.modules)"
     )
@@ -95,7 +95,7 @@ def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
         (["trace", "analyze"], "the following arguments are required: PATH"),
         (["trace", "explain", "x"], "invalid choice: 'explain'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
-        (["run"], "the following arguments are required: --workload"),
+        (["run"], "one of the arguments --workload --script is required"),
     ],
 )
 def test_bad_command_lines_across_subcommands(args, message):

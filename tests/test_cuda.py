@@ -9,7 +9,7 @@ import re
 import time
 
 import pytest
-from conftest import ddpbench, requires_cuda
+from conftest import ddpbench_process, requires_cuda
 
 pytestmark = [requires_cuda, pytest.mark.cuda]
 
@@ -94,7 +94,7 @@ def test_peak_memory_is_per_phase_on_every_device():
 
 
 def gpu_run(out_dir, *args: str) -> dict:
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--device", "cuda", "--run-timeout", "300", "--out", str(out_dir), *args, gpus=True, timeout=420
     )
     records = glob.glob(str(out_dir / "runs" / "*.json"))
@@ -233,9 +233,9 @@ def test_more_gpus_than_the_machine_has_are_refused(tmp_path):
     import torch
 
     too_many = str(torch.cuda.device_count() + 1)
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", "mlp", "--device", "cuda", "--nproc", too_many, "--out", str(tmp_path), gpus=True
     )
     assert done.returncode == 2 and f"this machine has {torch.cuda.device_count()}" in done.stderr
-    done = ddpbench("sweep", "--gpus", too_many, "--out", str(tmp_path), gpus=True)
+    done = ddpbench_process("sweep", "--gpus", too_many, "--out", str(tmp_path), gpus=True)
     assert done.returncode == 2, done.stderr

@@ -7,9 +7,10 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, cpu_environment, ddpbench
+from conftest import REPO, cpu_environment, ddpbench_process
 
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
@@ -61,7 +62,7 @@ def test_fault_option_is_checked_before_anything_starts(tmp_path):
         ("rank=0,kind=skip,step=3", "needs strategy ddp and --comm-hook allreduce"),
     ]:
         extra = ["--comm-hook", "fp16_compress"] if "skip" in fault else []
-        done = ddpbench(
+        done = ddpbench_process(
             "run", "--workload", "mlp", *QUICK, *extra, "--inject-fault", fault, "--out", str(tmp_path / "x")
         )
         assert (
@@ -71,7 +72,7 @@ def test_fault_option_is_checked_before_anything_starts(tmp_path):
 
 
 def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "sweep",
         "--workloads",
         "mlp",
@@ -104,7 +105,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tm
 
 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=1,kind=kill,step=3", "--out", str(tmp_path)
     )
     record = only_record(tmp_path)
@@ -122,6 +123,36 @@ def hang_named_within(folder, record_path, hung_rank):
 
 
 PG_TIMEOUT_S = 8
+MLP = "mlp"
+BLOCKS_IN_FORWARD = f"{REPO}/tests/fixtures/blocks_in_forward.py:blocks_in_forward"
+# Every run of this file that hangs until the process-group timeout: (workload, injected fault).
+HANGS = {
+    "hang-where-unset": (MLP, "rank=1,kind=hang,step=4"),
+    **{
+        f"hang-where-{where}": (MLP, f"rank=1,kind=hang,step=4,where={where}")
+        for where in ("data", "forward", "backward", "optimizer", "collective")
+    },
+    "skip": (MLP, "rank=1,kind=skip,step=4"),
+    "blocks-in-forward": (BLOCKS_IN_FORWARD, None),
+}
+HANGS_AT_ONCE = 2
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory):
+    """Each hanging run, two at a time: a hang spends most of its time waiting out the timeout, so
+    two share the cores without delaying each other's diagnosis much, and the file takes half as
+    long. Case -> (the command's result, its output folder)."""
+    folders = {case: tmp_path_factory.mktemp(case) for case in HANGS}
+
+    def run(case):
+        workload, fault = HANGS[case]
+        injected = ["--inject-fault", fault] if fault else []
+        options = ["--pg-timeout", str(PG_TIMEOUT_S), *injected, "--out", str(folders[case])]
+        return ddpbench_process("run", "--workload", workload, *QUICK, *options), folders[case]
+
+    with ThreadPoolExecutor(HANGS_AT_ONCE) as pool:
+        return dict(zip(HANGS, pool.map(run, HANGS)))
 
 
 # where=None hangs before the step starts (the data phase runs from the step's start until its
@@ -139,20 +170,8 @@ PG_TIMEOUT_S = 8
         ("collective", "backward", "backward of step 4"),  # DDP's communication hook runs inside backward
     ],
 )
-def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(tmp_path, where, stuck_in, waits_in):
-    fault = "rank=1,kind=hang,step=4" + (f",where={where}" if where else "")
-    done = ddpbench(
-        "run",
-        "--workload",
-        "mlp",
-        *QUICK,
-        "--pg-timeout",
-        str(PG_TIMEOUT_S),
-        "--inject-fault",
-        fault,
-        "--out",
-        str(tmp_path),
-    )
+def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(hung, where, stuck_in, waits_in):
+    done, tmp_path = hung[f"hang-where-{where or 'unset'}"]
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
@@ -176,19 +195,8 @@ def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(tmp_path, whe
     assert processes_mentioning(str(tmp_path)) == []
 
 
-def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(tmp_path):
-    done = ddpbench(
-        "run",
-        "--workload",
-        "mlp",
-        *QUICK,
-        "--pg-timeout",
-        str(PG_TIMEOUT_S),
-        "--inject-fault",
-        "rank=1,kind=skip,step=4",
-        "--out",
-        str(tmp_path),
-    )
+def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(hung):
+    done, tmp_path = hung["skip"]
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
@@ -204,11 +212,10 @@ def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
-def test_a_users_workload_that_blocks_in_forward_is_named(tmp_path):
+def test_a_users_workload_that_blocks_in_forward_is_named(hung):
     """No injected fault: rank 1's forward blocks on a lock at its 8th call (1 FLOP count + 2
     warm-up steps + 5 timed: step 6), as the issue's user saw."""
-    workload = f"{REPO}/tests/fixtures/blocks_in_forward.py:blocks_in_forward"
-    done = ddpbench("run", "--workload", workload, *QUICK, "--pg-timeout", str(PG_TIMEOUT_S), "--out", str(tmp_path))
+    done, tmp_path = hung["blocks-in-forward"]
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
@@ -218,7 +225,7 @@ def test_a_users_workload_that_blocks_in_forward_is_named(tmp_path):
 
 
 def test_out_of_memory_is_its_own_status(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", "mlp", *QUICK, "--inject-fault", "rank=0,kind=oom,step=3", "--out", str(tmp_path)
     )
     record = only_record(tmp_path)
@@ -230,7 +237,7 @@ def test_out_of_memory_is_its_own_status(tmp_path):
 def test_oom_backoff_reruns_at_half_the_batch(tmp_path, factory):
     # Also when the library that ran out (cuDNN here) raises a plain RuntimeError.
     workload = f"{REPO}/tests/fixtures/oom_above_batch.py:{factory}"
-    done = ddpbench("run", "--workload", workload, *QUICK, "--oom-backoff", "--out", str(tmp_path))
+    done = ddpbench_process("run", "--workload", workload, *QUICK, "--oom-backoff", "--out", str(tmp_path))
     record = only_record(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert record["status"] == "ok" and record["spec"]["batch_size"] == 4
@@ -243,7 +250,7 @@ def test_a_taken_port_is_replaced_by_a_free_one(tmp_path):
         squatter.bind(("localhost", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        done = ddpbench("run", "--workload", "mlp", *QUICK, "--rdzv-port", str(port), "--out", str(tmp_path))
+        done = ddpbench_process("run", "--workload", "mlp", *QUICK, "--rdzv-port", str(port), "--out", str(tmp_path))
     record = only_record(tmp_path)
     assert done.returncode == 0 and record["status"] == "ok"
     assert record["launch"]["notes"] == [f"port {port} was taken; torchrun picked a free one"]
@@ -287,7 +294,7 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
     finished = [json.load(open(runs / n)) for n in os.listdir(runs) if n.endswith(".json")]
     assert finished and all(r["status"] == "ok" for r in finished)  # intact, nothing half-written
     assert processes_mentioning(str(tmp_path)) == []
-    done = ddpbench("sweep", "--resume", "--sweep-id", "s", "--out", str(tmp_path), cwd=tmp_path)
+    done = ddpbench_process("sweep", "--resume", "--sweep-id", "s", "--out", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.load(open(tmp_path / "s" / "manifest.json"))["state"] == "finished"
     assert sorted(os.listdir(runs)) == ["mlp-ddp-n1.json", "mlp-ddp-n2.json", "mlp-local-n1.json"]

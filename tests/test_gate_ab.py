@@ -7,7 +7,7 @@ import sys
 
 import msgspec
 import pytest
-from conftest import REPO, ddpbench
+from conftest import REPO, ddpbench, ddpbench_process
 from test_gate import SWEEP
 
 from ddpbench.gate.ab import paired_comparisons
@@ -122,7 +122,7 @@ def test_ab_bad_run_options_are_refused_before_anything_runs(tmp_path):
 @pytest.mark.launches
 def test_a_real_ab_job_alternates_and_gates(tmp_path):
     out = tmp_path / "ab"
-    done = ddpbench(
+    done = ddpbench_process(
         "ab",
         sys.executable,
         REPO,

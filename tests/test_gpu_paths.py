@@ -9,14 +9,15 @@ import threading
 
 import pytest
 import torch
-from conftest import FIXTURES, REPO, cpu_environment, ddpbench
+from conftest import FIXTURES, REPO, cpu_environment, ddpbench_process
 
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.analysis.traces import TraceError, analyze_trace, format_trace_table
 from ddpbench.config.spec import RunSpec
+from ddpbench.running.command import LAUNCHER_VARIABLES, child_environment
 from ddpbench.running.diagnose import out_of_memory
 from ddpbench.running.environment import driver_version_from_proc, parse_gpu_query, visible_gpu_count
-from ddpbench.running.launch import LAUNCHER_VARIABLES, child_environment, resolve
+from ddpbench.running.resolve import resolve
 
 REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
 
@@ -94,7 +95,7 @@ def test_peak_memory_is_reset_at_every_phase():
 def test_record_reports_the_timed_windows_peak_not_the_gradient_checks(tmp_path):
     workload = f"{REPO}/tests/fixtures/big_in_eval.py:big_in_eval"
     # Two ranks: at one rank there is nothing to compare, and the gradient check does not run.
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         workload,
@@ -187,7 +188,7 @@ def test_local_and_dp_ignore_the_variables_of_a_surrounding_launcher(monkeypatch
 
 @pytest.mark.launches
 def test_a_local_run_inside_a_torchrun_job_writes_its_record(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         "mlp",

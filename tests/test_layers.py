@@ -11,9 +11,9 @@ import ast
 import os
 
 import pytest
+from conftest import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(ROOT, "ddpbench")
+PACKAGE = os.path.join(REPO, "ddpbench")
 
 # Packages whose modules may never import torch, not even inside a function.
 NO_TORCH_ANYWHERE = ("ddpbench.analysis", "ddpbench.gate", "ddpbench.report", "ddpbench.records", "ddpbench.config")
@@ -23,7 +23,7 @@ NO_TORCH_AT_IMPORT = ("ddpbench.running", "ddpbench.cli", "ddpbench.commands")
 
 
 def module_name(path: str) -> str:
-    relative = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+    relative = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
     return relative[: -len(".__init__")] if relative.endswith(".__init__") else relative
 
 

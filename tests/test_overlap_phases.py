@@ -1,7 +1,9 @@
 """The overlap phases against the installed torch: the replay compares like with like, and the
 reducer timers describe the replayed iterations, not DDP's warm-up."""
 
+import os
 import time
+import traceback
 
 import pytest
 import torch
@@ -53,11 +55,38 @@ def _small_then_big(rank, store_path, results):
         dist.destroy_process_group()
 
 
-def test_reducer_phase_describes_the_replayed_iterations_only(tmp_path):
+def _every_phase(rank, folder, results):
+    """Each phase below in turn, each in a process group of its own, in one process: starting it
+    (and importing torch there) is most of the time. A phase that fails keeps its traceback for
+    its own test, and the others still run."""
+    for name, run in PHASES.items():
+        found = {}
+        try:
+            run(rank, os.path.join(folder, f"store-{name}"), found)
+            results[name] = found
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+
+
+@pytest.fixture(scope="module")
+def phase_results(tmp_path_factory):
+    """Phase name -> what its run in a real (one-rank) process group found."""
+    folder = str(tmp_path_factory.mktemp("phases"))
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_small_then_big, args=(str(tmp_path / "store"), results), nprocs=1)
-        results = dict(results)
+        mp.spawn(_every_phase, args=(folder, results), nprocs=1)
+        return dict(results)
+
+
+def results_of(phase_results, name) -> dict:
+    results = phase_results[name]
+    assert "error" not in results, results["error"]
+    return results
+
+
+@pytest.mark.launches
+def test_reducer_phase_describes_the_replayed_iterations_only(phase_results):
+    results = results_of(phase_results, "reducer")
     phase = results["phase"]
     assert phase["iterations"] == 9 and "warm-up excluded" in phase["covers"]
     measured, small = results["measured_backward_s"], results["small_only_s"]
@@ -130,18 +159,24 @@ def _timeline_calls(rank, store_path, world_size, results):
         dist.destroy_process_group()
 
 
+# Run by _every_phase: the reducer phase, and the timeline told world sizes 1 and 2.
+PHASES = {
+    "reducer": _small_then_big,
+    "timeline-1": lambda rank, store_path, results: _timeline_calls(rank, store_path, 1, results),
+    "timeline-2": lambda rank, store_path, results: _timeline_calls(rank, store_path, 2, results),
+}
+
+
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(tmp_path, world_size):
+def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(phase_results, world_size):
     """As in the timed window, where every DDP step follows one: each marked DDP step of the
     timeline comes right after an unmarked one, which comes after the barrier that gathers the
     ranks (with more than one rank), so the marked step starts where a DDP step leaves them. The
     other kinds get no lead-in; the unwrapped module's steps come after the barrier too, as many
     as the others. The process group has one rank; world_size is what the phase is told. The
     record says the steps had the lead-in and holds the unwrapped steps, fully marked."""
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_timeline_calls, args=(str(tmp_path / "store"), world_size, results), nprocs=1)
-        results = dict(results)
+    results = results_of(phase_results, f"timeline-{world_size}")
     gather = ["barrier"] if world_size > 1 else []
     per_pair = [
         *gather,

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
 
 from ddpbench.analysis import network
 from ddpbench.analysis.projection import (
@@ -19,28 +18,21 @@ from ddpbench.analysis.projection import (
     contention_rates,
     project,
     rebucket,
-    validation_cases,
 )
+from ddpbench.analysis.projection_validation import validation_cases
 from ddpbench.analysis.trace_comm import allreduce_intervals_us, profile_vs_trace
 from ddpbench.records.schema import ContentionProbe
 from ddpbench.records.store import load_record
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "projection")
-RECORD = os.path.join(FIXTURES, "mlp2.json")
-PROFILE = os.path.join(FIXTURES, "gloo-profile.json")
+RECORD = os.path.join(FIXTURES, "projection", "mlp2.json")
+PROFILE = os.path.join(FIXTURES, "projection", "gloo-profile.json")
 MIB = 1024 * 1024
 
 
 @pytest.fixture
 def record(monkeypatch):
-    monkeypatch.chdir(ROOT)  # the record's trace paths are relative to the repository
+    monkeypatch.chdir(REPO)  # the record's trace paths are relative to the repository
     return load_record(RECORD)
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "ddpbench", *args], env=env, capture_output=True, text=True, cwd=ROOT)
 
 
 def test_fit_recovers_a_planted_alpha_and_beta():
@@ -301,7 +293,7 @@ def test_validation_cases_compare_against_runs_with_the_knob(record):
     ],
 )
 def test_project_bad_input_is_one_line_and_exit_2(args, message):
-    result = cli("project", RECORD, *args)
+    result = ddpbench("project", RECORD, *args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
@@ -310,20 +302,20 @@ def test_project_refuses_a_run_without_timeline_or_ddp(tmp_path):
     raw = json.load(open(RECORD))
     raw["timeline"] = None
     (tmp_path / "no-timeline.json").write_text(json.dumps(raw))
-    result = cli("project", str(tmp_path / "no-timeline.json"), "--world", "4", "--profile", "ib-100g")
+    result = ddpbench("project", str(tmp_path / "no-timeline.json"), "--world", "4", "--profile", "ib-100g")
     assert result.returncode == 2 and "no gradient timeline" in result.stderr
     raw["spec"]["strategy"] = "dp"
     (tmp_path / "local.json").write_text(json.dumps(raw))
-    result = cli("project", str(tmp_path / "local.json"), "--world", "4", "--profile", "ib-100g")
+    result = ddpbench("project", str(tmp_path / "local.json"), "--world", "4", "--profile", "ib-100g")
     assert result.returncode == 2 and "not a DDP run" in result.stderr
 
 
 def test_project_prints_a_marked_projection():
-    result = cli("project", RECORD, "--world", "64", "--profile", "h100-nvswitch", "--comm-hook", "bf16_compress")
+    result = ddpbench("project", RECORD, "--world", "64", "--profile", "h100-nvswitch", "--comm-hook", "bf16_compress")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("PROJECTION (not a measurement)") and "world size 64" in result.stdout
     assert "DDP's own work   measured (steps through DDP over a one-rank group)" in result.stdout
-    result = cli("project", RECORD, "--world", "8", "--profile", "h100-nvswitch", "--json")
+    result = ddpbench("project", RECORD, "--world", "8", "--profile", "h100-nvswitch", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["what"]["world_size"] == 8 and data["step_low_s"] <= data["step_s"] <= data["step_high_s"]
@@ -360,14 +352,14 @@ def test_comm_bad_input_is_one_line_and_exit_2():
         (["--dtypes", "float64"], "unknown element type"),
         (["--device", "cpu", "--backend", "nccl"], "does not go with --device cpu"),
     ):
-        result = cli("comm", *args)
+        result = ddpbench("comm", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
 @pytest.mark.launches
 def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
     # --device as run and sweep take it: cpu measures gloo.
-    result = cli(
+    result = ddpbench_process(
         "comm",
         "--device",
         "cpu",
@@ -618,7 +610,7 @@ def test_compression_uses_the_half_precision_curve_where_measured():
 
 @pytest.mark.launches
 def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
-    result = cli(
+    result = ddpbench_process(
         "tune",
         "--workload",
         "mlp",
@@ -734,7 +726,7 @@ def test_projected_efficiency_divides_by_the_scaling_tables_x1(tmp_path, capsys)
     runs = tmp_path / "sweep" / "runs"
     runs.mkdir(parents=True)
     shutil.copy(RECORD, runs / "mlp2.json")
-    local = os.path.join(ROOT, "tests", "fixtures", "sweeps", "cpu-mlp-with-failure", "runs", "mlp-local-n1.json")
+    local = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-local-n1.json")
     shutil.copy(local, runs / "mlp-local-n1.json")
     x1 = load_record(local).metrics.throughput_units_per_s
     assert main(["project", str(runs / "mlp2.json"), "--world", "2", "--profile", PROFILE, "--json"]) == 0

@@ -110,6 +110,7 @@ def chromium_path():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(chromium_path() is None, reason="needs Debian's chromium (apt-get install chromium)")
 def test_a_browser_shows_the_report_without_errors(page, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (test extra)")

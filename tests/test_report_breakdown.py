@@ -9,7 +9,8 @@ import shutil
 import pytest
 from conftest import FIXTURES
 
-from ddpbench.analysis.breakdown import TERMS, Breakdown, Term, explain_sweep
+from ddpbench.analysis.breakdown import explain_sweep
+from ddpbench.analysis.breakdown_terms import TERMS, Breakdown, Term
 from ddpbench.records.store import read_records
 from ddpbench.report.html import build_report
 
@@ -161,6 +162,7 @@ def chromium_path():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(chromium_path() is None, reason="needs Debian's chromium (apt-get install chromium)")
 def test_a_browser_loads_the_waterfall(report, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (test extra)")

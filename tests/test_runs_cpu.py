@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, cpu_environment, ddpbench, foreign_lines
+from conftest import REPO, cpu_environment, ddpbench_process, foreign_lines
 
 pytestmark = pytest.mark.launches
 
@@ -78,7 +78,7 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
 
 
 def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", "mlp", "--nproc", "2", "--steps", "25", "--warmup", "3", "--out", str(tmp_path)
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -136,7 +136,7 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
 
 
 def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         "vit_b_16",
@@ -165,7 +165,7 @@ def test_local_run_with_bf16_autocast_on_cpu(tmp_path):
 
 def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     workload = f"{REPO}/tests/fixtures/user_workload.py:regression"
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         workload,
@@ -208,7 +208,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
 
 def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     workload = f"{REPO}/tests/fixtures/failing_workload.py:broken"
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2", "--out", str(tmp_path)
     )
     assert done.returncode == 1
@@ -226,7 +226,7 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
 
 def test_a_crash_after_the_timed_steps_keeps_the_measurements(tmp_path):
     workload = f"{REPO}/tests/fixtures/crash_when_profiled.py:crash_when_profiled"
-    done = ddpbench(
+    done = ddpbench_process(
         "run", "--workload", workload, "--nproc", "2", "--steps", "8", "--warmup", "2", "--out", str(tmp_path)
     )
     assert done.returncode == 1
@@ -310,7 +310,7 @@ def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
 
 def test_replicas_that_drift_apart_fail_their_check_in_a_real_run(tmp_path):
     workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:drifting_replicas"
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         workload,
@@ -336,7 +336,7 @@ def test_replicas_that_drift_apart_fail_their_check_in_a_real_run(tmp_path):
 
 def test_a_dataset_no_sampler_can_shard_is_refused_in_a_real_run(tmp_path):
     workload = f"{REPO}/tests/fixtures/misbehaving_workloads.py:streaming_dataset"
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         workload,

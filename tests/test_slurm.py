@@ -12,27 +12,24 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
 
 from ddpbench.config.errors import SpecError
 from ddpbench.config.plan import SweepOptions, plan_sweep
 from ddpbench.running import slurm
 from ddpbench.running.diagnose import error_files, rendezvous_failed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slurm_cluster  # noqa: E402
 
 
-def ddpbench(*args: str, env: dict, cwd: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {**env, "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", "ddpbench", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def without_slurm() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+
+
+def this_checkout(env: dict) -> dict:
+    """`env` with this checkout first on PYTHONPATH, for the commands SLURM starts from it."""
+    return {**env, "PYTHONPATH": REPO + os.pathsep + env.get("PYTHONPATH", "")}
 
 
 # --- without a cluster -----------------------------------------------------------------------
@@ -146,7 +143,7 @@ def test_sbatch_script_resumes_when_submitted_again():
     ],
 )
 def test_slurm_launcher_outside_an_allocation_is_one_line_exit_2(tmp_path, command):
-    done = ddpbench(*command, "--out", str(tmp_path / "out"), env=without_slurm(), cwd=str(tmp_path))
+    done = ddpbench(*command, "--out", str(tmp_path / "out"), base=without_slurm(), cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "needs a SLURM allocation" in done.stderr and "salloc" in done.stderr
     assert not os.path.exists(tmp_path / "out" / "runs")
@@ -192,7 +189,7 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
             "--out",
             out,
         ],
-        env={**env, "PYTHONPATH": ROOT},
+        env={**env, "PYTHONPATH": REPO},
         cwd=str(tmp_path),
         capture_output=True,
         text=True,
@@ -200,13 +197,33 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
     )
     assert in_one_node.returncode == 2, in_one_node.stderr
     assert "asked for 2 nodes; SLURM job" in in_one_node.stderr and in_one_node.stderr.count("\n") == 1
-    no_partition = ddpbench(
-        "sbatch", "--partition", "nope", "--suite", "smoke", "--out", out, env=env, cwd=str(tmp_path)
+    no_partition = ddpbench_process(
+        "sbatch",
+        "--partition",
+        "nope",
+        "--suite",
+        "smoke",
+        "--out",
+        out,
+        base=this_checkout(env),
+        cwd=str(tmp_path),
+        timeout=900,
     )
     assert no_partition.returncode == 2
     assert no_partition.stderr.strip().endswith("partition 'nope' does not exist on this cluster; valid: debug")
-    too_many = ddpbench(
-        "sbatch", "--nodes", "1,3", "--suite", "smoke", "--device", "cpu", "--out", out, env=env, cwd=str(tmp_path)
+    too_many = ddpbench_process(
+        "sbatch",
+        "--nodes",
+        "1,3",
+        "--suite",
+        "smoke",
+        "--device",
+        "cpu",
+        "--out",
+        out,
+        base=this_checkout(env),
+        cwd=str(tmp_path),
+        timeout=900,
     )
     assert too_many.returncode == 2 and too_many.stderr.count("\n") == 1, too_many.stderr
     assert "SLURM would refuse the job" in too_many.stderr
@@ -218,7 +235,7 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
 @pytest.mark.launches
 def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster, tmp_path):
     env = cluster.env()
-    done = ddpbench(
+    done = ddpbench_process(
         "sbatch",
         "--wait",
         "--device",
@@ -236,8 +253,9 @@ def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster
         str(tmp_path / "results"),
         "--sweep-id",
         "two-nodes",
-        env=env,
+        base=this_checkout(env),
         cwd=str(tmp_path),
+        timeout=900,
     )
     sweep_dir = tmp_path / "results" / "two-nodes"
     log = "".join(open(path).read() for path in glob.glob(str(sweep_dir / "slurm-*.out")))
@@ -292,7 +310,7 @@ def test_a_rank_failing_on_another_node_is_named_in_the_record(cluster, tmp_path
             "--out",
             str(tmp_path / "out"),
         ],
-        env={**cluster.env(), "PYTHONPATH": ROOT},
+        env={**cluster.env(), "PYTHONPATH": REPO},
         cwd=str(tmp_path),
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 import pytest
 
 from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
-from ddpbench.running.launch import resolve
+from ddpbench.running.resolve import resolve
 
 
 def test_defaults_are_valid_and_world_size_multiplies_nodes():

@@ -5,7 +5,7 @@ import os
 
 import pytest
 from conftest import REPO, foreign_lines
-from conftest import ddpbench as run_cli
+from conftest import ddpbench_process as run_cli
 
 import ddpbench
 from ddpbench.analysis.frames import scaling_table

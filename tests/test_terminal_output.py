@@ -10,15 +10,16 @@ import shutil
 
 import msgspec
 import pytest
-from conftest import FIXTURES, REPO, ddpbench, foreign_lines
+from conftest import FIXTURES, REPO, ddpbench_process, foreign_lines
 
 from ddpbench.analysis.frames import format_side_by_side, load, scaling_table, side_by_side
 from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import Record
 from ddpbench.report.html import build_report
 from ddpbench.report.summary import format_summary, relevant_tail
+from ddpbench.running.command import child_environment
 from ddpbench.running.environment import usable_cores
-from ddpbench.running.launch import child_environment, oversubscription
+from ddpbench.running.resolve import oversubscription
 
 CHATTY = f"{REPO}/tests/fixtures/chatty_workload.py:chatty"
 CHATTY_LINES = (
@@ -43,7 +44,7 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
     # 3 ranks x cores//2 threads exceed the cores on any machine; on this 2-core one, 3 x 1 on 2.
     cores = usable_cores()
     threads = max(1, cores // 2)
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         CHATTY,
@@ -90,7 +91,7 @@ def test_three_ranks_on_fewer_cores_warn_once_record_it_and_keep_the_processes_q
 
 @pytest.mark.launches
 def test_verbose_streams_everything_the_processes_print(tmp_path):
-    done = ddpbench(
+    done = ddpbench_process(
         "run",
         "--workload",
         CHATTY,
