@@ -54,6 +54,82 @@ def under_ddpbench(args) -> list[float]:
     return step_times(printed)
 
 
+def in_process(args) -> None:
+    """The hooks alone: one process (gloo, world size 1), the same model, blocks of steps with the
+    observer installed and without, alternating, so that drift between runs cannot hide them."""
+    os.environ.update(MASTER_ADDR="localhost", MASTER_PORT="29577", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    import time
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    sys.path.insert(0, REPO)
+    from ddpbench.worker.clock import StepClock
+    from ddpbench.worker.script.observer import Observer
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)))
+    observer = Observer()
+    # what saw_ddp keeps, without its hooks: those come and go with each instrumented block
+    observer.ddp, observer._ddp_parameters = model, {id(p) for p in model.parameters()}
+    observer.clock, observer.timing = StepClock(torch.device("cpu")), True  # as in the timed window
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    inputs, targets = torch.randn(args.batch, 64), torch.randint(0, 10, (args.batch,))
+
+    def block() -> float:
+        durations = []
+        for _ in range(200):
+            started = time.perf_counter()
+            optimizer.zero_grad()
+            loss_fn(model(inputs), targets).backward()
+            optimizer.step()
+            durations.append(time.perf_counter() - started)
+        return statistics.median(durations)
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    block()  # warm up
+    ratios = []
+    for round_index in range(args.rounds * 10):
+        found = {}
+        for name in ("plain", "hooks") if round_index % 2 == 0 else ("hooks", "plain"):
+            removers = []
+            if name == "hooks":  # every hook the observer installs on the hot path
+                removers = [
+                    register_optimizer_step_pre_hook(observer.before_optimizer_step),
+                    register_optimizer_step_post_hook(observer.after_optimizer_step),
+                    model.register_forward_pre_hook(observer._before_forward, with_kwargs=True),
+                    model.register_forward_hook(observer._after_forward),
+                ]
+            found[name] = block()
+            for remove in removers:
+                remove.remove()
+        ratios.append(found["hooks"] / found["plain"])
+    # The hooks' own work per step, timed alone in a tight loop (what the blocks above cannot resolve
+    # when the machine's noise is larger than it): one forward and one optimizer step's worth.
+    calls = 20000
+    started = time.perf_counter()
+    for _ in range(calls):
+        observer._before_forward(model, (inputs,), {})
+        observer._after_forward(model, (inputs,), None)
+        observer.before_optimizer_step(optimizer, (), {})
+        observer.after_optimizer_step(optimizer, (), {})
+    hooks_s = (time.perf_counter() - started) / calls
+    plain_s = statistics.median(block() for _ in range(5))
+    print(
+        f"the hooks' own work: {hooks_s * 1e6:.1f} us per step, {hooks_s / plain_s:.2%} of this "
+        f"{plain_s * 1e3:.3f} ms step (torch's dispatch to them not included)"
+    )
+    print(
+        f"in one process, blocks of 200 steps alternating: median step with hooks / without over {len(ratios)} "
+        f"pairs: median {statistics.median(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}"
+    )
+    dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
@@ -62,7 +138,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--first", type=int, default=50, help="ddpbench's warm-up: the first step compared")
     parser.add_argument("--window-end", type=int, default=450, help="ddpbench's --steps: the window's end")
+    parser.add_argument("--in-process", action="store_true", help="the hooks alone, in one process (see in_process)")
     args = parser.parse_args()
+    if args.in_process:
+        in_process(args)
+        return
     ratios = []
     for round_index in range(args.rounds):
         order = [("plain", plain), ("ddpbench", under_ddpbench)]
