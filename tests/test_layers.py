@@ -16,7 +16,14 @@ from conftest import REPO
 PACKAGE = os.path.join(REPO, "ddpbench")
 
 # Packages whose modules may never import torch, not even inside a function.
-NO_TORCH_ANYWHERE = ("ddpbench.analysis", "ddpbench.gate", "ddpbench.report", "ddpbench.records", "ddpbench.config")
+NO_TORCH_ANYWHERE = (
+    "ddpbench.analysis",
+    "ddpbench.gate",
+    "ddpbench.report",
+    "ddpbench.records",
+    "ddpbench.config",
+    "ddpbench.history",
+)
 # Packages that must not import torch when they are imported (a lazy import in a function that only
 # runs on a GPU machine is allowed: `visible_gpu_count` asks torch only when a driver is present).
 NO_TORCH_AT_IMPORT = ("ddpbench.running", "ddpbench.cli", "ddpbench.commands")

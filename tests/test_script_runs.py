@@ -108,6 +108,7 @@ def test_a_profiled_script_run_has_a_trace_per_rank_and_its_overlap(tutorial_pro
     assert done.returncode == 0, done.stdout + done.stderr
     trace = record["overlap"]["trace"]
     assert len(trace["paths"]) == 2 and all(os.path.exists(p) for p in trace["paths"])
+    assert len(trace["by_rank"]) == 2
     assert all(summary["comm_us"] > 0 for summary in trace["by_rank"])
     assert "exposed comm" in done.stdout and "from the profiled steps' traces" in done.stdout
 

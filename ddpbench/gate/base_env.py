@@ -8,9 +8,10 @@ The base is checked out as a git worktree in .gate-base/<sha>/ with its own virt
 with the base's own pins, and kept for the next time). A is the base (its code, its environment),
 B this working tree with this Python, both running RUN_OPTIONS alternately, round by round.
 
-Bad input says one line and exits 2 before anything is built or run: a ref that is no commit, a
-base whose tree has no ddpbench, a worktree folder whose tracked files were changed, or a base
-whose ddpbench cannot run `ddpbench run` (too old for the suite). No torch.
+Bad input says one line and exits 2: before anything is built, a ref that is no commit, a base
+whose tree has no ddpbench, or a worktree folder whose tracked files were changed; once its
+environment is built and before anything runs, a base whose ddpbench cannot run `ddpbench run`
+(too old for the suite). No torch.
 """
 
 from __future__ import annotations

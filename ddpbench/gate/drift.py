@@ -108,6 +108,10 @@ def judge_drift(view: CanaryView, comparisons: list[Comparison]) -> CanaryView:
     regressions = [c for c in comparisons if c.verdict == "regression" and c.ratio]
     if not regressions or any(c.verdict == "not comparable" for c in comparisons):
         return view
+    # Efficiency and the exposed share are ratios within one sweep: a uniformly slower machine
+    # cancels out of them, so the canary cannot account for their regressions.
+    if any(c.measure != "throughput" for c in regressions):
+        return view
     moved = [m for m in view.moves if m.least_change is not None]
     if not moved:
         return view

@@ -8,8 +8,9 @@ Hooks, installed before the script runs:
   (and the autocast precision it runs in);
 - the optimizers' global step hooks: a step ends when an optimizer holding the DDP model's
   parameters has stepped (other optimizers, a GAN's second one say, are part of the step);
-- DistributedSampler's `__iter__` and `set_epoch`: the indices each rank read and the epochs set,
-  for the shard and reshuffle checks, as the worker's own sampler records them.
+- DistributedSampler's `__iter__`: the indices each rank read and the epoch the sampler was set
+  to when it handed them out, for the shard and reshuffle checks, as the worker's own sampler
+  records them.
 
 The hot path pays a few attribute stores and one clock mark per step, the clock the worker uses
 (a CUDA event on GPUs, never a synchronize inside the loop).
@@ -99,8 +100,8 @@ class Observer:
         if self.ddp is None:  # the first DDP model is the one trained; a second is reported
             self.ddp = model
             self._ddp_parameters = {id(p) for p in model.parameters()}
-            model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
-            model.register_forward_hook(self._after_forward)
+            self._removers.append(model.register_forward_pre_hook(self._before_forward, with_kwargs=True).remove)
+            self._removers.append(model.register_forward_hook(self._after_forward).remove)
 
     def _before_forward(self, module, args, kwargs):
         if self.timing and self.forwards_in_step == 0 and self.clock is not None:
