@@ -19,7 +19,6 @@ import os
 import subprocess
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 MIN_POINTS = 6
 """A series needs this many points before asking where it changed."""
@@ -72,6 +71,10 @@ def _otava(series: dict, python: str) -> dict:
 
 def fallback_change_points(values: list[float]) -> list[int]:
     """The documented stand-in (see the module docstring): indices where a new segment starts."""
+    # Here, not at the top: scipy.stats takes about a second to import, and with Otava the gate
+    # never needs it (measured in docs/measurements/history-speed.md).
+    from scipy import stats as scipy_stats
+
     logs = np.log(np.asarray(values, dtype=float))
 
     def split(start: int, end: int) -> list[int]:
