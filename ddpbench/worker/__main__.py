@@ -1,5 +1,5 @@
-import sys
-
 from ddpbench.worker.main import main
+from ddpbench.worker.teardown import exit_now
 
-sys.exit(main())
+# Past finalization: see worker/teardown.py (a failure raises out of main and exits as usual).
+exit_now(main())

@@ -41,6 +41,7 @@ class Heartbeat:
         self._count_collectives = None
         self._backend = None
         self._stop = threading.Event()
+        self._thread = None
         self._progress, self._progress_at = None, time.monotonic()
         if folder:
             os.makedirs(folder, exist_ok=True)
@@ -49,7 +50,8 @@ class Heartbeat:
             self._sigterm_path = hang_dumps.stacks_path(self.dumps_folder, rank, "sigterm")
             self._sigterm_file = hang_dumps.stacks_on_sigterm(self._sigterm_path)
             self._write()
-            threading.Thread(target=self._run, name="ddpbench-heartbeat", daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name="ddpbench-heartbeat", daemon=True)
+            self._thread.start()
 
     def watch_collectives(self, process_group, backend: str) -> None:
         """Count this process group's collectives from now on (call after init_process_group)."""
@@ -119,9 +121,17 @@ class Heartbeat:
         if self.folder:
             self._write()
 
+    def close(self) -> None:
+        """End the thread, so that it no longer reads the process group's sequence number: called
+        before the group is destroyed, on success and failure alike."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * INTERVAL_S)
+        self._count_collectives = None
+
     def stop(self, phase: str = "done") -> None:
         self.phase = phase
-        self._stop.set()
+        self.close()
         if self.folder:
             self._write()
             hang_dumps.stop_stacks_on_sigterm(self._sigterm_file)

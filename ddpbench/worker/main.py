@@ -487,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             write_record(record, spec.out_dir)
         beat.stop("done")
     finally:
+        beat.close()  # its thread reads the group's sequence number: not while the group goes
         if rank.distributed:
             dist.destroy_process_group()
     return 0

@@ -21,6 +21,7 @@ from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.script.ending import end_of_script
 from ddpbench.worker.script.observer import Observer, StopScript
 from ddpbench.worker.script.session import Session
+from ddpbench.worker.teardown import exit_now
 
 
 @record_errors_for_torchrun
@@ -52,4 +53,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Past finalization: see worker/teardown.py (a failure raises out of main and exits as usual).
+    exit_now(main())

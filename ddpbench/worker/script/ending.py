@@ -45,6 +45,7 @@ def end_of_script(spec: RunSpec, observer: Observer, session, stopped: bool) -> 
             write_record(ended_early(spec, observer, session), spec.out_dir)
         return 0
     finally:
+        session.beat.close()  # its thread reads the group's sequence number: not while the group goes
         if dist.is_initialized():
             dist.destroy_process_group()
 
