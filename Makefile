@@ -32,18 +32,26 @@ GATE_BASELINE ?= auto
 # built once in .gate-base/<sha>/ with its own .venv; BASE_ROUNDS rounds of BASE_RUN_ARGS (the
 # options of ddpbench run), GATE_ARGS as verdict options. Drift between sweeps cannot fake it.
 BASE ?=
+# CONFIRM=<git ref>: the stored-baseline gate as above, and a regression it finds is rerun as a
+# same-job A/B against that ref's code (built as for BASE=) before the job fails.
+CONFIRM ?=
 BASE_ROUNDS ?= 5
 BASE_RUN_ARGS ?= --workload mlp --strategy ddp $(if $(GPUS),--device cuda --nproc $(GPUS),--nproc 2)
 gate: install
 ifneq ($(BASE),)
 	$(BIN)/python -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
 else
+ifneq ($(CONFIRM),)
+	$(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare
+endif
 	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
-	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) $(GATE_ARGS)
+	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
+		$(if $(CONFIRM),--confirm-with "$$($(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
 endif
 
+# The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).

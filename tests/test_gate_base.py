@@ -164,6 +164,33 @@ def test_make_gate_with_an_unknown_ref_says_one_line_and_starts_nothing(tmp_path
     assert os.path.exists(os.path.join(REPO, ".gate-base")) == before
 
 
+def test_make_gate_confirm_with_an_unknown_ref_is_refused_before_the_sweep():
+    before = set(os.listdir(os.path.join(REPO, "results"))) if os.path.isdir(os.path.join(REPO, "results")) else set()
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-s", "-o", "install", "gate", "CONFIRM=no-such-ref-xyz"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    ours = [line for line in done.stderr.splitlines() if not line.startswith(("make:", "make["))]
+    assert ours == [f"make gate CONFIRM=no-such-ref-xyz: error: CONFIRM='no-such-ref-xyz' names no commit in {REPO}"]
+    after = set(os.listdir(os.path.join(REPO, "results"))) if os.path.isdir(os.path.join(REPO, "results")) else set()
+    assert not {name for name in after - before if name.startswith("gate-")}  # no sweep started
+
+
+def test_prepare_builds_nothing_to_run_and_prints_the_folder(repo, capsys, monkeypatch):
+    """--prepare needs no run options; with the environment stubbed out it prints the worktree."""
+    monkeypatch.setattr(base_env, "build_venv", lambda folder, progress=print: "/bin/true")
+    monkeypatch.setattr(base_env, "check_base_runs", lambda folder, python, ref: None)
+    assert base_env.main(["HEAD", "--prepare"], repo=str(repo)) == 0
+    out = capsys.readouterr().out.strip()
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert out == base_env.worktree_folder(str(repo), sha)
+    assert os.path.isfile(os.path.join(out, "ddpbench", "__main__.py"))
+
+
 def test_a_dirty_base_worktree_is_refused_before_anything_is_built(repo, capsys):
     sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     folder = base_env.worktree_folder(str(repo), sha)

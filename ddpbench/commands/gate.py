@@ -60,6 +60,21 @@ def add_gate_parser(commands) -> None:
         default=None,
         help="one machine class and suite's history folder, instead of finding it under --history",
     )
+    confirm = gate.add_argument_group("confirmation (a same-job A/B of what the comparison flags)")
+    confirm.add_argument(
+        "--confirm-with",
+        default=None,
+        metavar="BASE",
+        help="on a regression, rerun the flagged configurations here against BASE (a ddpbench working tree, "
+        "run by its own .venv when it has one, e.g. .gate-base/<sha>, or a Python executable), base and "
+        "candidate interleaved; the verdict is the confirmation's",
+    )
+    confirm.add_argument(
+        "--confirm-rounds", type=int, default=5, help="rounds of base then candidate per configuration (default 5)"
+    )
+    confirm.add_argument(
+        "--confirm-out", default=None, help="the confirmation's records (default results/confirm-<time>)"
+    )
     add_verdict_arguments(gate)
     add_store_argument(gate)
     gate.set_defaults(handler=command_gate)
@@ -100,11 +115,13 @@ def gate_settings(args: argparse.Namespace):
 
 
 def gate_exit(
-    comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None, canary=None
+    comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None, canary=None, confirm=None
 ) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
-    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for."""
+    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for.
+    `confirm`, given a regression, reruns what was flagged and returns a `confirm.Confirmation`,
+    whose verdict is then the gate's (0 or 1; never 4: the rerun has answered the drift question)."""
     from ddpbench.gate.compare import overall_verdict, underpowered
     from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
@@ -123,6 +140,8 @@ def gate_exit(
         extra = {**(extra or {}), "canary": canary_json(canary)}
     if drift:
         notes = notes + [drift_words(canary, hasattr(args, "confirm_with"))]
+    if confirm is not None and result == "regression":
+        return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm)
     print(
         f"verdict: {result.upper()} ({header})"
         + (f"; {len(blind)} comparison(s) cannot see " f"{percent(settings.target)}" if blind else "")
@@ -135,6 +154,75 @@ def gate_exit(
     if result != "pass":
         return EXIT_DRIFT if drift else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
+
+
+def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm) -> int:
+    """The first comparison's regression, then its confirmation: the verdict is the confirmation's."""
+    from ddpbench.gate.compare import overall_verdict
+    from ddpbench.gate.output import as_json, format_table, markdown_summary
+    from ddpbench.records.store import write_atomic
+
+    print(f"verdict before confirmation: REGRESSION ({header})", flush=True)
+    done = confirm(comparisons)
+    final = done.comparisons + done.kept
+    print(f"confirmation: same-job A/B against {done.base}, {done.rounds} rounds per configuration -> {done.out_dir}")
+    if done.comparisons:
+        print(format_table(done.comparisons, settings))
+    for note in done.notes:
+        print(f"note: {note}")
+    result = overall_verdict(final)
+    answer = {"regression": "confirmed", "pass": "not confirmed"}.get(result, "could not be confirmed")
+    print(f"verdict: {result.upper()} (the regression {answer} by a same-job A/B against {done.base}; first: {header})")
+    confirmation = {
+        **as_json(final, settings, done.notes, []),
+        "base": done.base,
+        "rounds": done.rounds,
+        "out": done.out_dir,
+    }
+    if args.summary_md:
+        first = markdown_summary(comparisons, settings, notes, env_notes).replace(
+            "## ddpbench gate:", "### Before confirmation:", 1
+        )
+        second = markdown_summary(final, settings, done.notes, []).replace(
+            "## ddpbench gate:", f"### Confirmation against {done.base}, {done.rounds} rounds:", 1
+        )
+        write_atomic(args.summary_md, f"## ddpbench gate: {result.upper()} ({answer})\n\n{second}\n{first}")
+    if args.json:
+        document = as_json(final, settings, done.notes, env_notes, extra)
+        document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
+        document["confirmation"] = confirmation
+        write_atomic(args.json, json.dumps(document, indent=1) + "\n")
+    return 0 if result == "pass" else EXIT_FAIL
+
+
+def confirm_step(args: argparse.Namespace, candidate, settings):
+    """What `gate_exit` calls on a regression when --confirm-with is given; the base is checked
+    here, before anything is compared (bad input: exit 2)."""
+    from ddpbench.gate.ab import HERE_REPO, MIN_ROUNDS, check_imports, resolve_side
+    from ddpbench.gate.compare import GateError
+    from ddpbench.gate.confirm import base_side, confirm
+
+    if args.confirm_with is None:
+        return None
+    if args.confirm_rounds < MIN_ROUNDS:
+        raise GateError(
+            f"--confirm-rounds must be at least {MIN_ROUNDS} (a paired test needs two); got {args.confirm_rounds}"
+        )
+    base = base_side(args.confirm_with)
+    here = resolve_side("B", HERE_REPO, sys.executable)
+    check_imports(base)
+    out_dir = os.path.abspath(args.confirm_out or os.path.join("results", f"confirm-{time.strftime('%Y%m%d-%H%M%S')}"))
+    return lambda comparisons: confirm(
+        comparisons,
+        candidate,
+        base,
+        here,
+        args.confirm_rounds,
+        out_dir,
+        settings,
+        args.allow_failed_runs,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
 
 
 def command_gate(args: argparse.Namespace) -> int:
@@ -169,6 +257,7 @@ def command_gate(args: argparse.Namespace) -> int:
         if unknown:
             raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
         candidate = load_side(args.candidate)
+        confirm = confirm_step(args, candidate, settings)
         ok = [r for r in candidate if r.status == "ok"]
         store = gate_store(args)
         if store is None:
@@ -275,6 +364,7 @@ def command_gate(args: argparse.Namespace) -> int:
         args,
         f"baseline {baseline_path}, candidate {args.candidate}",
         canary=gate_canary(baseline_path, args.candidate, args.baseline == "history"),
+        confirm=confirm,
     )
 
 

@@ -2,6 +2,7 @@
 same-job A/B (`ddpbench ab`): the answer that machine drift between two sweeps cannot fake.
 
     python -m ddpbench.gate.base_env REF [--rounds K] [verdict options of ddpbench ab] -- RUN_OPTIONS
+    python -m ddpbench.gate.base_env REF --prepare     (build it, print its folder: gate --confirm-with)
 
 The base is checked out as a git worktree in .gate-base/<sha>/ with its own virtual environment
 (.gate-base/<sha>/.venv, installed as `make install` does: `pip install -c constraints.txt -e .`
@@ -154,6 +155,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
     parser.add_argument("--rounds", default="5", help="rounds of base then candidate (default 5)")
     parser.add_argument("--root", default=BASE_ROOT, help="where base worktrees live (default .gate-base)")
     parser.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/gate-base-<time>)")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only build the base (worktree and environment) and print its folder: for gate --confirm-with",
+    )
     args, verdict_args = parser.parse_known_args(argv)
     return args, verdict_args, run_args
 
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None, repo: str = HERE_REPO) -> int:
     try:
         if not args.rounds.isdigit() or int(args.rounds) < 2:
             raise BaseError(f"rounds must be a whole number, at least 2 (a paired test needs two); got {args.rounds!r}")
-        if not run_args:
+        if not run_args and not args.prepare:
             raise BaseError("give the run options after --, those of ddpbench run (e.g. --workload mlp --nproc 2)")
         sha = resolve_ref(repo, args.ref)
         check_tree_has_ddpbench(repo, args.ref, sha)
@@ -173,9 +179,14 @@ def main(argv: list[str] | None = None, repo: str = HERE_REPO) -> int:
         python = build_venv(folder, progress=lambda line: print(line, file=sys.stderr))
         check_base_runs(folder, python, args.ref)
     except BaseError as exc:
-        print(f"make gate BASE={args.ref}: error: {exc}", file=sys.stderr)
+        # --prepare is what `make gate CONFIRM=<ref>` runs: the message names the variable it was given.
+        name = "CONFIRM" if args.prepare else "BASE"
+        print(f"make gate {name}={args.ref}: error: {str(exc).replace('BASE=', name + '=')}", file=sys.stderr)
         return USAGE_ERROR
     print(f"base {args.ref} = {sha[:12]} in {folder}", file=sys.stderr)
+    if args.prepare:
+        print(folder)
+        return 0
     out = args.out or os.path.join(repo, "results", f"gate-base-{time.strftime('%Y%m%d-%H%M%S')}")
     command = ab_command(folder, python, int(args.rounds), out, verdict_args, run_args)
     return subprocess.run(command, cwd=repo).returncode

@@ -1,0 +1,175 @@
+"""Confirmation before a red job (`gate --confirm-with BASE`): the rerun options of a record give
+back its configuration, bad input is refused before anything runs, and one real job in which a
+stored comparison flags two configurations, of which the same-job A/B confirms only the one whose
+code really got slower."""
+
+import json
+import os
+import shutil
+
+import pytest
+from conftest import REPO, ddpbench, ddpbench_process
+from test_gate import SWEEP
+
+from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, spec_from_args
+from ddpbench.gate.confirm import run_options
+
+FIXTURE = "tests/fixtures/confirm_work.py"
+
+
+def spec_of(args):
+    parser = OneLineErrorParser(prog="test")
+    add_run_arguments(parser)
+    return spec_from_args(parser.parse_args(args))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--workload", "mlp", "--strategy", "local", "--size", "tiny", "--batch-size", "16"],
+        ["--workload", "resnet50", "--nproc", "2", "--device", "cpu", "--no-profile", "--threads-per-rank", "1"],
+        [
+            "--workload",
+            "gpt2",
+            "--nproc",
+            "4",
+            "--precision",
+            "bf16",
+            "--bucket-cap-mb",
+            "5",
+            "--static-graph",
+            "--no-broadcast-buffers",
+            "--comm-hook",
+            "bf16_compress",
+            "--steps",
+            "40",
+            "--warmup",
+            "5",
+            "--pg-timeout",
+            "60",
+            "--no-sync-steps",
+            "0",
+        ],
+    ],
+)
+def test_rerun_options_give_back_the_configuration(args):
+    spec = spec_of(args)
+    assert spec_of(run_options(spec)) == spec
+
+
+def test_a_base_that_is_not_an_environment_is_refused_before_anything_is_compared(tmp_path):
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        SWEEP,
+        "--candidate",
+        SWEEP,
+        "--confirm-with",
+        str(tmp_path / "nothing"),
+    )
+    assert done.returncode == 2 and "neither a Python executable nor a ddpbench working tree" in done.stderr
+    assert "verdict" not in done.stdout
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        SWEEP,
+        "--candidate",
+        SWEEP,
+        "--confirm-with",
+        REPO,
+        "--confirm-rounds",
+        "1",
+    )
+    assert done.returncode == 2 and "--confirm-rounds must be at least 2" in done.stderr
+
+
+def base_tree(tmp_path):
+    """This checkout's ddpbench, with the fixture's `heavier_here` doing a quarter of the work."""
+    base = tmp_path / "base"
+    shutil.copytree(os.path.join(REPO, "ddpbench"), base / "ddpbench", ignore=shutil.ignore_patterns("__pycache__"))
+    os.makedirs(base / "tests" / "fixtures")
+    text = open(os.path.join(REPO, FIXTURE), encoding="utf-8").read()
+    assert "WORK_REPEATS = 4" in text
+    (base / FIXTURE).write_text(text.replace("WORK_REPEATS = 4", "WORK_REPEATS = 1"))
+    return base
+
+
+def faster_copy(candidate, target, factor):
+    """The candidate's records as a baseline `factor` times faster: a stored comparison that flags
+    every configuration, as a drifted machine would."""
+    shutil.copytree(candidate, target)
+    for path in (target / "runs").iterdir():
+        record = json.loads(path.read_text())
+        for rank in record["ranks"]:
+            rank["step_times_s"] = [t / factor for t in rank["step_times_s"]]
+        record["metrics"]["window_s"] /= factor
+        for field in ("throughput_units_per_s", "throughput_samples_per_s"):
+            record["metrics"][field] *= factor
+        record["run_id"] += "-base"
+        path.write_text(json.dumps(record))
+    return target
+
+
+@pytest.mark.launches
+def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
+    candidate = tmp_path / "candidate"
+    quick = ["--strategy", "local", "--steps", "20", "--warmup", "3", "--threads-per-rank", "1", "--no-profile"]
+    for factory in ("same", "heavier_here"):
+        done = ddpbench_process("run", "--workload", f"{FIXTURE}:{factory}", *quick, "--out", str(candidate))
+        assert done.returncode == 0, done.stdout + done.stderr
+    # One run a side at the CPU prior noise (15 %): only a big gap is flagged, as drift can make one.
+    baseline = faster_copy(candidate, tmp_path / "baseline", 3.0)
+    done = ddpbench_process(
+        "gate",
+        "--baseline",
+        str(baseline),
+        "--candidate",
+        str(candidate),
+        "--confirm-with",
+        str(base_tree(tmp_path)),
+        "--confirm-rounds",
+        "5",
+        "--confirm-out",
+        str(tmp_path / "confirm"),
+        "--json",
+        str(tmp_path / "verdict.json"),
+        "--summary-md",
+        str(tmp_path / "summary.md"),
+        timeout=900,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "verdict before confirmation: REGRESSION" in done.stdout
+    assert "verdict: REGRESSION (the regression confirmed by a same-job A/B" in done.stdout
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    first = {c["configuration"].split()[0]: c["verdict"] for c in verdict["before_confirmation"]["comparisons"]}
+    assert first == {f"{FIXTURE}:same/tiny": "regression", f"{FIXTURE}:heavier_here/tiny": "regression"}
+    final = {c["configuration"].split()[0]: c for c in verdict["comparisons"]}
+    assert final[f"{FIXTURE}:same/tiny"]["verdict"] == "pass" and final[f"{FIXTURE}:same/tiny"]["paired"]
+    heavier = final[f"{FIXTURE}:heavier_here/tiny"]
+    assert heavier["verdict"] == "regression" and heavier["ratio"] < 0.5 and heavier["candidate_runs"] == 5
+    # The rounds ran base then candidate, each in its own tree, and their records are kept.
+    rounds = sorted(os.listdir(tmp_path / "confirm"))
+    assert len(rounds) == 2 and all(sorted(os.listdir(tmp_path / "confirm" / r)) == ["a", "b"] for r in rounds)
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("## ddpbench gate: REGRESSION (confirmed)")
+    assert "### Confirmation against" in summary and "### Before confirmation: REGRESSION" in summary
+
+
+def test_a_regression_the_confirmation_does_not_find_passes(tmp_path, capsys):
+    """The verdict logic on its own: a stored regression that the rounds do not confirm exits 0."""
+    from ddpbench.commands import gate as gate_command
+    from ddpbench.gate.compare import Comparison
+    from ddpbench.gate.confirm import Confirmation
+    from ddpbench.gate.stats import GateSettings
+
+    first = [Comparison("w/tiny local x1 b8 fp32 cpu", "throughput", "regression", 100.0, 70.0, 0.7, 5, 5)]
+    rerun = Comparison("w/tiny local x1 b8 fp32 cpu", "throughput", "pass", 80.0, 79.0, 0.99, 3, 3)
+    args = type("Args", (), {"summary_md": None, "json": str(tmp_path / "v.json")})()
+    code = gate_command.confirmed_exit(
+        first, GateSettings(), [], [], args, "header", {}, lambda _: Confirmation("base", 3, "out", [rerun])
+    )
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert code == 0 and verdict["verdict"] == "pass"
+    assert verdict["before_confirmation"]["verdict"] == "regression"
+    assert verdict["confirmation"]["base"] == "base" and verdict["confirmation"]["rounds"] == 3
+    assert "verdict: PASS (the regression not confirmed by a same-job A/B against base" in capsys.readouterr().out
