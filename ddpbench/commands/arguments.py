@@ -8,7 +8,7 @@ import dataclasses
 import os
 
 from ddpbench.config.options import add_arguments, argument_options, comma_list, from_args, node_counts, positive_int
-from ddpbench.config.spec import DDPKnobs, RunSpec, ScriptSpec, SpecError
+from ddpbench.config.spec import CONFIGURATION_FIELDS, MEASUREMENT_FIELDS, DDPKnobs, RunSpec, ScriptSpec, SpecError
 
 __all__ = ["comma_list", "node_counts", "positive_int"]  # argument types, kept importable from here
 
@@ -33,26 +33,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
             what.add_argument(*options, **{**keywords, "required": False, "default": None})
     else:
         add_arguments(parser, RunSpec, ("workload",))
-    add_arguments(
-        parser,
-        RunSpec,
-        (
-            "strategy",
-            "nproc",
-            "device",
-            "size",
-            "batch_size",
-            "steps",
-            "warmup",
-            "precision",
-            "threads_per_rank",
-            "num_workers",
-            "data_dir",
-            "seed",
-            "pg_timeout_s",
-            "out_dir",
-        ),
-    )
+    add_arguments(parser, RunSpec, (*CONFIGURATION_FIELDS, "out_dir"))
     parser.add_argument(
         "--run-timeout",
         type=float,
@@ -61,7 +42,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
     )
     add_arguments(parser, RunSpec, ("run_id",))
     add_verbose_argument(parser)
-    add_arguments(parser, RunSpec, ("profile", "profile_active", "no_sync_steps"))
+    add_arguments(parser, RunSpec, MEASUREMENT_FIELDS)
     ddp = parser.add_argument_group("DDP options (recorded in the spec)")
     add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
     nodes = parser.add_argument_group(

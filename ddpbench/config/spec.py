@@ -376,3 +376,23 @@ class RunSpec:
         if values.get("script") is not None:
             values["script"] = ScriptSpec(**values["script"])
         return cls(**values)
+
+
+# RunSpec's fields that say what a run measures on one node, beside its workload: the options
+# `ddpbench run` offers for them, and what `gate --confirm-with` reruns from a record.
+CONFIGURATION_FIELDS = (
+    "strategy",
+    "nproc",
+    "device",
+    "size",
+    "batch_size",
+    "steps",
+    "warmup",
+    "precision",
+    "threads_per_rank",
+    "num_workers",
+    "data_dir",
+    "seed",
+    "pg_timeout_s",
+)
+MEASUREMENT_FIELDS = ("profile", "profile_active", "no_sync_steps")

@@ -22,43 +22,17 @@ import re
 from dataclasses import dataclass, field
 
 from ddpbench.config.options import argument_options
-from ddpbench.config.spec import DDPKnobs, RunSpec
+from ddpbench.config.spec import CONFIGURATION_FIELDS, MEASUREMENT_FIELDS, DDPKnobs, RunSpec
 from ddpbench.gate import stats
 from ddpbench.gate.ab import AB_MEASURES, Side, paired_comparisons, resolve_side, run_ab
 from ddpbench.gate.compare import Comparison, GateError
 from ddpbench.gate.values import describe, run_key
 from ddpbench.records.schema import Record
 
-# What defines a configuration's run, as `ddpbench run` flags (the record's resolved values, so
-# "auto" device and default sizes are pinned to what the candidate ran).
-RUN_FIELDS = (
-    "workload",
-    "strategy",
-    "nproc",
-    "device",
-    "size",
-    "batch_size",
-    "steps",
-    "warmup",
-    "precision",
-    "threads_per_rank",
-    "num_workers",
-    "data_dir",
-    "seed",
-    "pg_timeout_s",
-    "profile",
-    "profile_active",
-    "no_sync_steps",
-)
-DDP_FIELDS = (
-    "bucket_cap_mb",
-    "gradient_as_bucket_view",
-    "static_graph",
-    "find_unused_parameters",
-    "broadcast_buffers",
-    "comm_hook",
-)
-DEFAULT_ROUNDS = 5
+# The record's resolved values ("auto" device and default sizes pinned to what the candidate ran)
+# of the options `ddpbench run` takes for them; DDP's knobs too where the strategy is ddp.
+RUN_FIELDS = ("workload", *CONFIGURATION_FIELDS, *MEASUREMENT_FIELDS)
+DDP_FIELDS = tuple(f.name for f in dataclasses.fields(DDPKnobs))
 
 
 @dataclass
