@@ -3,8 +3,9 @@ start and end of every sweep and kept in its manifest, see `ddpbench.running.can
 baseline and of the candidate, side by side, and the rule that turns a regression into a suspected
 drift. No torch.
 
-How closely the canary tracks the suite's own drift has not been measured yet
-(`benchmarks/gate_drift_calibration.py` collects it), so the rule is conservative:
+In a first, partial calibration (8 sessions, docs/measurements/gate-drift-calibration.md) no probe
+tracked the suite's own drift (`benchmarks/gate_drift_calibration.py` collects it), so the rule is
+conservative:
 
 - it never turns a regression into a pass: a suspected drift still fails, with its own exit code,
   and asks for a same-job A/B to confirm;
