@@ -57,30 +57,18 @@ def test_rerun_options_give_back_the_configuration(args):
     assert spec_of(run_options(spec)) == spec
 
 
-def test_a_base_that_is_not_an_environment_is_refused_before_anything_is_compared(tmp_path):
-    done = ddpbench(
-        "gate",
-        "--baseline",
-        SWEEP,
-        "--candidate",
-        SWEEP,
-        "--confirm-with",
-        str(tmp_path / "nothing"),
-    )
-    assert done.returncode == 2 and "neither a Python executable nor a ddpbench working tree" in done.stderr
+@pytest.mark.parametrize(
+    "base, more, message",
+    [
+        ("nothing", [], "neither a Python executable nor a ddpbench working tree"),
+        (REPO, ["--confirm-rounds", "1"], "--confirm-rounds must be at least 2"),
+    ],
+)
+def test_bad_confirmation_input_is_refused_before_anything_is_compared(tmp_path, base, more, message):
+    base = base if os.path.isabs(base) else str(tmp_path / base)
+    done = ddpbench("gate", "--baseline", SWEEP, "--candidate", SWEEP, "--confirm-with", base, *more)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "verdict" not in done.stdout
-    done = ddpbench(
-        "gate",
-        "--baseline",
-        SWEEP,
-        "--candidate",
-        SWEEP,
-        "--confirm-with",
-        REPO,
-        "--confirm-rounds",
-        "1",
-    )
-    assert done.returncode == 2 and "--confirm-rounds must be at least 2" in done.stderr
 
 
 def base_tree(tmp_path):
