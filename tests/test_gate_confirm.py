@@ -129,9 +129,10 @@ def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
     assert "verdict before confirmation: REGRESSION" in done.stdout
     assert "verdict: REGRESSION (the regression confirmed by a same-job A/B" in done.stdout
     verdict = json.loads((tmp_path / "verdict.json").read_text())
-    first = {c["configuration"].split()[0]: c["verdict"] for c in verdict["before_confirmation"]["comparisons"]}
+    before = verdict["before_confirmation"]["comparisons"]
+    first = {c["configuration"].split()[0]: c["verdict"] for c in before if c["measure"] == "throughput"}
     assert first == {f"{FIXTURE}:same/tiny": "regression", f"{FIXTURE}:heavier_here/tiny": "regression"}
-    final = {c["configuration"].split()[0]: c for c in verdict["comparisons"]}
+    final = {c["configuration"].split()[0]: c for c in verdict["comparisons"] if c["measure"] == "throughput"}
     assert final[f"{FIXTURE}:same/tiny"]["verdict"] == "pass" and final[f"{FIXTURE}:same/tiny"]["paired"]
     heavier = final[f"{FIXTURE}:heavier_here/tiny"]
     assert heavier["verdict"] == "regression" and heavier["ratio"] < 0.5 and heavier["candidate_runs"] == 5
@@ -152,7 +153,7 @@ def test_a_regression_the_confirmation_does_not_find_passes(tmp_path, capsys):
 
     first = [Comparison("w/tiny local x1 b8 fp32 cpu", "throughput", "regression", 100.0, 70.0, 0.7, 5, 5)]
     rerun = Comparison("w/tiny local x1 b8 fp32 cpu", "throughput", "pass", 80.0, 79.0, 0.99, 3, 3)
-    args = type("Args", (), {"summary_md": None, "json": str(tmp_path / "v.json")})()
+    args = type("Args", (), {"summary_md": None, "json": str(tmp_path / "v.json"), "fail_underpowered": False})()
     code = gate_command.confirmed_exit(
         first, GateSettings(), [], [], args, "header", {}, lambda _: Confirmation("base", 3, "out", [rerun])
     )

@@ -139,7 +139,8 @@ def gate_exit(
         print(canary_table(canary))
         extra = {**(extra or {}), "canary": canary_json(canary)}
     if drift:
-        notes = notes + [drift_words(canary, hasattr(args, "confirm_with"))]
+        # With --confirm-with given, the confirmation below is the answer: no advice to run one.
+        notes = notes + [drift_words(canary, getattr(args, "confirm_with", False) is None)]
     if confirm is not None and result == "regression":
         return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm)
     print(
@@ -158,8 +159,8 @@ def gate_exit(
 
 def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm) -> int:
     """The first comparison's regression, then its confirmation: the verdict is the confirmation's."""
-    from ddpbench.gate.compare import overall_verdict
-    from ddpbench.gate.output import as_json, format_table, markdown_summary
+    from ddpbench.gate.compare import overall_verdict, underpowered
+    from ddpbench.gate.output import as_json, format_table, markdown_summary, sight_lines
     from ddpbench.records.store import write_atomic
 
     print(f"verdict before confirmation: REGRESSION ({header})", flush=True)
@@ -168,9 +169,12 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
     print(f"confirmation: same-job A/B against {done.base}, {done.rounds} rounds per configuration -> {done.out_dir}")
     if done.comparisons:
         print(format_table(done.comparisons, settings))
+    for line in sight_lines(done.comparisons, settings):
+        print(f"sight: {line}")
     for note in done.notes:
         print(f"note: {note}")
     result = overall_verdict(final)
+    blind = underpowered(done.comparisons)
     answer = {"regression": "confirmed", "pass": "not confirmed"}.get(result, "could not be confirmed")
     print(f"verdict: {result.upper()} (the regression {answer} by a same-job A/B against {done.base}; first: {header})")
     confirmation = {
@@ -192,7 +196,9 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
         document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
         document["confirmation"] = confirmation
         write_atomic(args.json, json.dumps(document, indent=1) + "\n")
-    return 0 if result == "pass" else EXIT_FAIL
+    if result != "pass":
+        return EXIT_FAIL
+    return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
 def confirm_step(args: argparse.Namespace, candidate, settings):

@@ -135,6 +135,7 @@ def confirm(
         found, notes = paired_comparisons(pairs, settings=shared, allow_failed=allow_failed)
         result.comparisons += [c for c in found if c.measure in measures or c.measure == "run"]
         result.notes += [f"{configuration}: {note}" for note in notes]
-        if not found:  # too few usable rounds: nothing answers the first comparison's regression
-            result.kept += [c for c in comparisons if c.configuration == configuration and c.measure in measures]
+        # A flagged measure the rounds did not measure (too few usable rounds, no value) stays as found.
+        answered = {c.measure for c in found}
+        result.kept += [c for c in comparisons if c.configuration == configuration and c.measure in measures - answered]
     return result
