@@ -147,11 +147,11 @@ def only_error_line(text: str) -> str:
     return lines[0]
 
 
-def test_make_gate_with_an_unknown_ref_says_one_line_and_starts_nothing(tmp_path):
-    before = os.path.exists(os.path.join(REPO, ".gate-base"))
+def make_gate_error_lines(variable: str) -> list[str]:
+    """`make gate VARIABLE=no-such-ref-xyz` must exit 2: the lines it prints that are not make's own."""
     # -o install: the Makefile's own install step is not what is tested here.
     done = subprocess.run(
-        ["make", "--no-print-directory", "-s", "-o", "install", "gate", "BASE=no-such-ref-xyz"],
+        ["make", "--no-print-directory", "-s", "-o", "install", "gate", f"{variable}=no-such-ref-xyz"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -159,25 +159,28 @@ def test_make_gate_with_an_unknown_ref_says_one_line_and_starts_nothing(tmp_path
     )
     assert done.returncode == 2, done.stdout + done.stderr
     # make's own closing line: `make:` at the top, `make[1]:` when the suite itself runs under make.
-    ours = [line for line in done.stderr.splitlines() if not line.startswith(("make:", "make["))]
-    assert ours == [f"make gate BASE=no-such-ref-xyz: error: BASE='no-such-ref-xyz' names no commit in {REPO}"]
+    return [line for line in done.stderr.splitlines() if not line.startswith(("make:", "make["))]
+
+
+def results_folders() -> set[str]:
+    results = os.path.join(REPO, "results")
+    return set(os.listdir(results)) if os.path.isdir(results) else set()
+
+
+def test_make_gate_with_an_unknown_ref_says_one_line_and_starts_nothing(tmp_path):
+    before = os.path.exists(os.path.join(REPO, ".gate-base"))
+    assert make_gate_error_lines("BASE") == [
+        f"make gate BASE=no-such-ref-xyz: error: BASE='no-such-ref-xyz' names no commit in {REPO}"
+    ]
     assert os.path.exists(os.path.join(REPO, ".gate-base")) == before
 
 
 def test_make_gate_confirm_with_an_unknown_ref_is_refused_before_the_sweep():
-    before = set(os.listdir(os.path.join(REPO, "results"))) if os.path.isdir(os.path.join(REPO, "results")) else set()
-    done = subprocess.run(
-        ["make", "--no-print-directory", "-s", "-o", "install", "gate", "CONFIRM=no-such-ref-xyz"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stdout + done.stderr
-    ours = [line for line in done.stderr.splitlines() if not line.startswith(("make:", "make["))]
-    assert ours == [f"make gate CONFIRM=no-such-ref-xyz: error: CONFIRM='no-such-ref-xyz' names no commit in {REPO}"]
-    after = set(os.listdir(os.path.join(REPO, "results"))) if os.path.isdir(os.path.join(REPO, "results")) else set()
-    assert not {name for name in after - before if name.startswith("gate-")}  # no sweep started
+    before = results_folders()
+    assert make_gate_error_lines("CONFIRM") == [
+        f"make gate CONFIRM=no-such-ref-xyz: error: CONFIRM='no-such-ref-xyz' names no commit in {REPO}"
+    ]
+    assert not {name for name in results_folders() - before if name.startswith("gate-")}  # no sweep started
 
 
 def test_prepare_builds_nothing_to_run_and_prints_the_folder(repo, capsys, monkeypatch):
