@@ -32,3 +32,22 @@ def test_host_facts_describe_this_machine():
     facts = host_facts()
     assert facts["cpu_cores"] >= 1 and facts["hostname"] and facts["python"]
     assert "git_sha" in facts and "env_vars" in facts
+
+
+def test_the_torchvision_version_is_the_packages_own_and_a_worker_does_not_import_it():
+    """The record keeps torchvision's own version string (its build tag included) while a rank
+    whose workload never uses torchvision does not pay its import."""
+    import subprocess
+    import sys
+
+    import torchvision
+
+    from ddpbench.worker.environment import torch_facts
+
+    assert torch_facts()["torchvision"] == str(torchvision.__version__)
+    probe = (
+        "import sys, ddpbench.worker.main as m; from ddpbench.worker.environment import torch_facts; "
+        "v = torch_facts()['torchvision']; print(v, 'torchvision' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(torchvision.__version__), "False"]

@@ -3,8 +3,12 @@ settings that change GPU speed (TF32, cuDNN autotuning)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+import sys
+
 import torch
-import torchvision
 
 
 def tf32_allowed() -> dict:
@@ -25,10 +29,33 @@ def math_settings() -> dict:
     }
 
 
+def torchvision_version() -> str | None:
+    """torchvision's own version string (with its build tag, e.g. "0.29.1+cu130"), without
+    importing it, which a workload that never uses torchvision should not pay (0.14-0.2 s a rank
+    here once torch._dynamo is loaded, as the optimizer's first zero_grad loads it anyway). Read
+    from the installed package's version.py; imported only where that file cannot be read."""
+    if "torchvision" in sys.modules:
+        return str(sys.modules["torchvision"].__version__)
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or []:
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8") as handle:
+                found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", handle.read(), re.MULTILINE)
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    import torchvision
+
+    return str(torchvision.__version__)
+
+
 def torch_facts() -> dict:
     facts = {
         "torch": str(torch.__version__),  # a TorchVersion, which the record encoder refuses
-        "torchvision": str(torchvision.__version__),
+        "torchvision": torchvision_version(),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": None,
