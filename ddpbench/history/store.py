@@ -184,7 +184,9 @@ class Store:
             version = self._version()
             if version == 0:
                 foreign = self._foreign_tables()
-                if foreign:
+                if SCHEMA_TABLE in foreign:  # another opener created the store since the version was read
+                    version = self._version()
+                elif foreign:
                     raise self.address.error(
                         f"not a ddpbench history (it holds other tables: {', '.join(foreign[:5])})"
                     )
