@@ -116,7 +116,7 @@ def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
         "--confirm-with",
         str(base_tree(tmp_path)),
         "--confirm-rounds",
-        "5",
+        "3",
         "--confirm-out",
         str(tmp_path / "confirm"),
         "--json",
@@ -135,7 +135,7 @@ def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
     final = {c["configuration"].split()[0]: c for c in verdict["comparisons"] if c["measure"] == "throughput"}
     assert final[f"{FIXTURE}:same/tiny"]["verdict"] == "pass" and final[f"{FIXTURE}:same/tiny"]["paired"]
     heavier = final[f"{FIXTURE}:heavier_here/tiny"]
-    assert heavier["verdict"] == "regression" and heavier["ratio"] < 0.5 and heavier["candidate_runs"] == 5
+    assert heavier["verdict"] == "regression" and heavier["ratio"] < 0.5 and heavier["candidate_runs"] == 3
     # The rounds ran base then candidate, each in its own tree, and their records are kept.
     rounds = sorted(os.listdir(tmp_path / "confirm"))
     assert len(rounds) == 2 and all(sorted(os.listdir(tmp_path / "confirm" / r)) == ["a", "b"] for r in rounds)

@@ -108,13 +108,13 @@ def test_resume_reruns_only_what_has_no_ok_record(sweep, tmp_path):
     copy = tmp_path / "s"
     shutil.copytree(folder, copy)
     kept = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
-    os.remove(copy / "runs" / "mlp-ddp-n2.json")
+    os.remove(copy / "runs" / "mlp-local-n1.json")  # the quickest run to redo: one process, no torchrun
     done = run_cli("sweep", "--resume", "--out", str(tmp_path), "--sweep-id", "s", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     after = {n: load_json(copy / "runs" / n)["ended_at"] for n in os.listdir(copy / "runs")}
     assert set(after) == set(kept), set(after) ^ set(kept)
     rerun = [n for n in after if after[n] != kept[n]]
-    assert rerun == ["mlp-ddp-n2.json"]
+    assert rerun == ["mlp-local-n1.json"]
     assert done.stderr.count("kept the ok record") == 4
     manifest = load_json(copy / "manifest.json")
     assert manifest["state"] == "finished" and len(manifest["resumed_at"]) == 1
