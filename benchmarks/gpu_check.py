@@ -1,4 +1,4 @@
-"""One prepared check of every GPU path, in about 6 minutes on one GPU.
+"""One prepared check of every GPU path, within a 9-minute budget (--budget-s).
 
     python benchmarks/gpu_check.py [--out DIR] [--budget-s 540] [--only name,name]
     make gpu-check PYTHON=/path/to/python   # the interpreter that already has torch
