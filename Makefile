@@ -51,7 +51,7 @@ endif
 
 # The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
 test: install
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).
@@ -63,7 +63,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Every GPU path once, in about 6 minutes on one GPU, with the interpreter given (one that already
+# Every GPU path once, within a 9-minute budget (--budget-s 540), with the interpreter given (one that already
 # has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.
 GPU_CHECK_ARGS ?=
 gpu-check:

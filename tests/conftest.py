@@ -114,6 +114,44 @@ def ddpbench(
     )
 
 
+# Under `make test` the files are shared out to two pytest workers (pytest-xdist, whole files).
+# Most launches leave a core idle much of the time (torchrun's start, one-process runs, a hang
+# waiting out its timeout), but some files measure timing that a neighbour would blur: their tests
+# are marked `alone` and get the machine to themselves. Each test, from its setup (fixtures of
+# wider scope are made there) to its teardown, holds a lock on one file: shared, or exclusive
+# when marked `alone`. A turnstile taken first keeps a waiting exclusive test from being overtaken
+# by the other worker's next shared one. The wait is outside the test's phases, so --durations
+# does not count it.
+@contextlib.contextmanager
+def _machine_share(alone: bool):
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:  # one pytest process: the tests run one after another anyway
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"ddpbench-tests-{run}")
+    os.makedirs(folder, exist_ok=True)
+    turnstile_path, machine_path = os.path.join(folder, "turnstile"), os.path.join(folder, "machine")
+    with open(turnstile_path, "a") as turnstile, open(machine_path, "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _machine_share(alone=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
 def cuda_available() -> bool:
     import torch
 

@@ -15,6 +15,8 @@ from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, s
 from ddpbench.gate.confirm import run_options
 
 FIXTURE = "tests/fixtures/confirm_work.py"
+# The unchanged configuration must pass its paired rounds: a test running beside them would blur them.
+pytestmark = pytest.mark.alone
 
 
 def spec_of(args):

@@ -12,6 +12,9 @@ import torch.multiprocessing as mp
 
 from ddpbench.worker import phases
 
+# The reducer phase is checked against measured backward times: a test beside it would blur them.
+pytestmark = pytest.mark.alone
+
 
 def _small_then_big(rank, store_path, results):
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=1)

@@ -22,6 +22,8 @@ SCRIPTS = os.path.join(FIXTURES, "scripts")
 TUTORIAL = os.path.join(SCRIPTS, "ddp_tutorial.py")
 # The script's own rate and ddpbench's are measured over the same steps on a shared 2-core machine.
 AGREEMENT = 0.10
+# ... which a test running beside them would blur.
+pytestmark = pytest.mark.alone
 
 
 def run_script(tmp_path_factory, name: str, *options: str, script_args: tuple[str, ...] = ()):
