@@ -22,8 +22,7 @@ SCRIPTS = os.path.join(FIXTURES, "scripts")
 TUTORIAL = os.path.join(SCRIPTS, "ddp_tutorial.py")
 # The script's own rate and ddpbench's are measured over the same steps on a shared 2-core machine.
 AGREEMENT = 0.10
-# ... which a test running beside them would blur.
-pytestmark = pytest.mark.alone
+# ... which a test running beside them would blur: the tests that compare the two are marked alone.
 
 
 def run_script(tmp_path_factory, name: str, *options: str, script_args: tuple[str, ...] = ()):
@@ -82,6 +81,7 @@ def own_arguments(tmp_path_factory):
 
 
 @pytest.mark.launches
+@pytest.mark.alone
 def test_the_tutorials_shape_is_measured_and_checked(tutorial):
     done, record, printed, out = tutorial
     assert done.returncode == 0, done.stdout + done.stderr
@@ -118,6 +118,7 @@ def test_a_profiled_script_run_has_a_trace_per_rank_and_its_overlap(tutorial_pro
 
 
 @pytest.mark.launches
+@pytest.mark.alone
 def test_an_image_classifier_with_a_loader_amp_and_a_scheduler(classifier):
     done, record, printed, out = classifier
     assert done.returncode == 0, done.stdout + done.stderr
@@ -139,6 +140,7 @@ def test_an_image_classifier_with_a_loader_amp_and_a_scheduler(classifier):
 
 
 @pytest.mark.launches
+@pytest.mark.alone
 def test_gradient_accumulation_counts_an_optimizer_step_and_all_its_micro_batches(accumulation):
     done, record, printed, _ = accumulation
     assert done.returncode == 0, done.stdout + done.stderr
@@ -153,6 +155,7 @@ def test_gradient_accumulation_counts_an_optimizer_step_and_all_its_micro_batche
 
 
 @pytest.mark.launches
+@pytest.mark.alone
 def test_a_script_with_its_own_options_gets_them_after_the_double_dash(own_arguments):
     done, record, printed, _ = own_arguments
     assert done.returncode == 0, done.stdout + done.stderr
