@@ -198,7 +198,8 @@ def test_stragglers_name_the_rank_that_starts_collectives_last(tmp_path):
     [
         (b"this is not json", "not a JSON chrome trace"),
         (b'{"hello": 1}', "not a torch.profiler chrome trace"),
-        (gzip.compress(b'{"traceEvents": []}')[:15], "truncated or corrupt gzip"),
+        # mtime=0: the same bytes in every process (pytest-xdist's workers must collect the same ids)
+        (gzip.compress(b'{"traceEvents": []}', mtime=0)[:15], "truncated or corrupt gzip"),
         (b'{"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1}]}', "no ProfilerStep#N annotations"),
     ],
 )
