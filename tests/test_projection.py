@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
+from conftest import FIXTURES, REPO, ddpbench
 
 from ddpbench.analysis import network
 from ddpbench.analysis.projection import (
@@ -344,108 +344,6 @@ def test_a_cpu_runs_contention_is_not_carried_to_another_fabric(record):
     assert other.contention.backward_rate == 1.0 and "not applied to a nccl profile" in other.contention.basis
 
 
-def test_comm_bad_input_is_one_line_and_exit_2():
-    for args, message in (
-        (["--nproc", "1"], "at least two processes"),
-        (["--max-bytes", "lots"], "not a whole number"),
-        (["--collectives", "all_to_all"], "unknown collective"),
-        (["--dtypes", "float64"], "unknown element type"),
-        (["--device", "cpu", "--backend", "nccl"], "does not go with --device cpu"),
-    ):
-        result = ddpbench("comm", *args)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
-
-
-@pytest.mark.launches
-def test_comm_measures_every_collective_and_fits_a_profile(tmp_path):
-    # --device as run and sweep take it: cpu measures gloo.
-    result = ddpbench_process(
-        "comm",
-        "--device",
-        "cpu",
-        "--max-bytes",
-        "64K",
-        "--min-iters",
-        "3",
-        "--max-iters",
-        "10",
-        "--warmup",
-        "2",
-        "--seconds-per-size",
-        "0.02",
-        "--dtypes",
-        "float32,bfloat16",
-        "--out",
-        str(tmp_path),
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    results = json.load(open(tmp_path / "results.json"))
-    assert "gloo" in json.dumps(results)
-    assert {r["collective"] for r in results["results"]} == set(network.COLLECTIVES)
-    for dtype in ("float32", "bfloat16"):
-        sizes = sorted(r["bytes"] for r in results["results"] if (r["collective"], r["dtype"]) == ("all_reduce", dtype))
-        assert sizes[0] == 8 and sizes[-1] == 64 * 1024 and len(sizes) == 14  # 8 B doubling to 64 KiB
-    for row in results["results"]:
-        factor = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5, "broadcast": 1.0}[row["collective"]]
-        assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor)
-        assert row["p50_s"] <= row["p90_s"]
-        assert row["fresh_tensor_each_call"] == (row["collective"] == "all_reduce" and row["dtype"] == "bfloat16")
-    profile = network.load_profile(str(tmp_path / "profile.json"))
-    assert {(f["collective"], f["dtype"]) for f in profile["fits"]} == {
-        (c, d) for c in network.COLLECTIVES for d in ("float32", "bfloat16")
-    }
-    assert os.path.getsize(tmp_path / "bandwidth.png") > 1000
-    assert "busbw GB/s" in result.stdout
-
-
-def test_half_precision_all_reduces_get_a_fresh_tensor_every_call_as_the_hooks_send_them():
-    torch = pytest.importorskip("torch")
-    from ddpbench.worker.comm_bench import call_inputs
-
-    for dtype in (torch.bfloat16, torch.float16):
-        whole = torch.ones(1 << 16, dtype=dtype)
-        next_input, fresh = call_inputs("all_reduce", str(dtype).removeprefix("torch."), whole)
-        first, second = next_input(), next_input()
-        assert fresh and first is not whole and second is not first  # a new cast every call, not a cached one
-        assert second.dtype == dtype and torch.equal(second, whole)
-    # float32 is DDP's reused bucket; other collectives are not what the hooks send.
-    for collective, dtype in (("all_reduce", "float32"), ("all_gather", "bfloat16")):
-        tensor = torch.ones(16, dtype=getattr(torch, dtype))
-        next_input, fresh = call_inputs(collective, dtype, tensor)
-        assert not fresh and next_input() is tensor and next_input() is tensor
-
-
-def test_tune_calls_a_difference_real_only_with_significance_beyond_3_percent():
-    from ddpbench.running.tune import difference
-
-    base = {0: 100.0, 1: 104.0, 2: 97.0, 3: 101.0}
-    wobble = {0: 1.0, 1: 1.004, 2: 0.997, 3: 1.002}  # rounds that agree, but not exactly
-    assert difference(base, {r: v * 1.20 * wobble[r] for r, v in base.items()}, tests=6) == "better"
-    assert difference(base, {r: v * 0.80 * wobble[r] for r, v in base.items()}, tests=6) == "worse"
-    assert difference(base, {r: v * 1.02 * wobble[r] for r, v in base.items()}, tests=6) == "not real"  # below 3 %
-    # A 15 % gain on average, but the rounds disagree too much to call it.
-    assert difference(base, {0: 140.0, 1: 100.0, 2: 120.0, 3: 100.0}, tests=6) == "not real"
-    assert difference(base, {0: 150.0}, tests=6) == "too few rounds"
-    assert difference(base, {5: 150.0, 6: 150.0}, tests=6) == "too few rounds"  # no round in common
-
-
-def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
-    from ddpbench.config.spec import DDPKnobs
-    from ddpbench.running.tune import Variant, advice
-
-    base = {0: 359.6, 1: 367.8, 2: 351.2}  # measured on this machine: mlp, 2 ranks, 3 rounds
-    others = [Variant(f"same {n}", DDPKnobs(), {r: v * (1 + 0.001 * n) for r, v in base.items()}) for n in range(5)]
-    view = Variant("gradient_as_bucket_view", DDPKnobs(), {0: 394.2, 1: 393.9, 2: 371.2})
-    text = advice([Variant("as given", DDPKnobs(), base), view, *others])
-    # Faster in every round (+5.7 to +9.6 %), but 3 rounds at a 5 % family-wise rate over 6
-    # variants cannot call it.
-    assert text.startswith("advice: keep the settings as given") and "gradient_as_bucket_view measured +9.5%" in text
-    clear = Variant("gradient_as_bucket_view", DDPKnobs(), {r: v * 1.2 for r, v in base.items()})
-    assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
-        "advice: use gradient_as_bucket_view: +20.0% throughput"
-    )
-
-
 def test_report_marks_the_projection_beyond_this_machine(tmp_path):
     import shutil
 
@@ -606,46 +504,6 @@ def test_compression_uses_the_half_precision_curve_where_measured():
     far_half = network.predict(with_half, "all_reduce", 16, size, dtype="float16")
     assert far_half.seconds == pytest.approx(3 * far.seconds) and "float16/float32 as measured" in far_half.basis
     assert network.predict(profile, "all_reduce", 16, size, dtype="float16").basis == "fabric, float32 rate"
-
-
-@pytest.mark.launches
-def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
-    result = ddpbench_process(
-        "tune",
-        "--workload",
-        "mlp",
-        "--nproc",
-        "2",
-        "--device",
-        "cpu",
-        "--repeat",
-        "1",
-        "--steps",
-        "6",
-        "--warmup",
-        "2",
-        "--no-profile",
-        "--out",
-        str(tmp_path),
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-    names = [
-        "as given",
-        "bucket cap 5 MB",
-        "bucket cap 100 MB",
-        "gradient_as_bucket_view",
-        "static_graph",
-        "fp16_compress",
-        "bf16_compress",
-    ]
-    progress = [line for line in result.stdout.splitlines() if line.startswith("tune: round 1/1")]
-    assert [line.split("  ")[1].strip() for line in progress] == names and all("samples/s" in p for p in progress)
-    table = result.stdout.split(progress[-1], 1)[1]
-    for name in names:
-        assert f"\n{name} " in table
-    assert "too few rounds" in table  # one round cannot call a difference real
-    assert table.strip().splitlines()[-1].startswith("advice: keep the settings as given")
-    assert len(os.listdir(tmp_path / "runs")) == len(names)
 
 
 def test_one_rank_ddp_steps_carry_ddps_own_work_and_only_a_what_ifs_difference_is_added(record):

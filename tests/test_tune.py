@@ -1,6 +1,8 @@
-"""`ddpbench tune --profile`: a profile that cannot serve is refused before any variant runs, and a
-projection that cannot be made marks its column unavailable, with the reason, under the measured
-table. Nothing is launched: `launch` hands back a saved 2-rank gloo record (mlp tiny)."""
+"""`ddpbench tune`: a real run of every variant ending with its advice; when a difference is real
+and when a knob is advised; and with `--profile`, a profile that cannot serve is refused before any
+variant runs, and a projection that cannot be made marks its column unavailable, with the reason,
+under the measured table. Apart from the real run nothing is launched: `launch` hands back a saved
+2-rank gloo record (mlp tiny)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, ddpbench_process
 
 from ddpbench.analysis.network import load_profile
 from ddpbench.cli import main
@@ -184,3 +186,65 @@ def test_without_the_run_as_given_there_is_nothing_to_project_from():
     tune.project_variants(found, load_profile(PROFILE), world_size=2)
     assert all(v.projected is None for v in found)
     assert "projected: unavailable: the run as given did not finish" in tune.format_tune(found)
+
+
+@pytest.mark.launches
+def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
+    result = ddpbench_process(
+        "tune",
+        "--workload",
+        "mlp",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--repeat",
+        "1",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    progress = [line for line in result.stdout.splitlines() if line.startswith("tune: round 1/1")]
+    assert [line.split("  ")[1].strip() for line in progress] == NAMES and all("samples/s" in p for p in progress)
+    table = result.stdout.split(progress[-1], 1)[1]
+    for name in NAMES:
+        assert f"\n{name} " in table
+    assert "too few rounds" in table  # one round cannot call a difference real
+    assert table.strip().splitlines()[-1].startswith("advice: keep the settings as given")
+    assert len(os.listdir(tmp_path / "runs")) == len(NAMES)
+
+
+def test_tune_calls_a_difference_real_only_with_significance_beyond_3_percent():
+    from ddpbench.running.tune import difference
+
+    base = {0: 100.0, 1: 104.0, 2: 97.0, 3: 101.0}
+    wobble = {0: 1.0, 1: 1.004, 2: 0.997, 3: 1.002}  # rounds that agree, but not exactly
+    assert difference(base, {r: v * 1.20 * wobble[r] for r, v in base.items()}, tests=6) == "better"
+    assert difference(base, {r: v * 0.80 * wobble[r] for r, v in base.items()}, tests=6) == "worse"
+    assert difference(base, {r: v * 1.02 * wobble[r] for r, v in base.items()}, tests=6) == "not real"  # below 3 %
+    # A 15 % gain on average, but the rounds disagree too much to call it.
+    assert difference(base, {0: 140.0, 1: 100.0, 2: 120.0, 3: 100.0}, tests=6) == "not real"
+    assert difference(base, {0: 150.0}, tests=6) == "too few rounds"
+    assert difference(base, {5: 150.0, 6: 150.0}, tests=6) == "too few rounds"  # no round in common
+
+
+def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
+    from ddpbench.config.spec import DDPKnobs
+    from ddpbench.running.tune import Variant, advice
+
+    base = {0: 359.6, 1: 367.8, 2: 351.2}  # measured on this machine: mlp, 2 ranks, 3 rounds
+    others = [Variant(f"same {n}", DDPKnobs(), {r: v * (1 + 0.001 * n) for r, v in base.items()}) for n in range(5)]
+    view = Variant("gradient_as_bucket_view", DDPKnobs(), {0: 394.2, 1: 393.9, 2: 371.2})
+    text = advice([Variant("as given", DDPKnobs(), base), view, *others])
+    # Faster in every round (+5.7 to +9.6 %), but 3 rounds at a 5 % family-wise rate over 6
+    # variants cannot call it.
+    assert text.startswith("advice: keep the settings as given") and "gradient_as_bucket_view measured +9.5%" in text
+    clear = Variant("gradient_as_bucket_view", DDPKnobs(), {r: v * 1.2 for r, v in base.items()})
+    assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
+        "advice: use gradient_as_bucket_view: +20.0% throughput"
+    )
