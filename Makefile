@@ -63,8 +63,8 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Every GPU path once, within a 9-minute budget (--budget-s 540), with the interpreter given (one that already
-# has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.
+# Every GPU path once, within a 9-minute budget (--budget-s 540), with the interpreter given (one
+# that already has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.
 GPU_CHECK_ARGS ?=
 gpu-check:
 	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
