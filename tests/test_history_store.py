@@ -176,19 +176,28 @@ def test_a_store_another_writer_creates_while_this_one_opens_it_is_not_taken_for
     ddpbench's own (seen under 16 concurrent writers as 'it holds other tables')."""
     from ddpbench.history.sqlite_store import SQLiteStore
 
-    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
     listed = SQLiteStore._foreign_tables
 
-    def another_writer_first(store):
-        monkeypatch.setattr(SQLiteStore, "_foreign_tables", listed)  # the other writer lists them plainly
-        open_store(url).close()
-        return listed(store)
+    def another_writer_first(url):
+        def listing(store):
+            monkeypatch.setattr(SQLiteStore, "_foreign_tables", listed)  # the other writer lists them plainly
+            open_store(url).close()
+            return listed(store)
 
-    monkeypatch.setattr(SQLiteStore, "_foreign_tables", another_writer_first)
+        monkeypatch.setattr(SQLiteStore, "_foreign_tables", listing)
+
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    another_writer_first(url)
     with open_store(url) as store:
         assert store.schema_version == store_module.SCHEMA_VERSION
         store.add_sweep([run("a")])
         assert [r.run_id for r in store.runs()] == ["a"]
+    # A reader (create=False) of a file that exists but is empty until the other writer's schema lands.
+    url = f"sqlite:///{tmp_path / 'read.sqlite'}"
+    sqlite3.connect(tmp_path / "read.sqlite").close()
+    another_writer_first(url)
+    with open_store(url, create=False) as store:
+        assert store.schema_version == store_module.SCHEMA_VERSION and store.runs() == []
 
 
 def test_a_store_of_a_newer_schema_is_refused_with_its_version(store_url):

@@ -186,7 +186,8 @@ class Store:
                 foreign = self._foreign_tables()
                 if SCHEMA_TABLE in foreign:  # another opener created the store since the version was read
                     version = self._version()
-                elif foreign:
+            if version == 0:
+                if foreign:
                     raise self.address.error(
                         f"not a ddpbench history (it holds other tables: {', '.join(foreign[:5])})"
                     )
