@@ -56,7 +56,7 @@ test: install
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 -m "not launches" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not launches" tests
 
 # ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
 lint: install

@@ -11,7 +11,8 @@ import time
 import pytest
 from conftest import ddpbench_process, requires_cuda
 
-pytestmark = [requires_cuda, pytest.mark.cuda]
+# Step times against wall time, and DDP and DP against local within 10 %: a test beside them would blur them.
+pytestmark = [requires_cuda, pytest.mark.cuda, pytest.mark.alone]
 
 # Kernel names carry their element type: cuBLAS/CUTLASS gemms spell it (bf16, f16), torch's own
 # kernels are templates over c10::BFloat16 / c10::Half.

@@ -120,6 +120,7 @@ def test_ab_bad_run_options_are_refused_before_anything_runs(tmp_path):
 
 
 @pytest.mark.launches
+@pytest.mark.alone  # unchanged code must pass its paired rounds
 def test_a_real_ab_job_alternates_and_gates(tmp_path):
     out = tmp_path / "ab"
     done = ddpbench_process(
