@@ -33,26 +33,12 @@ NAMES = [
 MEASURED = 390.2  # the saved record's throughput, samples/s
 
 
+# A quick tune of the tiny MLP on two gloo ranks: the saved record's configuration.
+QUICK = ["--workload", "mlp", "--nproc", "2", "--device", "cpu", "--steps", "6", "--warmup", "2"]
+
+
 def tune_argv(tmp_path, profile: str) -> list[str]:
-    return [
-        "tune",
-        "--workload",
-        "mlp",
-        "--nproc",
-        "2",
-        "--device",
-        "cpu",
-        "--repeat",
-        "2",
-        "--steps",
-        "6",
-        "--warmup",
-        "2",
-        "--out",
-        str(tmp_path / "tune"),
-        "--profile",
-        profile,
-    ]
+    return ["tune", *QUICK, "--repeat", "2", "--out", str(tmp_path / "tune"), "--profile", profile]
 
 
 def write_json(path, data) -> str:
@@ -190,24 +176,7 @@ def test_without_the_run_as_given_there_is_nothing_to_project_from():
 
 @pytest.mark.launches
 def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
-    result = ddpbench_process(
-        "tune",
-        "--workload",
-        "mlp",
-        "--nproc",
-        "2",
-        "--device",
-        "cpu",
-        "--repeat",
-        "1",
-        "--steps",
-        "6",
-        "--warmup",
-        "2",
-        "--no-profile",
-        "--out",
-        str(tmp_path),
-    )
+    result = ddpbench_process("tune", *QUICK, "--repeat", "1", "--no-profile", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     progress = [line for line in result.stdout.splitlines() if line.startswith("tune: round 1/1")]
     assert [line.split("  ")[1].strip() for line in progress] == NAMES and all("samples/s" in p for p in progress)
