@@ -9,6 +9,7 @@ import pytest
 from conftest import FIXTURES
 
 from ddpbench.analysis.breakdown import TERM_NAMES, ExplainError, explain, explain_sweep
+from ddpbench.analysis.breakdown_text import SHORT_NAMES
 from ddpbench.cli import main
 from ddpbench.records.store import load_record, read_records
 
@@ -61,13 +62,20 @@ def test_explain_prints_every_term_and_writes_json(sweep, tmp_path, capsys):
     out = tmp_path / "b.json"
     assert main(["explain", str(sweep), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert all(name in printed for name in TERM_NAMES) and "advice" in printed
+    # One table for the sweep, a column per term; then one line of advice per run.
+    head = printed.splitlines()[0].split()
+    assert head == ["run", "E(N)", "lost", *(SHORT_NAMES[name] for name in TERM_NAMES)]
+    assert sum(line.startswith("advice  ") for line in printed.splitlines()) == 1
+    assert "estimate" not in printed
+    assert main(["explain", str(sweep), "--detail"]) == 0
+    detail = capsys.readouterr().out
+    assert all(f"  {name} " in detail for name in TERM_NAMES) and "estimate" in detail
     written = json.loads(out.read_text())
     assert [entry["run_id"] for entry in written] == ["mlp2"]
     entry = written[0]
     assert set(entry) >= {"run_id", "workload", "world_size", "efficiency", "step_s", "reference_step_s", "terms"}
     assert set(entry["terms"]) == set(TERM_NAMES)
-    assert set(entry["terms"]["exposed_comm"]) == {"s_per_step", "points", "basis"}
+    assert set(entry["terms"]["exposed_comm"]) == {"s_per_step", "points", "basis", "ci_low_s", "ci_high_s"}
 
 
 def _sweep_of(root, *records):

@@ -143,13 +143,15 @@ def _timeline_calls(rank, store_path, world_size, results):
             job_step,
             batches,
             torch.device("cpu"),
-            pairs=2,
+            blocks=2,
+            rank=0,
             world_size=world_size,
             solo_step_on=step_through(module, "solo"),
             unwrapped_step_on=step_through(module, "unwrapped"),
         )
         results["calls"] = calls
-        results["marked"] = {kind: len(found[kind]) for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped")}
+        results["marked"] = {kind: len(found.get(kind, [])) for kind in LADDER_KINDS}
+        results["blocks"] = {kind: [step["block"] for step in found.get(kind, [])] for kind in LADDER_KINDS}
         record = grad_timeline.timeline_record([{"rank": 0, "timeline": found}])
         results["lead_in_recorded"] = record.ddp_lead_in
         # The timeline's hooks sit on the module, so they mark the bare module's steps too.
@@ -170,34 +172,41 @@ PHASES = {
 }
 
 
+LADDER_KINDS = ("alone", "unwrapped", "solo", "with_ddp", "without_allreduce")
+STEP_NAMES = {
+    "alone": "unwrapped",
+    "unwrapped": "unwrapped",
+    "solo": "solo",
+    "with_ddp": "ddp",
+    "without_allreduce": "no_sync",
+}
+
+
 @pytest.mark.launches
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_every_marked_ddp_step_follows_an_unmarked_ddp_step(phase_results, world_size):
-    """As in the timed window, where every DDP step follows one: each marked DDP step of the
-    timeline comes right after an unmarked one, which comes after the barrier that gathers the
-    ranks (with more than one rank), so the marked step starts where a DDP step leaves them. The
-    other kinds get no lead-in; the unwrapped module's steps come after the barrier too, as many
-    as the others. The process group has one rank; world_size is what the phase is told. The
-    record says the steps had the lead-in and holds the unwrapped steps, fully marked."""
+def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(phase_results, world_size):
+    """Each block runs one segment of every kind, bottom rung first in even blocks and top first
+    in odd ones: with more than one rank a barrier gathers the ranks, one unmarked lead-in step of
+    the kind follows, then two marked steps of it. Rung 0 (`alone`) is stepped by one rank per
+    block, in rotation (this is rank 0: block 0 only); with one rank neither `alone` nor `solo`
+    runs. The process group has one rank; world_size is what the phase is told. The record says
+    the steps had the lead-in and holds the unwrapped steps, fully marked."""
     results = results_of(phase_results, f"timeline-{world_size}")
     gather = ["barrier"] if world_size > 1 else []
-    per_pair = [
-        *gather,
-        "ddp",
-        "marked:",
-        "ddp",
-        *gather,
-        "marked:",
-        "no_sync",
-        *gather,
-        "marked:",
-        "solo",
-        *gather,
-        "marked:",
-        "unwrapped",
-    ]
+    kinds = LADDER_KINDS if world_size > 1 else ("unwrapped", "with_ddp", "without_allreduce")
+    expected = []
+    for block in range(2):
+        for kind in kinds if block == 0 else kinds[::-1]:
+            expected += gather
+            if kind == "alone" and block == 1:
+                continue  # rank 1's turn to step alone: rank 0 waits at the next barrier
+            name = STEP_NAMES[kind]
+            expected += [name, "marked:", name, "marked:", name]
+    expected += gather  # the last segment ends before the contention probe
     # The contention probe needs a second rank in the group: here it adds nothing.
-    assert results["calls"] == per_pair * 2
-    assert results["marked"] == {"with_ddp": 2, "without_allreduce": 2, "solo": 2, "unwrapped": 2}
+    assert results["calls"] == expected
+    marked = {kind: (2 if kind == "alone" else 4) if kind in kinds else 0 for kind in LADDER_KINDS}
+    assert results["marked"] == marked
+    assert results["blocks"]["with_ddp"] == [0, 0, 1, 1]
     assert results["lead_in_recorded"] is True
-    assert results["unwrapped_fully_marked"] == [True, True]
+    assert results["unwrapped_fully_marked"] == [True] * 4

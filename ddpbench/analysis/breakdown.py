@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import statistics
 
-from ddpbench.analysis.breakdown_terms import TERM_NAMES, Breakdown, ExplainError, Term
+from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
 from ddpbench.analysis.breakdown_text import advice
 from ddpbench.analysis.frames import reference_runs
+from ddpbench.analysis.ladder import NoLadder, ladder_terms, read_ladder, window_steps_s
 from ddpbench.analysis.registry import (
     exposed_comm_no_sync_s,
     exposed_comm_reducer_s,
@@ -214,34 +215,22 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     step = spec.batch_size * spec.world_size * units / record.metrics.throughput_units_per_s
     lost = step - reference_step
 
-    measured, slowest = run_terms(record)
     data_n = data_wait(record)
-    data_1 = _median([value for value in map(data_wait, found) if value is not None])
-    if data_n is None or data_1 is None:
-        measured["data"] = (
-            None,
-            "the run or its reference has no data-loading times (records made before " "ddpbench measured them)",
-        )
+    try:
+        ladder = read_ladder(record)
+    except NoLadder as exc:
+        ladder, no_ladder = None, str(exc)
+    if ladder is not None:
+        reference_steps = [value for run in found for value in window_steps_s(run)]
+        estimates = ladder_terms(record, ladder, step, reference_step, reference_steps)
+        terms = {
+            name: Term(est.s, 100 * est.s / step, basis, est.ci_low_s, est.ci_high_s)
+            for name, (est, basis) in ((n, estimates[n]) for n in TERM_NAMES)
+        }
+        slowest = ladder.slowest_rank if ladder.world_size > 1 else None
+        parts: dict[str, float] = {}
     else:
-        measured["data"] = (
-            data_n - data_1,
-            f"timed window: {data_n * 1e3:.2f} ms per step waiting for data at N, "
-            f"{data_1 * 1e3:.2f} ms at the reference",
-        )
-    missing = [name for name, (value, _) in measured.items() if value is None]
-    rest = lost - sum(value for value, _ in measured.values() if value is not None)
-    holds = f"; it also holds {', '.join(missing)}, not measured in this run" if missing else ""
-    parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
-    within = "; ".join(f"{PART_WORDS[name]} {value * 1e3:.2f} ms" for name, value in parts.items())
-    measured["unexplained"] = (
-        rest,
-        f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
-        + (f"; measured beside it: {within}" if within else ""),
-    )
-    terms = {
-        name: Term(value, None if value is None else 100 * value / step, basis)
-        for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)
-    }
+        terms, slowest, parts = _terms_without_ladder(record, found, step, reference_step, data_n, lost, no_ladder)
 
     efficiency = reference_step / step
     breakdown = Breakdown(
@@ -262,9 +251,53 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
         "compute": step - sum(v for v in (data_n, transfer, wait) if v is not None),
     }
     breakdown.unexplained_parts = parts
+    if ladder is not None:
+        breakdown.ladder = {
+            "typical_rank": ladder.typical_rank,
+            "slowest_rank": ladder.slowest_rank,
+            "blocks": len(ladder.blocks["top"]),
+            "wall_s": ladder.wall_s,
+        }
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
     breakdown.advice = advice(breakdown, record, slowest, profile)
     return breakdown
+
+
+def _terms_without_ladder(
+    record: Record, found: list[Record], step: float, reference_step: float, data_n: float | None, lost: float, why: str
+) -> tuple[dict[str, Term], int | None, dict[str, float]]:
+    """The terms of a record without a ladder (older records, script runs): each from where it
+    was measured (timeline, traces, replay, timed window), the rest as `unexplained`."""
+    measured, slowest = run_terms(record)
+    data_1 = _median([value for value in map(data_wait, found) if value is not None])
+    if data_n is None or data_1 is None:
+        measured["data"] = (
+            None,
+            "the run or its reference has no data-loading times (records made before " "ddpbench measured them)",
+        )
+    else:
+        measured["data"] = (
+            data_n - data_1,
+            f"timed window: {data_n * 1e3:.2f} ms per step waiting for data at N, "
+            f"{data_1 * 1e3:.2f} ms at the reference",
+        )
+    for name in ("contention", *MEASUREMENT_TERMS):
+        measured[name] = (None, why)
+    missing = [name for name, (value, _) in measured.items() if value is None]
+    rest = lost - sum(value for value, _ in measured.values() if value is not None)
+    holds = f"; it also holds {', '.join(missing)}, not measured in this run" if missing else ""
+    parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
+    within = "; ".join(f"{PART_WORDS[name]} {value * 1e3:.2f} ms" for name, value in parts.items())
+    measured["unexplained"] = (
+        rest,
+        f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
+        + (f"; measured beside it: {within}" if within else ""),
+    )
+    terms = {
+        name: Term(value, None if value is None else 100 * value / step, basis)
+        for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)
+    }
+    return terms, slowest, parts
 
 
 PART_WORDS = {

@@ -22,21 +22,29 @@ TERMS = (
         "ddp_work",
         "DDP's own work",
         "what DDP itself costs a step without a network (its hooks, the copies into and out of "
-        "gradient buckets, the wrapper): steps through DDP over a process group of one rank against "
-        "the same module stepped without DDP, both in the run's gradient timeline phase",
+        "gradient buckets, the wrapper): the ladder's steps through DDP over a process group of one "
+        "rank against the same module unwrapped with every rank stepping, block by block",
+    ),
+    TermDefinition(
+        "contention",
+        "ranks sharing the host",
+        "compute slowed by the other ranks computing at the same time (memory bandwidth, caches, host "
+        "CPU, PCIe): the module unwrapped with every rank stepping against the same rank stepping it "
+        "alone while the others wait at a barrier, block by block in the ladder",
     ),
     TermDefinition(
         "data",
         "data loading",
-        "data loading per step at N devices minus at the one-device reference: the time from a timed "
-        "step's start until its batch is in hand (on GPUs, the device's idle time waiting for input); a "
-        "cost the reference pays too is not lost scaling",
+        "the wait for the next batch in the ladder's DDP steps against its steps of one rank alone (on "
+        "records without a ladder: the timed window at N against the one-device reference); a cost "
+        "the reference pays too is not lost scaling",
     ),
     TermDefinition(
         "exposed_comm",
         "exposed communication",
-        "communication that no computation hides (HolisticTraceAnalysis's definition), per profiled "
-        "step, from the rank that waits least in its collectives: the transfer, not waiting for peers",
+        "communication that no computation hides, the transfer and not waiting for peers: on the "
+        "slowest rank, the wait from the last gradient to the optimizer in the ladder's DDP steps "
+        "against its one-rank DDP steps (on records without a ladder: the profiled steps' trace)",
     ),
     TermDefinition(
         "overlap_slowdown",
@@ -48,16 +56,32 @@ TERMS = (
     TermDefinition(
         "slowest_rank",
         "waiting for the slowest rank",
-        "the slowest rank's own step against the median rank's, in the no_sync replay where no rank "
-        "waits for another; without a replay, the excess wait inside collectives in the traces",
+        "the slowest rank's own one-rank DDP step against the median rank's, where no rank waits for "
+        "another (on records without a ladder: the no_sync replay, or the extra wait inside "
+        "collectives in the traces)",
+    ),
+    TermDefinition(
+        "window_vs_ladder",
+        "timed window against the ladder",
+        "measurement, not DDP: the timed window's step against the ladder's DDP step with its data "
+        "wait (steps after a barrier in blocks, with the ladder's hooks, against back-to-back steps)",
+    ),
+    TermDefinition(
+        "reference_vs_rung0",
+        "reference run against rung 0",
+        "measurement, not DDP: the ladder's one-rank-alone step against the sweep's local run, two "
+        "processes at two times (the machine's drift between them, the wrapper-free process's start)",
     ),
     TermDefinition(
         "unexplained",
         "not explained",
-        "the lost time minus every measured term: where the model of the step is incomplete, shown "
-        "as such and never folded into a term",
+        "what the ladder's communication rung (DDP steps against one-rank DDP steps) holds beyond "
+        "exposed communication, overlap slowdown and waiting (on records without a ladder: the lost "
+        "time minus every measured term): shown as such and never folded into a term",
     ),
 )
+MEASUREMENT_TERMS = ("window_vs_ladder", "reference_vs_rung0")
+"""Terms that are the measurement's, not DDP's: never advice, never 'the largest loss'."""
 TERM_NAMES = tuple(term.name for term in TERMS)
 LABELS = {term.name: term.label for term in TERMS}
 
@@ -73,6 +97,9 @@ class Term:
     """Points of efficiency: s_per_step / t(N) x 100."""
     basis: str
     """How it was measured here, or why it could not be."""
+    ci_low_s: float | None = None
+    """The 95 % interval of s_per_step from the ladder's paired blocks; None without one."""
+    ci_high_s: float | None = None
 
 
 @dataclass
@@ -106,21 +133,35 @@ class Breakdown:
             "reference_step_s": self.reference_step_s,
             "reference": self.reference,
             "terms": {
-                name: {"s_per_step": term.s_per_step, "points": term.points, "basis": term.basis}
+                name: {
+                    "s_per_step": term.s_per_step,
+                    "points": term.points,
+                    "basis": term.basis,
+                    "ci_low_s": term.ci_low_s,
+                    "ci_high_s": term.ci_high_s,
+                }
                 for name, term in self.terms.items()
             },
             "phases": self.phases,
             "estimates": self.estimates,
             "advice": self.advice,
             "unexplained_parts": self.unexplained_parts,
+            "ladder": self.ladder,
         }
 
+    ladder: dict = field(default_factory=dict)
+    """How the ladder was read: typical_rank, slowest_rank, blocks, wall_s; empty without one."""
+
     def largest(self) -> tuple[str, Term]:
-        """The measured term (not `unexplained`) that lost the most."""
-        measured = [
-            (name, term) for name, term in self.terms.items() if name != "unexplained" and term.s_per_step is not None
-        ]
-        return max(measured, key=lambda item: item[1].s_per_step, default=("unexplained", self.terms["unexplained"]))
+        """The term that lost the most, `unexplained` and the measurement terms included."""
+        measured = [(name, term) for name, term in self.terms.items() if term.s_per_step is not None]
+        return max(measured, key=lambda item: item[1].s_per_step)
+
+    def offsets(self) -> list[tuple[str, Term]]:
+        """The terms that made the step faster (negative), largest first: what lets a term
+        exceed the whole loss."""
+        found = [(name, term) for name, term in self.terms.items() if (term.s_per_step or 0.0) < 0]
+        return sorted(found, key=lambda item: item[1].s_per_step)
 
 
 class ExplainError(ValueError):

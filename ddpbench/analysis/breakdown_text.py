@@ -82,6 +82,12 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: d
                 f"{lost}: try --static-graph and --gradient-as-bucket-view, which save DDP's per-step "
                 "bookkeeping and bucket copies."
             )
+        elif name == "contention":
+            said.append(
+                f"{lost}: the ranks slow each other's compute on the shared host (memory bandwidth, caches, "
+                "cores): fewer threads per rank (--threads-per-rank), ranks pinned apart, or fewer ranks per "
+                "host."
+            )
         elif name == "overlap_slowdown":
             said.append(
                 f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
@@ -100,6 +106,12 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
         f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
     )
     parts = breakdown.unexplained_parts
+    if breakdown.ladder:
+        return [
+            f"{share}: the ladder's communication rung holds it beyond exposed transfer, overlap "
+            "slowdown and waiting for the slowest rank (bucket copies DDP makes only with a network, "
+            "the all-reduces' launch)."
+        ]
     if not parts:
         return [f"{share}; this record has no gradient timeline to say what lies beside it."]
     beside = []
@@ -143,3 +155,83 @@ def format_breakdown(breakdown: Breakdown) -> str:
     lines += [f"  estimate         {line}" for line in breakdown.estimates]
     lines += [f"  advice           {line}" for line in breakdown.advice]
     return "\n".join(lines)
+
+
+SHORT_NAMES = {
+    "ddp_work": "ddp_work",
+    "contention": "contention",
+    "data": "data",
+    "exposed_comm": "exposed",
+    "overlap_slowdown": "overlap",
+    "slowest_rank": "slowest",
+    "window_vs_ladder": "window*",
+    "reference_vs_rung0": "reference*",
+    "unexplained": "unexplained",
+}
+"""Column heads of the sweep's table; the starred ones are the measurement's, not DDP's."""
+
+
+def run_name(breakdown: Breakdown) -> str:
+    from ddpbench.config.workloads import short_workload_name
+
+    return f"{short_workload_name(breakdown.workload)} x{breakdown.world_size}"
+
+
+def _points_cell(term, step_s: float) -> str:
+    if term.s_per_step is None:
+        return "n/a"
+    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
+        return f"{term.points:.1f}"
+    half = 100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s
+    return f"{term.points:.1f}±{half:.1f}" if half < 100 else f"{term.points:.1f}±?"
+
+
+def format_sweep_table(breakdowns: list[Breakdown]) -> str:
+    """One row per DDP run: E(N), the points lost, each term's points with its 95 % interval."""
+    from ddpbench.analysis.breakdown_terms import TERM_NAMES
+
+    head = ["run", "E(N)", "lost", *(SHORT_NAMES[name] for name in TERM_NAMES)]
+    rows = [
+        [
+            run_name(breakdown),
+            f"{breakdown.efficiency:.1%}",
+            f"{100 - 100 * breakdown.efficiency:.1f}",
+            *(_points_cell(breakdown.terms[name], breakdown.step_s) for name in TERM_NAMES),
+        ]
+        for breakdown in breakdowns
+    ]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    line = lambda cells: "  ".join(  # noqa: E731
+        cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths))
+    ).rstrip()
+    return "\n".join(
+        [
+            line(head),
+            *map(line, rows),
+            "points of efficiency per term, ± its 95 % interval from the ladder's paired blocks; they add up to "
+            "'lost'. * the measurement's, not DDP's: the timed window against the ladder, the reference run "
+            "against the ladder's bottom rung.",
+        ]
+    )
+
+
+def closing_line(breakdown: Breakdown) -> str:
+    """The largest term of one run, `unexplained` included; a term larger than the whole loss is
+    said with what offsets it."""
+    from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS
+
+    name, term = breakdown.largest()
+    lost = 100 - 100 * breakdown.efficiency
+    kind = " (measurement, not DDP)" if name in MEASUREMENT_TERMS else ""
+    said = f"{run_name(breakdown)}: {LABELS[name]}{kind} {term.points:.1f} of {lost:.1f} points lost"
+    if term.points > lost:
+        offsets = ", ".join(f"{LABELS[n]} {t.points:.1f}" for n, t in breakdown.offsets())
+        said += f", offset by {offsets}" if offsets else ""
+    return said
+
+
+def top_advice(breakdown: Breakdown) -> str:
+    """The run's first piece of advice (its largest actionable term), or why there is none."""
+    if breakdown.advice:
+        return breakdown.advice[0]
+    return f"no DDP term costs {ADVICE_MIN_POINTS:g} points or more: nothing to act on"

@@ -29,6 +29,12 @@ def add_explain_parser(commands) -> None:
         help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "
         "communication then projects the gain of each knob (marked as a projection)",
     )
+    explain.add_argument(
+        "--detail",
+        action="store_true",
+        help="also print each run's terms with how each was measured, its step by phase, the three "
+        "exposed-communication estimates and all its advice",
+    )
     explain.set_defaults(handler=command_explain)
 
 
@@ -48,7 +54,13 @@ def sweep_breakdowns(sweep_dir: str, profile: dict | None = None):
 
 def command_explain(args: argparse.Namespace) -> int:
     from ddpbench.analysis.breakdown_terms import ExplainError
-    from ddpbench.analysis.breakdown_text import format_breakdown
+    from ddpbench.analysis.breakdown_text import (
+        closing_line,
+        format_breakdown,
+        format_sweep_table,
+        run_name,
+        top_advice,
+    )
 
     if not os.path.isdir(args.sweep_dir):
         raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
@@ -61,7 +73,16 @@ def command_explain(args: argparse.Namespace) -> int:
         raise SpecError(str(exc)) from None
     if not breakdowns:
         raise SpecError("no DDP run could be explained: " + "; ".join(problems))
-    print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))
+    print(format_sweep_table(breakdowns))
+    print()
+    for breakdown in breakdowns:
+        print(f"advice  {run_name(breakdown)}: {top_advice(breakdown)}")
+    if args.detail:
+        print()
+        print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))
+    print()
+    for breakdown in breakdowns:
+        print(f"largest  {closing_line(breakdown)}")
     for line in problems:
         print(f"not explained: {line}")
     if args.json_path:
@@ -73,19 +94,14 @@ def command_explain(args: argparse.Namespace) -> int:
 
 def closing_lines(sweep_dir: str) -> list[str]:
     """The sweep's last words: the largest measured loss per workload and world size."""
-    from ddpbench.analysis.breakdown_terms import LABELS, ExplainError
+    from ddpbench.analysis.breakdown_terms import ExplainError
+    from ddpbench.analysis.breakdown_text import closing_line
 
     try:
         breakdowns, _ = sweep_breakdowns(sweep_dir)
     except (ExplainError, SpecError):
         return []
-    lines = []
-    for breakdown in breakdowns:
-        name, term = breakdown.largest()
-        lines.append(
-            f"largest loss  {breakdown.workload} x{breakdown.world_size}: {LABELS[name]} "
-            f"{term.points:.1f} of {100 - 100 * breakdown.efficiency:.1f} points lost"
-        )
+    lines = [f"largest loss  {closing_line(breakdown)}" for breakdown in breakdowns]
     if lines:
         lines.append(f"(ddpbench explain {sweep_dir} breaks every loss down)")
     return lines

@@ -369,6 +369,8 @@ class TimelineStep(Part):
     optimizer_start_s: float | None
     """Also when backward() returned: under DDP, after every bucket's all-reduce finished."""
     optimizer_end_s: float | None
+    block: int | None = None
+    """The ladder block the step belongs to (`Timeline.ladder`); None in older records."""
 
 
 class ContentionProbe(Part):
@@ -399,6 +401,12 @@ class TimelineRank(Part):
     unwrapped: list[TimelineStep] | None = None
     """Steps of the same module without DDP (no wrapper; DDP's gradient hooks return at once), in
     this run: the reference DDP's own work is measured against. None in older records."""
+    alone: list[TimelineStep] | None = None
+    """The ladder's rung 0: the module unwrapped, this rank stepping while the others wait at a
+    barrier, in the blocks where it was the alone rank (`Ladder.alone_rank_by_block`). None with
+    one rank (rung 0 is `unwrapped` there) and in older records."""
+    ladder_wall_s: float | None = None
+    """Wall time of this rank's ladder blocks (the contention probe and cast costs not included)."""
 
 
 class HookCast(Part):
@@ -420,6 +428,20 @@ class CastCost(Part):
     """The fixed cost of one copy call (a one-element copy): DDP copies each gradient on its own."""
 
 
+class Ladder(Part):
+    """How the ladder's blocks ran (see ddpbench.worker.ladder): each block holds one segment of
+    every step kind, a barrier, `lead_in_per_segment` unmarked steps, then `marked_per_segment`
+    marked steps; blocks alternate the order of their segments."""
+
+    blocks: int
+    marked_per_segment: int
+    lead_in_per_segment: int
+    alone_rank_by_block: list[int]
+    """The rank that stepped alone (rung 0) in each block; empty with one rank."""
+    wall_s: float
+    """Rank 0's wall time for all blocks."""
+
+
 class Timeline(Part):
     """The gradient timeline phase (DDP runs with profiling on): what `ddpbench project` replays."""
 
@@ -433,6 +455,9 @@ class Timeline(Part):
     """Whether each marked DDP step followed an unmarked DDP step (after the barrier, with more
     than one rank), as every timed step follows one. False in records made before the lead-in,
     whose DDP steps followed a barrier only and ran faster than the timed steps."""
+    ladder: Ladder | None = None
+    """The steps ran as the ladder's blocks (each step's `block`); None in older records, whose
+    kinds alternated step by step."""
 
 
 class HangEvidence(Part):

@@ -2,18 +2,11 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-Four kinds of step take turns (same model, fresh batches), so all see the same machine state:
-plain DDP; DDP under `no_sync()`; `solo`, the same module under DDP over a process group of this
-rank alone (DDP's own work without the network); and `unwrapped`, the same module with no wrapper
-at all. DDP's own work is then solo minus unwrapped, both measured inside this one run rather than
-against another run (a `local` run elsewhere in time, placement and load). With more than one
-rank each step starts after a barrier: the no_sync, one-rank and unwrapped steps never meet the
-other ranks, and a step must not inherit the skew they leave. Each marked DDP step then follows
-an unmarked DDP step, as every step of the timed window follows one (after the barrier alone it
-ran faster than the timed steps); the other kinds get no lead-in. The backward alone vs under DDP
-difference is the slowdown that overlapping communication causes, measured rather than assumed
-zero. It runs last, after the no_sync phase: like that phase it lets replicas drift apart, which
-no check looks at any more.
+The steps come from the ladder (`ddpbench.worker.ladder`): the module alone and unwrapped, through
+DDP over a one-rank group, through the job's DDP, and under `no_sync()`, in blocks that take
+turns, so that every kind sees the same machine state and each block is a paired sample. It runs
+last, after the no_sync phase: like that phase it lets replicas drift apart, which no check looks
+at any more.
 
 Hooks (all removed afterwards): a forward pre-hook and a forward hook on the wrapped module, a
 gradient hook on its output (backward reaches the model), `register_post_accumulate_grad_hook` on
@@ -33,12 +26,13 @@ interfere. With one rank there is nothing to contend with, and no probe.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+
+from ddpbench.worker.ladder import run_ladder, step_kinds
 
 MARKS = ("forward_start_s", "forward_end_s", "backward_start_s", "optimizer_start_s", "optimizer_end_s")
 
@@ -147,59 +141,25 @@ def _first_tensor_with_grad(output, depth: int = 3):
     return next((found for item in items if (found := _first_tensor_with_grad(item, depth - 1)) is not None), None)
 
 
-def timeline_pairs(timed_steps: int) -> int:
-    """Steps with DDP (and as many without): half the timed window's, between 6 and 20."""
-    return max(6, min(20, timed_steps // 2))
-
-
 def timeline_phase(
     ddp_model,
     optimizer,
     step_on,
     batches,
     device: torch.device,
-    pairs: int,
+    blocks: int,
+    rank: int,
     world_size: int,
     solo_step_on=None,
     unwrapped_step_on=None,
 ) -> dict:
-    """`pairs` steps with DDP's all-reduce, `pairs` under no_sync(), (given `solo_step_on`, a
-    step through DDP over a group of one rank) `pairs` with DDP's own work but no network and
-    (given `unwrapped_step_on`, a step of `ddp_model.module` itself) `pairs` without DDP, in turn;
-    cast costs; the contention probe."""
+    """The ladder's blocks (`ddpbench.worker.ladder`: the module alone, unwrapped, through DDP over
+    a one-rank group, through the job's DDP, and under no_sync()), every step marked; cast costs;
+    the contention probe."""
     timeline = GradTimeline(ddp_model, optimizer, device)
-    kinds = [("with_ddp", step_on, contextlib.nullcontext), ("without_allreduce", step_on, ddp_model.no_sync)]
-    if solo_step_on is not None:
-        # The job's wrapper under no_sync() keeps its own reducer out of these steps.
-        kinds.append(("solo", solo_step_on, ddp_model.no_sync))
-    if unwrapped_step_on is not None:
-        # No DDP forward runs, so no reducer expects this backward: the gradient hooks that both
-        # DDPs keep on the parameters return at once (with find_unused_parameters, after marking
-        # the parameter used, as under no_sync()). The timeline's own hooks are on the module.
-        kinds.append(("unwrapped", unwrapped_step_on, contextlib.nullcontext))
-    found: dict = {name: [] for name, _, _ in kinds}
+    kinds = step_kinds(ddp_model, step_on, world_size, solo_step_on, unwrapped_step_on)
     try:
-        for index in range(len(kinds) * pairs):
-            name, run_step, context = kinds[index % len(kinds)]
-            if world_size > 1:
-                # The no_sync and one-rank steps never meet the other ranks, so without this the
-                # ranks would start a step as far apart as those steps drifted, and a DDP step's
-                # tail would hold that skew.
-                dist.barrier()
-            if name == "with_ddp":
-                # An unmarked lead-in DDP step, so that the marked one follows a DDP step as every
-                # timed step does. After only a barrier it ran faster than the timed steps (timed
-                # over timeline: median 1.022 to 1.037 in four validation sets; 1.000 and 0.995
-                # with the lead-in), and back-to-back steps in benchmarks/step_conditions.py
-                # were slower than steps after a barrier by a median of 0.6 to 7.5 %.
-                run_step(next(batches))
-            started = time.perf_counter()
-            batch = next(batches)
-            data_s = time.perf_counter() - started
-            with context():
-                step = timeline.step(run_step, batch)
-            step["data_s"] = data_s
-            found[name].append(step)
+        found = run_ladder(timeline, kinds, batches, blocks, rank, world_size)
         grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:
@@ -406,6 +366,8 @@ def timeline_record(found: list[dict]):
             "param_bytes": first["param_bytes"],
             "cast_cost": first["cast_cost"],
             "ddp_lead_in": first.get("ddp_lead_in", False),
+            # Rank 0's blocks; every rank ran the same blocks between the same barriers.
+            "ladder": first.get("ladder"),
             "by_rank": [
                 {
                     "rank": f["rank"],
@@ -413,6 +375,8 @@ def timeline_record(found: list[dict]):
                     "without_allreduce": f["timeline"]["without_allreduce"],
                     "solo": f["timeline"].get("solo"),
                     "unwrapped": f["timeline"].get("unwrapped"),
+                    "alone": f["timeline"].get("alone"),
+                    "ladder_wall_s": (f["timeline"].get("ladder") or {}).get("wall_s"),
                     "contention": f["timeline"].get("contention"),
                 }
                 for f in ranks

@@ -35,8 +35,9 @@ from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
-from ddpbench.worker.grad_timeline import timeline_pairs, timeline_phase, timeline_record
+from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
+from ddpbench.worker.ladder import ladder_blocks
 from ddpbench.worker.memory import PeakMemory
 from ddpbench.worker.training import (
     UNTRACKED,
@@ -320,13 +321,15 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
         )
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
     if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
-        # DDP over a group of this rank alone, same module and knobs: every step of DDP's own work
-        # (copies into and out of buckets, the hook's casts, finalizing) without the network.
-        # new_group is collective: every rank creates every rank's group, in the same order.
-        alone_groups = [dist.new_group([other]) for other in range(rank.world_size)]
-        solo = wrap_ddp(trainer.model.module, rank.device, spec.ddp, process_group=alone_groups[rank.rank])
-        # And the same module with no wrapper at all (the optimizer holds its very parameters): the
-        # reference in this run that solo's steps are DDP's own work on top of.
+        solo = None
+        if rank.world_size > 1:
+            # DDP over a group of this rank alone, same module and knobs: every step of DDP's own
+            # work (copies into and out of buckets, the hook's casts, finalizing) without the
+            # network. new_group is collective: every rank creates every rank's group, in order.
+            alone_groups = [dist.new_group([other]) for other in range(rank.world_size)]
+            solo = wrap_ddp(trainer.model.module, rank.device, spec.ddp, process_group=alone_groups[rank.rank])
+        # And the same module with no wrapper at all (the optimizer holds its very parameters):
+        # the ladder's bottom rungs, alone and with every rank at once.
         unwrapped = trainer.model.module
         found["timeline"] = timeline_phase(
             trainer.model,
@@ -334,9 +337,10 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             trainer.step_on,
             trainer.batches,
             rank.device,
-            timeline_pairs(spec.steps - spec.warmup),
+            ladder_blocks(spec.steps - spec.warmup),
+            rank.rank,
             rank.world_size,
-            solo_step_on=lambda batch: trainer.step_with(solo, batch),
+            solo_step_on=None if solo is None else (lambda batch: trainer.step_with(solo, batch)),
             unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch),
         )
     return found

@@ -1,0 +1,331 @@
+"""The ladder's terms: differences between step kinds measured in the same DDP run, block by block
+(`ddpbench.worker.ladder` runs them), each with a confidence interval from the paired blocks. No
+torch.
+
+Every term is a mean over blocks of a per-block difference, so the terms add up exactly:
+
+    t(N) - t(1) = window_vs_ladder                      the timed window against rung 3
+                + data                                  loader's wait, rung 3 against rung 0
+                + exposed_comm + overlap_slowdown
+                  + slowest_rank + unexplained          rung 3 - rung 2 (communication)
+                + ddp_work                              rung 2 - rung 1
+                + contention                            rung 1 - rung 0
+                + reference_vs_rung0                    rung 0 against the sweep's `local` run
+
+Rungs 1 to 3 are read on the typical rank (the median rank by its own one-rank DDP step; with an
+even count the faster middle one): a rank that waits for a slower peer shows the wait in its
+rung 3, and `slowest_rank` holds it. Communication is split on the slowest rank, which waits for
+no one: its wait after backward (exposed transfer) and its backward's span (slowed by the
+all-reduces beside it), each against its own one-rank DDP step. Contention comes from the rank
+that stepped alone in each block (rotating), against its own rung 1 in the same block.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from ddpbench.records.schema import Record, TimelineRank, TimelineStep
+
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables); beyond 30, the
+# normal's 1.96 is within 4 %.
+T_975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+}
+
+
+def t_975(df: int) -> float:
+    return T_975.get(df, 1.96) if df >= 1 else math.inf
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over paired blocks, seconds per step, with its 95 % interval."""
+
+    s: float
+    ci_low_s: float
+    ci_high_s: float
+    blocks: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Estimate:
+        mean = statistics.fmean(values)
+        half = t_975(len(values) - 1) * standard_error(values)
+        return cls(mean, mean - half, mean + half, len(values))
+
+    @classmethod
+    def exact(cls, value: float) -> Estimate:
+        """A term that is zero by construction (one rank: nothing to share, no network)."""
+        return cls(value, value, value, 0)
+
+
+def standard_error(values: list[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
+
+
+# --- per-block values of one rank's steps -----------------------------------------------------------
+
+
+def _backward_span(step: TimelineStep) -> float | None:
+    ready = [t for t in step.grad_ready_s if t is not None]
+    return max(ready) - step.backward_start_s if ready and step.backward_start_s is not None else None
+
+
+def _after_backward(step: TimelineStep) -> float | None:
+    """From the last gradient being ready to the optimizer's start: under DDP the wait for the
+    last all-reduces (and the copies out of the buckets)."""
+    ready = [t for t in step.grad_ready_s if t is not None]
+    return step.optimizer_start_s - max(ready) if ready and step.optimizer_start_s is not None else None
+
+
+READS = {
+    "step": lambda step: step.step_s,
+    "data": lambda step: step.data_s,
+    "backward_span": _backward_span,
+    "after_backward": _after_backward,
+}
+
+
+def by_block(steps: list[TimelineStep] | None, read: str) -> dict[int, float]:
+    """Block -> the median of `read` over that block's marked steps of one kind."""
+    grouped: dict[int, list[float]] = {}
+    for step in steps or []:
+        value = READS[read](step)
+        if step.block is not None and value is not None:
+            grouped.setdefault(step.block, []).append(value)
+    return {block: statistics.median(values) for block, values in grouped.items()}
+
+
+def paired(*series: tuple[int, dict[int, float]]) -> dict[int, float]:
+    """Per block present in every series, the sum of sign x value (a difference of step kinds)."""
+    blocks = set.intersection(*(set(values) for _, values in series))
+    return {block: sum(sign * values[block] for sign, values in series) for block in sorted(blocks)}
+
+
+# --- the ladder of one record ---------------------------------------------------------------------------
+
+
+class NoLadder(ValueError):
+    """The record has no ladder to read; the message says why."""
+
+
+@dataclass
+class Ladder:
+    """One record's ladder, read from its timeline: per-block differences by term, and the ranks read."""
+
+    world_size: int
+    typical_rank: int
+    slowest_rank: int
+    blocks: dict[str, dict[int, float]]
+    """Term -> block -> seconds: contention, ddp_work, communication, data, slowest_rank,
+    exposed_comm, overlap_slowdown, and top (rung 3 with its data: the ladder's DDP step)."""
+    wall_s: float | None
+
+    def estimate(self, name: str) -> Estimate:
+        values = list(self.blocks[name].values())
+        if self.world_size == 1 and name in ONE_RANK_ZERO:
+            return Estimate.exact(0.0)
+        return Estimate.of(values)
+
+
+ONE_RANK_ZERO = ("contention", "communication", "slowest_rank", "exposed_comm", "overlap_slowdown")
+"""Zero by construction at world size 1: nothing to share, no network, no peer."""
+
+
+def _rank_view(rank: TimelineRank, kind: str, read: str) -> dict[int, float]:
+    return by_block(getattr(rank, kind), read)
+
+
+def read_ladder(record: Record) -> Ladder:
+    timeline = record.timeline
+    if timeline is None or timeline.ladder is None:
+        raise NoLadder("the record has no ladder (made before ddpbench measured one, or profiling was off)")
+    ranks = sorted(timeline.by_rank, key=lambda r: r.rank)
+    world_size = len(ranks)
+    # With one rank, rung 2 is the job's DDP itself and rung 0 is rung 1.
+    own_kind = "solo" if world_size > 1 else "with_ddp"
+    bottom_kind = "alone" if world_size > 1 else "unwrapped"
+    own = {rank.rank: _rank_view(rank, own_kind, "step") for rank in ranks}
+    if any(not values for values in own.values()):
+        raise NoLadder(f"the ladder has no {own_kind} steps on some rank")
+    means = {rank: statistics.fmean(values.values()) for rank, values in own.items()}
+    order = sorted(means, key=means.__getitem__)
+    typical = order[(len(order) - 1) // 2]  # the lower middle: the faster of two
+    slowest = order[-1]
+    by_rank = {rank.rank: rank for rank in ranks}
+    t, s = by_rank[typical], by_rank[slowest]
+
+    blocks: dict[str, dict[int, float]] = {}
+    # Rung 0 on the block's alone rank, against that rank's rung 1 in the same block.
+    contention: dict[int, float] = {}
+    data_bottom: dict[int, float] = {}
+    alone_ranks = timeline.ladder.alone_rank_by_block or [typical] * timeline.ladder.blocks
+    for block, who in enumerate(alone_ranks):
+        rank = by_rank[who]
+        bottom = _rank_view(rank, bottom_kind, "step")
+        unwrapped = _rank_view(rank, "unwrapped", "step")
+        if block in bottom and block in unwrapped:
+            contention[block] = unwrapped[block] - bottom[block]
+            data_bottom[block] = _rank_view(rank, bottom_kind, "data")[block]
+    blocks["contention"] = contention
+    blocks["ddp_work"] = paired((1, own[typical]), (-1, _rank_view(t, "unwrapped", "step")))
+    rung3 = _rank_view(t, "with_ddp", "step")
+    blocks["communication"] = paired((1, rung3), (-1, own[typical]))
+    blocks["data"] = paired((1, _rank_view(t, "with_ddp", "data")), (-1, data_bottom))
+    blocks["top"] = paired((1, rung3), (1, _rank_view(t, "with_ddp", "data")))
+    blocks["slowest_rank"] = paired((1, own[slowest]), (-1, own[typical]))
+    blocks["exposed_comm"] = paired(
+        (1, _rank_view(s, "with_ddp", "after_backward")), (-1, _rank_view(s, own_kind, "after_backward"))
+    )
+    blocks["overlap_slowdown"] = paired(
+        (1, _rank_view(s, "with_ddp", "backward_span")), (-1, _rank_view(s, own_kind, "backward_span"))
+    )
+    empty = [name for name, values in blocks.items() if not values]
+    if empty:
+        raise NoLadder(f"the ladder's blocks have no paired steps for {', '.join(empty)}")
+    wall = [rank.ladder_wall_s for rank in ranks if rank.ladder_wall_s is not None]
+    return Ladder(world_size, typical, slowest, blocks, max(wall) if wall else timeline.ladder.wall_s)
+
+
+def window_steps_s(record: Record) -> list[float]:
+    """The timed window's iteration times (the slowest rank per step), for its standard error."""
+    per_rank = [rank.step_times_s for rank in record.ranks if rank.step_times_s]
+    return [max(times) for times in zip(*per_rank)] if per_rank else []
+
+
+# --- the terms ------------------------------------------------------------------------------------
+
+
+def _combined(value: float, *errors: float, df: int) -> Estimate:
+    """A difference between the ladder and a measurement outside it, with an interval from both
+    standard errors (the ladder's blocks set the degrees of freedom)."""
+    half = t_975(df) * math.sqrt(sum(error * error for error in errors))
+    return Estimate(value, value - half, value + half, df + 1)
+
+
+def _ms(value: float) -> str:
+    return f"{value * 1e3:.2f} ms"
+
+
+def ladder_terms(
+    record: Record, ladder: Ladder, step_s: float, reference_step_s: float, reference_steps_s: list[float]
+) -> dict[str, tuple[Estimate, str]]:
+    """Every term of the breakdown from the ladder, as (estimate, basis); they add up to
+    step_s - reference_step_s exactly."""
+    one = ladder.world_size == 1
+    blocks = len(ladder.blocks["top"])
+    t, s = ladder.typical_rank, ladder.slowest_rank
+    found: dict[str, tuple[Estimate, str]] = {}
+    found["contention"] = (
+        (Estimate.exact(0.0), "one rank: no other rank shares the host")
+        if one
+        else (
+            ladder.estimate("contention"),
+            f"ladder: unwrapped with every rank against the same rank alone, {len(ladder.blocks['contention'])} "
+            "blocks (the alone rank rotates)",
+        )
+    )
+    found["ddp_work"] = (
+        ladder.estimate("ddp_work"),
+        f"ladder: {'DDP' if one else 'one-rank DDP'} against unwrapped steps, rank {t}, {blocks} blocks",
+    )
+    found["data"] = (
+        ladder.estimate("data"),
+        "ladder: the wait for the next batch in DDP steps against steps of one rank alone",
+    )
+    if one:
+        for name in ("exposed_comm", "overlap_slowdown", "slowest_rank"):
+            found[name] = (Estimate.exact(0.0), "one rank: no network and no other rank")
+        found["unexplained"] = (Estimate.exact(0.0), "one rank: no communication rung to split")
+    else:
+        found["slowest_rank"] = (
+            ladder.estimate("slowest_rank"),
+            f"ladder: rank {s}'s one-rank DDP step against rank {t}'s (no rank waits there)",
+        )
+        found["exposed_comm"] = (
+            ladder.estimate("exposed_comm"),
+            f"ladder: rank {s}'s wait from the last gradient to the optimizer, DDP against one-rank DDP",
+        )
+        found["overlap_slowdown"] = (
+            ladder.estimate("overlap_slowdown"),
+            f"ladder: rank {s}'s backward span, DDP against one-rank DDP",
+        )
+        communication = ladder.estimate("communication")
+        split = sum(found[name][0].s for name in ("slowest_rank", "exposed_comm", "overlap_slowdown"))
+        rest = paired(
+            (1, ladder.blocks["communication"]),
+            (-1, ladder.blocks["slowest_rank"]),
+            (-1, ladder.blocks["exposed_comm"]),
+            (-1, ladder.blocks["overlap_slowdown"]),
+        )
+        spread = Estimate.of(list(rest.values())) if len(rest) > 1 else None
+        value = communication.s - split
+        half = (spread.ci_high_s - spread.s) if spread else math.inf
+        found["unexplained"] = (
+            Estimate(value, value - half, value + half, len(rest)),
+            f"ladder: communication (rank {t}'s DDP step against its one-rank DDP step, "
+            f"{_ms(communication.s)}) beyond waiting, exposed transfer and overlap slowdown",
+        )
+    top = ladder.estimate("top")
+    top_blocks = list(ladder.blocks["top"].values())
+    window = window_steps_s(record)
+    found["window_vs_ladder"] = (
+        _combined(
+            step_s - top.s, standard_error(window), standard_error(list(ladder.blocks["top"].values())), df=blocks - 1
+        ),
+        f"the timed window's step {_ms(step_s)} against the ladder's DDP step with its data wait {_ms(top.s)}",
+    )
+    ladder_sum = sum(
+        found[name][0].s
+        for name in (
+            "contention",
+            "ddp_work",
+            "data",
+            "slowest_rank",
+            "exposed_comm",
+            "overlap_slowdown",
+            "unexplained",
+        )
+    )
+    bottom = top.s - ladder_sum
+    found["reference_vs_rung0"] = (
+        _combined(
+            bottom - reference_step_s,
+            standard_error(top_blocks),
+            standard_error(reference_steps_s),
+            df=blocks - 1,
+        ),
+        f"the ladder's one-rank-alone step {_ms(bottom)} against the reference run's {_ms(reference_step_s)}: "
+        "two processes at two times",
+    )
+    return found

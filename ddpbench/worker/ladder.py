@@ -1,0 +1,112 @@
+"""The ladder: step kinds that differ by one thing each, taken in turns inside the DDP run, so that
+the breakdown's terms are differences measured in one process, in the same minutes, on the same
+kind of batches and thread settings (`ddpbench.analysis.ladder` turns them into terms).
+
+The rungs, from the bottom:
+- 0 `alone`: the module unwrapped, this rank alone (the other ranks wait at a barrier): the in-run
+  one-device step. One rank per block takes this turn, in rotation, so its cost does not grow
+  with the world size.
+- 1 `unwrapped`: the module unwrapped, every rank at once. Rung 1 - rung 0 is contention: ranks
+  sharing memory bandwidth, caches, host CPU and PCIe.
+- 2 `solo`: DDP over a process group of this rank alone: DDP's own work without a network.
+- 3 `with_ddp`: the job's DDP: rung 3 - rung 2 is communication (and waiting for peers).
+Beside them `without_allreduce` (the job's DDP under no_sync()), which `ddpbench project` replays.
+
+A block holds one segment of each kind; a segment is a barrier (with more than one rank: every
+kind starts from the same place, and no kind inherits the skew another left), one unmarked
+lead-in step of that kind (a step that follows a step of its own kind, as in the timed window),
+then MARKED_PER_SEGMENT marked steps back to back. Blocks alternate the order of their segments
+(up, then down), so a drift of the machine's speed during a block hits every rung alike, and
+each block is one paired sample of every difference.
+
+With one rank there is nothing to share and no network: rung 0 is rung 1 and rung 2 is rung 3,
+so neither `alone` nor `solo` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+MARKED_PER_SEGMENT = 2
+"""Marked steps per segment: each block's value of a kind is their median."""
+LEAD_IN_PER_SEGMENT = 1
+
+
+def ladder_blocks(timed_steps: int) -> int:
+    """Blocks in the ladder: an eighth of the timed steps, between 4 and 8 (a block costs
+    (1 + MARKED_PER_SEGMENT) steps of each of its five kinds)."""
+    return max(4, min(8, timed_steps // 8))
+
+
+@dataclass(frozen=True)
+class StepKind:
+    name: str
+    step_on: Callable
+    """Steps one batch."""
+    context: Callable = contextlib.nullcontext
+    """Entered around each of its steps (DDP's no_sync() keeps the job's reducer out)."""
+    alone: bool = False
+    """Only the block's alone rank steps; the others wait at the next barrier."""
+
+
+def step_kinds(ddp_model, step_on, world_size: int, solo_step_on=None, unwrapped_step_on=None) -> list[StepKind]:
+    """The kinds a block runs, bottom rung first; `without_allreduce` last."""
+    kinds = []
+    if unwrapped_step_on is not None:
+        if world_size > 1:
+            kinds.append(StepKind("alone", unwrapped_step_on, alone=True))
+        # No DDP forward runs, so no reducer expects this backward: the gradient hooks that both
+        # DDPs keep on the parameters return at once (with find_unused_parameters, after marking
+        # the parameter used, as under no_sync()).
+        kinds.append(StepKind("unwrapped", unwrapped_step_on))
+    if solo_step_on is not None and world_size > 1:
+        # The job's wrapper under no_sync() keeps its own reducer out of these steps.
+        kinds.append(StepKind("solo", solo_step_on, ddp_model.no_sync))
+    kinds.append(StepKind("with_ddp", step_on))
+    kinds.append(StepKind("without_allreduce", step_on, ddp_model.no_sync))
+    return kinds
+
+
+def alone_rank(block: int, world_size: int) -> int:
+    return block % world_size
+
+
+def run_ladder(timeline, kinds: list[StepKind], batches, blocks: int, rank: int, world_size: int) -> dict:
+    """Every block's segments; returns each kind's marked steps (each with its `block`), the alone
+    rank of each block, and the wall time the blocks took on this rank."""
+    found: dict = {kind.name: [] for kind in kinds}
+    started = time.perf_counter()
+    for block in range(blocks):
+        order = kinds if block % 2 == 0 else kinds[::-1]
+        for kind in order:
+            if world_size > 1:
+                dist.barrier()  # sync point: every segment starts with the ranks together
+            if kind.alone and rank != alone_rank(block, world_size):
+                continue  # waits at the next segment's barrier while the alone rank steps
+            with kind.context():
+                for _ in range(LEAD_IN_PER_SEGMENT):
+                    kind.step_on(next(batches))
+                for _ in range(MARKED_PER_SEGMENT):
+                    loaded = time.perf_counter()
+                    batch = next(batches)
+                    data_s = time.perf_counter() - loaded
+                    step = timeline.step(kind.step_on, batch)
+                    step["data_s"], step["block"] = data_s, block
+                    found[kind.name].append(step)
+    if world_size > 1:
+        dist.barrier()  # the last segment's steps end before anything else starts
+    return {
+        **found,
+        "ladder": {
+            "blocks": blocks,
+            "marked_per_segment": MARKED_PER_SEGMENT,
+            "lead_in_per_segment": LEAD_IN_PER_SEGMENT,
+            "alone_rank_by_block": [alone_rank(block, world_size) for block in range(blocks)] if world_size > 1 else [],
+            "wall_s": time.perf_counter() - started,
+        },
+    }

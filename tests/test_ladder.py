@@ -1,0 +1,113 @@
+"""The ladder's terms, read from real records (tests/fixtures/sweeps/ladder-slow-rank: rank 1
+sleeps 10 ms in every training forward): they add up to the lost time exactly, each is a mean of
+block-paired differences with its interval, and a change to one step kind moves only the terms
+that kind belongs to."""
+
+import math
+import os
+
+import pytest
+from conftest import FIXTURES
+from msgspec.structs import replace
+
+from ddpbench.analysis.breakdown import explain
+from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS, TERM_NAMES
+from ddpbench.analysis.breakdown_text import closing_line
+from ddpbench.analysis.ladder import T_975, NoLadder, read_ladder
+from ddpbench.records.store import load_record, read_records
+
+SWEEP = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+
+
+@pytest.fixture(scope="module")
+def records():
+    found, unreadable = read_records(SWEEP)
+    assert not unreadable
+    return found
+
+
+def record(records, run_id: str):
+    return next(r for _, r in records if r.run_id == run_id)
+
+
+@pytest.mark.parametrize("run_id", ["slow2", "ddp1"])
+def test_the_terms_add_up_to_the_lost_time_and_each_has_its_interval(records, run_id):
+    breakdown = explain(record(records, run_id), records)
+    lost = breakdown.step_s - breakdown.reference_step_s
+    assert sum(term.s_per_step for term in breakdown.terms.values()) == pytest.approx(lost, abs=1e-12)
+    assert sum(term.points for term in breakdown.terms.values()) == pytest.approx(100 - 100 * breakdown.efficiency)
+    for name in TERM_NAMES:
+        term = breakdown.terms[name]
+        assert term.ci_low_s <= term.s_per_step <= term.ci_high_s, name
+
+
+def test_at_one_rank_nothing_is_shared_and_nothing_communicated(records):
+    breakdown = explain(record(records, "ddp1"), records)
+    for name in ("contention", "exposed_comm", "overlap_slowdown", "slowest_rank", "unexplained"):
+        term = breakdown.terms[name]
+        assert term.s_per_step == 0.0 and term.ci_low_s == term.ci_high_s == 0.0, name
+        assert term.basis.startswith("one rank"), term.basis
+
+
+def test_the_rank_that_sleeps_is_the_slowest_and_its_sleep_is_the_wait(records):
+    breakdown = explain(record(records, "slow2"), records)
+    assert breakdown.ladder["slowest_rank"] == 1 and breakdown.ladder["typical_rank"] == 0
+    waited_ms = breakdown.terms["slowest_rank"].s_per_step * 1e3
+    assert 8.5 <= waited_ms <= 11.5, waited_ms  # 10 ms planted, within 15 %
+    assert "rank 1 " in breakdown.advice[0] and "slowest" in breakdown.advice[0]
+    assert closing_line(breakdown).startswith("slow_rank_one x2: waiting for the slowest rank")
+
+
+def _shifted(record, kind: str, seconds: float, ranks=None):
+    """The record with every `kind` step (of the given ranks) made `seconds` longer."""
+    timeline = record.timeline
+    by_rank = [
+        replace(rank, **{kind: [replace(step, step_s=step.step_s + seconds) for step in getattr(rank, kind)]})
+        if ranks is None or rank.rank in ranks
+        else rank
+        for rank in timeline.by_rank
+    ]
+    return replace(record, timeline=replace(timeline, by_rank=by_rank))
+
+
+def _terms(record, records) -> dict[str, float]:
+    return {name: term.s_per_step for name, term in explain(record, records).terms.items()}
+
+
+@pytest.mark.parametrize(
+    ("kind", "ranks", "moves"),
+    [
+        # Every rank's DDP steps 5 ms longer, not in a way the marks split: the communication
+        # rung grows, and what it does not split is unexplained; the window now ran shorter.
+        ("with_ddp", None, {"unexplained": 5e-3, "window_vs_ladder": -5e-3}),
+        # The slow rank's one-rank DDP steps longer: it waits longer (and its own rung 2 grows,
+        # so its marks' differences do not move).
+        ("solo", {1}, {"slowest_rank": 5e-3, "unexplained": -5e-3}),
+        # Every rank's unwrapped steps longer: DDP's own work shrinks, contention grows.
+        ("unwrapped", None, {"ddp_work": -5e-3, "contention": 5e-3}),
+    ],
+)
+def test_a_step_kind_made_longer_moves_only_its_own_terms(records, kind, ranks, moves):
+    original = record(records, "slow2")
+    before, after = _terms(original, records), _terms(_shifted(original, kind, 5e-3, ranks), records)
+    for name in TERM_NAMES:
+        assert after[name] - before[name] == pytest.approx(moves.get(name, 0.0), abs=1e-9), name
+
+
+def test_a_record_without_a_ladder_keeps_the_earlier_terms_and_says_why_the_new_ones_are_missing():
+    old_sweep = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+    records, _ = read_records(old_sweep)
+    ddp = load_record(os.path.join(old_sweep, "runs", "mlp-ddp-n2.json"))
+    with pytest.raises(NoLadder):
+        read_ladder(ddp)
+    breakdown = explain(ddp, records)
+    for name in ("contention", *MEASUREMENT_TERMS):
+        assert breakdown.terms[name].s_per_step is None and "no ladder" in breakdown.terms[name].basis
+    assert breakdown.terms["exposed_comm"].s_per_step is not None
+
+
+def test_the_t_table_is_students():
+    stats = pytest.importorskip("scipy.stats")
+    for df, value in T_975.items():
+        assert value == pytest.approx(stats.t.ppf(0.975, df), abs=1e-3), df
+    assert math.isfinite(T_975[30])
