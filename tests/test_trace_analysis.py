@@ -142,6 +142,22 @@ def test_cpu_gloo_overlap_by_hand(tmp_path):
     assert result.summary()["overlap_pct"] == pytest.approx(100 * 20 / 70)
 
 
+def test_the_collectives_own_launch_ops_on_the_training_thread_are_not_computation(tmp_path):
+    """c10d::allreduce_ and record_param_comms run on the training thread while the collective
+    starts: counting them as computation would hide the transfer they start."""
+    events = [
+        step_event(1, 0, 100),
+        cpu_op(0, 30),
+        cpu_op(30, 60, name="c10d::allreduce_"),
+        cpu_op(31, 59, name="record_param_comms"),
+        cpu_op(30, 80, name="gloo:all_reduce", tid=7, category="user_annotation"),
+        cpu_op(80, 90),
+    ]
+    (step,) = analyze_trace(write_trace(tmp_path / "rank-0.json.gz", events, backend="gloo")).steps
+    assert step.comm_us == 50 and step.compute_us == 40
+    assert step.overlap_us == 0 and step.exposed_comm_us == 50
+
+
 def test_no_communication_means_overlap_does_not_apply(tmp_path):
     events = [step_event(1, 0, 100), cpu_op(0, 50)]
     result = analyze_trace(write_trace(tmp_path / "local.json", events, gzipped=False, distributed=False))

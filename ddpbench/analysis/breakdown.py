@@ -83,6 +83,11 @@ def _per_rank(record: Record, kind_a: str, kind_b: str, read) -> list[float]:
 
 
 def _no_timeline(record: Record) -> str:
+    if record.spec.script:
+        return (
+            "a script's run: the script runs its own loop, so ddpbench cannot step its model in the "
+            "timeline's or the ladder's other ways"
+        )
     if record.spec.profile:
         return "the record has no gradient timeline (made before ddpbench recorded one)"
     return "no gradient timeline (it runs with profiling on: drop --no-profile)"
@@ -167,10 +172,12 @@ def slowest_rank(record: Record) -> tuple[float | None, str, int | None]:
         )
     exposed = _trace_exposed(record)
     if len(exposed) > 1:
-        # The slowest rank waits least: the others' extra exposed time is their wait for it.
+        # The slowest rank waits least: the others' extra exposed time is their wait for it. The
+        # median rank by speed waits more than the slowest: with an even count, the faster of
+        # the two middle ranks is the one that waits more (median_high of the waits).
         slowest = min(range(len(exposed)), key=exposed.__getitem__)
         return (
-            _typical(exposed) - min(exposed),
+            statistics.median_high(exposed) - min(exposed),
             "traces: the median rank's wait inside collectives beyond the " "least-waiting rank's",
             slowest,
         )

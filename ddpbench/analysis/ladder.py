@@ -168,8 +168,15 @@ def _rank_view(rank: TimelineRank, kind: str, read: str) -> dict[int, float]:
 
 def read_ladder(record: Record) -> Ladder:
     timeline = record.timeline
+    if record.spec.script:
+        raise NoLadder(
+            "no ladder in a script's run: the script runs its own loop, so ddpbench cannot step its "
+            "model alone, unwrapped or through a one-rank DDP"
+        )
+    if timeline is None and not record.spec.profile:
+        raise NoLadder("no ladder: it runs with profiling on (drop --no-profile)")
     if timeline is None or timeline.ladder is None:
-        raise NoLadder("the record has no ladder (made before ddpbench measured one, or profiling was off)")
+        raise NoLadder("the record has no ladder (made before ddpbench measured one)")
     ranks = sorted(timeline.by_rank, key=lambda r: r.rank)
     world_size = len(ranks)
     # With one rank, rung 2 is the job's DDP itself and rung 0 is rung 1.

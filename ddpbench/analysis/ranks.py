@@ -5,9 +5,9 @@ Python objects are built, so a 1,024-rank x 5,000-step run is summarised in mill
 
 Which figure says a rank is slow: under DDP every rank waits for the slowest at each all-reduce,
 so step times even out across ranks and the straggler hides in everyone's step time. The
-no_sync() replay (the same batches without all-reduce) has no waiting in it: each rank's own
-speed. The straggler verdict uses it where the run has one, and the step times otherwise, and
-says which it used.
+ladder's one-rank DDP steps and the no_sync() replay have no waiting in them: each rank's own
+speed. The straggler verdict uses the first of them the run has, else each rank's step less its
+exposed communication in the trace (a script's run), else the step times, and says which it used.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ RANK_COLUMNS = [
     "no_sync_p50_s",
     "measure_s",
     "above_median_pct",
+    "measure",
 ]
 
 
@@ -69,19 +70,59 @@ def rank_frame(record: Record) -> pd.DataFrame:
             "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
         }
     )
+    frame["no_sync_p50_s"] = np.nan
     replay = record.overlap.no_sync if record.overlap else None
-    if replay and len(replay.by_rank) == len(frame):
+    own = _ladder_own_steps(record)
+    exposed = _trace_exposed(record)
+    if own is not None and len(own) == len(frame):
+        frame["measure_s"], frame["measure"] = own, LADDER_MEASURE
+    elif replay and len(replay.by_rank) == len(frame):
         frame["no_sync_p50_s"] = [rank.no_sync_step_time_median_s for rank in replay.by_rank]
-        frame["measure_s"] = frame["no_sync_p50_s"]
+        frame["measure_s"], frame["measure"] = frame["no_sync_p50_s"], REPLAY_MEASURE
+    elif exposed is not None and len(exposed) == len(frame):
+        # A script's run has neither: a rank's step less its exposed communication (the wait for
+        # its peers with the transfer) is its own work, which DDP does not even out.
+        frame["measure_s"], frame["measure"] = frame["step_p50_s"] - np.asarray(exposed), TRACE_MEASURE
     else:
-        frame["no_sync_p50_s"] = np.nan
-        frame["measure_s"] = frame["step_p50_s"]
+        frame["measure_s"], frame["measure"] = frame["step_p50_s"], STEP_MEASURE
     frame["above_median_pct"] = 100.0 * (frame["measure_s"] / frame["measure_s"].median() - 1)
     return frame[RANK_COLUMNS]
 
 
+LADDER_MEASURE = "own step in the ladder (one-rank DDP, mean over blocks)"
+REPLAY_MEASURE = "no_sync replay median"
+TRACE_MEASURE = "median step less exposed communication (trace)"
+STEP_MEASURE = "median step time"
+
+
+def _ladder_own_steps(record: Record) -> list[float] | None:
+    """Per rank, its mean step through DDP over a group of itself alone in the ladder: its own
+    speed with no rank to wait for. None without a ladder."""
+    timeline = record.timeline
+    if timeline is None or timeline.ladder is None:
+        return None
+    found = []
+    for rank in sorted(timeline.by_rank, key=lambda r: r.rank):
+        steps = [step.step_s for step in (rank.solo or [])]
+        if not steps:
+            return None
+        found.append(float(np.mean(steps)))
+    return found
+
+
+def _trace_exposed(record: Record) -> list[float] | None:
+    trace = record.overlap.trace if record.overlap else None
+    views = trace.by_rank if trace else []
+    if not views or any(view.exposed_comm_us_per_step is None for view in views):
+        return None
+    return [view.exposed_comm_us_per_step / 1e6 for view in views]
+
+
 def measure_name(ranks: pd.DataFrame) -> str:
-    return "no_sync replay median" if ranks["no_sync_p50_s"].notna().all() else "median step time"
+    """What the straggler verdict compared, in words."""
+    if "measure" in ranks and len(ranks):
+        return str(ranks["measure"].iloc[0])
+    return REPLAY_MEASURE if ranks["no_sync_p50_s"].notna().all() else STEP_MEASURE
 
 
 def node_frame(ranks: pd.DataFrame) -> pd.DataFrame:

@@ -43,6 +43,9 @@ MODES = ("ddpbench", "hta")
 GPU_EVENT_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
 CPU_WORK_CATEGORIES = {"cpu_op", "user_annotation"}
+COLLECTIVE_LAUNCH_PREFIXES = ("c10d::", "record_param_comms")
+"""Ops on the training thread that only start a collective (its launch, its bookkeeping): neither
+computation nor the collective itself, which runs on gloo's threads."""
 PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)")
 RANK_IN_FILE_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -225,7 +228,7 @@ def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
         if name.startswith("gloo:"):
             role = 1
         elif event.cat in CPU_WORK_CATEGORIES and (event.pid, event.tid) in training_threads:
-            if name.startswith("ProfilerStep#"):
+            if name.startswith(("ProfilerStep#", *COLLECTIVE_LAUNCH_PREFIXES)):
                 continue
             role = 2 if name.startswith("enumerate(DataLoader)") else 0
         else:

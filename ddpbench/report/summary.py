@@ -73,11 +73,13 @@ def _script_lines(record: Record) -> list[str]:
     trace = record.overlap.trace if record.overlap else None
     summaries = [s for s in (trace.by_rank if trace else []) if s.exposed_comm_us_per_step is not None]
     if summaries:
-        worst = max(s.exposed_comm_us_per_step for s in summaries)
-        hidden = min(s.overlap_pct or 0.0 for s in summaries)
+        # The rank that waits least shows the transfer alone; the others' extra is their wait for it.
+        least = min(summaries, key=lambda s: s.exposed_comm_us_per_step)
+        wait_ms = (max(s.exposed_comm_us_per_step for s in summaries) - least.exposed_comm_us_per_step) / 1e3
+        waits = f"; the rank that waits most waits {wait_ms:.2f} ms more for its peers" if len(summaries) > 1 else ""
         lines.append(
-            f"  exposed comm {worst / 1e3:.2f} ms/step on the slowest rank, {hidden:.0f} % of all-reduce hidden "
-            "(from the profiled steps' traces)"
+            f"  exposed comm {least.exposed_comm_us_per_step / 1e3:.2f} ms/step on the rank that waits least, "
+            f"{least.overlap_pct or 0.0:.0f} % of its all-reduce hidden (from the profiled steps' traces){waits}"
         )
     lines += [f"  script       {note}" for note in record.script.notes]
     return lines

@@ -1,0 +1,80 @@
+"""What a run without a replay or a ladder (a script's run) is told about its ranks, its exposed
+communication and its terms, on a real two-rank record with its replay and timeline taken away and
+its traces' exposed times set by hand: rank 1 is slow, so rank 0 waits 10 ms in its collectives."""
+
+import dataclasses
+import os
+
+import pytest
+from conftest import FIXTURES
+from msgspec.structs import replace
+
+from ddpbench.analysis.breakdown import explain, slowest_rank
+from ddpbench.analysis.breakdown_terms import Breakdown, Term
+from ddpbench.analysis.breakdown_text import closing_line
+from ddpbench.analysis.ranks import rank_frame, straggler_verdict
+from ddpbench.config.spec import ScriptSpec
+from ddpbench.records.schema import ScriptRun
+from ddpbench.records.store import load_record, read_records
+from ddpbench.report.summary import format_summary
+
+SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+EXPOSED_MS = {0: 11.0, 1: 1.0}
+"""Rank 0 waits for rank 1 inside its collectives: 10 ms beyond the 1 ms transfer."""
+
+
+@pytest.fixture
+def script_like():
+    record = load_record(os.path.join(SWEEP, "runs", "mlp-ddp-n2.json"))
+    trace = record.overlap.trace
+    views = [replace(view, exposed_comm_us_per_step=EXPOSED_MS[i] * 1e3) for i, view in enumerate(trace.by_rank)]
+    # DDP evens the ranks' steps out: both ranks' step times are the same.
+    steps = record.ranks[0].step_times_s
+    ranks = [replace(rank, step_times_s=list(steps)) for rank in record.ranks]
+    spec = dataclasses.replace(record.spec, script=ScriptSpec(path="train.py"))
+    return replace(
+        record,
+        spec=spec,
+        ranks=ranks,
+        timeline=None,
+        script=ScriptRun(steps_seen=10),
+        overlap=replace(record.overlap, no_sync=None, reducer=None, trace=replace(trace, by_rank=views)),
+    )
+
+
+def test_without_a_replay_the_wait_beyond_the_least_waiting_rank_is_the_slowest_ranks(script_like):
+    waited, _, slowest = slowest_rank(script_like)
+    assert waited == pytest.approx(0.010) and slowest == 1
+
+
+def test_a_scripts_straggler_is_found_from_its_traces_not_its_evened_out_steps(script_like):
+    verdict = straggler_verdict(rank_frame(script_like))
+    assert verdict.straggler and "rank 1" in verdict.text, verdict.text
+    assert "exposed communication" in verdict.basis
+
+
+def test_a_scripts_summary_gives_the_exposed_time_of_the_rank_that_waits_least(script_like):
+    printed = format_summary(script_like, "record.json")
+    assert "exposed comm 1.00 ms/step on the rank that waits least" in printed
+    assert "waits 10.00 ms more for its peers" in printed
+
+
+def test_a_scripts_missing_terms_say_it_is_a_script_not_an_old_record(script_like):
+    records, _ = read_records(SWEEP)
+    breakdown = explain(script_like, records)
+    for name in ("ddp_work", "overlap_slowdown", "contention"):
+        basis = breakdown.terms[name].basis
+        assert "script" in basis and "made before" not in basis, (name, basis)
+
+
+def _breakdown(points: dict[str, float]) -> Breakdown:
+    step = 0.1
+    terms = {name: Term(value / 100 * step, value, "by hand") for name, value in points.items()}
+    lost = sum(points.values())
+    return Breakdown("r", "mlp", 2, 1 - lost / 100, step, step * (1 - lost / 100), "local", terms)
+
+
+def test_the_closing_line_can_name_unexplained_and_says_what_offsets_a_term_above_the_loss():
+    assert "not explained 20.0 of 30.0" in closing_line(_breakdown({"ddp_work": 10.0, "unexplained": 20.0}))
+    said = closing_line(_breakdown({"ddp_work": 40.0, "window_vs_ladder": -15.0, "data": 5.0}))
+    assert "DDP's own work 40.0 of 30.0 points lost, offset by timed window against the ladder -15.0" in said
