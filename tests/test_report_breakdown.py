@@ -194,3 +194,35 @@ def test_a_browser_loads_the_waterfall(report, tmp_path):
     assert len(waterfalls) == 1 and all(
         complete and natural > 0 and shown > 0 for complete, natural, shown in waterfalls
     )
+
+
+LADDER_SWEEP = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+
+
+def test_the_waterfall_draws_each_sizable_terms_interval_as_a_whisker():
+    from ddpbench.report.breakdown_section import WHISKER_MIN_POINTS, waterfall
+
+    records, _ = read_records(LADDER_SWEEP)
+    breakdowns, _ = explain_sweep(records)
+    figure = waterfall("slow_rank_one", breakdowns)
+    whiskers = [c for c in figure.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]
+    sizable = [
+        term
+        for run in breakdowns
+        for term in run.terms.values()
+        if term.ci_high_s != term.ci_low_s and abs(term.points) >= WHISKER_MIN_POINTS
+    ]
+    assert len(whiskers) == len(sizable) > 0
+
+
+def test_the_communication_section_draws_the_ladders_rungs(tmp_path):
+    from ddpbench.analysis.ladder import RUNG_LABELS, ladder_frame
+
+    records, _ = read_records(LADDER_SWEEP)
+    rungs = ladder_frame(records)
+    # Two ranks: all four rungs; one rank: rungs 1 and 3 (0 and 2 are the same steps there).
+    assert sorted(rungs[rungs["world_size"] == 2]["rung"]) == sorted(RUNG_LABELS.values())
+    assert sorted(rungs[rungs["world_size"] == 1]["rung"]) == [RUNG_LABELS["unwrapped"], RUNG_LABELS["with_ddp"]]
+    page = open(build_report(LADDER_SWEEP, str(tmp_path / "index.html")), encoding="utf-8").read()
+    assert "the ladder&#39;s rungs" in page or "the ladder's rungs" in page
+    assert "in milliseconds from three estimates" not in page  # the old chart of the three estimates

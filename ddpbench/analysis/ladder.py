@@ -26,6 +26,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record, TimelineRank, TimelineStep
 
 # Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables); beyond 30, the
@@ -336,3 +337,55 @@ def ladder_terms(
         "two processes at two times",
     )
     return found
+
+
+RUNG_LABELS = {
+    "alone": "0: unwrapped, this rank alone",
+    "unwrapped": "1: unwrapped, every rank",
+    "solo": "2: DDP over a one-rank group",
+    "with_ddp": "3: DDP",
+}
+
+
+def rung_rows(record: Record) -> list[dict]:
+    """The ladder's rungs of one record as measured (compute only, data wait apart): one row per
+    rung with its mean over blocks and the half-width of its 95 % interval, all of the typical rank
+    (rung 0 from the blocks it stepped alone in); with one rank rungs 0 and 2 are not stepped
+    (they are rungs 1 and 3)."""
+    ladder = read_ladder(record)
+    typical = next(rank for rank in record.timeline.by_rank if rank.rank == ladder.typical_rank)
+    series: dict[str, list[float]] = {}
+    for kind in ("alone", "unwrapped", "solo", "with_ddp"):
+        values = list(_rank_view(typical, kind, "step").values())
+        if values:
+            series[kind] = values
+    rows = []
+    for kind, values in series.items():
+        estimate = Estimate.of(values)
+        rows.append(
+            {
+                "run_id": record.run_id,
+                "workload": short_workload_name(record.spec.workload),
+                "world_size": record.spec.world_size,
+                "rung": RUNG_LABELS[kind],
+                "step_s": estimate.s,
+                # One block alone gives no interval (NaN: no whisker is drawn).
+                "ci_half_s": half if math.isfinite(half := estimate.ci_high_s - estimate.s) else math.nan,
+            }
+        )
+    return rows
+
+
+def ladder_frame(records: list[tuple[str, Record]]):
+    """One row per rung of every ok DDP run with a ladder (see `rung_rows`), as a DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for _, record in records:
+        if record.status != "ok" or record.spec.strategy != "ddp":
+            continue
+        try:
+            rows += rung_rows(record)
+        except NoLadder:
+            continue
+    return pd.DataFrame(rows, columns=["run_id", "workload", "world_size", "rung", "step_s", "ci_half_s"])

@@ -21,10 +21,14 @@ from ddpbench.report.plots import DPI, PALETTE, PANEL_HEIGHT_IN
 KEPT_COLOUR = PALETTE[2]
 TERM_COLOURS = {
     "ddp_work": PALETTE[8],
+    "contention": "#6a3d9a",
     "data": PALETTE[9],
     "exposed_comm": PALETTE[3],
     "overlap_slowdown": PALETTE[4],
     "slowest_rank": PALETTE[5],
+    # The measurement's own terms in greys: they are not DDP's.
+    "window_vs_ladder": "#8c8c8c",
+    "reference_vs_rung0": "#b3b3b3",
     "unexplained": "#d9d9d9",
 }
 UNEXPLAINED_HATCH = "///"
@@ -78,9 +82,12 @@ def where_the_scaling_went_section(data, html) -> list[Markup]:
                 waterfall(workload, runs),
                 _alt_text(workload, runs),
                 "From 100 % (perfect weak scaling) down to E(N): each segment is the points of "
-                "efficiency one term lost; hatched grey is the part the terms do not explain; "
-                "a cross-hatched segment below the E(N) line is a term that made the step "
-                "faster, giving back what the terms above it overshoot.",
+                "efficiency one term lost, its whisker the term's 95 % interval from the ladder's "
+                "paired blocks (terms under 1 point: in the table); the two greys are the "
+                "measurement's (the timed window against the ladder, the reference run against "
+                "its bottom rung), hatched grey the part "
+                "the terms do not explain; a cross-hatched segment below the E(N) line is a term "
+                "that made the step faster, giving back what the terms above it overshoot.",
             )
         )
         blocks.append(
@@ -133,13 +140,19 @@ def terms_table(runs: list[Breakdown]) -> pd.DataFrame:
             found = run.terms[term.name]
             measured = found.s_per_step is not None
             row[f"{name}: ms per step"] = f"{found.s_per_step * 1e3:.2f}" if measured else "not measured"
-            row[f"{name}: points"] = f"{found.points:.1f}" if measured else ""
+            row[f"{name}: points"] = _points_with_interval(found, run.step_s) if measured else ""
         rows.append(row)
     lost = {"term": "lost in all: t(N) - t(1)"}
     for name, run in zip(_run_names(runs), runs):
         lost[f"{name}: ms per step"] = f"{(run.step_s - run.reference_step_s) * 1e3:.2f}"
         lost[f"{name}: points"] = f"{100 - 100 * run.efficiency:.1f}"
     return pd.DataFrame(rows + [lost])
+
+
+def _points_with_interval(term, step_s: float) -> str:
+    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
+        return f"{term.points:.1f}"
+    return f"{term.points:.1f} ± {100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s:.1f}"
 
 
 def _advice(runs: list[Breakdown]) -> Markup:
@@ -215,6 +228,7 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
             handles[LABELS[name]] = _segment(
                 axis, x, top, points, name, hatch=UNEXPLAINED_HATCH if name == "unexplained" else None
             )
+            _whisker(axis, x, top, run, name)
         lowest = min(lowest, top)
         # Below where the terms end, the bar is E(N) alone; a term that made the step faster covers the rest.
         shows = min(kept, top)
@@ -236,6 +250,7 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
                 axis, x, top, -points, name, hatch=FASTER_HATCH, faster=True
             )
             top -= points
+            _whisker(axis, x, top, run, name)
         axis.hlines(kept, x - 0.36, x + 0.36, color="black", linewidth=1.6)
         highest = max(highest, kept)
     axis.axhline(100, linestyle="--", color="grey", linewidth=1)
@@ -243,7 +258,7 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
     axis.set_xlim(-0.6, len(runs) - 0.4)
     axis.set_ylim(lowest, highest + 4)
     axis.set_ylabel("scaling efficiency (%)")
-    axis.set_title(f"{workload}: where the scaling went, 100 % down to E(N)")
+    axis.set_title(f"{workload}: 100 % down to E(N)")
     axis.grid(axis="x", visible=False)
     # The legend reads top to bottom as the bars do: the terms first, E(N) last.
     order = [LABELS[t.name] for t in TERMS] + [f"{LABELS[t.name]}: made the step faster" for t in TERMS]
@@ -271,6 +286,24 @@ def waterfall(workload: str, runs: list[Breakdown]) -> plt.Figure:
         )
     figure.tight_layout()
     return figure
+
+
+WHISKER_MIN_POINTS = 1.0
+"""Terms this small get no whisker in the figure (the table has every interval)."""
+WHISKER_OFFSETS = 0.22
+"""How far right of the bar's centre a term's whisker sits (the value label is at the centre)."""
+
+
+def _whisker(axis, x: int, edge: float, run: Breakdown, name: str) -> None:
+    """The term's 95 % interval as a whisker at the segment's lower edge, where the term ends:
+    how far that edge could lie, in points, given the ladder's paired blocks."""
+    term = run.terms[name]
+    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
+        return
+    if abs(term.points or 0.0) < WHISKER_MIN_POINTS:
+        return  # a sliver's whisker would sit on its neighbours'; the table gives its interval
+    half = 100 * (term.ci_high_s - term.ci_low_s) / 2 / run.step_s
+    axis.errorbar(x + WHISKER_OFFSETS, edge, yerr=half, fmt="none", ecolor="black", elinewidth=0.9, capsize=2.5)
 
 
 def _segment(axis, x: int, bottom: float, points: float, name: str, hatch: str | None, faster: bool = False):

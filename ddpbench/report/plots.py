@@ -234,36 +234,39 @@ def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
     return figure
 
 
-ESTIMATES = {
-    "exposed_comm_trace_s": "profiler trace",
-    "exposed_comm_no_sync_s": "no_sync() replay",
-    "exposed_comm_reducer_s": "DDP reducer timers",
-}
-
-
-def exposed_communication(overlap: pd.DataFrame) -> plt.Figure:
-    """DDP runs: exposed communication per step, three estimates side by side, and the overlap %."""
-    workloads = sorted(overlap["workload"].unique())
+def ladder_and_overlap(rungs: pd.DataFrame, overlap: pd.DataFrame) -> plt.Figure:
+    """Per workload: the ladder's rungs per world size (mean step over blocks, whiskers the 95 %
+    interval), and the share of the all-reduce hidden behind computation from the traces."""
+    if "workload" not in overlap:
+        overlap = pd.DataFrame(columns=["workload", "world_size", "overlap_pct"])
+    workloads = sorted(set(rungs["workload"]) | set(overlap["workload"]))
     figure, axes = plt.subplots(
         len(workloads), 2, figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)), squeeze=False
     )
     for row_axes, workload in zip(axes, workloads):
-        rows = overlap[overlap["workload"] == workload]
-        long = rows.melt(id_vars="world_size", value_vars=list(ESTIMATES), var_name="estimate", value_name="seconds")
-        long = long.dropna().assign(estimate=lambda f: f["estimate"].map(ESTIMATES), ms=lambda f: f["seconds"] * 1000)
-        if not long.empty:
-            sns.barplot(
-                data=long,
-                x="world_size",
-                y="ms",
-                hue="estimate",
-                ax=row_axes[0],
-                hue_order=[e for e in ESTIMATES.values() if e in set(long["estimate"])],
-            )
-        row_axes[0].set_xlabel("world size (devices)")
-        row_axes[0].set_ylabel("exposed communication per step (ms)")
-        row_axes[0].set_title(f"{workload}: exposed all-reduce, three estimates")
-        with_overlap = rows.dropna(subset=["overlap_pct"])
+        rows = rungs[rungs["workload"] == workload].sort_values(["world_size", "rung"])
+        axis = row_axes[0]
+        if not rows.empty:
+            sizes = sorted(rows["world_size"].unique())
+            names = sorted(rows["rung"].unique())
+            width = 0.8 / len(names)
+            for index, name in enumerate(names):
+                kind = rows[rows["rung"] == name].set_index("world_size").reindex(sizes)
+                axis.bar(
+                    [i - 0.4 + width * (index + 0.5) for i in range(len(sizes))],
+                    kind["step_s"] * 1000,
+                    width=width,
+                    yerr=kind["ci_half_s"] * 1000,
+                    capsize=3,
+                    color=PALETTE[index],
+                    label=name,
+                )
+            axis.set_xticks(range(len(sizes)), [str(size) for size in sizes])
+            axis.legend(fontsize="x-small")
+        axis.set_xlabel("world size (devices)")
+        axis.set_ylabel("compute step, mean over blocks (ms)")
+        axis.set_title(f"{workload}: the ladder's rungs")
+        with_overlap = overlap[overlap["workload"] == workload].dropna(subset=["overlap_pct"])
         if not with_overlap.empty:
             sns.barplot(data=with_overlap, x="world_size", y="overlap_pct", ax=row_axes[1], color=PALETTE[0])
         row_axes[1].set_ylim(0, 100)

@@ -1,5 +1,5 @@
-"""The report's communication section: exposed communication estimated three ways, its overlap
-with computation, its spread across ranks, whether the estimates agree, and where a profiled
+"""The report's communication section: the ladder's rungs, exposed communication estimated three
+ways (a table), its overlap with computation, its spread across ranks, whether the estimates agree, and where a profiled
 step's time goes."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from markupsafe import Markup
 from ddpbench.analysis import ranks
 from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
 from ddpbench.analysis.frames import breakdown_frame, overlap_table
+from ddpbench.analysis.ladder import ladder_frame
 from ddpbench.records.schema import Record
 from ddpbench.report import plots
 from ddpbench.report.blocks import ReportData, figure_html, metric_columns, table_html
@@ -18,16 +19,23 @@ from ddpbench.report.blocks import ReportData, figure_html, metric_columns, tabl
 def communication_section(data: ReportData) -> list[Markup]:
     overlap = overlap_table(data.runs) if not data.runs.empty else pd.DataFrame()
     breakdown = breakdown_frame(data.records)
+    rungs = ladder_frame(data.records)
     blocks = []
-    if not overlap.empty:
+    if not overlap.empty or not rungs.empty:
         blocks.append(
             figure_html(
-                plots.exposed_communication(overlap),
-                "Grouped bar charts of exposed communication per step in milliseconds from three "
-                "estimates, and bar charts of overlap percent, per world size and workload.",
-                "Exposed all-reduce per step, estimated three ways, and the share of it hidden " "behind computation.",
+                plots.ladder_and_overlap(rungs, overlap),
+                "Grouped bar charts of the ladder's rungs (the compute step of the module alone, "
+                "unwrapped with every rank, through a one-rank DDP and through DDP, in milliseconds "
+                "with 95 % interval whiskers), and bar charts of overlap percent, per world size "
+                "and workload.",
+                "The ladder's rungs, measured in turns inside each DDP run: each step up adds one "
+                "thing (other ranks computing, DDP's own work, the network), and the breakdown's "
+                "terms are the differences. Beside them, the share of the all-reduce hidden behind "
+                "computation in the profiler's trace.",
             )
         )
+    if not overlap.empty:
         shown, formats = metric_columns(overlap, list(overlap.columns))
         blocks.append(
             table_html(shown.rename(columns={"world_size": "world size"}), formats, text_columns=("workload",))
