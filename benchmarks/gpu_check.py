@@ -372,10 +372,19 @@ class Checker:
         view = record["timeline"]["by_rank"][0]
         probe = view.get("contention")
         figures["probe"] = probe
-        figures["timeline_steps"] = {
-            kind: len(view.get(kind) or []) for kind in ("with_ddp", "without_allreduce", "solo")
-        }
+        # The ladder's kinds: with one rank, rung 0 is rung 1 and rung 2 is rung 3 (neither runs).
+        kinds = ["unwrapped", "with_ddp", "without_allreduce"]
+        if record["spec"]["world_size"] > 1:
+            kinds += ["alone", "solo"]
+        figures["timeline_steps"] = {kind: len(view.get(kind) or []) for kind in kinds}
         problems = [f"{kind}: no steps" for kind, count in figures["timeline_steps"].items() if not count]
+        ladder = record["timeline"].get("ladder") or {}
+        figures["ladder"] = ladder
+        if not ladder.get("blocks") or not ladder.get("wall_s"):
+            problems.append(f"no ladder blocks on the GPU: {ladder}")
+        unblocked = [kind for kind in kinds if any(step.get("block") is None for step in view.get(kind) or [])]
+        if unblocked:
+            problems.append(f"ladder steps without a block: {unblocked}")
         if record["spec"]["world_size"] > 1:
             for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):
                 values = (probe or {}).get(name) or []
@@ -530,7 +539,8 @@ class Checker:
         if table_code != 0:
             problems.append(f"table exit code {table_code}")
         # One GPU: the breakdown of DDP x1 against local can only hold DDP's own work and data
-        # loading (no communication, no other rank); both must be measured on the GPU's clock.
+        # loading (no communication, no other rank); both must be measured on the GPU's clock,
+        # from the ladder's rungs (CUDA events), with their intervals.
         explained = os.path.join(self.out_dir, "explain.json")
         explain_code, explain_text = self.ddpbench("explain", folder, "--json", explained, timeout_s=120)
         figures["explain"] = explain_text.strip().splitlines()[:10]
@@ -544,6 +554,8 @@ class Checker:
             unmeasured = [name for name in ("ddp_work", "data") if terms[name]["s_per_step"] is None]
             if unmeasured:
                 problems.append(f"explain did not measure {unmeasured} on the GPU")
+            elif terms["ddp_work"].get("ci_low_s") is None or not terms["ddp_work"]["basis"].startswith("ladder"):
+                problems.append(f"ddp_work not from the ladder: {terms['ddp_work']}")
         if problems:
             raise CheckFailed("; ".join(problems) + f": {tail(output)}")
         shown = ", ".join(f"{name} {terms[name]['s_per_step'] * 1e3:.2f} ms" for name in ("ddp_work", "data"))

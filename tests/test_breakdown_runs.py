@@ -11,11 +11,14 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
 import pytest
 from conftest import FIXTURES, cpu_environment, ddpbench
+
+from ddpbench.analysis.breakdown_terms import TERM_NAMES
 
 # The planted amounts are checked within 25 %: a test running beside them would blur the terms.
 pytestmark = [pytest.mark.launches, pytest.mark.alone]
@@ -36,11 +39,12 @@ STEPS, WARMUP = 40, 10
 SHAPED_RATE = "200mbit"
 """Slow enough that communication, not the machine's noise, sets the shaped step."""
 TOLERANCE = 0.25
+SLOW_RANK_TOLERANCE = 0.15
 
 
-def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) -> None:
+def run_args(out, factory: str, strategy: str, run_id: str) -> list[str]:
     nproc = 2 if strategy == "ddp" else 1
-    args = [
+    return [
         "run",
         "--workload",
         f"{PLANTED}:{factory}",
@@ -59,9 +63,12 @@ def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) ->
         "--run-id",
         run_id,
     ]
+
+
+def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) -> None:
     # Every DDP run on loopback, the only interface inside a network namespace.
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "ddpbench", *args],
+        [*prefix, sys.executable, "-m", "ddpbench", *run_args(out, factory, strategy, run_id)],
         cwd=out,
         capture_output=True,
         text=True,
@@ -69,6 +76,18 @@ def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) ->
         env=cpu_environment(GLOO_SOCKET_IFNAME="lo"),
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def launch_async(out, factory: str, strategy: str, run_id: str) -> subprocess.Popen:
+    """The same run, started and not waited for (to run beside another)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpbench", *run_args(out, factory, strategy, run_id)],
+        cwd=out,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cpu_environment(GLOO_SOCKET_IFNAME="lo"),
+    )
 
 
 def explained(folder, tmp_path) -> dict[str, dict]:
@@ -181,15 +200,23 @@ def grew_ms(planted: dict, baseline: dict, names) -> dict[str, float]:
     return {name: ms(planted, name) - ms(baseline, name) for name in names}
 
 
+def others(*planted_in: str) -> list[str]:
+    return [name for name in TERM_NAMES if name not in planted_in]
+
+
+def assert_no_other_term_grew(planted: dict, baseline: dict, planted_in: tuple, amount_ms: float, numbers: str):
+    """In each case no term but the planted one grows by more than a quarter of the planted amount."""
+    for name, grew in grew_ms(planted, baseline, others(*planted_in)).items():
+        assert grew <= TOLERANCE * amount_ms, f"{name} grew by {grew:.2f} ms of {amount_ms:.2f} planted\n{numbers}"
+
+
 def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path):
     planted = explained(slow_rank, tmp_path)["ddp"]
     baseline = explained(steady, tmp_path)["ddp"]
     delay_ms = planted_causes().FORWARD_DELAY_S * 1e3
     numbers = table(planted, baseline)
-    assert abs(ms(planted, "slowest_rank") - delay_ms) <= TOLERANCE * delay_ms, numbers
-    # The terms measured in the gradient timeline and the timed window's data waits.
-    for name, grew in grew_ms(planted, baseline, ("ddp_work", "data", "overlap_slowdown")).items():
-        assert grew <= TOLERANCE * delay_ms, f"{name} grew by {grew:.2f} ms\n{numbers}"
+    assert abs(ms(planted, "slowest_rank") - delay_ms) <= SLOW_RANK_TOLERANCE * delay_ms, numbers
+    assert_no_other_term_grew(planted, baseline, ("slowest_rank",), delay_ms, numbers)
     # The advice names the rank whose forward sleeps.
     assert any("rank 1 " in line and "slowest" in line for line in planted["advice"]), planted["advice"]
 
@@ -206,14 +233,51 @@ def test_a_slow_getitem_every_rank_pays_is_data_time_not_lost_scaling(slow_data,
     assert abs(ms(breakdown, "data")) < TOLERANCE * data_ms, numbers
 
 
-def test_a_shaped_network_is_exposed_communication(shaped, tmp_path):
+COMMUNICATION = ("exposed_comm", "overlap_slowdown", "slowest_rank", "unexplained")
+"""The ladder's communication rung, DDP's step against its one-rank step, split."""
+
+
+def test_a_shaped_network_is_communication(shaped, tmp_path):
     breakdowns = explained(shaped, tmp_path)
     on_shaped, unshaped = breakdowns["ddp-shaped"], breakdowns["ddp"]
     numbers = table(on_shaped, unshaped)
     slower_ms = (on_shaped["step_s"] - unshaped["step_s"]) * 1e3
     # The shaping must bite well above the run-to-run noise, or this checks nothing.
     assert slower_ms > 10, f"the shaped run is only {slower_ms:.2f} ms per step slower\n{numbers}"
-    communication_ms = sum(ms(on_shaped, name) - ms(unshaped, name) for name in ("exposed_comm", "overlap_slowdown"))
+    communication_ms = sum(grew_ms(on_shaped, unshaped, COMMUNICATION).values())
     assert (
         abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms
-    ), f"exposed_comm + overlap_slowdown grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
+    ), f"the communication terms grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
+    assert_no_other_term_grew(on_shaped, unshaped, COMMUNICATION, slower_ms, numbers)
+
+
+@pytest.fixture(scope="module")
+def greedy(tmp_path_factory):
+    """greedy_forward's local run and DDP run, and two local runs of it started at once."""
+    (folder,) = run_cases(tmp_path_factory, "greedy_forward")
+    together = tmp_path_factory.mktemp("greedy-together")
+    both = [launch_async(together, "greedy_forward", "local", f"local-{index}") for index in range(2)]
+    for done in both:
+        out, err = done.communicate(timeout=240)
+        assert done.returncode == 0, out + err[-3000:]
+    return folder, together
+
+
+def test_work_that_takes_more_than_its_share_of_the_host_is_contention(greedy, steady, tmp_path):
+    folder, together = greedy
+    planted = explained(folder, tmp_path)["ddp"]
+    baseline = explained(steady, tmp_path)["ddp"]
+    alone_ms = step_ms(os.path.join(folder, "runs", "local.json"))
+    at_once_ms = statistics.fmean(step_ms(os.path.join(together, "runs", f"local-{i}.json")) for i in range(2))
+    slowdown_ms = at_once_ms - alone_ms
+    numbers = table(planted, baseline) + f"\ntwo local runs at once {at_once_ms:.2f} ms, one alone {alone_ms:.2f} ms"
+    assert slowdown_ms > 1, f"two local runs at once are not slower than one alone\n{numbers}"
+    grew = ms(planted, "contention") - ms(baseline, "contention")
+    assert abs(grew - slowdown_ms) <= TOLERANCE * slowdown_ms, f"contention grew by {grew:.2f} ms\n{numbers}"
+    assert_no_other_term_grew(planted, baseline, ("contention",), slowdown_ms, numbers)
+
+
+def step_ms(path: str) -> float:
+    with open(path) as handle:
+        metrics = json.load(handle)["metrics"]
+    return metrics["window_s"] / metrics["timed_steps"] * 1e3

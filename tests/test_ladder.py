@@ -80,9 +80,9 @@ def _terms(record, records) -> dict[str, float]:
         # Every rank's DDP steps 5 ms longer, not in a way the marks split: the communication
         # rung grows, and what it does not split is unexplained; the window now ran shorter.
         ("with_ddp", None, {"unexplained": 5e-3, "window_vs_ladder": -5e-3}),
-        # The slow rank's one-rank DDP steps longer: it waits longer (and its own rung 2 grows,
-        # so its marks' differences do not move).
-        ("solo", {1}, {"slowest_rank": 5e-3, "unexplained": -5e-3}),
+        # The typical rank's one-rank DDP steps longer, outside its marks: DDP's own work grows,
+        # and the communication rung shrinks where the marks do not split it.
+        ("solo", {0}, {"ddp_work": 5e-3, "unexplained": -5e-3}),
         # Every rank's unwrapped steps longer: DDP's own work shrinks, contention grows.
         ("unwrapped", None, {"ddp_work": -5e-3, "contention": 5e-3}),
     ],
@@ -90,6 +90,41 @@ def _terms(record, records) -> dict[str, float]:
 def test_a_step_kind_made_longer_moves_only_its_own_terms(records, kind, ranks, moves):
     original = record(records, "slow2")
     before, after = _terms(original, records), _terms(_shifted(original, kind, 5e-3, ranks), records)
+    for name in TERM_NAMES:
+        assert after[name] - before[name] == pytest.approx(moves.get(name, 0.0), abs=1e-9), name
+
+
+def _waits_longer(record, rank: int, seconds: float):
+    """The record with `rank`'s DDP steps waiting `seconds` longer between its last gradient and
+    the optimizer (a longer wait in the last all-reduce)."""
+    timeline = record.timeline
+
+    def later(step):
+        return replace(
+            step,
+            step_s=step.step_s + seconds,
+            optimizer_start_s=step.optimizer_start_s + seconds,
+            optimizer_end_s=step.optimizer_end_s + seconds,
+        )
+
+    by_rank = [
+        replace(r, with_ddp=[later(step) for step in r.with_ddp]) if r.rank == rank else r for r in timeline.by_rank
+    ]
+    return replace(record, timeline=replace(timeline, by_rank=by_rank))
+
+
+@pytest.mark.parametrize(
+    ("rank", "moves"),
+    [
+        # The typical rank (0) waits longer after backward: for the slowest rank, which waits for no one.
+        (0, {"slowest_rank": 5e-3, "window_vs_ladder": -5e-3}),
+        # The slowest rank (1) waits longer: the transfer itself; the typical rank's extra shrinks.
+        (1, {"exposed_comm": 5e-3, "slowest_rank": -5e-3}),
+    ],
+)
+def test_a_longer_wait_after_backward_is_transfer_on_the_slowest_rank_and_waiting_on_the_others(records, rank, moves):
+    original = record(records, "slow2")
+    before, after = _terms(original, records), _terms(_waits_longer(original, rank, 5e-3), records)
     for name in TERM_NAMES:
         assert after[name] - before[name] == pytest.approx(moves.get(name, 0.0), abs=1e-9), name
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddpbench.worker import phases
+from ddpbench.worker.ladder import LEAD_IN_PER_SEGMENT, MARKED_PER_SEGMENT
 
 # The reducer phase is checked against measured backward times: a test beside it would blur them.
 pytestmark = pytest.mark.alone
@@ -187,7 +188,7 @@ STEP_NAMES = {
 def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(phase_results, world_size):
     """Each block runs one segment of every kind, bottom rung first in even blocks and top first
     in odd ones: with more than one rank a barrier gathers the ranks, one unmarked lead-in step of
-    the kind follows, then two marked steps of it. Rung 0 (`alone`) is stepped by one rank per
+    the kind follows, then its marked steps. Rung 0 (`alone`) is stepped by one rank per
     block, in rotation (this is rank 0: block 0 only); with one rank neither `alone` nor `solo`
     runs. The process group has one rank; world_size is what the phase is told. The record says
     the steps had the lead-in and holds the unwrapped steps, fully marked."""
@@ -201,12 +202,13 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
             if kind == "alone" and block == 1:
                 continue  # rank 1's turn to step alone: rank 0 waits at the next barrier
             name = STEP_NAMES[kind]
-            expected += [name, "marked:", name, "marked:", name]
+            expected += [name] * LEAD_IN_PER_SEGMENT + ["marked:", name] * MARKED_PER_SEGMENT
     expected += gather  # the last segment ends before the contention probe
     # The contention probe needs a second rank in the group: here it adds nothing.
     assert results["calls"] == expected
-    marked = {kind: (2 if kind == "alone" else 4) if kind in kinds else 0 for kind in LADDER_KINDS}
+    per_block = MARKED_PER_SEGMENT
+    marked = {kind: (per_block if kind == "alone" else 2 * per_block) if kind in kinds else 0 for kind in LADDER_KINDS}
     assert results["marked"] == marked
-    assert results["blocks"]["with_ddp"] == [0, 0, 1, 1]
+    assert results["blocks"]["with_ddp"] == [0] * per_block + [1] * per_block
     assert results["lead_in_recorded"] is True
-    assert results["unwrapped_fully_marked"] == [True] * 4
+    assert results["unwrapped_fully_marked"] == [True] * 2 * per_block

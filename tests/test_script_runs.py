@@ -251,7 +251,26 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(tmp_path)
     assert one["efficiency"] == pytest.approx(1.0)
     assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]))
     # the reference is not broken down against itself; the x2 run is
-    assert "x1  E(N)" not in done.stdout and "script:grad_accumulation.py x2" in done.stdout
+    assert "grad_accumulation x1" not in done.stdout and "largest loss  grad_accumulation x2" in done.stdout
+
+
+@pytest.mark.launches
+def test_explain_names_the_rank_whose_forward_sleeps_in_a_scripts_sweep(tmp_path):
+    """DDP evens a script's ranks' steps out; the traces' waits inside the collectives still say
+    which rank is slow, and by how much."""
+    done = ddpbench(
+        "sweep", "--script", os.path.join(SCRIPTS, "slow_rank_in_forward.py"), "--device", "cpu", "--nproc", "2",
+        "--steps", "30", "--out", str(tmp_path), "--sweep-id", "s",
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    explained = ddpbench("explain", str(tmp_path / "s"), "--json", str(tmp_path / "why.json"))
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    (breakdown,) = json.load(open(tmp_path / "why.json"))
+    assert breakdown["world_size"] == 2
+    assert any("rank 1 " in line and "slowest" in line for line in breakdown["advice"]), breakdown["advice"]
+    waited_ms = breakdown["terms"]["slowest_rank"]["s_per_step"] * 1e3
+    assert 7.5 <= waited_ms <= 12.5, explained.stdout  # 10 ms planted, within 25 %
 
 
 def test_a_script_sweep_refuses_what_does_not_apply(tmp_path):

@@ -43,7 +43,8 @@ TERMS = (
         "exposed_comm",
         "exposed communication",
         "communication that no computation hides, the transfer and not waiting for peers: on the "
-        "slowest rank, the wait from the last gradient to the optimizer in the ladder's DDP steps "
+        "slowest rank, its waits in DDP's collectives (before the module's forward, where DDP "
+        "broadcasts buffers, and from the last gradient to the optimizer) in the ladder's DDP steps "
         "against its one-rank DDP steps (on records without a ladder: the profiled steps' trace)",
     ),
     TermDefinition(
@@ -51,14 +52,15 @@ TERMS = (
         "compute slowed by overlap",
         "backward slowed by the all-reduces that run beside it (on CPU gloo's threads take cores, on "
         "GPUs NCCL's kernels take SMs and memory bandwidth): backward's span with DDP's all-reduce "
-        "against the one-rank DDP's, which does the same copies without a network",
+        "against the one-rank DDP's, which does the same copies without a network (in the ladder, "
+        "on the typical rank)",
     ),
     TermDefinition(
         "slowest_rank",
         "waiting for the slowest rank",
-        "the slowest rank's own one-rank DDP step against the median rank's, where no rank waits for "
-        "another (on records without a ladder: the no_sync replay, or the extra wait inside "
-        "collectives in the traces)",
+        "the median rank's waits in DDP's collectives beyond the slowest rank's, which waits for no "
+        "one, in the ladder's DDP steps against one-rank DDP steps (on records without a ladder: the "
+        "no_sync replay, or the extra wait inside collectives in the traces)",
     ),
     TermDefinition(
         "window_vs_ladder",
@@ -75,9 +77,10 @@ TERMS = (
     TermDefinition(
         "unexplained",
         "not explained",
-        "what the ladder's communication rung (DDP steps against one-rank DDP steps) holds beyond "
-        "exposed communication, overlap slowdown and waiting (on records without a ladder: the lost "
-        "time minus every measured term): shown as such and never folded into a term",
+        "what the ladder's communication rung (the median rank's DDP steps against its one-rank DDP "
+        "steps) holds outside backward and DDP's waits: forward, the optimizer, what lies between the "
+        "marks (on records without a ladder: the lost time minus every measured term); shown as such "
+        "and never folded into a term",
     ),
 )
 MEASUREMENT_TERMS = ("window_vs_ladder", "reference_vs_rung0")

@@ -13,11 +13,15 @@ Every term is a mean over blocks of a per-block difference, so the terms add up 
                 + reference_vs_rung0                    rung 0 against the sweep's `local` run
 
 Rungs 1 to 3 are read on the typical rank (the median rank by its own one-rank DDP step; with an
-even count the faster middle one): a rank that waits for a slower peer shows the wait in its
-rung 3, and `slowest_rank` holds it. Communication is split on the slowest rank, which waits for
-no one: its wait after backward (exposed transfer) and its backward's span (slowed by the
-all-reduces beside it), each against its own one-rank DDP step. Contention comes from the rank
-that stepped alone in each block (rotating), against its own rung 1 in the same block.
+even count the faster middle one). Its communication rung is split by the step's marks, each
+against its own one-rank DDP step: backward's span (`overlap_slowdown`: the all-reduces beside
+it), the waits outside the module's work (before its forward, where DDP broadcasts buffers, and
+from the last gradient to the optimizer, where it waits for the last all-reduces), and the rest
+(`unexplained`: forward, the optimizer, what lies between the marks). The waits are the transfer
+and the wait for slower peers:
+the slowest rank waits for no one, so its own wait there is the transfer (`exposed_comm`) and the
+typical rank's wait beyond it is `slowest_rank`. Contention comes from the rank that stepped
+alone in each block (rotating), against its own rung 1 in the same block.
 """
 
 from __future__ import annotations
@@ -109,11 +113,22 @@ def _after_backward(step: TimelineStep) -> float | None:
     return step.optimizer_start_s - max(ready) if ready and step.optimizer_start_s is not None else None
 
 
+def _outside_compute(step: TimelineStep) -> float | None:
+    """Where DDP's collectives make a rank wait, outside the module's own work: before the module's
+    forward (DDP's forward broadcasts buffers, e.g. BatchNorm's running statistics) and from the
+    last gradient to the optimizer (the last all-reduces)."""
+    after = _after_backward(step)
+    if after is None or step.forward_start_s is None:
+        return None
+    return step.forward_start_s + after
+
+
 READS = {
     "step": lambda step: step.step_s,
     "data": lambda step: step.data_s,
     "backward_span": _backward_span,
     "after_backward": _after_backward,
+    "waits": _outside_compute,
 }
 
 
@@ -149,7 +164,8 @@ class Ladder:
     slowest_rank: int
     blocks: dict[str, dict[int, float]]
     """Term -> block -> seconds: contention, ddp_work, communication, data, slowest_rank,
-    exposed_comm, overlap_slowdown, and top (rung 3 with its data: the ladder's DDP step)."""
+    exposed_comm, overlap_slowdown, unexplained, top (rung 3 with its data: the ladder's DDP
+    step) and own_step_gap (the slowest rank's one-rank DDP step beyond the typical rank's)."""
     wall_s: float | None
 
     def estimate(self, name: str) -> Estimate:
@@ -159,7 +175,7 @@ class Ladder:
         return Estimate.of(values)
 
 
-ONE_RANK_ZERO = ("contention", "communication", "slowest_rank", "exposed_comm", "overlap_slowdown")
+ONE_RANK_ZERO = ("contention", "communication", "slowest_rank", "exposed_comm", "overlap_slowdown", "unexplained")
 """Zero by construction at world size 1: nothing to share, no network, no peer."""
 
 
@@ -211,13 +227,19 @@ def read_ladder(record: Record) -> Ladder:
     blocks["communication"] = paired((1, rung3), (-1, own[typical]))
     blocks["data"] = paired((1, _rank_view(t, "with_ddp", "data")), (-1, data_bottom))
     blocks["top"] = paired((1, rung3), (1, _rank_view(t, "with_ddp", "data")))
-    blocks["slowest_rank"] = paired((1, own[slowest]), (-1, own[typical]))
-    blocks["exposed_comm"] = paired(
-        (1, _rank_view(s, "with_ddp", "after_backward")), (-1, _rank_view(s, own_kind, "after_backward"))
-    )
-    blocks["overlap_slowdown"] = paired(
-        (1, _rank_view(s, "with_ddp", "backward_span")), (-1, _rank_view(s, own_kind, "backward_span"))
-    )
+    # Communication split by the marks. The slowest rank waits for no one: its waits (before the
+    # module's forward, and from the last gradient to the optimizer), DDP against one-rank DDP,
+    # are the transfer alone. The typical rank's are longer by its wait for the slowest rank.
+    # Backward's span and the rest of the step (forward, optimizer, what lies between the marks)
+    # are read on the typical rank, whose steps the communication rung is.
+    after_s = paired((1, _rank_view(s, "with_ddp", "waits")), (-1, _rank_view(s, own_kind, "waits")))
+    after_t = paired((1, _rank_view(t, "with_ddp", "waits")), (-1, _rank_view(t, own_kind, "waits")))
+    span_t = paired((1, _rank_view(t, "with_ddp", "backward_span")), (-1, _rank_view(t, own_kind, "backward_span")))
+    blocks["exposed_comm"] = after_s
+    blocks["slowest_rank"] = paired((1, after_t), (-1, after_s))
+    blocks["overlap_slowdown"] = span_t
+    blocks["unexplained"] = paired((1, blocks["communication"]), (-1, span_t), (-1, after_t))
+    blocks["own_step_gap"] = paired((1, own[slowest]), (-1, own[typical]))
     empty = [name for name, values in blocks.items() if not values]
     if empty:
         raise NoLadder(f"the ladder's blocks have no paired steps for {', '.join(empty)}")
@@ -276,33 +298,27 @@ def ladder_terms(
             found[name] = (Estimate.exact(0.0), "one rank: no network and no other rank")
         found["unexplained"] = (Estimate.exact(0.0), "one rank: no communication rung to split")
     else:
+        gap = ladder.estimate("own_step_gap")
         found["slowest_rank"] = (
             ladder.estimate("slowest_rank"),
-            f"ladder: rank {s}'s one-rank DDP step against rank {t}'s (no rank waits there)",
+            f"ladder: rank {t}'s waits in DDP's collectives beyond rank {s}'s (DDP against one-rank "
+            f"DDP); rank {s}'s own one-rank DDP step is {_ms(gap.s)} longer than rank {t}'s",
         )
         found["exposed_comm"] = (
             ladder.estimate("exposed_comm"),
-            f"ladder: rank {s}'s wait from the last gradient to the optimizer, DDP against one-rank DDP",
+            f"ladder: rank {s}'s waits before forward (buffers) and from the last gradient to the "
+            "optimizer, DDP against one-rank DDP (the slowest rank waits for no one: the transfer alone)",
         )
         found["overlap_slowdown"] = (
             ladder.estimate("overlap_slowdown"),
-            f"ladder: rank {s}'s backward span, DDP against one-rank DDP",
+            f"ladder: rank {t}'s backward span, DDP against one-rank DDP",
         )
         communication = ladder.estimate("communication")
-        split = sum(found[name][0].s for name in ("slowest_rank", "exposed_comm", "overlap_slowdown"))
-        rest = paired(
-            (1, ladder.blocks["communication"]),
-            (-1, ladder.blocks["slowest_rank"]),
-            (-1, ladder.blocks["exposed_comm"]),
-            (-1, ladder.blocks["overlap_slowdown"]),
-        )
-        spread = Estimate.of(list(rest.values())) if len(rest) > 1 else None
-        value = communication.s - split
-        half = (spread.ci_high_s - spread.s) if spread else math.inf
         found["unexplained"] = (
-            Estimate(value, value - half, value + half, len(rest)),
+            ladder.estimate("unexplained"),
             f"ladder: communication (rank {t}'s DDP step against its one-rank DDP step, "
-            f"{_ms(communication.s)}) beyond waiting, exposed transfer and overlap slowdown",
+            f"{_ms(communication.s)}) outside backward and DDP's waits (forward, optimizer, between "
+            "the marks)",
         )
     top = ladder.estimate("top")
     top_blocks = list(ladder.blocks["top"].values())

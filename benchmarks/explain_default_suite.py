@@ -1,0 +1,211 @@
+"""`ddpbench explain` on the default suite, written as docs/measurements/explain-default-suite.md.
+
+Runs the sweep `make bench` runs (the default suite of this machine), then breaks every DDP run
+down and writes the page: each run's terms in points with their 95 % intervals, whether
+|unexplained| is within 10 % of the lost time (or the loss itself is within noise), and what the
+ladder cost the run. The sweep runs under `flock /tmp/ddpbench-bench.lock`, never beside another
+benchmark.
+
+    python benchmarks/explain_default_suite.py                       # sweep, then write the page
+    python benchmarks/explain_default_suite.py --sweep results/ID    # an existing sweep's page
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from ddpbench.analysis.breakdown import explain_sweep  # noqa: E402
+from ddpbench.analysis.breakdown_terms import TERM_NAMES  # noqa: E402
+from ddpbench.analysis.frames import reference_runs  # noqa: E402
+from ddpbench.analysis.ladder import standard_error, window_steps_s  # noqa: E402
+from ddpbench.records.store import read_records  # noqa: E402
+
+PAGE = os.path.join(REPO, "docs", "measurements", "explain-default-suite.md")
+LOCK = ["flock", "/tmp/ddpbench-bench.lock"]
+UNEXPLAINED_SHARE = 0.10
+LADDER_SHARE = 0.25
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def commit() -> str:
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes" if dirty else "")
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    return f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}, no GPU used"
+
+
+PROGRESS = re.compile(r"\] ok\s+(\S+) (\S+) x(\d+)\s.*?\s([\d.]+) s\s+\(elapsed")
+"""A sweep's progress line: `[3/20] ok      mlp ddp x2     442.5 samples/s   12.2 s  (elapsed ...`."""
+
+
+def run_seconds(sweep_output: str) -> dict[str, float]:
+    """Each run's wall time as the sweep printed it (launch and imports included), by
+    `workload strategy xN`."""
+    return {f"{w} {s} x{n}": float(sec) for w, s, n, sec in PROGRESS.findall(sweep_output)}
+
+
+def run_sweep(out: str, sweep_id: str) -> tuple[str, dict[str, float]]:
+    command = [*LOCK, sys.executable, "-m", "ddpbench", "sweep", "--out", out, "--sweep-id", sweep_id]
+    started = time.time()
+    done = subprocess.run(command, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True)
+    print(done.stdout + done.stderr[-3000:], file=sys.stderr)
+    print(f"sweep: exit {done.returncode} after {time.time() - started:.0f} s", file=sys.stderr)
+    return os.path.join(out, sweep_id), run_seconds(done.stdout)
+
+
+def seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def loss_half_width(record, records) -> float:
+    """The 95 % half-width of t(N) - t(1) from the step-to-step noise of both windows (normal)."""
+    found, _ = reference_runs(record, records)
+    reference = [value for run in found for value in window_steps_s(run)]
+    return 1.96 * math.hypot(standard_error(window_steps_s(record)), standard_error(reference))
+
+
+def cell(term, step_s: float) -> str:
+    if term.s_per_step is None:
+        return "n/a"
+    if term.ci_low_s is None or term.ci_high_s == term.ci_low_s:
+        return f"{term.points:.1f}"
+    return f"{term.points:.1f} ± {100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s:.1f}"
+
+
+def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
+    records, _ = read_records(sweep_dir)
+    by_id = {record.run_id: record for _, record in records}
+    breakdowns, problems = explain_sweep(records)
+    head = [
+        "run",
+        "E(N)",
+        "lost (ms)",
+        *TERM_NAMES,
+        "unexplained share of lost",
+        "within target",
+        "within its interval",
+        "ladder share",
+    ]
+    rows, met, within_interval, shares = [], 0, 0, []
+    for breakdown in breakdowns:
+        record = by_id[breakdown.run_id]
+        lost_s = breakdown.step_s - breakdown.reference_step_s
+        unexplained = breakdown.terms["unexplained"].s_per_step or 0.0
+        share = abs(unexplained) / abs(lost_s) if lost_s else math.inf
+        noise = loss_half_width(record, records)
+        ok = share <= UNEXPLAINED_SHARE or abs(lost_s) <= noise
+        met += ok
+        verdict = (
+            "yes" if share <= UNEXPLAINED_SHARE else (f"loss within noise (± {noise * 1e3:.2f} ms)" if ok else "no")
+        )
+        term = breakdown.terms["unexplained"]
+        band = UNEXPLAINED_SHARE * abs(lost_s)
+        reaches = term.ci_low_s is not None and term.ci_low_s <= band and term.ci_high_s >= -band
+        within_interval += reaches
+        key = f"{record.spec.workload} ddp x{breakdown.world_size}"
+        wall = walls.get(key) or seconds_between(record.started_at, record.ended_at)
+        ladder = (breakdown.ladder or {}).get("wall_s")
+        ladder_share = ladder / wall if ladder and wall else None
+        if ladder_share is not None:
+            shares.append(ladder_share)
+        rows.append(
+            [
+                f"{record.spec.workload} x{breakdown.world_size}",
+                f"{breakdown.efficiency:.1%}",
+                f"{lost_s * 1e3:.2f}",
+                *(cell(breakdown.terms[name], breakdown.step_s) for name in TERM_NAMES),
+                f"{share:.0%}",
+                verdict,
+                "yes" if reaches else "no",
+                "n/a" if ladder_share is None else f"{ladder_share:.0%}",
+            ]
+        )
+    table = [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    most = f"{max(shares):.0%}" if shares else "n/a"
+    lines = [
+        "# `ddpbench explain` on the default suite",
+        "",
+        "Written by `benchmarks/explain_default_suite.py`; rerun it to measure again.",
+        "",
+        f"- **Commit**: {commit()}",
+        f"- **Machine**: {machine()}, {now}",
+        f"- **Command**: `{command}`",
+        "",
+        "Points of efficiency per term, ± the 95 % interval from the ladder's paired blocks (see",
+        "[explain](../explain.md)); the terms add up to 100 % - E(N). `window_vs_ladder` and",
+        "`reference_vs_rung0` are the measurement's, not DDP's. 'unexplained within its interval' says",
+        "whether the 95 % interval of `unexplained` reaches within 10 % of the lost time. 'ladder",
+        "share' is the wall time of the ladder's blocks over the run's as the sweep printed it"
+        + (
+            " (launch and imports included)."
+            if walls
+            else ": here its worker's start to its record, launch and "
+            "imports not counted, an upper bound of the share."
+        ),
+        "",
+        *table,
+        "",
+        f"- **|unexplained| within {UNEXPLAINED_SHARE:.0%} of the lost time, or the loss within noise**: "
+        f"{met} of {len(rows)} DDP runs; the interval of `unexplained` reaches within {UNEXPLAINED_SHARE:.0%} on "
+        f"{within_interval} of {len(rows)}.",
+        f"- **The ladder's cost**: at most {most} of a run's wall time (target: {LADDER_SHARE:.0%}).",
+    ]
+    if problems:
+        lines.append(f"- **Not broken down**: {'; '.join(problems)}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", help="an existing sweep folder: write its page, run nothing")
+    parser.add_argument("--out", default=os.path.join(REPO, "results"), help="where a new sweep goes")
+    parser.add_argument("--page", default=PAGE, help="where the page is written")
+    parser.add_argument("--sweep-log", help="with --sweep: the sweep's printed output, for each run's wall time")
+    args = parser.parse_args()
+    if args.sweep:
+        sweep_dir, command = args.sweep, f"python benchmarks/explain_default_suite.py --sweep {args.sweep}"
+        walls = {}
+        if args.sweep_log:
+            with open(args.sweep_log, encoding="utf-8") as log:
+                walls = run_seconds(log.read())
+    else:
+        sweep_id = "explain-default-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        sweep_dir, walls = run_sweep(args.out, sweep_id)
+        command = "python benchmarks/explain_default_suite.py (the sweep of `make bench`, then explain)"
+    text = page(sweep_dir, command, walls)
+    with open(args.page, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
