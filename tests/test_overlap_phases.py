@@ -188,7 +188,8 @@ STEP_NAMES = {
 def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(phase_results, world_size):
     """Each block runs one segment of every kind, bottom rung first in even blocks and top first
     in odd ones: with more than one rank a barrier gathers the ranks, one unmarked lead-in step of
-    the kind follows, then its marked steps. Rung 0 (`alone`) is stepped by one rank per
+    the kind follows, then its marked steps, each after a barrier of its own (but the alone
+    rank's, which the others do not join). Rung 0 (`alone`) is stepped by one rank per
     block, in rotation (this is rank 0: block 0 only); with one rank neither `alone` nor `solo`
     runs. The process group has one rank; world_size is what the phase is told. The record says
     the steps had the lead-in and holds the unwrapped steps, fully marked."""
@@ -202,7 +203,8 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
             if kind == "alone" and block == 1:
                 continue  # rank 1's turn to step alone: rank 0 waits at the next barrier
             name = STEP_NAMES[kind]
-            expected += [name] * LEAD_IN_PER_SEGMENT + ["marked:", name] * MARKED_PER_SEGMENT
+            together = gather if kind != "alone" else []  # every rank starts a marked step at once
+            expected += [name] * LEAD_IN_PER_SEGMENT + [*together, "marked:", name] * MARKED_PER_SEGMENT
     expected += gather  # the last segment ends before the contention probe
     # The contention probe needs a second rank in the group: here it adds nothing.
     assert results["calls"] == expected

@@ -15,9 +15,10 @@ Beside them `without_allreduce` (the job's DDP under no_sync()), which `ddpbench
 A block holds one segment of each kind; a segment is a barrier (with more than one rank: every
 kind starts from the same place, and no kind inherits the skew another left), one unmarked
 lead-in step of that kind (a step that follows a step of its own kind, as in the timed window),
-then MARKED_PER_SEGMENT marked steps back to back. Blocks alternate the order of their segments
-(up, then down), so a drift of the machine's speed during a block hits every rung alike, and
-each block is one paired sample of every difference.
+then MARKED_PER_SEGMENT marked steps, each after a barrier too: every rank starts it at once, as
+DDP's steps start, so the kinds without DDP's collectives share the host as DDP's steps do.
+Blocks alternate the order of their segments (up, then down), so a drift of the machine's speed
+during a block hits every rung alike, and each block is one paired sample of every difference.
 
 With one rank there is nothing to share and no network: rung 0 is rung 1 and rung 2 is rung 3,
 so neither `alone` nor `solo` runs.
@@ -37,6 +38,12 @@ MARKED_PER_SEGMENT = 1
 suite two cost resnet50 x2 32 % of its run's wall time; more blocks buy the interval more than
 more steps per block."""
 LEAD_IN_PER_SEGMENT = 1
+
+
+SETTLE_S = 0.02
+"""Before an alone segment its rank sleeps this long after the barrier: the waiting ranks' runtime
+threads go quiet first (OpenMP's threads spin for milliseconds after a parallel region; on a
+2-core VM a waiting rank's spinning threads slowed the alone rank's step from 2.6 to 5-7 ms)."""
 
 
 def ladder_blocks(timed_steps: int) -> int:
@@ -88,12 +95,18 @@ def run_ladder(timeline, kinds: list[StepKind], batches, blocks: int, rank: int,
         for kind in order:
             if world_size > 1:
                 dist.barrier()  # sync point: every segment starts with the ranks together
-            if kind.alone and rank != alone_rank(block, world_size):
-                continue  # waits at the next segment's barrier while the alone rank steps
+            if kind.alone:
+                if rank != alone_rank(block, world_size):
+                    continue  # waits at the next segment's barrier while the alone rank steps
+                time.sleep(SETTLE_S)
             with kind.context():
                 for _ in range(LEAD_IN_PER_SEGMENT):
                     kind.step_on(next(batches))
                 for _ in range(MARKED_PER_SEGMENT):
+                    if world_size > 1 and not kind.alone:
+                        # Sync point: the ranks start every marked step together, as DDP's steps
+                        # do; unsynchronised kinds would drift apart and share the host less.
+                        dist.barrier()
                     loaded = time.perf_counter()
                     batch = next(batches)
                     data_s = time.perf_counter() - loaded
