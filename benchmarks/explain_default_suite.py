@@ -71,7 +71,7 @@ def run_sweep(out: str, sweep_id: str) -> tuple[str, dict[str, float]]:
     done = subprocess.run(command, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True)
     print(done.stdout + done.stderr[-3000:], file=sys.stderr)
     print(f"sweep: exit {done.returncode} after {time.time() - started:.0f} s", file=sys.stderr)
-    return os.path.join(out, sweep_id), run_seconds(done.stdout)
+    return os.path.join(out, sweep_id), run_seconds(done.stdout + done.stderr)
 
 
 def seconds_between(start: str | None, end: str | None) -> float | None:

@@ -7,8 +7,12 @@ machine (2 ranks, gloo, CPU) of the planted workloads in tests/fixtures/planted_
 - slow __getitem__: slow_getitem, every sample sleeps GETITEM_DELAY_S on every rank: the step at N
   shows the data time, yet the `data` term stays near zero (the reference pays it too);
 - shaped network: steady_ranks again inside a network namespace whose loopback a tbf qdisc
-  limits to --rate: exposed_comm + overlap_slowdown should grow by as much as the step did
-  against the baseline (skipped, with the reason, where `ip netns` does not work).
+  limits to --rate: the communication terms (exposed_comm, overlap_slowdown, slowest_rank,
+  unexplained: the ladder's DDP step against its one-rank DDP step) should grow by as much as the
+  step did against the baseline (skipped, with the reason, where `ip netns` does not work);
+- greedy forward: greedy_forward, whose forward runs a matrix product on more threads than the
+  rank's share: `contention` should hold what two one-device runs started at once lose against
+  one alone (two `ddpbench run --strategy local` at once, under the same lock).
 
 Each case is one `ddpbench sweep --strategies local,ddp --nproc 2`, wrapped in
 `flock /tmp/ddpbench-bench.lock` so it never runs beside another benchmark. One run is one sample:
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -48,7 +53,9 @@ CASES = {
     "slow_rank": "slow_rank_one",
     "slow_getitem": "slow_getitem",
     "shaped": "steady_ranks",
+    "greedy": "greedy_forward",
 }
+COMMUNICATION = ("exposed_comm", "overlap_slowdown", "slowest_rank", "unexplained")
 TOLERANCE = 0.25
 
 
@@ -85,6 +92,32 @@ def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str]) -> bo
     if done.returncode:
         print(done.stdout[-2000:], file=sys.stderr)
     return done.returncode == 0
+
+
+def two_at_once(out: str, steps: int, warmup: int) -> list[float]:
+    """Two one-device runs of greedy_forward started at once; their steps in seconds."""
+    import fcntl
+
+    folder = os.path.join(out, "greedy-together")
+    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    command = [sys.executable, "-m", "ddpbench", "run", "--workload", f"{PLANTED}:greedy_forward"]
+    command += ["--strategy", "local", "--threads-per-rank", "1", "--steps", str(steps), "--warmup", str(warmup)]
+    with open(LOCK[1], "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        both = [
+            subprocess.Popen([*command, "--out", folder, "--run-id", f"local-{i}"], env=env, cwd=out) for i in range(2)
+        ]
+        for run in both:
+            run.wait()
+    return [step_s(os.path.join(folder, "runs", f"local-{i}.json")) for i in range(2)]
+
+
+def step_s(path: str) -> float:
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        metrics = json.load(handle)["metrics"]
+    return metrics["window_s"] / metrics["timed_steps"]
 
 
 def in_shaped_namespace(out: str, steps: int, warmup: int, rate: str) -> str | None:
@@ -154,7 +187,7 @@ def verdict(measured: float, planted: float) -> str:
     return "yes" if abs(measured - planted) <= TOLERANCE * abs(planted) else "no"
 
 
-def planted_table(found: dict) -> list[str]:
+def planted_table(found: dict, together: list[float]) -> list[str]:
     """Per case, the planted amount next to the term that should hold it."""
     lines = [
         "| case | planted | ms per step | should be held by | it holds ms | within 25 % | "
@@ -188,13 +221,24 @@ def planted_table(found: dict) -> list[str]:
     shaped = found.get("shaped")
     if shaped is not None:
         slower = shaped.step_s - baseline.step_s
-        held = sum(growth(shaped, baseline, ["exposed_comm", "overlap_slowdown"]).values())
-        others = growth(shaped, baseline, [n for n in TERM_NAMES if n not in ("exposed_comm", "overlap_slowdown")])
+        held = sum(growth(shaped, baseline, COMMUNICATION).values())
+        others = growth(shaped, baseline, [n for n in TERM_NAMES if n not in COMMUNICATION])
         name, most = max(others.items(), key=lambda item: item[1])
         lines.append(
             f"| shaped | tbf on loopback (step increase over baseline) | {ms(slower)} | "
-            f"exposed_comm + overlap_slowdown, growth | {ms(held)} | {verdict(held, slower)} | "
+            f"{' + '.join(COMMUNICATION)}, growth | {ms(held)} | {verdict(held, slower)} | "
             f"{name} {ms(most)} |"
+        )
+    greedy = found.get("greedy")
+    if greedy is not None and together:
+        slower = statistics.fmean(together) - greedy.reference_step_s
+        held = term_ms(greedy, "contention") - term_ms(baseline, "contention")
+        others = growth(greedy, baseline, [n for n in TERM_NAMES if n != "contention"])
+        name, most = max(others.items(), key=lambda item: item[1])
+        lines.append(
+            f"| greedy | a 2-thread matrix product in forward (two local runs at once, {ms(together[0])} and "
+            f"{ms(together[1])} ms, against one alone) | {ms(slower)} | contention, growth | {ms(held)} | "
+            f"{verdict(held, slower)} | {name} {ms(most)} |"
         )
     return lines
 
@@ -210,15 +254,20 @@ def main() -> int:
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     skipped = None
+    together = []
     if not args.analyse_only:
-        for case in ("baseline", "slow_rank", "slow_getitem"):
+        for case in ("baseline", "slow_rank", "slow_getitem", "greedy"):
             sweep(out, case, args.steps, args.warmup, [])
+        together = two_at_once(out, args.steps, args.warmup)
         skipped = in_shaped_namespace(out, args.steps, args.warmup, args.rate)
+    elif os.path.isdir(os.path.join(out, "greedy-together", "runs")):
+        folder = os.path.join(out, "greedy-together", "runs")
+        together = [step_s(os.path.join(folder, name)) for name in sorted(os.listdir(folder))]
     found = {case: b for case in CASES if (b := world_size_2(out, case)) is not None}
     print(f"## Attribution at world size 2 (ms per step, points in brackets; shaped: {args.rate})\n")
     print("\n".join(attribution_table(found)))
     print("\n## Planted amount against the term that should hold it\n")
-    print("\n".join(planted_table(found)))
+    print("\n".join(planted_table(found, together)))
     if skipped:
         print(f"\nshaped network: not run ({skipped})")
     return 0
