@@ -157,7 +157,7 @@ def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
         "",
         f"- **Commit**: {commit()}",
         f"- **Machine**: {machine()}, {now}",
-        f"- **Command**: `{command}`",
+        f"- **Command**: {command}",
         "",
         "Points of efficiency per term, ± the 95 % interval from the ladder's paired blocks (see",
         "[explain](../explain.md)); the terms add up to 100 % - E(N). `window_vs_ladder` and",
@@ -191,7 +191,7 @@ def main() -> int:
     parser.add_argument("--sweep-log", help="with --sweep: the sweep's printed output, for each run's wall time")
     args = parser.parse_args()
     if args.sweep:
-        sweep_dir, command = args.sweep, f"python benchmarks/explain_default_suite.py --sweep {args.sweep}"
+        sweep_dir, command = args.sweep, f"`python benchmarks/explain_default_suite.py --sweep {args.sweep}`"
         walls = {}
         if args.sweep_log:
             with open(args.sweep_log, encoding="utf-8") as log:
@@ -199,7 +199,7 @@ def main() -> int:
     else:
         sweep_id = "explain-default-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         sweep_dir, walls = run_sweep(args.out, sweep_id)
-        command = "python benchmarks/explain_default_suite.py (the sweep of `make bench`, then explain)"
+        command = "`python benchmarks/explain_default_suite.py` (the sweep `make bench` runs, then explain)"
     text = page(sweep_dir, command, walls)
     with open(args.page, "w", encoding="utf-8") as handle:
         handle.write(text)
