@@ -6,19 +6,20 @@ window over its steps: a device's batch per step). So the points lost, 1 - E(N),
 (t(N) - t(1)) / t(N), and each term's milliseconds over t(N) are its points; the points of all
 terms, `unexplained` included, add up to 100 % - E(N).
 
-The terms (`breakdown_terms.TERMS` defines each once; the report's glossary and `ddpbench explain` read it):
-- ddp_work: DDP's own work without a network: the gradient timeline's steps through DDP over a
-  one-rank group against the same module stepped unwrapped in the same run.
+The terms (`breakdown_terms.TERMS` defines each once; the report's glossary and `ddpbench explain`
+read it) come from the run's ladder where it has one (`ddpbench.analysis.ladder`: block-paired
+differences of step kinds measured inside the run, each with its interval). A record without a
+ladder (a script's run, --no-profile, an older record) gets the terms as measured before the
+ladder, each from its own place in the run, and the rest as `unexplained`:
+- ddp_work: the gradient timeline's steps through DDP over a one-rank group against the same
+  module stepped unwrapped in the same run.
 - data: data loading per step at N minus at the reference (the host's wait for the next batch
   inside the timed window; on GPUs the device's idle time waiting for it).
-- exposed_comm: communication no computation hides, from the trace (HolisticTraceAnalysis's
-  definition) of the rank that waits least in its collectives: transfer, not waiting.
-- overlap_slowdown: backward slowed by the all-reduces running beside it (CPU: gloo's threads take
-  cores; GPU: NCCL's kernels take SMs and memory bandwidth): the timeline's backward span with
-  DDP's all-reduce against the one-rank DDP's, which does the same copies without a network.
+- exposed_comm: from the trace (HolisticTraceAnalysis's definition) of the rank that waits least
+  in its collectives: transfer, not waiting.
+- overlap_slowdown: the timeline's backward span with DDP's all-reduce against the one-rank DDP's.
 - slowest_rank: the slowest rank's own step against the median rank's (the no_sync replay, where
   no rank waits for another), or else the excess wait inside collectives (from the traces).
-- unexplained: the rest, always shown.
 
 A rank that waits for a slower peer does so inside a collective, so the fast rank's exposed time
 holds the wait: only the rank that waits least shows the transfer alone. The median rank with an
