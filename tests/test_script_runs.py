@@ -272,6 +272,7 @@ def test_explain_names_the_rank_whose_forward_sleeps_in_a_scripts_sweep(slow_ran
     (breakdown,) = json.load(open(tmp_path / "why.json"))
     assert breakdown["world_size"] == 2
     assert any("rank 1 " in line and "slowest" in line for line in breakdown["advice"]), breakdown["advice"]
+    assert "no ladder in slow_rank_in_forward x2 (a script's run" in explained.stdout
     # The wait holds at least the sleep (less a quarter for the traces' few, profiled steps); it
     # can hold more: the profiled steps of a run sharing the machine run slower.
     waited_ms = breakdown["terms"]["slowest_rank"]["s_per_step"] * 1e3

@@ -201,18 +201,21 @@ def format_sweep_table(breakdowns: list[Breakdown]) -> str:
         for breakdown in breakdowns
     ]
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    without = [run_name(b) for b in breakdowns if not b.ladder]
+    notes = [
+        "points of efficiency per term, ± its 95 % interval from the ladder's paired blocks; they add up to "
+        "'lost'. * the measurement's, not DDP's: the timed window against the ladder, the reference run "
+        "against the ladder's bottom rung."
+    ]
+    if without:
+        notes.append(
+            f"no ladder in {', '.join(without)} (a script's run, --no-profile or an older record): its terms "
+            "as measured elsewhere in the run, without intervals; n/a: not measured (--detail says why)."
+        )
     line = lambda cells: "  ".join(  # noqa: E731
         cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths))
     ).rstrip()
-    return "\n".join(
-        [
-            line(head),
-            *map(line, rows),
-            "points of efficiency per term, ± its 95 % interval from the ladder's paired blocks; they add up to "
-            "'lost'. * the measurement's, not DDP's: the timed window against the ladder, the reference run "
-            "against the ladder's bottom rung.",
-        ]
-    )
+    return "\n".join([line(head), *map(line, rows), *notes])
 
 
 def closing_line(breakdown: Breakdown) -> str:
