@@ -10,7 +10,7 @@ from conftest import FIXTURES
 from msgspec.structs import replace
 
 from ddpbench.analysis.breakdown import explain, slowest_rank
-from ddpbench.analysis.breakdown_terms import Breakdown, Term
+from ddpbench.analysis.breakdown_terms import Breakdown, ExplainError, Term
 from ddpbench.analysis.breakdown_text import closing_line
 from ddpbench.analysis.ranks import rank_frame, straggler_verdict
 from ddpbench.config.spec import ScriptSpec
@@ -78,3 +78,22 @@ def test_the_closing_line_can_name_unexplained_and_says_what_offsets_a_term_abov
     assert "not explained 20.0 of 30.0" in closing_line(_breakdown({"ddp_work": 10.0, "unexplained": 20.0}))
     said = closing_line(_breakdown({"ddp_work": 40.0, "window_vs_ladder": -15.0, "data": 5.0}))
     assert "DDP's own work 40.0 of 30.0 points lost, offset by timed window against the ladder -15.0" in said
+
+
+def test_a_script_that_keeps_its_global_batch_is_told_why_it_has_no_reference():
+    """nanoGPT divides its gradient accumulation by the world size: its per-device batch halves
+    at two ranks, so its DDP x1 run is no weak-scaling reference. No `local` run can help."""
+    sweep = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+    script = ScriptSpec(path="train.py")
+
+    def as_script(run_id: str, batch: int):
+        found = load_record(os.path.join(sweep, "runs", f"{run_id}.json"))
+        spec = dataclasses.replace(found.spec, workload="script:train.py", script=script, batch_size=batch, size=None)
+        return replace(found, spec=spec)
+
+    one, two = as_script("ddp1", 16), as_script("slow2", 8)
+    with pytest.raises(ExplainError) as raised:
+        explain(two, [("a", one), ("b", two)])
+    said = str(raised.value)
+    assert "stepped 16 samples per device" in said and "strong scaling" in said
+    assert "add `local`" not in said

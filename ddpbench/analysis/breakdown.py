@@ -213,10 +213,12 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     found, reference = reference_runs(record, records)
     found = [run for run in found if run.metrics]
     if not found:
-        raise ExplainError(
-            f"{record.run_id}: {reference}; add `local` to --strategies (ddpbench sweep) to measure "
-            "the one-device reference"
+        how = (
+            "a script's sweep measures its DDP x1 run as the reference"
+            if spec.script
+            else "add `local` to --strategies (ddpbench sweep) to measure the one-device reference"
         )
+        raise ExplainError(f"{record.run_id}: {reference}; {how}")
     x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
     units = record.metrics.units_per_sample
     reference_step = spec.batch_size * units / x1

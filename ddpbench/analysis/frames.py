@@ -155,10 +155,29 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
         ):
             found.append(other)
     if not found:
-        return [], (
+        reason = (
             f"no {'DDP x1' if is_script(row['workload']) else 'local'} run with batch {batch:.0f} and "
             f"{row['threads_per_device']} thread(s) per device in the sweep"
         )
+        if is_script(row["workload"]):
+            others = sorted(
+                {
+                    record_row(other)["batch_size"]
+                    for _, other in records
+                    if other.status == "ok"
+                    and is_reference_row(record_row(other))
+                    and all(record_row(other)[column] == row[column] for column in CONFIGURATION)
+                }
+            )
+            if others:
+                # A script sweep has no local run to add: the batch itself differs.
+                reason += (
+                    f": the script's DDP x1 run stepped {', '.join(f'{b:.0f}' for b in others)} samples per "
+                    "device, so the script changes its per-device batch with the world size (it keeps its "
+                    "global batch, as nanoGPT does by dividing gradient accumulation): strong scaling, "
+                    "which weak-scaling efficiency does not cover"
+                )
+        return [], reason
     kind = "DDP x1" if is_script(row["workload"]) else "local"
     return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
 
