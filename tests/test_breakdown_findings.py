@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 from msgspec.structs import replace
 
-from ddpbench.analysis.breakdown import explain, slowest_rank
+from ddpbench.analysis.breakdown import explain, explain_sweep, slowest_rank
 from ddpbench.analysis.breakdown_terms import Breakdown, ExplainError, Term
 from ddpbench.analysis.breakdown_text import closing_line
 from ddpbench.analysis.ranks import rank_frame, straggler_verdict
@@ -97,3 +97,13 @@ def test_a_script_that_keeps_its_global_batch_is_told_why_it_has_no_reference():
     said = str(raised.value)
     assert "stepped 16 samples per device" in said and "strong scaling" in said
     assert "add `local`" not in said
+
+
+def test_a_sweep_whose_only_run_to_break_down_failed_says_so():
+    sweep = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+    records, _ = read_records(sweep)
+    failed = [(path, replace(r, status="failed") if r.run_id == "slow2" else r) for path, r in records]
+    script = ScriptSpec(path="train.py")
+    failed = [(p, replace(r, spec=dataclasses.replace(r.spec, script=script))) for p, r in failed if r.run_id != "loc"]
+    with pytest.raises(ExplainError, match="slow2 did not finish ok"):
+        explain_sweep(failed)

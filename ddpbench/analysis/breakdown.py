@@ -413,6 +413,16 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
         and not (record.spec.script and record.spec.world_size == 1)
     ]
     if not runs:
+        ddp = [record for _, record in records if record.spec.strategy == "ddp"]
+        failed = sorted(record.run_id for record in ddp if record.status != "ok")
+        if failed:
+            raise ExplainError(
+                f"no ok DDP run to break down: {', '.join(failed)} did not finish ok (ddpbench table says why)"
+            )
+        if ddp:
+            raise ExplainError(
+                "no DDP run to break down: a script's DDP x1 run is its reference; sweep 2 or more ranks " "(--nproc)"
+            )
         raise ExplainError("no ok DDP runs in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     breakdowns, problems = [], []
     for record in sorted(runs, key=lambda r: (r.spec.workload, r.spec.world_size, r.run_id)):
