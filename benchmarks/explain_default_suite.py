@@ -16,7 +16,6 @@ import argparse
 import math
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -55,23 +54,13 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}, no GPU used"
 
 
-PROGRESS = re.compile(r"\] ok\s+(\S+) (\S+) x(\d+)\s.*?\s([\d.]+) s\s+\(elapsed")
-"""A sweep's progress line: `[3/20] ok      mlp ddp x2     442.5 samples/s   12.2 s  (elapsed ...`."""
-
-
-def run_seconds(sweep_output: str) -> dict[str, float]:
-    """Each run's wall time as the sweep printed it (launch and imports included), by
-    `workload strategy xN`."""
-    return {f"{w} {s} x{n}": float(sec) for w, s, n, sec in PROGRESS.findall(sweep_output)}
-
-
-def run_sweep(out: str, sweep_id: str) -> tuple[str, dict[str, float]]:
+def run_sweep(out: str, sweep_id: str) -> str:
     command = [*LOCK, sys.executable, "-m", "ddpbench", "sweep", "--out", out, "--sweep-id", sweep_id]
     started = time.time()
     done = subprocess.run(command, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True)
     print(done.stdout + done.stderr[-3000:], file=sys.stderr)
     print(f"sweep: exit {done.returncode} after {time.time() - started:.0f} s", file=sys.stderr)
-    return os.path.join(out, sweep_id), run_seconds(done.stdout + done.stderr)
+    return os.path.join(out, sweep_id)
 
 
 def seconds_between(start: str | None, end: str | None) -> float | None:
@@ -95,7 +84,7 @@ def cell(term, step_s: float) -> str:
     return f"{term.points:.1f} ± {100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s:.1f}"
 
 
-def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
+def page(sweep_dir: str, command: str) -> str:
     records, _ = read_records(sweep_dir)
     by_id = {record.run_id: record for _, record in records}
     breakdowns, problems = explain_sweep(records)
@@ -109,7 +98,7 @@ def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
         "within its interval",
         "ladder share",
     ]
-    rows, met, within_interval, shares = [], 0, 0, []
+    rows, met, within_interval, counted, shares = [], 0, 0, 0, []
     for breakdown in breakdowns:
         record = by_id[breakdown.run_id]
         lost_s = breakdown.step_s - breakdown.reference_step_s
@@ -117,16 +106,17 @@ def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
         share = abs(unexplained) / abs(lost_s) if lost_s else math.inf
         noise = loss_half_width(record, records)
         ok = share <= UNEXPLAINED_SHARE or abs(lost_s) <= noise
-        met += ok
+        # At one rank `unexplained` is 0 by construction (no communication rung): not counted.
+        counted += breakdown.world_size > 1
+        met += ok and breakdown.world_size > 1
         verdict = (
             "yes" if share <= UNEXPLAINED_SHARE else (f"loss within noise (± {noise * 1e3:.2f} ms)" if ok else "no")
         )
         term = breakdown.terms["unexplained"]
         band = UNEXPLAINED_SHARE * abs(lost_s)
         reaches = term.ci_low_s is not None and term.ci_low_s <= band and term.ci_high_s >= -band
-        within_interval += reaches
-        key = f"{record.spec.workload} ddp x{breakdown.world_size}"
-        wall = walls.get(key) or seconds_between(record.started_at, record.ended_at)
+        within_interval += reaches and breakdown.world_size > 1
+        wall = record.launch.wall_s if record.launch else seconds_between(record.started_at, record.ended_at)
         ladder = (breakdown.ladder or {}).get("wall_s")
         ladder_share = ladder / wall if ladder and wall else None
         if ladder_share is not None:
@@ -149,13 +139,19 @@ def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
         *("| " + " | ".join(row) + " |" for row in rows),
     ]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    shas = {
+        (r.env.git_sha or "?")[:7] + (" with uncommitted changes" if r.env.git_dirty else "")
+        for _, r in records
+        if r.env
+    }
+    made_with = ", ".join(sorted(shas)) or "unknown"
     most = f"{max(shares):.0%}" if shares else "n/a"
     lines = [
         "# `ddpbench explain` on the default suite",
         "",
         "Written by `benchmarks/explain_default_suite.py`; rerun it to measure again.",
         "",
-        f"- **Commit**: {commit()}",
+        f"- **Commit**: runs made with {made_with}, analysed with {commit()}",
         f"- **Machine**: {machine()}, {now}",
         f"- **Command**: {command}",
         "",
@@ -163,19 +159,14 @@ def page(sweep_dir: str, command: str, walls: dict[str, float]) -> str:
         "[explain](../explain.md)); the terms add up to 100 % - E(N). `window_vs_ladder` and",
         "`reference_vs_rung0` are the measurement's, not DDP's. 'unexplained within its interval' says",
         "whether the 95 % interval of `unexplained` reaches within 10 % of the lost time. 'ladder",
-        "share' is the wall time of the ladder's blocks over the run's as the sweep printed it"
-        + (
-            " (launch and imports included)."
-            if walls
-            else ": here its worker's start to its record, launch and "
-            "imports not counted, an upper bound of the share."
-        ),
+        "share' is the wall time of the ladder's blocks over the run's, launch and imports included (the",
+        "record's `launch.wall_s`).",
         "",
         *table,
         "",
         f"- **|unexplained| within {UNEXPLAINED_SHARE:.0%} of the lost time, or the loss within noise**: "
-        f"{met} of {len(rows)} DDP runs; the interval of `unexplained` reaches within {UNEXPLAINED_SHARE:.0%} on "
-        f"{within_interval} of {len(rows)}.",
+        f"{met} of the {counted} DDP runs of 2 or more ranks (at one rank it is 0 by construction); the interval "
+        f"of `unexplained` reaches within {UNEXPLAINED_SHARE:.0%} on {within_interval} of {counted}.",
         f"- **The ladder's cost**: at most {most} of a run's wall time (target: {LADDER_SHARE:.0%}).",
     ]
     if problems:
@@ -188,19 +179,14 @@ def main() -> int:
     parser.add_argument("--sweep", help="an existing sweep folder: write its page, run nothing")
     parser.add_argument("--out", default=os.path.join(REPO, "results"), help="where a new sweep goes")
     parser.add_argument("--page", default=PAGE, help="where the page is written")
-    parser.add_argument("--sweep-log", help="with --sweep: the sweep's printed output, for each run's wall time")
     args = parser.parse_args()
     if args.sweep:
         sweep_dir, command = args.sweep, f"`python benchmarks/explain_default_suite.py --sweep {args.sweep}`"
-        walls = {}
-        if args.sweep_log:
-            with open(args.sweep_log, encoding="utf-8") as log:
-                walls = run_seconds(log.read())
     else:
         sweep_id = "explain-default-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-        sweep_dir, walls = run_sweep(args.out, sweep_id)
+        sweep_dir = run_sweep(args.out, sweep_id)
         command = "`python benchmarks/explain_default_suite.py` (the sweep `make bench` runs, then explain)"
-    text = page(sweep_dir, command, walls)
+    text = page(sweep_dir, command)
     with open(args.page, "w", encoding="utf-8") as handle:
         handle.write(text)
     print(text)

@@ -27,7 +27,16 @@ EXPOSED_MS = {0: 11.0, 1: 1.0}
 def script_like():
     record = load_record(os.path.join(SWEEP, "runs", "mlp-ddp-n2.json"))
     trace = record.overlap.trace
-    views = [replace(view, exposed_comm_us_per_step=EXPOSED_MS[i] * 1e3) for i, view in enumerate(trace.by_rank)]
+    # DDP evens the ranks' steps out: every profiled step spans the same time on both ranks.
+    span_us = trace.by_rank[0].steps[0].span_us
+    views = [
+        replace(
+            view,
+            exposed_comm_us_per_step=EXPOSED_MS[i] * 1e3,
+            steps=[replace(step, span_us=span_us, exposed_comm_us=EXPOSED_MS[i] * 1e3) for step in view.steps],
+        )
+        for i, view in enumerate(trace.by_rank)
+    ]
     # DDP evens the ranks' steps out: both ranks' step times are the same.
     steps = record.ranks[0].step_times_s
     ranks = [replace(rank, step_times_s=list(steps)) for rank in record.ranks]

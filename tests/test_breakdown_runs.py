@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 
@@ -76,18 +75,6 @@ def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) ->
         env=cpu_environment(GLOO_SOCKET_IFNAME="lo"),
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-
-
-def launch_async(out, factory: str, strategy: str, run_id: str) -> subprocess.Popen:
-    """The same run, started and not waited for (to run beside another)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ddpbench", *run_args(out, factory, strategy, run_id)],
-        cwd=out,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cpu_environment(GLOO_SOCKET_IFNAME="lo"),
-    )
 
 
 def explained(folder, tmp_path) -> dict[str, dict]:
@@ -249,40 +236,3 @@ def test_a_shaped_network_is_communication(shaped, tmp_path):
         abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms
     ), f"the communication terms grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
     assert_no_other_term_grew(on_shaped, unshaped, COMMUNICATION, slower_ms, numbers)
-
-
-@pytest.fixture(scope="module")
-def greedy(tmp_path_factory):
-    """greedy_forward's local run and DDP run, and two local runs of it started at once."""
-    (folder,) = run_cases(tmp_path_factory, "greedy_forward")
-    together = tmp_path_factory.mktemp("greedy-together")
-    both = [launch_async(together, "greedy_forward", "local", f"local-{index}") for index in range(2)]
-    for done in both:
-        out, err = done.communicate(timeout=240)
-        assert done.returncode == 0, out + err[-3000:]
-    return folder, together
-
-
-def test_work_that_takes_more_than_its_share_of_the_host_is_contention(greedy, steady, tmp_path):
-    """A forward that runs a matrix product on more threads than the rank's share: the ladder's
-    rung 1 against rung 0 holds a clear part of what two one-device runs at once lose against one
-    alone. Not all of it: with OpenMP's threads spinning over two cores the interference is
-    chaotic and lopsided, and DDP's synchronised steps meet it at every step, so the rest lands in
-    waiting for whichever rank lost more (docs/measurements/planted-causes.md has the figures)."""
-    folder, together = greedy
-    planted = explained(folder, tmp_path)["ddp"]
-    baseline = explained(steady, tmp_path)["ddp"]
-    alone_ms = step_ms(os.path.join(folder, "runs", "local.json"))
-    at_once_ms = statistics.fmean(step_ms(os.path.join(together, "runs", f"local-{i}.json")) for i in range(2))
-    slowdown_ms = at_once_ms - alone_ms
-    numbers = table(planted, baseline) + f"\ntwo local runs at once {at_once_ms:.2f} ms, one alone {alone_ms:.2f} ms"
-    assert slowdown_ms > 1, f"two local runs at once are not slower than one alone\n{numbers}"
-    grew = ms(planted, "contention") - ms(baseline, "contention")
-    assert grew >= TOLERANCE * slowdown_ms, f"contention grew by {grew:.2f} ms\n{numbers}"
-    assert abs(ms(baseline, "contention")) < TOLERANCE * slowdown_ms, numbers
-
-
-def step_ms(path: str) -> float:
-    with open(path) as handle:
-        metrics = json.load(handle)["metrics"]
-    return metrics["window_s"] / metrics["timed_steps"] * 1e3

@@ -29,6 +29,7 @@ whole lead over the other.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
@@ -234,7 +235,7 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
         reference_steps = [value for run in found for value in window_steps_s(run)]
         estimates = ladder_terms(record, ladder, step, reference_step, reference_steps)
         terms = {
-            name: Term(est.s, 100 * est.s / step, basis, est.ci_low_s, est.ci_high_s)
+            name: Term(est.s, 100 * est.s / step, basis, *_interval(est))
             for name, (est, basis) in ((n, estimates[n]) for n in TERM_NAMES)
         }
         slowest = ladder.slowest_rank if ladder.world_size > 1 else None
@@ -308,6 +309,14 @@ def _terms_without_ladder(
         for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)
     }
     return terms, slowest, parts
+
+
+def _interval(estimate) -> tuple[float | None, float | None]:
+    """The estimate's interval, or (None, None) where it has none (a single block): JSON has no
+    infinity."""
+    if math.isfinite(estimate.ci_low_s) and math.isfinite(estimate.ci_high_s):
+        return estimate.ci_low_s, estimate.ci_high_s
+    return None, None
 
 
 PART_WORDS = {

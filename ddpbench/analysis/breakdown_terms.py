@@ -84,7 +84,8 @@ TERMS = (
     ),
 )
 MEASUREMENT_TERMS = ("window_vs_ladder", "reference_vs_rung0")
-"""Terms that are the measurement's, not DDP's: never advice, never 'the largest loss'."""
+"""Terms that are the measurement's, not DDP's: no advice; named 'measurement, not DDP' where
+they are the largest."""
 TERM_NAMES = tuple(term.name for term in TERMS)
 LABELS = {term.name: term.label for term in TERMS}
 

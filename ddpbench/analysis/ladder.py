@@ -195,7 +195,9 @@ def read_ladder(record: Record) -> Ladder:
     if timeline is None or timeline.ladder is None:
         raise NoLadder("the record has no ladder (made before ddpbench measured one)")
     ranks = sorted(timeline.by_rank, key=lambda r: r.rank)
-    world_size = len(ranks)
+    world_size = record.spec.world_size
+    if [rank.rank for rank in ranks] != list(range(world_size)):
+        raise NoLadder(f"the ladder holds ranks {[rank.rank for rank in ranks]} of {world_size}")
     # With one rank, rung 2 is the job's DDP itself and rung 0 is rung 1.
     own_kind = "solo" if world_size > 1 else "with_ddp"
     bottom_kind = "alone" if world_size > 1 else "unwrapped"
@@ -205,9 +207,20 @@ def read_ladder(record: Record) -> Ladder:
     means = {rank: statistics.fmean(values.values()) for rank, values in own.items()}
     order = sorted(means, key=means.__getitem__)
     typical = order[(len(order) - 1) // 2]  # the lower middle: the faster of two
-    slowest = order[-1]
     by_rank = {rank.rank: rank for rank in ranks}
-    t, s = by_rank[typical], by_rank[slowest]
+    # The slowest rank is the one the others wait for: the one whose waits in DDP's collectives
+    # grow least from its one-rank DDP steps to the DDP steps (ties: the longest own step).
+    waits = {
+        rank.rank: paired((1, _rank_view(rank, "with_ddp", "waits")), (-1, _rank_view(rank, own_kind, "waits")))
+        for rank in ranks
+    }
+    slowest = min(order, key=lambda r: (statistics.fmean(waits[r].values()) if waits[r] else math.inf, -means[r]))
+    if world_size > 1 and slowest == typical:
+        # The median rank by its own step is the one the others wait for: the typical rank is
+        # then the median of the others (with two ranks, the other one).
+        others = [r for r in order if r != slowest]
+        typical = others[(len(others) - 1) // 2]
+    t = by_rank[typical]
 
     blocks: dict[str, dict[int, float]] = {}
     # Rung 0 on the block's alone rank, against that rank's rung 1 in the same block.
@@ -232,15 +245,30 @@ def read_ladder(record: Record) -> Ladder:
     # are the transfer alone. The typical rank's are longer by its wait for the slowest rank.
     # Backward's span and the rest of the step (forward, optimizer, what lies between the marks)
     # are read on the typical rank, whose steps the communication rung is.
-    after_s = paired((1, _rank_view(s, "with_ddp", "waits")), (-1, _rank_view(s, own_kind, "waits")))
-    after_t = paired((1, _rank_view(t, "with_ddp", "waits")), (-1, _rank_view(t, own_kind, "waits")))
+    after_s, after_t = waits[slowest], waits[typical]
     span_t = paired((1, _rank_view(t, "with_ddp", "backward_span")), (-1, _rank_view(t, own_kind, "backward_span")))
     blocks["exposed_comm"] = after_s
     blocks["slowest_rank"] = paired((1, after_t), (-1, after_s))
     blocks["overlap_slowdown"] = span_t
     blocks["unexplained"] = paired((1, blocks["communication"]), (-1, span_t), (-1, after_t))
     blocks["own_step_gap"] = paired((1, own[slowest]), (-1, own[typical]))
-    empty = [name for name, values in blocks.items() if not values]
+    # Rung 0 as the ladder implies it for the typical rank (its rung 3 less every rung's
+    # difference), and as it was stepped (by each block's alone rank), for the reference's term.
+    blocks["bottom"] = paired(
+        (1, blocks["top"]),
+        (-1, blocks["data"]),
+        (-1, blocks["communication"]),
+        (-1, blocks["ddp_work"]),
+        (-1, blocks["contention"]),
+    )
+    stepped: dict[int, float] = {}
+    for block, who in enumerate(alone_ranks):
+        step = _rank_view(t, bottom_kind, "step").get(block) if who == typical else None
+        if step is not None and block in data_bottom:
+            stepped[block] = step + data_bottom[block]
+    blocks["stepped_bottom"] = stepped
+    # (stepped_bottom may be empty: with more ranks than blocks the typical rank may never step alone.)
+    empty = [name for name, values in blocks.items() if not values and name != "stepped_bottom"]
     if empty:
         raise NoLadder(f"the ladder's blocks have no paired steps for {', '.join(empty)}")
     wall = [rank.ladder_wall_s for rank in ranks if rank.ladder_wall_s is not None]
@@ -321,36 +349,29 @@ def ladder_terms(
             "the marks)",
         )
     top = ladder.estimate("top")
-    top_blocks = list(ladder.blocks["top"].values())
-    window = window_steps_s(record)
     found["window_vs_ladder"] = (
         _combined(
-            step_s - top.s, standard_error(window), standard_error(list(ladder.blocks["top"].values())), df=blocks - 1
+            step_s - top.s,
+            standard_error(window_steps_s(record)),
+            standard_error(list(ladder.blocks["top"].values())),
+            df=blocks - 1,
         ),
         f"the timed window's step {_ms(step_s)} against the ladder's DDP step with its data wait {_ms(top.s)}",
     )
-    ladder_sum = sum(
-        found[name][0].s
-        for name in (
-            "contention",
-            "ddp_work",
-            "data",
-            "slowest_rank",
-            "exposed_comm",
-            "overlap_slowdown",
-            "unexplained",
-        )
-    )
-    bottom = top.s - ladder_sum
+    rungs = ("contention", "ddp_work", "data", "slowest_rank", "exposed_comm", "overlap_slowdown", "unexplained")
+    bottom = top.s - sum(found[name][0].s for name in rungs)
+    stepped = list(ladder.blocks["stepped_bottom"].values())
     found["reference_vs_rung0"] = (
         _combined(
             bottom - reference_step_s,
-            standard_error(top_blocks),
+            standard_error(list(ladder.blocks["bottom"].values())),
             standard_error(reference_steps_s),
             df=blocks - 1,
         ),
-        f"the ladder's one-rank-alone step {_ms(bottom)} against the reference run's {_ms(reference_step_s)}: "
-        "two processes at two times",
+        f"rung 0 as the ladder gives it for rank {t} ({_ms(bottom)}: its DDP step less every rung's "
+        "difference; in its own blocks alone, rung 0 with its data wait took "
+        f"{_ms(statistics.fmean(stepped)) if stepped else 'n/a'}) against the reference run's "
+        f"{_ms(reference_step_s)}: two processes at two times",
     )
     return found
 

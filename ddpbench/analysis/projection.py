@@ -266,6 +266,9 @@ class RunModel:
         self.param_bytes = timeline.param_bytes
         self.alone = representative([r.without_allreduce for r in timeline.by_rank])
         solo = [r.solo for r in timeline.by_rank]
+        if not all(solo) and timeline.ladder is not None and record.spec.world_size == 1:
+            # The ladder steps no separate one-rank DDP at one rank: the run's own DDP is one.
+            solo = [r.with_ddp for r in timeline.by_rank]
         self.solo = representative(solo) if all(solo) else None
         self.with_ddp = representative([r.with_ddp for r in timeline.by_rank])
         # DDP's rebuilt buckets follow the order in which gradients became ready under DDP.

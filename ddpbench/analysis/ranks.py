@@ -70,19 +70,19 @@ def rank_frame(record: Record) -> pd.DataFrame:
             "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
         }
     )
-    frame["no_sync_p50_s"] = np.nan
     replay = record.overlap.no_sync if record.overlap else None
+    has_replay = bool(replay) and len(replay.by_rank) == len(frame)
+    frame["no_sync_p50_s"] = [r.no_sync_step_time_median_s for r in replay.by_rank] if has_replay else np.nan
     own = _ladder_own_steps(record)
-    exposed = _trace_exposed(record)
+    traced = _trace_own_steps(record)
     if own is not None and len(own) == len(frame):
         frame["measure_s"], frame["measure"] = own, LADDER_MEASURE
-    elif replay and len(replay.by_rank) == len(frame):
-        frame["no_sync_p50_s"] = [rank.no_sync_step_time_median_s for rank in replay.by_rank]
+    elif has_replay:
         frame["measure_s"], frame["measure"] = frame["no_sync_p50_s"], REPLAY_MEASURE
-    elif exposed is not None and len(exposed) == len(frame):
-        # A script's run has neither: a rank's step less its exposed communication (the wait for
-        # its peers with the transfer) is its own work, which DDP does not even out.
-        frame["measure_s"], frame["measure"] = frame["step_p50_s"] - np.asarray(exposed), TRACE_MEASURE
+    elif traced is not None and len(traced) == len(frame):
+        # A script's run has neither: a rank's profiled step less its exposed communication (the
+        # wait for its peers with the transfer) is its own work, which DDP does not even out.
+        frame["measure_s"], frame["measure"] = traced, TRACE_MEASURE
     else:
         frame["measure_s"], frame["measure"] = frame["step_p50_s"], STEP_MEASURE
     frame["above_median_pct"] = 100.0 * (frame["measure_s"] / frame["measure_s"].median() - 1)
@@ -91,7 +91,7 @@ def rank_frame(record: Record) -> pd.DataFrame:
 
 LADDER_MEASURE = "own step in the ladder (one-rank DDP, mean over blocks)"
 REPLAY_MEASURE = "no_sync replay median"
-TRACE_MEASURE = "median step less exposed communication (trace)"
+TRACE_MEASURE = "profiled step less its exposed communication (trace)"
 STEP_MEASURE = "median step time"
 
 
@@ -110,12 +110,14 @@ def _ladder_own_steps(record: Record) -> list[float] | None:
     return found
 
 
-def _trace_exposed(record: Record) -> list[float] | None:
+def _trace_own_steps(record: Record) -> list[float] | None:
+    """Per rank, the median of its profiled steps' span less their exposed communication, in
+    seconds, from its own trace (both from the same steps). None without every rank's trace."""
     trace = record.overlap.trace if record.overlap else None
     views = trace.by_rank if trace else []
-    if not views or any(view.exposed_comm_us_per_step is None for view in views):
+    if not views or any(not view.steps for view in views):
         return None
-    return [view.exposed_comm_us_per_step / 1e6 for view in views]
+    return [float(np.median([s.span_us - s.exposed_comm_us for s in view.steps])) / 1e6 for view in views]
 
 
 def measure_name(ranks: pd.DataFrame) -> str:

@@ -452,9 +452,9 @@ class Timeline(Part):
     cast_cost: CastCost
     """Measured on rank 0 over a buffer the size of all gradients."""
     ddp_lead_in: bool = False
-    """Whether each marked DDP step followed an unmarked DDP step (after the barrier, with more
-    than one rank), as every timed step follows one. False in records made before the lead-in,
-    whose DDP steps followed a barrier only and ran faster than the timed steps."""
+    """Whether each marked DDP step followed an unmarked DDP step, as every timed step follows one.
+    False in records made before the lead-in. In the ladder (`ladder`) every marked step also
+    starts after a barrier, which the timed steps do not: `window_vs_ladder` holds the difference."""
     ladder: Ladder | None = None
     """The steps ran as the ladder's blocks (each step's `block`); None in older records, whose
     kinds alternated step by step."""

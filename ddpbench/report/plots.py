@@ -251,7 +251,8 @@ def ladder_and_overlap(rungs: pd.DataFrame, overlap: pd.DataFrame) -> plt.Figure
             names = sorted(rows["rung"].unique())
             width = 0.8 / len(names)
             for index, name in enumerate(names):
-                kind = rows[rows["rung"] == name].set_index("world_size").reindex(sizes)
+                # Two runs of one world size (two user workloads of one name, --repeat): their mean.
+                kind = rows[rows["rung"] == name].groupby("world_size")[["step_s", "ci_half_s"]].mean().reindex(sizes)
                 axis.bar(
                     [i - 0.4 + width * (index + 0.5) for i in range(len(sizes))],
                     kind["step_s"] * 1000,
