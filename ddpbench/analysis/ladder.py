@@ -18,10 +18,12 @@ against its own one-rank DDP step: backward's span (`overlap_slowdown`: the all-
 it), the waits outside the module's work (before its forward, where DDP broadcasts buffers, and
 from the last gradient to the optimizer, where it waits for the last all-reduces), and the rest
 (`unexplained`: forward, the optimizer, what lies between the marks). The waits are the transfer
-and the wait for slower peers:
-the slowest rank waits for no one, so its own wait there is the transfer (`exposed_comm`) and the
-typical rank's wait beyond it is `slowest_rank`. Contention comes from the rank that stepped
-alone in each block (rotating), against its own rung 1 in the same block.
+and the wait for slower peers. The slowest rank, the one the others wait for, is the one whose
+waits grow least from rung 2 to rung 3: its own waits are the transfer (`exposed_comm`), and the
+typical rank's wait beyond them is `slowest_rank`. Contention comes from the rank that stepped
+alone in each block (rotating), against its own rung 1 in the same block; rung 0 for the typical
+rank is therefore what its rung 3 less every difference leaves, and `reference_vs_rung0` compares
+that with the sweep's `local` run.
 """
 
 from __future__ import annotations
@@ -253,7 +255,7 @@ def read_ladder(record: Record) -> Ladder:
     blocks["unexplained"] = paired((1, blocks["communication"]), (-1, span_t), (-1, after_t))
     blocks["own_step_gap"] = paired((1, own[slowest]), (-1, own[typical]))
     # Rung 0 as the ladder implies it for the typical rank (its rung 3 less every rung's
-    # difference), and as it was stepped (by each block's alone rank), for the reference's term.
+    # difference), and as the typical rank stepped it in its own blocks alone, for the reference's term.
     blocks["bottom"] = paired(
         (1, blocks["top"]),
         (-1, blocks["data"]),
