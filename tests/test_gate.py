@@ -172,6 +172,20 @@ def test_a_sweep_against_itself_passes_and_says_what_it_can_see(tmp_path):
     assert strict.returncode == 3
 
 
+def test_a_gate_that_compared_nothing_says_so_instead_of_passing(tmp_path):
+    """Efficiency needs X(1), the sweeps' local runs: without them no comparison was made, and the
+    gate must not print PASS on nothing."""
+    no_local = [run for run in OK_RUNS if "local" not in run]
+    sweep = scaled_copy(tmp_path, "no-local", 1.0, keep=no_local)
+    done = ddpbench("gate", "--baseline", sweep, "--candidate", sweep, "--metrics", "efficiency")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "PASS" not in done.stdout
+    assert "nothing was compared" in done.stderr and "add local to --strategies" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    # With a measure that is on both sides, the same sweeps are compared as before.
+    assert ddpbench("gate", "--baseline", sweep, "--candidate", sweep, "--metrics", "throughput").returncode == 0
+
+
 def test_a_slowdown_is_flagged_only_when_the_noise_allows_it(tmp_path):
     baseline = scaled_copy(tmp_path, "base", 1.0, keep=OK_RUNS)
     slow = scaled_copy(tmp_path, "slow", 1.6, keep=OK_RUNS)

@@ -127,6 +127,16 @@ def gate_exit(
     from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
+    if not any(c.verdict != "n/a" for c in comparisons):
+        # A verdict on nothing would read as PASS: say what was missing instead (bad input, exit 2).
+        missing = "; ".join(f"{c.measure} of {c.configuration}" for c in comparisons)
+        asked = getattr(args, "metrics", None) or ("efficiency",)
+        raise SpecError(
+            "nothing was compared: "
+            + (f"{missing} not measured on both sides" if missing else "no measure asked for is on both sides")
+            + ("; efficiency needs each sweep's local run (add local to --strategies)" if "efficiency" in asked else "")
+            + "".join(f"; {note}" for note in notes)
+        )
     print(format_table(comparisons, settings))
     for line in sight_lines(comparisons, settings):
         print(f"sight: {line}")
