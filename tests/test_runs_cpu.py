@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, cpu_environment, ddpbench_process, foreign_lines
+from conftest import FIXTURES, REPO, cpu_environment, ddpbench_process, foreign_lines
 
 pytestmark = pytest.mark.launches
 
@@ -213,12 +213,19 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
 
 def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     workload = f"{REPO}/tests/fixtures/failing_workload.py:broken"
-    done = ddpbench_process(
-        "run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2", "--out", str(tmp_path)
+    # An ok record of an earlier run with the same id: the failed run must not lend it its status.
+    earlier = json.loads(
+        open(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-ddp-n2.json")).read()
     )
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "again.json").write_text(json.dumps({**earlier, "run_id": "again"}))
+    done = ddpbench_process(
+        "run", "--workload", workload, "--nproc", "2", "--steps", "5", "--warmup", "2", "--out", str(tmp_path),
+        "--run-id", "again",
+    )  # fmt: skip
     assert done.returncode == 1
     record = only_record(tmp_path)
-    assert record["status"] == "failed"
+    assert record["status"] == "failed" and record["spec"]["workload"] == workload
     assert record["error"]["exit_code"] != 0
     assert any("broken on purpose" in line for line in record["error"]["output_tail"])
     assert "FAILED" in done.stdout

@@ -177,6 +177,10 @@ def launch(
     log_dir = run_log_dir(spec)
     os.makedirs(log_dir, exist_ok=True)
     path = record_path(spec.out_dir, spec.run_id)
+    if spec.node_rank == 0 and os.path.exists(path):
+        # A record left by an earlier run of this id (--run-id, ab --out, a rerun after sweep
+        # --resume) must not stand for this run, should this one die before writing its own.
+        os.remove(path)
     notes = []
     if spec.strategy == "ddp" and spec.rdzv_port and not spec.rdzv_endpoint and not port_is_free(spec.rdzv_port):
         notes.append(f"port {spec.rdzv_port} was taken; torchrun picked a free one")
