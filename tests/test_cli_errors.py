@@ -88,6 +88,8 @@ def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
         (["sweep", "--warmup", "1"], "warmup must be at least 2 for ddp; got 1"),
         (["sweep", "--resume"], "--resume needs --sweep-id"),
         (["sweep", "--resume", "--sweep-id", "never-made"], "nothing to resume"),
+        (["sweep", "--sweep-id", "/tmp/elsewhere"], "must be a name inside --out"),
+        (["sweep", "--sweep-id", "../outside"], "must be a name inside --out"),
         (["sweep", "--inject-fault", "kind=raise"], "needs rank, kind and step"),
         (["table", "/nonexistent/sweep"], "is not a folder"),
         (["report", "/nonexistent/sweep"], "is not a sweep folder"),

@@ -317,6 +317,24 @@ def test_gate_input_errors(tmp_path):
     assert done.returncode == 0 and "skipped unreadable record" in done.stdout
 
 
+def test_a_suite_name_in_a_manifest_never_leads_the_baseline_outside_its_folder(tmp_path):
+    """The manifest's suite becomes a folder name: a path in it must not decide where the
+    baseline goes, nor which folder is replaced (a suite of ../../../x once removed one)."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(SWEEP, sweep)
+    manifest = json.loads((sweep / "manifest.json").read_text()) if (sweep / "manifest.json").exists() else {}
+    manifest["options"] = {**(manifest.get("options") or {}), "suite": "../../../victim", "workloads": []}
+    (sweep / "manifest.json").write_text(json.dumps(manifest))
+    root = tmp_path / "a" / "b" / "baselines"
+    victim = tmp_path / "a" / "victim"  # where root/<machine class>/../../../victim leads
+    victim.mkdir(parents=True)
+    (victim / "keep.txt").write_text("mine")
+    done = ddpbench("baseline", "save", str(sweep), "--baselines", str(root))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("baseline saved: ")[1].strip().endswith("/custom")
+    assert (victim / "keep.txt").read_text() == "mine"
+
+
 def test_baseline_save_and_auto(tmp_path):
     done = ddpbench("baseline", "save", SWEEP, "--baselines", str(tmp_path / "baselines"))
     assert done.returncode == 0

@@ -133,6 +133,10 @@ def command_sweep(args: argparse.Namespace) -> int:
     if args.resume and not args.sweep_id:
         raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
     options = None if args.resume else sweep_options_from_args(args)
+    if args.sweep_id is not None and (os.path.isabs(args.sweep_id) or ".." in args.sweep_id.split(os.sep)):
+        raise SpecError(
+            f"--sweep-id {args.sweep_id!r} must be a name inside --out ({args.out!r}), not a path that leaves it"
+        )
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{options.suite}"
     sweep_dir = os.path.join(args.out, sweep_id)
     plan = None if args.resume else plan_sweep(options, sweep_dir)

@@ -15,6 +15,8 @@ from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records
 
 DEFAULT_BASELINES = os.path.join("results", "baselines")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A name that is one folder: no separator, and never "." or ".." (it cannot start with a dot)."""
 
 
 def slug(text: str) -> str:
@@ -34,7 +36,9 @@ def suite_of(sweep_dir: str) -> str:
             options = json.load(handle).get("options") or {}
     except (OSError, ValueError):
         return "custom"
-    return options.get("suite", "custom") if not options.get("workloads") else "custom"
+    suite = options.get("suite", "custom") if not options.get("workloads") else "custom"
+    # The name becomes a folder under the baselines: only a plain name, never a path.
+    return suite if isinstance(suite, str) and SAFE_NAME.fullmatch(suite) else "custom"
 
 
 def baseline_dir(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
@@ -47,6 +51,8 @@ def baseline_dir(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
 def save_baseline(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:
     """Copy the sweep's manifest and records (not its logs and traces) as the baseline of its class."""
     target = baseline_dir(sweep_dir, root)
+    if os.path.commonpath([os.path.abspath(target), os.path.abspath(root)]) != os.path.abspath(root):
+        raise ValueError(f"baseline folder {target!r} is outside {root!r}")  # never removed below
     staging = target + ".new"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(os.path.join(staging, "runs"))
