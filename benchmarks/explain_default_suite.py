@@ -28,7 +28,8 @@ sys.path.insert(0, REPO)
 from ddpbench.analysis.breakdown import explain_sweep  # noqa: E402
 from ddpbench.analysis.breakdown_terms import TERM_NAMES  # noqa: E402
 from ddpbench.analysis.frames import reference_runs  # noqa: E402
-from ddpbench.analysis.ladder import standard_error, window_steps_s  # noqa: E402
+from ddpbench.analysis.ladder import standard_error  # noqa: E402
+from ddpbench.analysis.registry import record_iteration_times_s  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "explain-default-suite.md")
@@ -72,8 +73,8 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
 def loss_half_width(record, records) -> float:
     """The 95 % half-width of t(N) - t(1) from the step-to-step noise of both windows (normal)."""
     found, _ = reference_runs(record, records)
-    reference = [value for run in found for value in window_steps_s(run)]
-    return 1.96 * math.hypot(standard_error(window_steps_s(record)), standard_error(reference))
+    reference = [value for run in found for value in record_iteration_times_s(run)]
+    return 1.96 * math.hypot(standard_error(record_iteration_times_s(record)), standard_error(reference))
 
 
 def cell(term, step_s: float) -> str:

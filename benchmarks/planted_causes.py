@@ -183,6 +183,12 @@ def growth(breakdown, baseline, names) -> dict[str, float]:
     }
 
 
+def largest_other(breakdown, baseline, planted_in) -> tuple[str, float]:
+    """The term, of those that should not hold the cause, that grew most against the baseline."""
+    others = growth(breakdown, baseline, [n for n in TERM_NAMES if n not in planted_in])
+    return max(others.items(), key=lambda item: item[1])
+
+
 def verdict(measured: float, planted: float) -> str:
     return "yes" if abs(measured - planted) <= TOLERANCE * abs(planted) else "no"
 
@@ -200,8 +206,7 @@ def planted_table(found: dict, together: list[float]) -> list[str]:
     slow = found.get("slow_rank")
     if slow is not None:
         delay = AMOUNTS["FORWARD_DELAY_S"]
-        others = growth(slow, baseline, [n for n in TERM_NAMES if n != "slowest_rank"])
-        name, most = max(others.items(), key=lambda item: item[1])
+        name, most = largest_other(slow, baseline, ("slowest_rank",))
         lines.append(
             f"| slow_rank | rank 1's forward sleeps | {ms(delay)} | slowest_rank | "
             f"{ms(term_ms(slow, 'slowest_rank'))} | {verdict(term_ms(slow, 'slowest_rank'), delay)} | "
@@ -222,8 +227,7 @@ def planted_table(found: dict, together: list[float]) -> list[str]:
     if shaped is not None:
         slower = shaped.step_s - baseline.step_s
         held = sum(growth(shaped, baseline, COMMUNICATION).values())
-        others = growth(shaped, baseline, [n for n in TERM_NAMES if n not in COMMUNICATION])
-        name, most = max(others.items(), key=lambda item: item[1])
+        name, most = largest_other(shaped, baseline, COMMUNICATION)
         lines.append(
             f"| shaped | tbf on loopback (step increase over baseline) | {ms(slower)} | "
             f"{' + '.join(COMMUNICATION)}, growth | {ms(held)} | {verdict(held, slower)} | "
@@ -233,8 +237,7 @@ def planted_table(found: dict, together: list[float]) -> list[str]:
     if greedy is not None and together:
         slower = statistics.fmean(together) - greedy.reference_step_s
         held = term_ms(greedy, "contention") - term_ms(baseline, "contention")
-        others = growth(greedy, baseline, [n for n in TERM_NAMES if n != "contention"])
-        name, most = max(others.items(), key=lambda item: item[1])
+        name, most = largest_other(greedy, baseline, ("contention",))
         lines.append(
             f"| greedy | a 2-thread matrix product in forward (two local runs at once, {ms(together[0])} and "
             f"{ms(together[1])} ms, against one alone) | {ms(slower)} | contention, growth | {ms(held)} | "

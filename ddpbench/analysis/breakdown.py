@@ -35,13 +35,14 @@ import statistics
 from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
 from ddpbench.analysis.breakdown_text import advice
 from ddpbench.analysis.frames import reference_runs
-from ddpbench.analysis.ladder import NoLadder, ladder_terms, read_ladder, window_steps_s
+from ddpbench.analysis.ladder import SCRIPT_LOOP, NoLadder, ladder_terms, read_ladder
 from ddpbench.analysis.registry import (
     exposed_comm_no_sync_s,
     exposed_comm_reducer_s,
     exposed_comm_trace_s,
     iteration_p50_s,
     profiled_step_p50_s,
+    record_iteration_times_s,
 )
 from ddpbench.records.schema import Record, TimelineStep
 
@@ -86,10 +87,7 @@ def _per_rank(record: Record, kind_a: str, kind_b: str, read) -> list[float]:
 
 def _no_timeline(record: Record) -> str:
     if record.spec.script:
-        return (
-            "a script's run: the script runs its own loop, so ddpbench cannot step its model in the "
-            "timeline's or the ladder's other ways"
-        )
+        return SCRIPT_LOOP
     if record.spec.profile:
         return "the record has no gradient timeline (made before ddpbench recorded one)"
     return "no gradient timeline (it runs with profiling on: drop --no-profile)"
@@ -232,7 +230,7 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     except NoLadder as exc:
         ladder, no_ladder = None, str(exc)
     if ladder is not None:
-        reference_steps = [value for run in found for value in window_steps_s(run)]
+        reference_steps = [value for run in found for value in record_iteration_times_s(run)]
         estimates = ladder_terms(record, ladder, step, reference_step, reference_steps)
         terms = {
             name: Term(est.s, 100 * est.s / step, basis, *_interval(est))

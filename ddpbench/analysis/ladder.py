@@ -32,6 +32,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ddpbench.analysis.registry import record_iteration_times_s
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record, TimelineRank, TimelineStep
 
@@ -153,6 +154,12 @@ def paired(*series: tuple[int, dict[int, float]]) -> dict[int, float]:
 # --- the ladder of one record ---------------------------------------------------------------------------
 
 
+SCRIPT_LOOP = (
+    "a script's run: the script runs its own loop, so ddpbench cannot step its model alone, "
+    "unwrapped or through a one-rank DDP"
+)
+
+
 class NoLadder(ValueError):
     """The record has no ladder to read; the message says why."""
 
@@ -188,10 +195,7 @@ def _rank_view(rank: TimelineRank, kind: str, read: str) -> dict[int, float]:
 def read_ladder(record: Record) -> Ladder:
     timeline = record.timeline
     if record.spec.script:
-        raise NoLadder(
-            "no ladder in a script's run: the script runs its own loop, so ddpbench cannot step its "
-            "model alone, unwrapped or through a one-rank DDP"
-        )
+        raise NoLadder(f"no ladder in {SCRIPT_LOOP}")
     if timeline is None and not record.spec.profile:
         raise NoLadder("no ladder: it runs with profiling on (drop --no-profile)")
     if timeline is None or timeline.ladder is None:
@@ -277,12 +281,6 @@ def read_ladder(record: Record) -> Ladder:
     return Ladder(world_size, typical, slowest, blocks, max(wall) if wall else timeline.ladder.wall_s)
 
 
-def window_steps_s(record: Record) -> list[float]:
-    """The timed window's iteration times (the slowest rank per step), for its standard error."""
-    per_rank = [rank.step_times_s for rank in record.ranks if rank.step_times_s]
-    return [max(times) for times in zip(*per_rank)] if per_rank else []
-
-
 # --- the terms ------------------------------------------------------------------------------------
 
 
@@ -354,7 +352,7 @@ def ladder_terms(
     found["window_vs_ladder"] = (
         _combined(
             step_s - top.s,
-            standard_error(window_steps_s(record)),
+            standard_error(record_iteration_times_s(record)),
             standard_error(list(ladder.blocks["top"].values())),
             df=blocks - 1,
         ),
