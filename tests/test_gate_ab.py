@@ -155,3 +155,23 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
     # Two rounds on a loaded machine may need more than 1000 rounds to see 5 %: then it says so.
     assert throughput["runs_needed"] is None or throughput["runs_needed"] >= 2
     assert "rounds would be needed" in throughput["sight"] or throughput["sees_threshold"]
+
+
+def test_a_confirmation_splits_alpha_over_the_measures_it_confirms_only(monkeypatch, tmp_path):
+    """One configuration flagged on throughput alone: its confirmation is one test, at the whole
+    family alpha (it was split over both A/B measures, half as likely to confirm)."""
+    from ddpbench.gate import confirm as confirming
+    from ddpbench.gate.ab import Side
+    from ddpbench.gate.compare import Comparison
+
+    pairs = rounds_of(1.10)
+    record = pairs[0][0]
+    configuration = confirming.describe(confirming.run_key(record))
+    flagged = [Comparison(configuration, "throughput", "regression"), Comparison(configuration, "exposed_share", "pass")]
+    monkeypatch.setattr(confirming, "run_ab", lambda *args, **kwargs: pairs)
+    side = Side("A", "base", sys.executable, REPO)
+    settings = GateSettings()
+    result = confirming.confirm(flagged, [record], side, side, 5, str(tmp_path), settings, progress=lambda _: None)
+    tested = [c for c in result.comparisons if c.alpha is not None]
+    assert [c.measure for c in tested] == ["throughput"]
+    assert tested[0].alpha == settings.family_alpha and tested[0].verdict == "regression"

@@ -98,9 +98,13 @@ def load_round(path: str) -> Record | None:
 
 
 def paired_comparisons(
-    rounds: list[tuple[Record | None, Record | None]], settings: stats.GateSettings, allow_failed: bool
+    rounds: list[tuple[Record | None, Record | None]],
+    settings: stats.GateSettings,
+    allow_failed: bool,
+    measures: tuple[str, ...] = AB_MEASURES,
 ) -> tuple[list[Comparison], list[str]]:
-    """Gate the rounds: a paired one-sided test per measure on the per-round log ratios B/A."""
+    """Gate the rounds: a paired one-sided test per measure on the per-round log ratios B/A.
+    Only `measures` are tested, so the family's alpha is shared by them alone."""
     failures, notes, kept = [], [], []
     for index, (a, b) in enumerate(rounds, start=1):
         problems = [
@@ -123,7 +127,7 @@ def paired_comparisons(
         return failures, notes
     configuration = describe(run_key(kept[0][0]))
     pending = []
-    for measure in AB_MEASURES:
+    for measure in measures:
         pairs = [(side_values([a]), side_values([b])) for a, b in kept]
         values = [(va[run_key(a)].get(measure), vb[run_key(b)].get(measure)) for (va, vb), (a, b) in zip(pairs, kept)]
         if any(x is None or y is None for x, y in values):

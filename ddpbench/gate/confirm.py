@@ -132,7 +132,10 @@ def confirm(
     for configuration, measures, options in to_run:
         progress(f"confirming {configuration} ({', '.join(sorted(measures))}): {rounds} rounds, base then candidate")
         pairs = run_ab(base, here, options, rounds, os.path.join(out_dir, _folder_name(configuration)), progress)
-        found, notes = paired_comparisons(pairs, settings=shared, allow_failed=allow_failed)
+        # Only the flagged measures are tested again: alpha is split over what is being confirmed.
+        found, notes = paired_comparisons(
+            pairs, settings=shared, allow_failed=allow_failed, measures=tuple(sorted(measures))
+        )
         result.comparisons += [c for c in found if c.measure in measures or c.measure == "run"]
         result.notes += [f"{configuration}: {note}" for note in notes]
         # A flagged measure the rounds did not measure (too few usable rounds, no value) stays as found.
