@@ -37,9 +37,10 @@ def plain(args) -> float:
         cwd=REPO,
         capture_output=True,
         text=True,
-        check=True,
         env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
     )
+    if done.returncode != 0:
+        sys.exit(f"the plain loop failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
     found = json.loads(done.stdout.strip().splitlines()[-1])
     return found["throughput_samples_per_s"], found["cpu_s_per_step"]
 

@@ -162,10 +162,10 @@ def test_a_script_with_its_own_options_gets_them_after_the_double_dash(own_argum
     assert record["spec"]["script"]["args"] == ["--width", "48", "--batch-size", "12", "--steps", "40"]
     assert record["spec"]["batch_size"] == 12
     assert "trained width 48 with batch 12 for 40 steps" in printed  # --run-to-end: it finished
-    # the timed steps 5..29 but the last, whose optimizer step also holds ddpbench's checks and record
-    theirs = per_step_rate(printed, 5, 28)
-    ours = record["metrics"]["throughput_samples_per_s_per_device"]
-    assert abs(ours / theirs - 1) <= AGREEMENT, (ours, theirs)
+    # The rate is not compared here: this script's steps last about 2 ms, where two runs of the
+    # same loop differ by up to 30 % on this machine (docs/measurements/script-overhead.md). The
+    # tutorial and accumulation tests compare rates on steps long enough to mean something.
+    assert record["metrics"]["timed_steps"] == 25
 
 
 @pytest.mark.launches
