@@ -48,6 +48,7 @@ from ddpbench.gate.drift import compare_canaries, judge_drift, readings, sweep_c
 from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold  # noqa: E402
 from ddpbench.records.store import load_record, read_records, utc_now, write_atomic  # noqa: E402
 from ddpbench.running.canary import run_canary  # noqa: E402
+from gate_calibration import disjoint_pairs  # noqa: E402
 
 KINDS = ("plain", "slowed")
 
@@ -203,10 +204,11 @@ def analyse(folder: str, args) -> None:
     for session in found:
         a, b = throughputs(os.path.join(session, "plain")), throughputs(os.path.join(session, "slowed"))
         ids = sorted(set(a) & set(b))
-        if len(ids) < 3:
-            continue  # A/A pairs a round with the next: at least two pairs
+        if len(ids) < 4:
+            continue  # A/A pairs rounds 1-2, 3-4, ...: at least two pairs
         rounds_total += 1
-        aa += paired_verdict([a[i] for i in ids[:-1]], [a[i] for i in ids[1:]], settings) == "regression"
+        (first, second), *_ = disjoint_pairs(ids, len(ids) // 2)
+        aa += paired_verdict([a[i] for i in first], [a[i] for i in second], settings) == "regression"
         detected += paired_verdict([a[i] for i in ids], [b[i] for i in ids], settings) == "regression"
     print(f"A/B within a session (paired, {args.rounds} rounds):")
     print(f"  false alarms: {rate(aa, rounds_total)}")
