@@ -41,6 +41,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
+from gate_calibration import disjoint_pairs  # noqa: E402
 
 from ddpbench.gate import stats  # noqa: E402
 from ddpbench.gate.compare import Comparison, compare, finish, load_side  # noqa: E402
@@ -48,7 +49,6 @@ from ddpbench.gate.drift import compare_canaries, judge_drift, readings, sweep_c
 from ddpbench.gate.stats import GateSettings, parse_fraction, parse_threshold  # noqa: E402
 from ddpbench.records.store import load_record, read_records, utc_now, write_atomic  # noqa: E402
 from ddpbench.running.canary import run_canary  # noqa: E402
-from gate_calibration import disjoint_pairs  # noqa: E402
 
 KINDS = ("plain", "slowed")
 
