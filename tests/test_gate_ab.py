@@ -167,7 +167,10 @@ def test_a_confirmation_splits_alpha_over_the_measures_it_confirms_only(monkeypa
     pairs = rounds_of(1.10)
     record = pairs[0][0]
     configuration = confirming.describe(confirming.run_key(record))
-    flagged = [Comparison(configuration, "throughput", "regression"), Comparison(configuration, "exposed_share", "pass")]
+    flagged = [
+        Comparison(configuration, "throughput", "regression"),
+        Comparison(configuration, "exposed_share", "pass"),
+    ]
     monkeypatch.setattr(confirming, "run_ab", lambda *args, **kwargs: pairs)
     side = Side("A", "base", sys.executable, REPO)
     settings = GateSettings()
