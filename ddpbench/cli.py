@@ -67,8 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ab":
         args.run_args = run_args
     signal.signal(signal.SIGTERM, _raise_terminated)
+    # Deprecated options a command used: said after its output, and not after a usage error,
+    # which stays one line.
+    args.deprecations = []
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        for line in args.deprecations:
+            print(f"warning: {line}", file=sys.stderr)
+        return code
     except SpecError as exc:
         # Named as argparse names it (`ddpbench history add`), so every usage error reads alike.
         command = " ".join(filter(None, (args.command, getattr(args, f"{args.command}_command", None))))

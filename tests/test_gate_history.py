@@ -136,7 +136,8 @@ def test_a_history_file_that_is_not_one_is_refused(tmp_path, content, message):
     bad = tmp_path / "bad.csv"
     bad.write_text(content)
     done = ddpbench("history", "changes", str(bad))
-    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    errors = [line for line in done.stderr.strip().splitlines() if not line.startswith("warning: ")]
+    assert done.returncode == 2 and message in done.stderr and len(errors) == 1  # beside the deprecation
 
 
 def test_a_series_too_short_for_change_points_is_refused(tmp_path):
@@ -151,3 +152,24 @@ def test_history_add_of_nothing_writes_nothing(tmp_path):
     done = ddpbench("history", "add", str(empty), "--history", str(tmp_path / "history"))
     assert done.returncode == 2 and "no successful run records" in done.stderr
     assert not (tmp_path / "history").exists()
+
+
+def test_the_csv_history_options_are_deprecated_and_name_the_store(tmp_path):
+    """One history option, --store: the CSV ones still work but say what replaces them."""
+    done = ddpbench("history", "add", SWEEP, "--history", str(tmp_path / "history"))
+    assert done.returncode == 0, done.stderr
+    assert "warning: history add --history is deprecated" in done.stderr and "--store" in done.stderr
+    folder = done.stdout.split("history updated: ")[1].strip()
+    done = ddpbench("gate", "--baseline", SWEEP, "--candidate", SWEEP, "--history-folder", folder, env=NO_OTAVA)
+    assert "warning: gate --history-folder is deprecated" in done.stderr and "history import" in done.stderr
+    done = ddpbench("history", "changes", nightly_history(tmp_path / "nights", [1.0] * 6), env=NO_OTAVA)
+    assert done.returncode == 0, done.stderr
+    assert "warning: history changes PATH" in done.stderr and "--store" in done.stderr
+    assert "results/history/<" not in ddpbench("history", "add", "--help").stdout
+
+
+def test_history_add_writes_to_the_store_by_default(tmp_path):
+    done = ddpbench("history", "add", SWEEP, cwd=str(tmp_path), env={"DDPBENCH_HISTORY": ""})
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
+    assert (tmp_path / "results" / "history.sqlite").exists() and not (tmp_path / "results" / "history").exists()

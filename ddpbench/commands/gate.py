@@ -49,16 +49,16 @@ def add_gate_parser(commands) -> None:
         action="store_true",
         help="a configuration of the baseline missing from the candidate is a note, not a failure",
     )
+    # None: results/history, read where it exists and no store is; named, the deprecated CSV path.
     gate.add_argument(
         "--history",
-        default="results/history",
-        help="root of the stored history (default results/history); its series for the candidate's "
-        "machine class and suite add evidence of the noise, or are the baseline",
+        default=None,
+        help="deprecated: root of a CSV history (default results/history); use --store",
     )
     gate.add_argument(
         "--history-folder",
         default=None,
-        help="one machine class and suite's history folder, instead of finding it under --history",
+        help="deprecated: one machine class and suite's CSV history folder; use --store",
     )
     confirm = gate.add_argument_group("confirmation (a same-job A/B of what the comparison flags)")
     confirm.add_argument(
@@ -254,6 +254,7 @@ def command_gate(args: argparse.Namespace) -> int:
         usable,
     )
     from ddpbench.gate.history import (
+        DEFAULT_HISTORY,
         HistoryError,
         history_dir,
         leave_out_runs,
@@ -277,8 +278,9 @@ def command_gate(args: argparse.Namespace) -> int:
         ok = [r for r in candidate if r.status == "ok"]
         store = gate_store(args)
         if store is None:
+            root = args.history or DEFAULT_HISTORY
             folder = args.history_folder or (
-                history_dir(ok, args.candidate, args.history) if os.path.isdir(args.candidate) else None
+                history_dir(ok, args.candidate, root) if os.path.isdir(args.candidate) else None
             )
             wanted = args.baseline == "history" or bool(folder and os.path.isdir(folder))
             found = (read_history(folder) if folder else {}) if wanted else {}

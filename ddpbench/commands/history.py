@@ -1,16 +1,17 @@
-"""`ddpbench history`: nightly results over time, kept in CSV series folders or in a history store
-(SQLite or PostgreSQL, `ddpbench.history`); and which of the two a command uses. No torch.
+"""`ddpbench history`: nightly results over time in a history store (SQLite or PostgreSQL,
+`ddpbench.history`), CSV series folders in and out of it; and which store a command uses. No torch.
 
 A command uses the store named by --store, else (unless its command line names a CSV history
-folder) the one in $DDPBENCH_HISTORY, else results/history.sqlite where that file exists. Where
-none is, it works on CSV folders as before; `history add` then starts results/history.sqlite,
-unless a CSV history is already at results/history (it goes on there: import it to move).
-"""
+folder, the deprecated path) the one in $DDPBENCH_HISTORY, else results/history.sqlite where that
+file exists. Where none is, it works on CSV folders as before; `history add` then starts
+results/history.sqlite, unless a CSV history is already at results/history (it goes on there,
+with a note to import it)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ddpbench.commands.arguments import subcommands
 from ddpbench.config.errors import SpecError
@@ -29,10 +30,16 @@ def add_history_parser(commands) -> None:
     """The `history` command group, under the top-level subcommands `commands`."""
     history = commands.add_parser("history", help="nightly results over time: add sweeps, find change points")
     history_commands = subcommands(history, "history_command")
-    add = history_commands.add_parser("add", help="append a sweep's ok runs to results/history/<class>/<suite>/")
+    add = history_commands.add_parser(
+        "add", help="add a sweep's ok runs to the history store (default results/history.sqlite)"
+    )
     add.add_argument("sweep_dir")
     # default None: a --history given on the command line means the CSV folder, even the default one.
-    add.add_argument("--history", default=None, help="root of the history (default results/history)")
+    add.add_argument(
+        "--history",
+        default=None,
+        help="deprecated: a CSV history folder to append to; use --store (history export writes CSV files)",
+    )
     add_store_argument(
         add,
         STORE_HELP + " (where that file exists, or no CSV history is at results/history); one transaction, and "
@@ -64,6 +71,15 @@ def add_history_parser(commands) -> None:
     page.set_defaults(handler=command_history_report)
 
 
+def warn_deprecated(args: argparse.Namespace, option: str, instead: str) -> None:
+    """A line on stderr after the command's output (cli.main); the option still works as it did."""
+    line = f"{option} is deprecated and will be removed: {instead}"
+    if hasattr(args, "deprecations"):
+        args.deprecations.append(line)
+    else:  # called without cli.main
+        print(f"warning: {line}", file=sys.stderr)
+
+
 def _not_both(store: str | None, csv_named: bool, what: str) -> None:
     if store is not None and csv_named:
         raise SpecError(f"give --store or {what}, not both")
@@ -75,19 +91,39 @@ def add_target(args: argparse.Namespace) -> str | None:
     from ddpbench.history import DEFAULT_STORE, chosen_address
 
     _not_both(args.store, args.history is not None, "--history")
+    if args.history is not None:
+        warn_deprecated(
+            args,
+            "history add --history",
+            "add to the store (--store URL, default results/history.sqlite); `history import DIR` moves a CSV "
+            "history there and `history export DIR` writes one",
+        )
     url = chosen_address(args.store, args.history is not None)
     if url is None and (args.history is not None or os.path.isdir(DEFAULT_HISTORY)):
+        if args.history is None:
+            print(
+                f"note: appending to the CSV history in {DEFAULT_HISTORY}; move it into the store once with: "
+                f"ddpbench history import {DEFAULT_HISTORY}",
+                file=sys.stderr,
+            )
         return None
     return url or DEFAULT_STORE
 
 
 def gate_store(args: argparse.Namespace) -> str | None:
     """The store the gate reads; None: CSV folders (--history-folder, or under --history)."""
-    from ddpbench.gate.history import DEFAULT_HISTORY
     from ddpbench.history import chosen_address
 
-    csv_named = args.history_folder is not None or os.path.normpath(args.history) != DEFAULT_HISTORY
+    csv_named = args.history_folder is not None or args.history is not None
     _not_both(args.store, csv_named, "--history/--history-folder")
+    for option, given in (("gate --history", args.history), ("gate --history-folder", args.history_folder)):
+        if given is not None:
+            warn_deprecated(
+                args,
+                option,
+                "the gate reads the history store (--store URL); `ddpbench history import DIR` moves a CSV "
+                "history there",
+            )
     return chosen_address(args.store, csv_named)
 
 
@@ -167,6 +203,12 @@ def command_history_changes(args: argparse.Namespace) -> int:
     from ddpbench.history import StoreError, chosen_address
 
     _not_both(args.store, bool(args.paths), "PATH")
+    if args.paths:
+        warn_deprecated(
+            args,
+            "history changes PATH (CSV folders and files)",
+            "read the store with --store URL; `ddpbench history import DIR` moves a CSV history there",
+        )
     try:
         found = {}
         for path in args.paths:
