@@ -50,6 +50,7 @@ RUN_COLUMNS = [
     "ended_at",
     "launch_wall_s",
     "oversubscribed",
+    "busy",
     "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
@@ -92,6 +93,9 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "launch_wall_s": record.launch.wall_s if record.launch else None,
         # More threads than usable cores: the point measures time-sharing, not scaling.
         "oversubscribed": record.oversubscribed is not None,
+        # Other processes took cores (or GPUs) the run wanted during its window: slower than the
+        # machine can give, whatever the code does.
+        "busy": bool(record.machine_load and record.machine_load.busy),
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
@@ -216,6 +220,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         "runs",
         "reference",
         "oversubscribed",
+        "busy",
     ]
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
@@ -226,6 +231,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
         oversubscribed=("oversubscribed", "any"),
+        busy=("busy", "any"),
     )
     local = grouped[is_reference(grouped)].set_index(CONFIGURATION + ["batch_size"])["throughput"]
     local = local[~local.index.duplicated()]
@@ -292,6 +298,9 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     if table["oversubscribed"].any():
         marked = table[table["oversubscribed"]].groupby(index)["strategy"].agg(",".join)
         wide["oversubscribed"] = [marked.get(point, "") for point in wide.index]
+    if table["busy"].any():
+        marked = table[table["busy"]].groupby(index)["strategy"].agg(",".join)
+        wide["busy"] = [marked.get(point, "") for point in wide.index]
     return wide
 
 
@@ -316,6 +325,11 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         note += (
             "\noversubscribed: those strategies ran more threads than usable cores;"
             " their X and E describe time-sharing, not scaling."
+        )
+    if "busy" in wide:
+        note += (
+            "\nbusy: other processes took cores or GPUs those strategies' runs wanted while they measured"
+            " (the records' machine_load); their X and E are slower than this machine can give."
         )
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
 

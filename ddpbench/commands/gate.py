@@ -115,13 +115,24 @@ def gate_settings(args: argparse.Namespace):
 
 
 def gate_exit(
-    comparisons, settings, notes, env_notes, args, header: str, extra: dict | None = None, canary=None, confirm=None
+    comparisons,
+    settings,
+    notes,
+    env_notes,
+    args,
+    header: str,
+    extra: dict | None = None,
+    canary=None,
+    confirm=None,
+    busy: dict | None = None,
 ) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
-    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for.
+    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, or
+    one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`).
     `confirm`, given a regression, reruns what was flagged and returns a `confirm.Confirmation`,
     whose verdict is then the gate's (0 or 1; never 4: the rerun has answered the drift question)."""
+    from ddpbench.gate.busy import busy_regressions, busy_words
     from ddpbench.gate.compare import overall_verdict, underpowered
     from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
@@ -151,6 +162,12 @@ def gate_exit(
     if drift:
         # With --confirm-with given, the confirmation below is the answer: no advice to run one.
         notes = notes + [drift_words(canary, getattr(args, "confirm_with", False) is None)]
+    loaded = busy_regressions(busy or {}, comparisons)
+    if busy:
+        extra = {**(extra or {}), "busy_runs": busy}
+    if loaded:
+        notes = notes + [busy_words(loaded)]
+        drift = True  # exit 4: a failure whose cause is the machine, never a plain regression
     if confirm is not None and result == "regression":
         return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm)
     print(
@@ -372,6 +389,7 @@ def command_gate(args: argparse.Namespace) -> int:
             notes = env_notes + notes if args.allow_env_mismatch else notes
     except (GateError, HistoryError, ValueError) as exc:
         raise SpecError(str(exc)) from None
+    from ddpbench.gate.busy import busy_runs
     from ddpbench.gate.drift import gate_canary
 
     return gate_exit(
@@ -383,6 +401,7 @@ def command_gate(args: argparse.Namespace) -> int:
         f"baseline {baseline_path}, candidate {args.candidate}",
         canary=gate_canary(baseline_path, args.candidate, args.baseline == "history"),
         confirm=confirm,
+        busy=busy_runs({"candidate": candidate, **({} if args.baseline == "history" else {"baseline": baseline})}),
     )
 
 

@@ -18,12 +18,16 @@ def command_run(args: argparse.Namespace) -> int:
     from ddpbench.records.store import load_record
     from ddpbench.report.summary import format_summary
     from ddpbench.running.launch import launch_with_oom_backoff
-    from ddpbench.running.resolve import oversubscription, oversubscription_warning, resolve
+    from ddpbench.running.machine_load import before_start
+    from ddpbench.running.resolve import oversubscription, oversubscription_warning, resolve, wanted_cores
 
     spec = resolve(spec_from_args(args))
     figures = oversubscription(spec)
     if figures:
         print(f"ddpbench run: {oversubscription_warning(figures)}", file=sys.stderr)
+    busy = before_start(wanted_cores(spec))
+    if busy:
+        print(f"ddpbench run: {busy}", file=sys.stderr)
     result = launch_with_oom_backoff(
         spec, timeout_s=args.run_timeout, oom_backoff=args.oom_backoff, verbose=args.verbose
     )

@@ -23,7 +23,10 @@ import msgspec
 
 from ddpbench.config.spec import RunSpec
 
-SCHEMA_VERSION = 2
+# 3: the machine's load over the window (`machine_load`), the ladder of the gradient timeline
+# (`timeline.ladder`, steps' `block`, ranks' `alone`), all optional: a record of schema 2 reads as
+# one that measured neither (ddpbench.records.store.from_schema_2).
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.schema.json")
@@ -111,6 +114,49 @@ class MemoryPeak(Part):
     kind: str
 
 
+class GpuLoad(Part):
+    """One of the run's GPUs over the timed window, from NVML (start and end of the window)."""
+
+    index: int
+    """CUDA device index, as the run's ranks number them."""
+    other_processes: int = 0
+    """Compute processes on it that were not the run's, the most seen."""
+    sm_clock_mhz: int | None = None
+    """The lower SM clock of the two readings."""
+    max_sm_clock_mhz: int | None = None
+    slowdowns: list[str] = []
+    """Clock-event reasons that slow the GPU: hardware slowdown, thermal, power brake, power cap."""
+
+
+class MachineLoad(Part):
+    """How busy a node was during the timed window, read by its local rank 0 before the window's
+    opening barrier and after its closing one. CPU figures are cores averaged over the window:
+    /proc/stat's non-idle time for the machine, the CPU time of the run's process tree for its own."""
+
+    hostname: str
+    window_s: float
+    cores: int
+    """CPUs /proc/stat counts (the machine's, not a container's quota)."""
+    busy_cores: float
+    own_cores: float | None
+    """The run's processes (everything under torchrun's agent on this node)."""
+    others_cores: float
+    """busy - own: what other processes used."""
+    steal_cores: float | None
+    """Time the hypervisor gave other guests (part of busy)."""
+    wanted_cores: int
+    """What the run asked of the node: its processes x threads per rank (one per process on GPUs),
+    plus data loader workers."""
+    busy: bool
+    """Other processes used at least 0.25 of a core and left fewer cores than the run wanted; or a
+    GPU of the run had another compute process or a slowdown reason."""
+    why: str | None = None
+    """One line with the figures, when busy."""
+    gpus: list[GpuLoad] = []
+    gpu_note: str | None = None
+    """Why the GPU readings are missing or partial (no NVML)."""
+
+
 class RankResult(Part):
     """What one rank measured."""
 
@@ -149,6 +195,9 @@ class RankResult(Part):
     waiting for it), mean over the timed steps; None in older records."""
     data_wait_p50_s: float | None = None
     """The same, median over the timed steps; None in older records."""
+    machine_load: MachineLoad | None = None
+    """Local rank 0 of each node: the node's load over the timed window; None on the other ranks
+    and in records of schema 2."""
 
 
 class Distribution(Part):
@@ -599,6 +648,9 @@ class Record(Part):
     `ddpbench.records.sidecar.SIDECAR_MIN_VALUES` step times); None when they are inline."""
     script: ScriptRun | None = None
     """Set for runs of a user's training script; None for workloads."""
+    machine_load: MachineLoad | None = None
+    """The busiest node's load over the timed window (each node's is on its local rank 0); None
+    where it could not be read (not Linux) and in records of schema 2."""
 
     def __post_init__(self):
         # Records written before world-size-1 checks were left undecided say `ok` for them; read

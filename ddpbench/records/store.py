@@ -190,9 +190,14 @@ def _convert(path: str, data: bytes) -> Record:
         raise UnreadableRecord(f"{path}: not a run record (a JSON {type(raw).__name__})")
     version = raw.get("schema_version")
     if version == 1:
-        raw = from_schema_1(raw)
+        raw = from_schema_2(from_schema_1(raw))
+    elif version == 2:
+        raw = from_schema_2(raw)
     elif version != SCHEMA_VERSION:
-        raise UnreadableRecord(f"{path}: schema_version {version!r}, this ddpbench reads 1 and {SCHEMA_VERSION}")
+        raise UnreadableRecord(
+            f"{path}: schema_version {version!r}, this ddpbench reads 1 to {SCHEMA_VERSION}"
+            + (": it was written by a newer ddpbench" if isinstance(version, int) and version > SCHEMA_VERSION else "")
+        )
     try:
         return msgspec.convert(raw, Record)
     except msgspec.ValidationError as exc:
@@ -213,9 +218,15 @@ def read_records(folder: str) -> tuple[list[tuple[str, Record]], list[tuple[str,
     return records, unreadable
 
 
+def from_schema_2(raw: dict) -> dict:
+    """Schema 2 -> 3: only optional parts were added (the machine's load, the ladder); a record of
+    schema 2 has none of them, and every reader treats their absence as not measured."""
+    return dict(raw, schema_version=3)
+
+
 def from_schema_1(raw: dict) -> dict:
     """Schema 1 -> 2: checks move their details under `details`; empty metrics become None."""
-    converted = dict(raw, schema_version=SCHEMA_VERSION)
+    converted = dict(raw, schema_version=2)
     converted["checks"] = {
         name: {
             "ok": check.get("ok"),

@@ -47,6 +47,7 @@ def scaling_section(data: ReportData) -> list[Markup]:
             "efficiency",
             "reference",
             "oversubscribed",
+            "busy",
         ]
     ]
     shown, formats = metric_columns(shown, metrics)
@@ -62,13 +63,24 @@ def scaling_section(data: ReportData) -> list[Markup]:
     )
     shown["X(1)"] = shown["X(1)"].replace("", "local run")
     shown["oversubscribed"] = shown["oversubscribed"].map({True: "yes", False: ""})
+    shown["busy"] = shown["busy"].map({True: "busy", False: ""})
     formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x", "efficiency": "{:.1%}"})
-    blocks.append(table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)", "oversubscribed")))
+    blocks.append(
+        table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)", "oversubscribed", "busy"))
+    )
     if (shown["oversubscribed"] == "yes").any():
         blocks.append(
             Markup(
                 '<p class="status-failed">Points marked oversubscribed ran more threads than usable '
                 "cores: their throughput and efficiency describe time-sharing, not scaling.</p>"
+            )
+        )
+    if (shown["busy"] == "busy").any():
+        blocks.append(
+            Markup(
+                '<p class="status-failed">Points marked busy ran while other processes took cores or GPUs '
+                "they wanted (each record's <code>machine_load</code> has the figures): their throughput "
+                "is slower than this machine can give.</p>"
             )
         )
     return blocks

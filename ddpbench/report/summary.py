@@ -147,6 +147,9 @@ def format_summary(record: Record, path: str) -> str:
             f"  !! oversubscribed: {figures.threads} threads on {figures.usable_cores} usable cores; "
             "these numbers describe time-sharing, not scaling"
         )
+    load = record.machine_load
+    if load and load.busy:
+        lines.append(f"  !! busy machine: {load.why}; these numbers are slower than this machine can give")
     lines.append(f"  record       {path}")
     logs = record.launch.logs if record.launch else None
     if logs and (record.status != "ok" or record.error):

@@ -30,8 +30,20 @@ def canary_wanted() -> bool:
     return os.environ.get(CANARY_ENV, "on").strip().lower() != "off"
 
 
-def run_canary(at: str, python: str | None = None, timeout_s: float = CANARY_TIMEOUT_S) -> dict:
-    """One run of every probe, as {"at", "started_at", "ended_at", "probes": {...}} or with "error"."""
+def sweep_shape(plan: list) -> tuple[int, int] | None:
+    """Processes and threads per process of the sweep's largest run on a node (most threads in
+    all, then most processes): the shape of the canary's shaped probe. None for an empty plan."""
+    shapes = [(spec.nproc if spec.strategy == "ddp" else 1, spec.threads_per_rank or 1) for spec in plan]
+    if not shapes:
+        return None
+    return max(shapes, key=lambda shape: (shape[0] * shape[1], shape[0]))
+
+
+def run_canary(
+    at: str, python: str | None = None, timeout_s: float = CANARY_TIMEOUT_S, shape: tuple[int, int] | None = None
+) -> dict:
+    """One run of every probe, as {"at", "started_at", "ended_at", "probes": {...}} or with "error";
+    `shape` (processes, threads) adds the probe shaped like the sweep's runs."""
     path = os.environ.get("PYTHONPATH")
     environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT + (os.pathsep + path if path else "")}
     started = utc_now()
@@ -39,7 +51,8 @@ def run_canary(at: str, python: str | None = None, timeout_s: float = CANARY_TIM
     try:
         # A group of its own: the all-reduce probe's second process goes with it when it is ended.
         process = subprocess.Popen(
-            [python or sys.executable, "-m", "ddpbench.worker.canary"],
+            [python or sys.executable, "-m", "ddpbench.worker.canary"]
+            + (["--shape", f"{shape[0]}x{shape[1]}"] if shape else []),
             env=environ,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

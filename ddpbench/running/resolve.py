@@ -69,6 +69,14 @@ def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
     }
 
 
+def wanted_cores(spec: RunSpec) -> int:
+    """Cores a resolved run asks of its node: each process's threads on CPU, one host thread per
+    process on GPUs, and one per data loader worker (as the worker's machine_load counts them)."""
+    processes = spec.nproc if spec.strategy == "ddp" else 1
+    threads = (spec.threads_per_rank or 1) if spec.device == "cpu" else 1
+    return processes * (threads + (spec.num_workers or 0))
+
+
 def oversubscription_warning(figures: dict) -> str:
     return (
         f"warning: oversubscribed: {figures['processes']} process{'es' if figures['processes'] != 1 else ''} x "

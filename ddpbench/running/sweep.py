@@ -24,7 +24,7 @@ from ddpbench.records.store import (
     write_atomic,
     write_record,
 )
-from ddpbench.running.canary import canary_wanted, run_canary
+from ddpbench.running.canary import canary_wanted, run_canary, sweep_shape
 from ddpbench.running.environment import host_facts
 from ddpbench.running.launch import launch_with_oom_backoff
 from ddpbench.running.resolve import check_output_folder, resolve
@@ -221,7 +221,7 @@ def run_sweep(
     reference_step_s: dict[str, float] = {}
     try:
         if canary_wanted():
-            manifest.setdefault("canary", []).append(run_canary("start"))
+            manifest.setdefault("canary", []).append(run_canary("start", shape=sweep_shape(plan)))
             write_manifest(sweep_dir, manifest)
         for spec in plan:
             done = ok_record(sweep_dir, spec.run_id)
@@ -249,7 +249,7 @@ def run_sweep(
     finally:
         progress.close()
     if canary_wanted():
-        manifest["canary"].append(run_canary("end"))
+        manifest["canary"].append(run_canary("end", shape=sweep_shape(plan)))
     manifest.update(state="finished", ended_at=utc_now())
     write_manifest(sweep_dir, manifest)
     return manifest

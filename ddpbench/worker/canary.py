@@ -10,7 +10,11 @@ workloads. Every probe is a rate, higher is faster, the median of several short 
 - `gloo_allreduce`: a 4 MiB float32 all-reduce between 2 processes on localhost over gloo (the
   second process is forked before any other probe runs), algorithm bandwidth GB/s;
 - `nccl_allreduce`: a 64 MiB float32 all-reduce over NCCL on min(2, visible GPUs) GPUs, one process
-  per GPU, algorithm bandwidth GB/s; skipped with the reason where there is no GPU or no NCCL.
+  per GPU, algorithm bandwidth GB/s; skipped with the reason where there is no GPU or no NCCL;
+- `matmul_PxT` (only with `--shape PxT`, which a sweep passes): float32 matrix products in P
+  processes of T threads at once, shaped like the sweep's largest run, GFLOP/s of all of them. The
+  one-thread probes hardly notice a process that takes one core of a rank's two, but OpenMP's
+  spinning barriers do: this probe loses what the sweep's runs lose.
 
 A probe that fails gives its error instead of a figure; the others still run.
 """
@@ -93,6 +97,53 @@ def python_probe() -> dict:
         return total
 
     return figure("M iterations/s", [LOOP_ITERATIONS / s / 1e6 for s in timed(work)])
+
+
+SHAPED_SIZE, SHAPED_PRODUCTS = 512, 4
+
+
+def _shaped_worker(threads: int, barrier, results) -> None:
+    torch.set_num_threads(threads)
+    a, b = torch.rand(SHAPED_SIZE, SHAPED_SIZE), torch.rand(SHAPED_SIZE, SHAPED_SIZE)
+    out = torch.empty(SHAPED_SIZE, SHAPED_SIZE)
+
+    def work():
+        for _ in range(SHAPED_PRODUCTS):
+            torch.mm(a, b, out=out)
+
+    work()
+    seconds = []
+    for _ in range(REPEATS):
+        barrier.wait(timeout=60)  # every process starts each repetition together: they share the cores
+        started = time.perf_counter()
+        work()
+        seconds.append(time.perf_counter() - started)
+    results.put(seconds)
+
+
+def shaped_probe(processes: int, threads: int) -> dict:
+    """All the work happens in forked children: this process starts no thread pool that a later
+    fork (the gloo probe's) could inherit broken."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_shaped_worker, args=(threads, barrier, results)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    try:
+        per_process = [results.get(timeout=CANARY_WORKER_TIMEOUT_S) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
+    flops = 2 * SHAPED_SIZE**3 * SHAPED_PRODUCTS * processes
+    # A repetition lasts until its slowest process is done: the pace of a step whose ranks meet.
+    rates = [flops / max(times) / 1e9 for times in zip(*per_process)]
+    return {**figure("GFLOP/s", rates), "processes": processes, "threads": threads}
+
+
+CANARY_WORKER_TIMEOUT_S = 120
 
 
 def free_port() -> int:
@@ -183,11 +234,18 @@ PROBES = {
 }
 
 
-def run_probes(names: list[str] | None = None) -> dict:
+def shape_name(processes: int, threads: int) -> str:
+    return f"matmul_{processes}x{threads}"
+
+
+def run_probes(names: list[str] | None = None, shape: tuple[int, int] | None = None) -> dict:
     torch.set_num_threads(1)
     started = time.perf_counter()
     probes = {}
-    for name, probe in PROBES.items():
+    chosen = dict(PROBES)
+    if shape is not None:  # first: its processes are forked before any probe here starts threads
+        chosen = {shape_name(*shape): lambda: shaped_probe(*shape), **chosen}
+    for name, probe in chosen.items():
         if names is not None and name not in names:
             continue
         try:
@@ -206,12 +264,25 @@ def run_probes(names: list[str] | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpbench.worker.canary", description=__doc__.splitlines()[0])
     parser.add_argument("--probes", default=None, help="comma-separated subset of " + ", ".join(PROBES))
+    parser.add_argument(
+        "--shape", default=None, metavar="PxT", help="add the shaped probe: P processes of T threads (e.g. 2x1)"
+    )
     args = parser.parse_args(argv)
+    shape = None
+    if args.shape:
+        try:
+            shape = tuple(int(part) for part in args.shape.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if len(shape) != 2 or min(shape) < 1:
+            parser.error(f"--shape must be PxT with P processes and T threads, both at least 1; got {args.shape!r}")
     names = args.probes.split(",") if args.probes else None
-    unknown = [name for name in names or () if name not in PROBES]
+    if names is not None and shape is not None:
+        names.append(shape_name(*shape))
+    unknown = [name for name in names or () if name not in PROBES and (shape is None or name != shape_name(*shape))]
     if unknown:
         parser.error(f"unknown probe {unknown[0]!r}; valid: {', '.join(PROBES)}")
-    json.dump(run_probes(names), sys.stdout)
+    json.dump(run_probes(names, shape), sys.stdout)
     sys.stdout.write("\n")
     return 0
 

@@ -27,9 +27,10 @@ from torch.utils.data.dataloader import default_collate
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
-from ddpbench.records.schema import Check, HostSync, Metrics, Overlap, RankResult, Record, RunError
+from ddpbench.records.schema import Check, HostSync, MachineLoad, Metrics, Overlap, RankResult, Record, RunError
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.running.environment import host_facts
+from ddpbench.running.machine_load import busiest
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
@@ -49,6 +50,7 @@ from ddpbench.worker.training import (
     wrap_data_parallel,
     wrap_ddp,
 )
+from ddpbench.worker.window_load import WindowLoad
 from ddpbench.worker.workload import build_workload
 
 
@@ -227,6 +229,8 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         memory.end()
         memory.start("timed")
         beat.enter("timed")  # writes its file now, not inside the first timed step
+        load = WindowLoad(rank.local_rank, rank.device, rank.devices, spec.threads_per_rank, spec.num_workers)
+        load.start()  # before the barrier: the reading is no part of any rank's window
         # Nothing between this barrier and the first mark: the ranks' windows start together.
         window_edge(rank)
         window_start = time.perf_counter()
@@ -251,6 +255,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         window_edge(rank)
         window_s = time.perf_counter() - window_start
         window_cpu_s = time.process_time() - window_cpu_start
+        machine = load.finish()
         timed_memory = memory.end()
 
     memory.start("checks")
@@ -267,6 +272,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         **data_wait(clock.data_times_s()),
         "window_cpu_s": window_cpu_s,
         "window_s": window_s,
+        "machine_load": machine,
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
@@ -399,6 +405,7 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
+    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
     record.overlap = overlap_estimates(spec, results, None)
     record.ranks = [
         msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results

@@ -29,13 +29,15 @@ import torch.distributed as dist
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import COMM_HOOKS, DDPKnobs, RunSpec
-from ddpbench.records.schema import Check, Metrics, Overlap, RankResult, Record, RunError, ScriptRun
+from ddpbench.records.schema import Check, MachineLoad, Metrics, Overlap, RankResult, Record, RunError, ScriptRun
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.running.environment import host_facts
+from ddpbench.running.machine_load import busiest
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.script.observer import Observer, StopScript
+from ddpbench.worker.window_load import WindowLoad
 
 NOT_REPLAYED = "not measured for a script: its loop is its own, so ddpbench cannot replay its steps under no_sync()"
 NOT_RECOMPUTED = "a script's loss is its own, so ddpbench cannot recompute the local gradients"
@@ -50,7 +52,7 @@ class Session:
         self.flops = None
         self.flops_per_sample: float | None = None
         self.conv_flops_share: float | None = None
-        self.window_start = self.window_s = self.window_cpu_start = None
+        self.window_start = self.window_s = self.window_cpu_start = self.machine_load = None
         self.clock: StepClock | None = None
         self.record: Record | None = None
         self.profiler = None
@@ -127,6 +129,10 @@ class Session:
     def _open_window(self) -> None:
         if self.beat is not None:
             self.beat.enter("timed")
+        device = self.observer.device()
+        # The script's own threads; its loader workers, if any, are not known here.
+        self.load = WindowLoad(int(os.environ.get("LOCAL_RANK", 0)), device, [device], torch.get_num_threads(), 0)
+        self.load.start()  # before the barrier: no part of any rank's window
         self._edge()
         self.clock = StepClock(self.observer.device())
         self.observer.clock, self.observer.timing = self.clock, True
@@ -140,6 +146,7 @@ class Session:
         self._edge()
         self.window_s = time.perf_counter() - self.window_start
         window_cpu_s = time.process_time() - self.window_cpu_start
+        self.machine_load = self.load.finish()
         if self.beat is not None:
             self.beat.enter("checks")
         result = self._rank_result(window_cpu_s)
@@ -166,6 +173,7 @@ class Session:
             "data_wait_p50_s": statistics.median(data) if data else None,
             "window_cpu_s": window_cpu_s,
             "window_s": self.window_s,
+            "machine_load": self.machine_load,
             "param_digest": checks.parameter_digest(observer.ddp.module),
             "samples_per_step": timed,
             "forwards_per_step": observer.forwards_per_step[self.warmup :],
@@ -301,6 +309,7 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.overlap = msgspec.convert({"trace": None, "no_sync": None, "reducer": None}, Overlap)
+    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
     fields = set(RankResult.__struct_fields__)
     record.ranks = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankResult) for r in results]
     notes = [f"no_sync and reducer estimates {NOT_REPLAYED}"]

@@ -1,0 +1,120 @@
+"""A busy machine, with a real CPU hog beside real runs: `ddpbench run` warns before it starts, the
+record says how busy the machine was during the window, the summary, scaling table and report mark
+the run, the canary's shaped probe slows down with it, and the gate calls the regression what it is
+(exit 4 with the figures), never a plain REGRESSION.
+
+The hog is `python -c "while True: pass"`: one core of this 2-core machine, taken from runs that want
+both. Every test here needs the machine to itself (a test beside it is a hog of its own)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+from conftest import ddpbench
+
+from ddpbench.analysis.frames import format_side_by_side, runs_frame, scaling_table
+from ddpbench.config.spec import RunSpec
+from ddpbench.records.store import read_records
+from ddpbench.running import machine_load
+from ddpbench.running.canary import run_canary, sweep_shape
+
+pytestmark = [pytest.mark.launches, pytest.mark.alone]
+
+RUN = ["--workload", "mlp", "--device", "cpu", "--nproc", "2", "--threads-per-rank", "1", "--steps", "60"]
+RUN += ["--warmup", "5", "--no-profile"]
+
+
+@contextmanager
+def cpu_hog():
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.5)  # let it take its core
+    try:
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("loaded")
+    with cpu_hog():
+        done = ddpbench("run", *RUN, "--out", str(out))
+    return done, *read_records(str(out))[0][0]
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory):
+    out = tmp_path_factory.mktemp("quiet")
+    done = ddpbench("run", *RUN, "--out", str(out))
+    return done, *read_records(str(out))[0][0]
+
+
+def test_a_run_beside_a_hog_is_warned_about_and_marked_busy(loaded):
+    done, path, record = loaded
+    assert done.returncode == 0, done.stderr
+    assert "warning: the machine is busy: other processes use" in done.stderr
+    load = record.machine_load
+    assert load.busy and load.cores == os.cpu_count() and load.wanted_cores == 2
+    assert load.others_cores >= 0.5, load  # the hog's core, less what it lost to the run
+    assert load.own_cores > 0.5 and "other processes used" in load.why
+    assert "!! busy machine" in done.stdout
+    assert sum(rank.machine_load is not None for rank in record.ranks) == 1  # local rank 0 of the one node
+    table = format_side_by_side(scaling_table(runs_frame([(path, record)])))
+    assert "busy" in table.splitlines()[0] and "other processes took cores" in table
+
+
+def test_a_quiet_run_is_not_marked_busy(quiet):
+    done, _, record = quiet
+    assert done.returncode == 0, done.stderr
+    assert "machine is busy" not in done.stderr
+    assert record.machine_load is not None and not record.machine_load.busy, record.machine_load
+    # what the run used is its own, not others': nearly all of the busy cores
+    assert record.machine_load.own_cores >= record.machine_load.busy_cores - 0.25
+
+
+def test_the_gate_calls_a_regression_beside_a_hog_a_busy_machine_never_a_plain_regression(quiet, loaded, tmp_path):
+    (_, quiet_path, _), (_, loaded_path, record) = quiet, loaded
+    # A narrow prior makes one run a side enough to judge, as a team's measured noise would.
+    gate = ddpbench(
+        "gate", "--baseline", quiet_path, "--candidate", loaded_path, "--metrics", "throughput",
+        "--prior-noise", "2%", "--json", str(tmp_path / "gate.json"),
+    )  # fmt: skip
+    verdict = json.load(open(tmp_path / "gate.json"))
+    (comparison,) = verdict["comparisons"]
+    assert comparison["verdict"] == "regression", gate.stdout  # the hog made it slower
+    assert gate.returncode == 4, gate.stdout + gate.stderr  # not 1: the code did not change
+    assert "busy machine" in gate.stdout and "other processes used" in gate.stdout
+    assert verdict["busy_runs"] == {
+        comparison["configuration"]: [f"candidate run {record.run_id}: {record.machine_load.why}"]
+    }
+
+
+def test_the_canary_runs_shaped_like_the_sweep_and_loses_what_its_runs_lose():
+    quiet = run_canary("start", shape=(2, 1))["probes"]["matmul_2x1"]
+    with cpu_hog():
+        loaded = run_canary("start", shape=(2, 1))["probes"]["matmul_2x1"]
+    assert quiet["processes"] == 2 and quiet["threads"] == 1 and quiet["unit"] == "GFLOP/s"
+    # Two processes that meet after every product, one core left them: each repetition waits for the
+    # one sharing its core with the hog (0.42-0.58 of the quiet rate here).
+    assert loaded["value"] < 0.8 * quiet["value"], (quiet, loaded)
+
+
+def test_a_sweep_shapes_its_canary_like_its_largest_run():
+    plan = [RunSpec(workload="mlp", strategy=s, nproc=n, threads_per_rank=t) for s, n, t in SHAPES]
+    assert sweep_shape(plan) == (4, 2)
+    assert sweep_shape([]) is None
+
+
+SHAPES = [("local", 1, 8), ("ddp", 2, 4), ("ddp", 4, 2), ("dp", 4, 2)]
+
+
+def test_the_busy_rule_needs_more_than_the_readings_resolution():
+    load = {"hostname": "h", "window_s": 0.06, "cores": 2, "others_cores": 0.4, "wanted_cores": 2}
+    assert not machine_load.judge(load)["busy"]  # 60 ms: a tick per CPU each side is 0.67 of a core
+    assert machine_load.judge({**load, "window_s": 5.0})["busy"]
+    assert not machine_load.judge({**load, "window_s": 5.0, "wanted_cores": 1})["busy"]  # it left what the run wanted
