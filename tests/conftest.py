@@ -20,6 +20,8 @@ HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
 # The machine canary costs each sweep a few seconds at its start and end; tests/test_canary.py
 # measures it, the suite's other sweeps leave it out.
 os.environ.setdefault("DDPBENCH_CANARY", "off")
+# Tests run beside each other: a busy machine is what they expect (tests/test_busy_machine.py turns it on).
+os.environ.setdefault("DDPBENCH_BUSY_WARNING", "off")
 
 
 def cpu_environment(**changes: str) -> dict:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 IGNORED_CORES = 0.25
 # Before a run starts: how long `ddpbench run` looks at the machine.
 PRECHECK_S = 0.25
+BUSY_WARNING_ENV = "DDPBENCH_BUSY_WARNING"
 
 # NVML's clock-event reasons that mean the GPU ran slower than it could (not idle, not a setting).
 SLOWDOWN_REASONS = {
@@ -208,7 +209,10 @@ def busiest(loads: list[dict]) -> dict | None:
 
 def before_start(wanted_cores: int, seconds: float = PRECHECK_S) -> str | None:
     """A warning line when the machine is already busy, from a look of `seconds` before a run
-    starts (nothing of the run is running yet: every busy core is another process's); else None."""
+    starts (nothing of the run is running yet: every busy core is another process's); else None.
+    DDPBENCH_BUSY_WARNING=off leaves it out (a test suite, whose neighbours are expected)."""
+    if os.environ.get(BUSY_WARNING_ENV, "on").strip().lower() == "off":
+        return None
     first = sample(None)
     if first is None:
         return None
