@@ -60,7 +60,10 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     "content, reason",
     [
         ({"schema_version": 0}, "schema_version 0"),
-        ({"schema_version": 4, "run_id": "x"}, "schema_version 4, this ddpbench reads 1 to 3: it was written by a newer"),
+        (
+            {"schema_version": 4, "run_id": "x"},
+            "schema_version 4, this ddpbench reads 1 to 3: it was written by a newer",
+        ),
         ({"schema_version": 3, "run_id": "x", "status": "ok"}, "not a valid run record"),
         ([1, 2], "not a run record"),
     ],

@@ -14,6 +14,11 @@ def add_run_parser(commands) -> None:
     run.set_defaults(handler=command_run)
 
 
+# A script that is not DDP training ddpbench can measure: not a failure of the training, and not
+# one a rerun fixes; told apart from 1 so that a job can say so.
+NOT_MEASURABLE_EXIT = 5
+
+
 def command_run(args: argparse.Namespace) -> int:
     from ddpbench.records.store import load_record
     from ddpbench.report.summary import format_summary
@@ -42,6 +47,8 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     record = load_record(result.record_path)
     print(format_summary(record, result.record_path))
+    if record.error and record.error.kind == "not_measurable":
+        return NOT_MEASURABLE_EXIT
     if record.status != "ok" or record.failed_checks() or record.error:
         return 1
     return 0

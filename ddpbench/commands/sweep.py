@@ -143,7 +143,9 @@ def command_sweep(args: argparse.Namespace) -> int:
     stored_options = None if args.resume else dataclasses.asdict(options)
     for spec in plan or []:  # every planned run is valid on this machine before the first starts
         resolve(spec)
-    manifest, plan = prepare(sweep_dir, plan, stored_options, args.resume)
+    manifest, plan = prepare(
+        sweep_dir, plan, stored_options, args.resume, tuple(getattr(args, "script_args", None) or ())
+    )
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
     run_sweep(
         sweep_dir,

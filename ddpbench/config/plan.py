@@ -7,6 +7,7 @@ Run ids are stable names inside a sweep (`mlp-ddp-n2`), which is what `--resume`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ddpbench.config.faults import fault_applies
@@ -193,6 +194,23 @@ def _per_device_batch(options: SweepOptions, default_batch: int | None, world_si
     return global_batch // world_size
 
 
+# Placeholders a script's own arguments may hold, filled per run of a sweep: a Lightning script's
+# `--trainer.devices {nproc}` must change with the world size.
+SCRIPT_PLACEHOLDERS = ("{nproc}", "{world_size}", "{nnodes}")
+
+
+def script_for(script: ScriptSpec | None, nproc: int, world_size: int, nnodes: int) -> ScriptSpec | None:
+    if script is None or not any(p in arg for arg in script.args for p in SCRIPT_PLACEHOLDERS):
+        return script
+    values = {"{nproc}": str(nproc), "{world_size}": str(world_size), "{nnodes}": str(nnodes)}
+    args = []
+    for arg in script.args:
+        for placeholder, value in values.items():
+            arg = arg.replace(placeholder, value)
+        args.append(arg)
+    return dataclasses.replace(script, args=tuple(args))
+
+
 def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     """Every run of the sweep, in the order they run: per workload, the local reference first."""
     suite = SUITES[options.suite]
@@ -241,7 +259,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                                 strategy, per_node, options.cores, options.max_world_size
                             ),
                             run_id=f"{name}-{strategy}-n{world_size}{suffix}",
-                            **common,
+                            **{**common, "script": script_for(options.script, per_node, world_size, nodes)},
                         )
                     )
     for spec in plan:

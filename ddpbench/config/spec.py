@@ -108,16 +108,19 @@ class ScriptSpec:
     """Let the script finish instead of stopping every rank at a step boundary once measured."""
     sample_unit: str = flag("what throughput counts, e.g. tokens (default samples)", default="samples")
     """What one unit of throughput is; with units_per_sample, tokens for a language model."""
-    units_per_sample: int = flag(
-        "units per sample: the forward's leading dimension counts samples (default 1)", default=1
+    units_per_sample: int | None = flag(
+        "units per sample: the forward's leading dimension counts samples (default 1; with --sample-unit "
+        "tokens, the second dimension of the forward's first input where it is token ids)",
+        default=None,
     )
-    """Units (tokens) per sample."""
+    """Units (tokens) per sample; None: 1, or counted from token-id inputs with sample_unit tokens."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
             raise SpecError("script must be a path to a Python file")
         object.__setattr__(self, "args", tuple(self.args))
-        _at_least("units_per_sample", self.units_per_sample, 1)
+        if self.units_per_sample is not None:
+            _at_least("units_per_sample", self.units_per_sample, 1)
 
     @property
     def workload_name(self) -> str:

@@ -557,6 +557,9 @@ class RunError(Part):
     hung_ranks: list[int] | None = None
     hang_evidence: str | None = None
     hang: Hang | None = None
+    kind: str | None = None
+    """`not_measurable`: a script that is not DDP training ddpbench can measure (no DDP model, no
+    optimizer step on it, nn.DataParallel); `ddpbench run` exits 5. None for every other failure."""
 
 
 class Launch(Part):

@@ -11,6 +11,7 @@ writer decides, the loader fills them back in, and no reader needs to know.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ddpbench.config.secrets import redact_args, secret_positions
 from ddpbench.config.spec import RunSpec
 from ddpbench.records import sidecar
 from ddpbench.records.schema import SCHEMA_VERSION, Environment, Record, Status, StepTimesSidecar
@@ -68,7 +70,10 @@ def write_atomic(path: str, text: str | bytes) -> None:
 
 
 def new_record(spec: RunSpec, status: Status, env: dict[str, Any] | None = None) -> Record:
-    """The skeleton every record shares, whether the run finished or not."""
+    """The skeleton every record shares, whether the run finished or not. A script's secret
+    arguments are hidden: records are committed as baselines."""
+    if spec.script is not None and secret_positions(spec.script.args):
+        spec = spec.replace(script=dataclasses.replace(spec.script, args=redact_args(spec.script.args)))
     return Record(
         run_id=spec.run_id, status=status, spec=spec, env=msgspec.convert(env or {}, Environment), ended_at=utc_now()
     )

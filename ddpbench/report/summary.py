@@ -97,7 +97,8 @@ def format_summary(record: Record, path: str) -> str:
     if record.status != "ok":
         error = record.error
         lines.append(f"  status       {record.status.upper()}: {error.message if error else 'no message'}")
-        source, tail = relevant_tail(error) if error else ("", [])
+        # A script ddpbench cannot measure: the one line says it all; the traceback is ddpbench's own.
+        source, tail = relevant_tail(error) if error and error.kind != "not_measurable" else ("", [])
         if tail:
             lines.append(f"  {source}:")
             lines += [f"    | {line}" for line in tail]

@@ -127,6 +127,11 @@ def rendezvous_failed(log_dir: str) -> bool:
     )
 
 
+# How torchrun's error file names the worker's verdict on a script it cannot measure
+# (ddpbench.worker.script.observer.ScriptNotMeasurable).
+NOT_MEASURABLE = "ScriptNotMeasurable: "
+
+
 def diagnose(
     exit_code: int,
     timed_out: bool,
@@ -178,6 +183,10 @@ def diagnose(
         status = "failed"
         cause = root_cause(errors)
         error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+        if errors[cause]["message"].startswith(NOT_MEASURABLE):
+            # ddpbench's own verdict on the script, in its words: no traceback of ours to read.
+            error["message"] = errors[cause]["message"].removeprefix(NOT_MEASURABLE)
+            error["kind"] = "not_measurable"
     else:
         status = "failed"
         error["message"] = f"exit code {exit_code}: {last_exception(output) or 'no exception in the output'}"

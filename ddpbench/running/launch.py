@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from ddpbench.config.secrets import redact_command
 from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
@@ -206,7 +207,7 @@ def launch(
 
     oversubscribed = oversubscription(spec)
     launch_info = Launch(
-        command=command,
+        command=redact_command(command),  # a script's secret arguments stay out of the record
         wall_s=wall_s,
         exit_code=exit_code,
         node_rank=spec.node_rank,

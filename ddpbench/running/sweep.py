@@ -7,12 +7,15 @@ skips runs that have an ok record and reruns the rest, from the plan stored in t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 
+from ddpbench.config.plan import script_for
+from ddpbench.config.secrets import has_hidden, redact_spec_dict
 from ddpbench.config.spec import RunSpec, SpecError
 from ddpbench.records.schema import Record, RunError
 from ddpbench.records.store import (
@@ -58,9 +61,16 @@ def read_manifest(sweep_dir: str) -> dict:
         raise SpecError(f"{sweep_dir!r} has no readable {MANIFEST}: {exc}") from None
 
 
-def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: bool) -> tuple[dict, list[RunSpec]]:
+def prepare(
+    sweep_dir: str,
+    plan: list[RunSpec] | None,
+    options: dict,
+    resume: bool,
+    script_args: tuple[str, ...] = (),
+) -> tuple[dict, list[RunSpec]]:
     """A new sweep folder with its manifest, or (resume) the stored one with its stored plan.
-    Refuses to touch an existing sweep without `resume`, before anything runs."""
+    Refuses to touch an existing sweep without `resume`, before anything runs. The manifest keeps a
+    script's arguments with their secrets hidden; a resume gets them again as `script_args`."""
     exists = os.path.exists(manifest_path(sweep_dir))
     if exists and not resume:
         raise SpecError(
@@ -73,13 +83,14 @@ def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: b
         manifest = read_manifest(sweep_dir)
         # The folder may have moved since it was planned: runs belong where the manifest is now.
         plan = [RunSpec.from_dict(spec).replace(out_dir=sweep_dir) for spec in manifest["plan"]]
+        plan = [with_script_args(spec, script_args) for spec in plan]
         manifest["resumed_at"] = manifest.get("resumed_at", []) + [utc_now()]
     else:
         manifest = {
             "manifest_version": MANIFEST_VERSION,
             "sweep_id": os.path.basename(os.path.normpath(sweep_dir)),
-            "options": options,
-            "plan": [spec.to_dict() for spec in plan],
+            "options": redact_spec_dict(options),
+            "plan": [redact_spec_dict(spec.to_dict()) for spec in plan],
             "machine": host_facts(),
             "started_at": utc_now(),
             "runs": {},
@@ -88,6 +99,21 @@ def prepare(sweep_dir: str, plan: list[RunSpec] | None, options: dict, resume: b
     manifest.update(state="running", ended_at=None)
     write_manifest(sweep_dir, manifest)
     return manifest, plan
+
+
+def with_script_args(spec: RunSpec, given: tuple[str, ...]) -> RunSpec:
+    """A resumed run of a script: the arguments given again after `--` where the manifest hid secrets
+    (filled per run as the plan filled them); the stored ones otherwise."""
+    script = spec.script
+    if script is None or not (given or has_hidden(script.args)):
+        return spec
+    if not given:
+        raise SpecError(
+            "this sweep's script arguments hold secrets, which its manifest does not keep: resume it with the "
+            "same arguments after --"
+        )
+    filled = script_for(dataclasses.replace(script, args=tuple(given)), spec.nproc, spec.world_size, spec.nnodes)
+    return spec.replace(script=filled)
 
 
 def ok_record(sweep_dir: str, run_id: str) -> Record | None:

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record as record_er
 from ddpbench.config.spec import RunSpec
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.script.ending import end_of_script
-from ddpbench.worker.script.observer import Observer, StopScript
+from ddpbench.worker.script.observer import NotDDPTraining, Observer, ScriptNotMeasurable, StopScript
 from ddpbench.worker.script.session import Session
 from ddpbench.worker.teardown import exit_now
 
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         runpy.run_path(script.path, run_name="__main__")
     except StopScript:
         stopped = True
+    except NotDDPTraining as exc:
+        raise ScriptNotMeasurable(str(exc)) from None
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
             raise

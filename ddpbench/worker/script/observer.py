@@ -18,6 +18,7 @@ The hot path pays a few attribute stores and one clock mark per step, the clock 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -32,6 +33,17 @@ class ScriptNotMeasurable(RuntimeError):
     """The script runs, but not as DDP training ddpbench can measure."""
 
 
+class NotDDPTraining(BaseException):
+    """Raised from an optimizer hook when the script trains, but not through DDP. A BaseException,
+    so that the script's own `except Exception` cannot keep it training; the worker turns it into
+    ScriptNotMeasurable, the error torchrun records."""
+
+
+# A script that steps an optimizer this many times, or for this long, without training through a
+# DDP model is stopped: left alone, each rank would train by itself for as long as the script runs.
+UNDISTRIBUTED_STEPS, UNDISTRIBUTED_S = 20, 60.0
+
+
 class StopScript(BaseException):
     """Raised at a step boundary once ddpbench has measured what it came for. A BaseException, so
     that a script's own `except Exception` cannot swallow it."""
@@ -43,6 +55,16 @@ def leading_samples(args: tuple, kwargs: dict) -> int | None:
         found = _first_tensor(value)
         if found is not None:
             return int(found.shape[0]) if found.dim() > 0 else 1
+    return None
+
+
+def token_ids_shape(args: tuple, kwargs: dict) -> list[int] | None:
+    """[batch, tokens] when a forward's first tensor is a 2-D integer tensor: token ids."""
+    for value in [*args, *kwargs.values()]:
+        found = _first_tensor(value)
+        if found is not None:
+            integer = not found.dtype.is_floating_point and not found.dtype.is_complex and found.dtype != torch.bool
+            return [int(n) for n in found.shape] if integer and found.dim() == 2 else None
     return None
 
 
@@ -62,12 +84,50 @@ def _first_tensor(value) -> torch.Tensor | None:
     return None
 
 
+class SamplerPass:
+    """One pass the loop began over a sampler: the epoch it was set to and the indices handed out.
+    Open while it is being read; full once read to its end; partial when another pass of the same
+    sampler began first (a peek at one batch, a loop that broke off): no epoch, and no evidence
+    for a check, whose indices are dropped."""
+
+    def __init__(self, epoch: int, indices: list[int]):
+        self.epoch, self.indices, self.state = epoch, indices, "open"
+
+
 class SamplerLog:
-    """Per DistributedSampler the script made: (epoch it was set to, indices) of its first passes."""
+    """Per DistributedSampler the script made: its first passes that were not abandoned (the
+    reshuffle and shard checks read those), and how many were."""
+
+    # Two counted passes are what the checks need; more would only hold memory.
+    KEPT = 2
 
     def __init__(self) -> None:
-        self.passes: dict[int, list[tuple[int, list[int]]]] = {}
+        self.kept: dict[int, list[SamplerPass]] = {}
+        self.partial: dict[int, int] = {}
         self.samplers: list[DistributedSampler] = []
+
+    def began(self, sampler: DistributedSampler, indices: list[int]) -> SamplerPass | None:
+        key = id(sampler)
+        if key not in self.kept:
+            self.kept[key], self.partial[key] = [], 0
+            self.samplers.append(sampler)
+        kept = self.kept[key]
+        for earlier in kept:
+            if earlier.state == "open":  # a new pass began before this one was read to its end
+                earlier.state, earlier.indices = "partial", []
+                self.partial[key] += 1
+        kept[:] = [p for p in kept if p.state != "partial"]
+        if len(kept) >= self.KEPT:
+            return None
+        kept.append(SamplerPass(sampler.epoch, indices))
+        return kept[-1]
+
+    def passes(self, sampler: DistributedSampler) -> list[tuple[int, list[int]]]:
+        """(epoch, indices) of the passes that count: full ones, and the one still being read."""
+        return [(p.epoch, p.indices) for p in self.kept.get(id(sampler), [])]
+
+    def partial_passes(self, sampler: DistributedSampler) -> int:
+        return self.partial.get(id(sampler), 0)
 
 
 class Observer:
@@ -86,6 +146,13 @@ class Observer:
         self.samples_per_step: list[int] = []
         self.forwards_in_step = 0
         self.forwards_per_step: list[int] = []
+        self.training_forwards = 0
+        self.token_shape: list[int] | None = None
+        """(batch, tokens) when the first training forward's first tensor is integer ids."""
+        self.eval_forwards = 0
+        self.eval_steps: set[int] = set()
+        self.steps_without_ddp = 0
+        self.first_step_without_ddp_at: float | None = None
         self.optimizers_seen = 0
         self.clock: StepClock | None = None
         self.timing = False
@@ -104,6 +171,15 @@ class Observer:
             self._removers.append(model.register_forward_hook(self._after_forward).remove)
 
     def _before_forward(self, module, args, kwargs):
+        if not module.training or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            # Evaluation through the DDP model (nanoGPT's estimate_loss, a validation pass): no
+            # training batch, and no mark. Counted, with the step it fell in, for the record.
+            self.eval_forwards += 1
+            self.eval_steps.add(self.steps_done)
+            return
+        self.training_forwards += 1
+        if self.training_forwards == 1:
+            self.token_shape = token_ids_shape(args, kwargs)
         if self.timing and self.forwards_in_step == 0 and self.clock is not None:
             self.clock.mark_data()  # the step's first batch is in hand
         self.forwards_in_step += 1
@@ -132,9 +208,18 @@ class Observer:
 
     def after_optimizer_step(self, optimizer, args, kwargs) -> None:
         self.optimizers_seen += 1
-        if self.ddp is None or not self.owns_ddp_parameters(optimizer):
+        if self.ddp is None:
+            self._training_without_ddp()
+            return
+        if not self.owns_ddp_parameters(optimizer):
             return
         self.steps_done += 1
+        if self.steps_done >= UNDISTRIBUTED_STEPS and self.training_forwards == 0:
+            raise NotDDPTraining(
+                f"the script stepped the DDP model's optimizer {self.steps_done} times but never ran the DDP "
+                "model's forward in training mode (it calls the module inside, or only evaluates): no gradient "
+                "is all-reduced, so each rank trains alone; call the DDP model itself in train() mode"
+            )
         self.samples_per_step.append(self.samples_in_step)
         self.forwards_per_step.append(self.forwards_in_step)
         self.samples_in_step = self.forwards_in_step = 0
@@ -143,6 +228,19 @@ class Observer:
         if self.beat is not None:
             self.beat.step, self.beat.where = self.steps_done, "data"
         self.on_step_end(self.steps_done)
+
+    def _training_without_ddp(self) -> None:
+        self.steps_without_ddp += 1
+        now = time.monotonic()
+        if self.first_step_without_ddp_at is None:
+            self.first_step_without_ddp_at = now
+        elapsed = now - self.first_step_without_ddp_at
+        if self.steps_without_ddp >= UNDISTRIBUTED_STEPS or elapsed >= UNDISTRIBUTED_S:
+            raise NotDDPTraining(
+                f"the script stepped an optimizer {self.steps_without_ddp} times in {elapsed:.0f} s but built no "
+                "DistributedDataParallel model: each rank trains alone, and --script measures DDP training "
+                "(wrap the model: DistributedDataParallel(model, device_ids=[local_rank]))"
+            )
 
     # -- installing ----------------------------------------------------------------------------
     def install(self) -> None:
@@ -205,13 +303,10 @@ class Observer:
 
         def recording_iter(sampler):
             indices = list(original_iter(sampler))
-            key = id(sampler)
-            if key not in log.passes:
-                log.passes[key] = []
-                log.samplers.append(sampler)
-            if len(log.passes[key]) < 2:
-                log.passes[key].append((sampler.epoch, indices))
-            return iter(indices)
+            record = log.began(sampler, indices)
+            if record is None:
+                return iter(indices)
+            return _read_to_the_end(indices, record)
 
         DistributedSampler.__iter__ = recording_iter
         self._removers.append(lambda: setattr(DistributedSampler, "__iter__", original_iter))
@@ -237,6 +332,13 @@ class Observer:
     def device(self) -> torch.device:
         first = next(self.ddp.parameters(), None)
         return first.device if first is not None else torch.device("cpu")
+
+
+def _read_to_the_end(indices: list[int], record: SamplerPass):
+    """The pass's indices, marking it full when the loop has read the last of them."""
+    yield from indices
+    if record.state == "open":
+        record.state = "full"
 
 
 # torch's own hooks, by the names ddpbench's knobs give them

@@ -177,13 +177,17 @@ class Session:
             "param_digest": checks.parameter_digest(observer.ddp.module),
             "samples_per_step": timed,
             "forwards_per_step": observer.forwards_per_step[self.warmup :],
-            "sampler_passes": log.passes[id(sampler)] if sampler is not None else None,
+            "sampler_passes": log.passes(sampler) if sampler is not None else None,
+            "partial_passes": log.partial_passes(sampler) if sampler is not None else 0,
             "dataset_length": len(sampler.dataset) if sampler is not None else None,
             "samplers": len(log.samplers),
             "precision": observer.precision or "fp32",
             "device_name": torch.cuda.get_device_name(observer.device()) if observer.device().type == "cuda" else None,
             "tf32_allowed": tf32_allowed() if observer.device().type == "cuda" else {"matmul": False, "conv": False},
             "ddp_models": observer.ddp_count,
+            "token_shape": observer.token_shape,
+            "eval_forwards": observer.eval_forwards,
+            "eval_steps": sorted(observer.eval_steps),
         }
 
     def _start_profiler(self) -> None:
@@ -266,6 +270,30 @@ def script_knobs(observer: Observer) -> tuple[DDPKnobs, str | None]:
     return DDPKnobs(**seen), note
 
 
+def units_per_sample(script, token_shape: list[int] | None) -> tuple[int, str | None]:
+    """Units per sample and what was done about tokens: counted where asked for and the inputs are
+    token ids, else said; never a silent guess."""
+    if script.units_per_sample is not None:
+        return script.units_per_sample, None
+    tokens = token_shape[1] if token_shape else None
+    if script.sample_unit == "tokens":
+        if tokens:
+            return tokens, (
+                f"tokens counted from the inputs: the forward's first tensor is token ids of shape "
+                f"{tuple(token_shape)}, {tokens} tokens per sample (--units-per-sample sets it)"
+            )
+        return 1, (
+            "--sample-unit tokens without --units-per-sample, and the forward's first tensor is not token ids "
+            "(an integer batch x tokens tensor): counted 1 per sample; give --units-per-sample"
+        )
+    if tokens and script.sample_unit == "samples":
+        return 1, (
+            f"the forward's first tensor looks like token ids {tuple(token_shape)}: throughput counts samples "
+            f"(sequences); --sample-unit tokens counts {tokens} tokens per sample"
+        )
+    return 1, None
+
+
 def build_record(spec: RunSpec, observer: Observer, results: list[dict], session: Session) -> Record:
     first = results[0]
     batch = per_rank_batch(results)
@@ -273,7 +301,7 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
     spec = spec.replace(batch_size=batch, precision=first["precision"], ddp=knobs)
     step_times = [r["step_times_s"] for r in results]
     window_s = max(r["window_s"] for r in results)
-    units = session.script.units_per_sample
+    units, unit_note = units_per_sample(session.script, first["token_shape"])
     metrics = run_metrics(step_times, window_s, batch, spec.world_size, units)
     metrics.update(
         {
@@ -312,9 +340,22 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
     record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
     fields = set(RankResult.__struct_fields__)
     record.ranks = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankResult) for r in results]
-    notes = [f"no_sync and reducer estimates {NOT_REPLAYED}"]
+    notes = [f"no_sync and reducer estimates {NOT_REPLAYED}"] + ([unit_note] if unit_note else [])
     if hook_note:
         notes.append(hook_note)
+    if first["partial_passes"]:
+        notes.append(
+            f"{first['partial_passes']} pass(es) over the DistributedSampler were left before their end (a peek "
+            "at one batch, a loop that broke off): not counted as epochs by the checks"
+        )
+    for result in results:
+        if result["eval_forwards"]:
+            steps = result["eval_steps"]
+            shown = ", ".join(map(str, steps[:8])) + (", ..." if len(steps) > 8 else "")
+            notes.append(
+                f"rank {result['rank']} ran {result['eval_forwards']} evaluation forward(s) through the DDP model "
+                f"(eval(), no_grad or inference_mode) after optimizer steps {shown}: not counted as training batch"
+            )
     if first["ddp_models"] > 1:
         notes.append(f"the script built {first['ddp_models']} DDP models; the first is the one measured")
     if len({n for r in results for n in r["samples_per_step"]}) > 1:

@@ -1,0 +1,70 @@
+"""Secrets in a script's own arguments (`ddpbench run --script train.py -- --hf-token hf_...`): found
+by the option's name or by the value's look, and hidden wherever ddpbench writes the arguments down
+(the record, its launch command, the sweep's manifest, the batch script). The script itself still
+gets them as given. No torch."""
+
+from __future__ import annotations
+
+import json
+import re
+
+HIDDEN = "<redacted>"
+# Parts of an option's name (split at - _ .) that mark its value as a secret: --hf-token,
+# --wandb_api_key, --trainer.logger.init_args.password. Whole parts only: --max-tokens stays.
+SECRET_NAME_PARTS = {"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials", "auth"}
+# Values that are secrets whatever option carries them: Hugging Face, OpenAI-style, GitHub, Slack
+# and AWS access keys.
+SECRET_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})"
+)
+
+
+def _secret_name(option: str) -> bool:
+    return any(part in SECRET_NAME_PARTS for part in re.split(r"[-_.]+", option.lstrip("-").lower()))
+
+
+def secret_positions(args: tuple[str, ...] | list[str]) -> set[int]:
+    """Indices of the arguments that hold a secret (for `--name=value`, the whole argument)."""
+    found = set()
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if arg.startswith("-") and _secret_name(name):
+            if equals:
+                found.add(index)
+            elif index + 1 < len(args) and not args[index + 1].startswith("-"):
+                found.add(index + 1)
+        if SECRET_VALUE.search(value if equals else arg):
+            found.add(index)
+    return found
+
+
+def redact_args(args: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    hidden = secret_positions(args)
+    return tuple(
+        (arg.partition("=")[0] + "=" + HIDDEN if "=" in arg and arg.startswith("-") else HIDDEN) if i in hidden else arg
+        for i, arg in enumerate(args)
+    )
+
+
+def redact_spec_dict(spec: dict) -> dict:
+    """A RunSpec's dict (the manifest's plan, --spec-json) with its script's secrets hidden."""
+    script = spec.get("script")
+    if not script or not script.get("args"):
+        return spec
+    return {**spec, "script": {**script, "args": list(redact_args(script["args"]))}}
+
+
+def redact_command(command: list[str]) -> list[str]:
+    """A launch command with the secrets of its --spec-json hidden."""
+    shown = list(command)
+    for index, word in enumerate(shown[:-1]):
+        if word == "--spec-json":
+            try:
+                shown[index + 1] = json.dumps(redact_spec_dict(json.loads(shown[index + 1])), sort_keys=True)
+            except ValueError:
+                pass
+    return shown
+
+
+def has_hidden(args: tuple[str, ...] | list[str]) -> bool:
+    return any(arg == HIDDEN or arg.endswith("=" + HIDDEN) for arg in args)

@@ -1,0 +1,99 @@
+"""Scripts as people write them, each a real 2-rank gloo run under `ddpbench run --script`: a loop
+that peeks at its loader before set_epoch (PyTorch's tutorial series) passes the reshuffle check,
+one that never calls set_epoch still fails it; evaluation forwards through the DDP model are not
+training batch; a script that trains without DDP is stopped within seconds with its own exit code;
+token ids are counted as tokens when asked and named when not; secret arguments never reach the
+record. Plus `sweep --script` filling {nproc} per run."""
+
+import json
+import os
+import time
+
+import pytest
+from conftest import FIXTURES, ddpbench
+
+from ddpbench.config.plan import script_for
+from ddpbench.config.spec import ScriptSpec
+
+SCRIPTS = os.path.join(FIXTURES, "scripts")
+COMMON = ("--nproc", "2", "--device", "cpu", "--steps", "30", "--warmup", "5", "--no-profile")
+TOKEN = "hf_" + "Zq8" * 8  # looks like a Hugging Face token: redacted by its look, under any option
+
+
+def run_script(tmp_path, name: str, *options: str, script_args: tuple[str, ...] = ()):
+    done = ddpbench(
+        "run", "--script", os.path.join(SCRIPTS, f"{name}.py"), *COMMON, "--run-id", name, "--out", str(tmp_path),
+        *options, *(("--", *script_args) if script_args else ()), cwd=str(tmp_path),
+    )  # fmt: skip
+    path = tmp_path / "runs" / f"{name}.json"
+    return done, (json.loads(path.read_text()) if path.exists() else None), path
+
+
+@pytest.mark.launches
+def test_a_peek_at_the_loader_before_set_epoch_is_no_epoch(tmp_path):
+    done, record, _ = run_script(tmp_path, "peeks_before_set_epoch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert record["checks"]["reshuffled_each_epoch"]["ok"] is True, record["checks"]
+    assert record["checks"]["shards_disjoint"]["ok"] and record["checks"]["shards_cover_dataset"]["ok"]
+    assert any("left before their end" in note for note in record["script"]["notes"])
+
+
+@pytest.mark.launches
+def test_a_loop_that_never_sets_the_epoch_still_fails_the_reshuffle_check(tmp_path):
+    done, record, _ = run_script(tmp_path, "never_sets_epoch")
+    assert done.returncode == 1
+    check = record["checks"]["reshuffled_each_epoch"]
+    assert check["ok"] is False and "set_epoch was not called" in check["reason"]
+
+
+@pytest.mark.launches
+def test_evaluation_forwards_are_not_training_batch(tmp_path):
+    done, record, _ = run_script(tmp_path, "evaluates_on_rank_0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert record["spec"]["batch_size"] == 16  # the training batch, not 16 + 3 x 64
+    notes = record["script"]["notes"]
+    assert not any("samples per step varied" in note for note in notes)
+    assert any(note.startswith("rank 0 ran ") and "evaluation forward" in note for note in notes), notes
+    assert not any(note.startswith("rank 1 ran ") for note in notes)
+
+
+@pytest.mark.launches
+def test_a_script_that_trains_without_ddp_is_stopped_within_seconds(tmp_path):
+    started = time.monotonic()
+    done, record, _ = run_script(tmp_path, "trains_without_ddp_forever")
+    assert time.monotonic() - started < 60  # it would train forever
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert record["status"] == "failed"
+    assert "built no DistributedDataParallel model" in record["error"]["message"]
+    assert "built no DistributedDataParallel model" in done.stdout
+    assert "Traceback" not in done.stdout
+
+
+@pytest.mark.launches
+def test_token_ids_are_counted_when_asked_and_secrets_never_written(tmp_path):
+    done, record, path = run_script(
+        tmp_path, "language_model", "--sample-unit", "tokens", script_args=("--context", "24", "--hf-token", TOKEN)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert record["metrics"]["units_per_sample"] == 24 and record["metrics"]["sample_unit"] == "tokens"
+    assert any("token ids of shape (8, 24)" in note for note in record["script"]["notes"])
+    assert record["spec"]["script"]["args"] == ["--context", "24", "--hf-token", "<redacted>"]
+    # nowhere in what ddpbench wrote: the record, its launch command, the logs of the run
+    for folder, _, files in os.walk(tmp_path):
+        for name in files:
+            assert TOKEN not in open(os.path.join(folder, name), errors="replace").read(), name
+
+
+@pytest.mark.launches
+def test_token_ids_counted_as_samples_are_named(tmp_path):
+    done, record, _ = run_script(tmp_path, "language_model")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert record["metrics"]["units_per_sample"] == 1
+    assert any("--sample-unit tokens counts 32 tokens per sample" in note for note in record["script"]["notes"])
+
+
+def test_a_sweep_fills_the_world_size_into_the_scripts_arguments():
+    script = ScriptSpec(path="train.py", args=("--trainer.devices", "{nproc}", "--name", "run-{world_size}x{nnodes}"))
+    assert script_for(script, 4, 8, 2).args == ("--trainer.devices", "4", "--name", "run-8x2")
+    plain = ScriptSpec(path="train.py", args=("--lr", "{not a placeholder}"))
+    assert script_for(plain, 4, 8, 2) is plain
