@@ -16,6 +16,7 @@ from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
 
 from ddpbench.config.errors import SpecError
 from ddpbench.config.plan import SweepOptions, plan_sweep
+from ddpbench.config.secrets import hide_in_batch_script
 from ddpbench.running import slurm
 from ddpbench.running.diagnose import error_files, rendezvous_failed
 
@@ -133,6 +134,24 @@ def test_sbatch_script_resumes_when_submitted_again():
     assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --exclusive\n" in script
     assert "if [ -e /shared/results/s1/manifest.json ]" in script
     assert "--launcher slurm --nodes 1,2 --sweep-id s1 --resume" in script
+
+
+def test_a_batch_script_reads_the_scripts_secrets_from_the_jobs_environment(tmp_path):
+    token = "hf_" + "Zq8" * 8
+    argv = ["--script", "train.py", "--", "--hf-token", token, "--lr", "1", "--api-key=abc"]
+    shown, words, secrets = hide_in_batch_script(argv)
+    text = slurm.sbatch_script(shown, str(tmp_path / "s1"), 1, None, [], "echo", str(tmp_path))
+    for placeholder, word in words.items():
+        text = text.replace(placeholder, word)
+    assert (
+        token not in text and "abc" not in text and secrets == {"DDPBENCH_SECRET_1": token, "DDPBENCH_SECRET_2": "abc"}
+    )
+    # What the job runs gets them back from its environment (sbatch passes the submitter's on).
+    ran = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env={**os.environ, **secrets})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == [*"-m ddpbench sweep --launcher slurm".split(), *argv]
+    missing = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert missing.returncode != 0 and "export DDPBENCH_SECRET_1" in missing.stderr
 
 
 @pytest.mark.parametrize(

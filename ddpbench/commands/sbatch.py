@@ -54,6 +54,7 @@ def add_sbatch_arguments(parser: argparse.ArgumentParser) -> None:
 def command_sbatch(args: argparse.Namespace) -> int:
     """Submit a whole sweep as one job: whole nodes, one srun step per run, the report at the end."""
     from ddpbench.config.plan import plan_sweep
+    from ddpbench.config.secrets import hide_in_batch_script
     from ddpbench.records.store import write_atomic
     from ddpbench.running import slurm
 
@@ -80,17 +81,26 @@ def command_sbatch(args: argparse.Namespace) -> int:
         for name, value in (("partition", args.partition), ("time", args.time), ("account", args.account))
         if value
     ]
+    # A script's secret arguments: the batch script reads them from the job's environment.
+    sweep_argv, words, secrets = hide_in_batch_script(sweep_argv)
     script = slurm.sbatch_script(
         sweep_argv, sweep_dir, nodes, args.gpus, options + args.sbatch_option, sys.executable, os.getcwd()
     )
+    for placeholder, word in words.items():
+        script = script.replace(placeholder, word)
     script_path = os.path.join(sweep_dir, "sbatch.sh")
     write_atomic(script_path, script)
     if args.print:
         print(script, end="")
+        if secrets:
+            print(
+                f"the batch script reads secret arguments from {', '.join(secrets)}: export them before sbatch",
+                file=sys.stderr,
+            )
         print(f"batch script: {script_path} (submit it with: sbatch {script_path})", file=sys.stderr)
         return 0
     slurm.check_submission(script_path)
-    exit_code, answer = slurm.submit(script_path, args.wait)
+    exit_code, answer = slurm.submit(script_path, args.wait, secrets)
     job_id = answer.splitlines()[0].split(";")[0] if answer else "?"
     if exit_code != 0 and not args.wait:
         raise SpecError(f"sbatch refused the job: {answer}")

@@ -66,5 +66,28 @@ def redact_command(command: list[str]) -> list[str]:
     return shown
 
 
+SECRET_VARIABLE = "DDPBENCH_SECRET_{}"
+
+
+def hide_in_batch_script(argv: list[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """A sweep's command line for a batch script: each secret after `--` replaced by a placeholder.
+    Returns (argv, placeholder -> shell text reading the variable, variable -> value): the script
+    reads the values from the environment sbatch passes to the job, never from its file."""
+    if "--" not in argv:
+        return argv, {}, {}
+    cut = argv.index("--") + 1
+    script_args = argv[cut:]
+    shown, words, values = list(argv), {}, {}
+    for number, index in enumerate(sorted(secret_positions(script_args)), start=1):
+        variable = SECRET_VARIABLE.format(number)
+        placeholder = f"__{variable}__"
+        arg = script_args[index]
+        prefix = arg.partition("=")[0] + "=" if arg.startswith("-") and "=" in arg else ""
+        shown[cut + index] = prefix + placeholder
+        words[placeholder] = f'"${{{variable}:?export {variable}: a secret argument of the script}}"'
+        values[variable] = arg[len(prefix) :]
+    return shown, words, values
+
+
 def has_hidden(args: tuple[str, ...] | list[str]) -> bool:
     return any(arg == HIDDEN or arg.endswith("=" + HIDDEN) for arg in args)

@@ -284,12 +284,16 @@ def check_submission(script_path: str) -> None:
         raise SpecError(f"SLURM would refuse the job: {lines[-1] if lines else f'sbatch exit code {done.returncode}'}")
 
 
-def submit(script_path: str, wait: bool) -> tuple[int, str]:
-    """sbatch the script; (exit code, sbatch's output: the job id, or its error)."""
+def submit(script_path: str, wait: bool, secrets: dict[str, str] | None = None) -> tuple[int, str]:
+    """sbatch the script; (exit code, sbatch's output: the job id, or its error). `secrets` are
+    variables the job reads (sbatch passes its environment on)."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise SpecError("SLURM's sbatch is not on PATH; load the cluster's slurm module first")
     done = subprocess.run(
-        [sbatch, "--parsable", *(["--wait"] if wait else []), script_path], capture_output=True, text=True
+        [sbatch, "--parsable", *(["--wait"] if wait else []), script_path],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(secrets or {})},
     )
     return done.returncode, (done.stdout + done.stderr).strip()
