@@ -13,7 +13,9 @@ this Python unless told otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -73,6 +75,13 @@ def check_imports(side: Side) -> str:
     return done.stdout.strip()
 
 
+# A round is one `ddpbench run`, which ends itself at its own run timeout; this is the backstop for
+# a side whose ddpbench never gets that far (a base tree that hangs importing, say): its round
+# then has no record and is not comparable, and the job goes on.
+ROUND_TIMEOUT_S = 1800.0
+ROUND_TIMED_OUT = 124
+
+
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
     run_id = f"{side.name.lower()}-r{round_index:02d}"
     command = [
@@ -86,8 +95,27 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         "--run-id",
         run_id,
     ]
-    done = subprocess.run(command, env=side.environ(), cwd=side.code, capture_output=True, text=True)
-    return record_path(os.path.join(out_dir, side.name.lower()), run_id), done.returncode
+    # A group of its own: a round that passes its timeout goes with everything it started.
+    process = subprocess.Popen(
+        command,
+        env=side.environ(),
+        cwd=side.code,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        code = process.wait(timeout=ROUND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        code = ROUND_TIMED_OUT
+    except BaseException:  # Ctrl-C or SIGTERM of the gate: leave no round behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
 
 
 def load_round(path: str) -> Record | None:
