@@ -38,6 +38,13 @@ def test_a_cpu_device_is_the_same_slice_of_cores_everywhere():
     assert plan["mlp-dp-n4"].threads_per_rank == 8
 
 
+def test_a_sweeps_slowdown_reaches_every_run():
+    """`sweep --slowdown` was accepted and dropped: no run got the extra work."""
+    plan = plan_sweep(options(workloads=("mlp",), slowdown=0.25), "out")
+    assert plan and all(spec.slowdown == 0.25 for spec in plan)
+    assert all(spec.slowdown == 0.0 for spec in plan_sweep(options(workloads=("mlp",)), "out"))
+
+
 def test_default_cpu_suite_and_strategy_subset():
     plan = plan_sweep(options(max_world_size=2, strategies=("ddp",)), "out")
     assert {s.workload for s in plan} == {"mlp", "gpt2", "vit_b_16", "resnet50"}

@@ -111,6 +111,9 @@ class SweepOptions:
     """Every run gets a profiled phase and writes traces."""
     fault: dict | None = same_flag(RunSpec, "fault")
     """Testing aid: injected into every run that has the fault's rank and step."""
+    slowdown: float = same_flag(RunSpec, "slowdown")
+    """Testing aid: real extra work in every timed step of every run (the sweep took the option and
+    dropped it before)."""
     repeat: int = flag(
         "run every configuration K times (the gate then measures the run-to-run noise from them)",
         type=positive_int,
@@ -231,6 +234,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         out_dir=out_dir,
         launcher=options.launcher,
         script=options.script,
+        slowdown=options.slowdown,
     )
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
