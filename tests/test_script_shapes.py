@@ -97,3 +97,41 @@ def test_a_sweep_fills_the_world_size_into_the_scripts_arguments():
     assert script_for(script, 4, 8, 2).args == ("--trainer.devices", "4", "--name", "run-8x2")
     plain = ScriptSpec(path="train.py", args=("--lr", "{not a placeholder}"))
     assert script_for(plain, 4, 8, 2) is plain
+
+
+@pytest.mark.launches
+def test_an_accelerate_loop_is_checked_from_the_indices_its_loader_drew(tmp_path):
+    pytest.importorskip("accelerate")
+    done, record, _ = run_script(tmp_path, "accelerate_loop")
+    assert done.returncode == 0, done.stdout + done.stderr
+    checks = record["checks"]
+    assert all(checks[name]["ok"] is True for name in CHECKED), checks
+    assert record["spec"]["batch_size"] == 16
+
+
+@pytest.mark.parametrize(
+    "args, failed",
+    [((), None), (("--every-rank-reads-all",), "indices were read by more than one rank")],
+    ids=["shards", "forgets-to-shard"],
+)
+@pytest.mark.launches
+def test_a_custom_sampler_is_checked_and_its_overlap_fails(tmp_path, args, failed):
+    done, record, _ = run_script(tmp_path, "custom_sampler", script_args=args)
+    checks = record["checks"]
+    if failed is None:
+        assert done.returncode == 0 and all(checks[name]["ok"] is True for name in CHECKED), checks
+    else:
+        assert done.returncode == 1 and checks["shards_disjoint"]["ok"] is False
+        assert failed in checks["shards_disjoint"]["reason"]
+
+
+@pytest.mark.launches
+def test_repeated_augmentation_is_named_not_failed(tmp_path):
+    done, record, _ = run_script(tmp_path, "repeated_augmentation")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("shards_disjoint", "shards_cover_dataset"):
+        check = record["checks"][name]
+        assert check["ok"] is None and "RepeatAugSampler hands each sample to 3 ranks by design" in check["reason"]
+
+
+CHECKED = ("shards_disjoint", "shards_cover_dataset", "reshuffled_each_epoch")

@@ -66,12 +66,21 @@ def replicas_in_sync(digests: Sequence[str]) -> dict:
     return verdict(len(distinct) == 1, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
 
 
-def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int, world_size: int) -> dict:
+def shard_checks(
+    indices_by_rank: Sequence[Sequence[int]],
+    dataset_length: int,
+    world_size: int,
+    padding: int | None = None,
+    padder: str = "DistributedSampler's padding",
+    missing_allowed: int = 0,
+) -> dict:
     """What the ranks' samplers handed out in one pass over the data. DistributedSampler pads the
     last shard (drop_last=False) by repeating exactly (-length) % world_size indices, at most
-    world_size - 1, so that every rank gets as many; those repeats are allowed, nothing more."""
+    world_size - 1, so that every rank gets as many; those repeats are allowed, nothing more.
+    Indices read from a loader's batches allow their own `padding` (even batches on every rank)
+    and `missing_allowed` (the last, incomplete batches a drop_last loader leaves out)."""
     counts = Counter(i for indices in indices_by_rank for i in indices)
-    padding = -dataset_length % world_size
+    padding = -dataset_length % world_size if padding is None else padding
     repeats = sum(c - 1 for c in counts.values() if c > 1)
     covered = set(counts)
     shard_sizes = [len(s) for s in indices_by_rank]
@@ -81,23 +90,39 @@ def shard_checks(indices_by_rank: Sequence[Sequence[int]], dataset_length: int, 
         if len(indices_by_rank) < 2
         else verdict(
             disjoint,
-            None
-            if disjoint
-            else f"{repeats} indices were read by more than one rank; "
-            f"DistributedSampler's padding allows {padding}",
+            None if disjoint else f"{repeats} indices were read by more than one rank; {padder} allows {padding}",
             repeated_indices=repeats,
             padding_allowed=padding,
             shard_sizes=shard_sizes,
         ),
         "shards_cover_dataset": verdict(
-            covered == set(range(dataset_length)),
+            len(covered & set(range(dataset_length))) >= dataset_length - missing_allowed,
             None
-            if covered == set(range(dataset_length))
-            else f"the ranks read {len(covered)} distinct indices of {dataset_length}",
+            if len(covered & set(range(dataset_length))) >= dataset_length - missing_allowed
+            else f"the ranks read {len(covered)} distinct indices of {dataset_length}"
+            + (f" (drop_last allows {missing_allowed} fewer)" if missing_allowed else ""),
             covered=len(covered),
             dataset_length=dataset_length,
         ),
     }
+
+
+def loader_reshuffled(passes: Sequence[tuple[int | None, Sequence[int]]], sampler: str) -> dict:
+    """From a loader's first two passes (indices in the order its batches drew them; the second
+    may be under way): the order must differ. No epoch to read: the sampler is not a
+    DistributedSampler."""
+    if len(passes) < 2 or not passes[1][1]:
+        return verdict(None, "the run did not reach a second epoch: nothing to compare")
+    first, second = list(passes[0][1]), list(passes[1][1])
+    n = min(len(first), len(second))
+    if first[:n] == second[:n]:
+        return verdict(
+            False,
+            f"the loader read its data in the same order in its first two passes ({sampler}): every epoch "
+            "reads the same order",
+            compared=n,
+        )
+    return verdict(True, None, compared=n)
 
 
 def reshuffled_each_epoch(passes: Sequence[tuple[int, Sequence[int]]]) -> dict:

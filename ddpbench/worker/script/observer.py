@@ -130,6 +130,84 @@ class SamplerLog:
         return self.partial.get(id(sampler), 0)
 
 
+class LoaderPass:
+    """One pass of a DataLoader over a map-style dataset: the indices its batches were made of,
+    whatever sampler or batch sampler chose them (a DistributedSampler, Accelerate's shard
+    wrappers, a framework's own, a custom one). States as for SamplerPass."""
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+        self.state = "open"
+
+
+class LoaderLog:
+    """Per DataLoader the script iterated: its first passes that were not abandoned, how many
+    were, and what it was (sampler, dataset length, drop_last, batch size)."""
+
+    KEPT = 2
+
+    def __init__(self) -> None:
+        self.kept: dict[int, list[LoaderPass]] = {}
+        self.partial: dict[int, int] = {}
+        self.loaders: dict[int, object] = {}
+
+    def began(self, iterator) -> LoaderPass | None:
+        """A pass of the loader whose iterator this is (loaders are known by their index sampler:
+        a DataLoader's iterator keeps no reference to the DataLoader)."""
+        key = id(iterator._index_sampler)
+        if key not in self.kept:
+            self.kept[key], self.partial[key], self.loaders[key] = [], 0, iterator
+        kept = self.kept[key]
+        for earlier in kept:
+            if earlier.state == "open":
+                earlier.state, earlier.indices = "partial", []
+                self.partial[key] += 1
+        kept[:] = [p for p in kept if p.state != "partial"]
+        if len(kept) >= self.KEPT:
+            return None
+        kept.append(LoaderPass())
+        return kept[-1]
+
+    def busiest(self) -> dict | None:
+        """The loader that handed out the most indices (the training one, not a validation
+        loader), described for the checks; None when the script iterated none."""
+        if not self.kept:
+            return None
+        key = max(self.kept, key=lambda k: sum(len(p.indices) for p in self.kept[k]))
+        iterator, sampler = self.loaders[key], self.loaders[key]._index_sampler
+        inner = getattr(sampler, "sampler", None)
+        innermost = getattr(inner, "sampler", None) or getattr(inner, "batch_sampler", None)
+        return {
+            "passes": [(None, p.indices) for p in self.kept[key]],
+            "full": [p.state == "full" for p in self.kept[key]],
+            "partial_passes": self.partial[key],
+            "dataset_length": len(iterator._dataset),
+            "drop_last": bool(iterator._drop_last),
+            "batch_size": getattr(sampler, "batch_size", None),
+            "sampler": " > ".join(type(s).__name__ for s in (sampler, inner, innermost) if s is not None),
+            "repeats": next(filter(None, map(_repeats_by_design, (sampler, inner, innermost))), None),
+        }
+
+
+def _repeats_by_design(sampler) -> str | None:
+    """A sampler that hands each sample to several ranks on purpose (repeated augmentation, as
+    timm's RepeatAugSampler and DeiT's RASampler do): named, so the shard check does not fail it."""
+    if sampler is None:
+        return None
+    name = type(sampler).__name__
+    repeats = getattr(sampler, "num_repeats", None)
+    if (isinstance(repeats, int) and repeats > 1) or "repeataug" in name.lower() or name == "RASampler":
+        return f"{name} hands each sample to {repeats if isinstance(repeats, int) else 'several'} ranks by design"
+    return None
+
+
+def _record_batch(record: LoaderPass, batch) -> None:
+    if isinstance(batch, int):
+        record.indices.append(batch)
+    elif isinstance(batch, list | tuple):
+        record.indices.extend(i for i in batch if isinstance(i, int))
+
+
 class Observer:
     """The state the hooks share. `on_step_end(step)` is called after every step the script
     completes, with the count of completed steps; it may raise StopScript."""
@@ -159,6 +237,7 @@ class Observer:
         self.on_step_end: Callable[[int], None] = lambda steps: None
         self.beat = None  # the heartbeat, once the process group exists
         self.sampler_log = SamplerLog()
+        self.loader_log = LoaderLog()
         self._removers: list[Callable[[], None]] = []
 
     # -- DDP -----------------------------------------------------------------------------------
@@ -252,6 +331,7 @@ class Observer:
         self._patch_ddp()
         self._patch_data_parallel()
         self._patch_sampler()
+        self._patch_loader()
 
     def uninstall(self) -> None:
         for remove in reversed(self._removers):
@@ -310,6 +390,40 @@ class Observer:
 
         DistributedSampler.__iter__ = recording_iter
         self._removers.append(lambda: setattr(DistributedSampler, "__iter__", original_iter))
+
+    def _patch_loader(self) -> None:
+        """A DataLoader iterator over a map-style dataset draws each batch's indices through
+        `_next_index` (workers or not): recorded there, and a new index iterator is a new pass
+        (torch's private hook point; on a torch without it the checks use DistributedSampler alone)."""
+        from torch.utils.data import dataloader
+
+        base = getattr(dataloader, "_BaseDataLoaderIter", None)
+        original = getattr(base, "_next_index", None)
+        if original is None:
+            return
+        log = self.loader_log
+
+        def next_index(iterator):
+            if iterator._dataset_kind != dataloader._DatasetKind.Map:
+                return original(iterator)
+            current = iterator._sampler_iter
+            seen = iterator.__dict__.get("_ddpbench_pass")
+            if seen is None or seen[0] is not current:
+                seen = (current, log.began(iterator))
+                iterator._ddpbench_pass = seen
+            record = seen[1]
+            try:
+                batch = original(iterator)
+            except StopIteration:
+                if record is not None and record.state == "open":
+                    record.state = "full"
+                raise
+            if record is not None:
+                _record_batch(record, batch)
+            return batch
+
+        base._next_index = next_index
+        self._removers.append(lambda: setattr(base, "_next_index", original))
 
     # -- reading -------------------------------------------------------------------------------
     def knobs(self) -> dict:

@@ -179,6 +179,7 @@ class Session:
             "forwards_per_step": observer.forwards_per_step[self.warmup :],
             "sampler_passes": log.passes(sampler) if sampler is not None else None,
             "partial_passes": log.partial_passes(sampler) if sampler is not None else 0,
+            "loader": observer.loader_log.busiest(),
             "dataset_length": len(sampler.dataset) if sampler is not None else None,
             "samplers": len(log.samplers),
             "precision": observer.precision or "fp32",
@@ -270,6 +271,31 @@ def script_knobs(observer: Observer) -> tuple[DDPKnobs, str | None]:
     return DDPKnobs(**seen), note
 
 
+def loader_checks(loaders: list[dict], world_size: int) -> dict:
+    """Shard and reshuffle checks from the indices each rank's DataLoader drew, whatever sampler
+    chose them (Accelerate's shard wrappers, a framework's own sampler, a custom one)."""
+    first = loaders[0]
+    found = {"reshuffled_each_epoch": checks.loader_reshuffled(first["passes"], first["sampler"])}
+    if not all(loader["full"] and loader["full"][0] for loader in loaders):
+        reason = "no full pass of the loader on every rank before the window closed"
+        found.update({name: checks.verdict(None, reason) for name in ("shards_disjoint", "shards_cover_dataset")})
+        return found
+    batch = first["batch_size"] or 1
+    # Loaders that give every rank as many batches pad with repeats; a drop_last loader leaves the
+    # last incomplete batch of each rank out.
+    found.update(
+        checks.shard_checks(
+            [loader["passes"][0][1] for loader in loaders],
+            first["dataset_length"],
+            world_size,
+            padding=-first["dataset_length"] % (world_size * batch),
+            padder=f"padding to whole batches on every rank ({first['sampler']})",
+            missing_allowed=world_size * batch - 1 if first["drop_last"] else 0,
+        )
+    )
+    return found
+
+
 def units_per_sample(script, token_shape: list[int] | None) -> tuple[int, str | None]:
     """Units per sample and what was done about tokens: counted where asked for and the inputs are
     token ids, else said; never a silent guess."""
@@ -324,14 +350,20 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
 
     run_checks = {"replicas_in_sync": checks.replicas_in_sync([r["param_digest"] for r in results])}
     run_checks["gradients_averaged"] = checks.verdict(None, NOT_RECOMPUTED)
+    repeats = first["loader"]["repeats"] if first["loader"] else None
     if all(r["sampler_passes"] for r in results):
         first_pass = [r["sampler_passes"][0][1] for r in results]
         run_checks.update(checks.shard_checks(first_pass, first["dataset_length"], spec.world_size))
         run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(first["sampler_passes"])
+    elif all(r["loader"] for r in results):
+        run_checks.update(loader_checks([r["loader"] for r in results], spec.world_size))
     else:
-        reason = "the script uses no DistributedSampler"
+        reason = "the script iterates no DataLoader over a map-style dataset (it makes its own batches)"
         for name in ("shards_disjoint", "shards_cover_dataset", "reshuffled_each_epoch"):
             run_checks[name] = checks.verdict(None, reason)
+    if repeats:  # repeated augmentation: ranks overlap, and an epoch reads a fraction of the data, by design
+        for name in ("shards_disjoint", "shards_cover_dataset"):
+            run_checks[name] = checks.verdict(None, f"{repeats} (repeated augmentation): not a sharding of the data")
 
     record = new_record(spec, "ok", env={**host_facts(), **torch_facts()})
     record.started_at = session.started_at
