@@ -39,7 +39,9 @@ STEPS, WARMUP = 40, 10
 SHAPED_RATE = "200mbit"
 """Slow enough that communication, not the machine's noise, sets the shaped step."""
 TOLERANCE = 0.25
-SLOW_RANK_TOLERANCE = 0.15
+# Measured growth against the sleep: 0.75 and 1.96 ms over 10.4 ms in two suite runs (the slow rank
+# also computes a little slower after it wakes).
+SLOW_RANK_TOLERANCE = 0.20
 
 
 def run_args(out, factory: str, strategy: str, run_id: str) -> list[str]:
@@ -214,7 +216,10 @@ def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path
         delay_ms = statistics.fmean(float(line) for line in handle) * 1e3
     assert delay_ms >= planted_causes().FORWARD_DELAY_S * 1e3
     numbers = table(planted, baseline) + f"\nthe slow rank slept {delay_ms:.2f} ms per forward"
-    assert abs(ms(planted, "slowest_rank") - delay_ms) <= SLOW_RANK_TOLERANCE * delay_ms, numbers
+    # What the planted sleep added to the term, against the same model with no sleep (two ranks
+    # are never quite even: 0.3-1.0 ms of slowest_rank there).
+    grew = ms(planted, "slowest_rank") - ms(baseline, "slowest_rank")
+    assert abs(grew - delay_ms) <= SLOW_RANK_TOLERANCE * delay_ms, numbers
     assert_no_other_term_grew(planted, baseline, ("slowest_rank",), delay_ms, numbers)
     # The advice names the rank whose forward sleeps.
     assert any("rank 1 " in line and "slowest" in line for line in planted["advice"]), planted["advice"]

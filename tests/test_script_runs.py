@@ -90,9 +90,9 @@ def test_the_tutorials_shape_is_measured_and_checked(tutorial):
     assert record["spec"]["batch_size"] == 64 and record["spec"]["world_size"] == 2
     assert record["metrics"]["timed_steps"] == 25 and len(record["ranks"]) == 2
     assert record["checks"]["replicas_in_sync"]["ok"] is True
-    # no DistributedSampler, and a loss ddpbench cannot recompute: said, not guessed
+    # no DataLoader, and a loss ddpbench cannot recompute: said, not guessed
     assert record["checks"]["shards_disjoint"]["ok"] is None
-    assert "no DistributedSampler" in record["checks"]["shards_disjoint"]["reason"]
+    assert "iterates no DataLoader" in record["checks"]["shards_disjoint"]["reason"]
     assert record["checks"]["gradients_averaged"]["ok"] is None
     assert record["overlap"]["no_sync"] is None and record["overlap"]["reducer"] is None
     assert any("no_sync" in note for note in record["script"]["notes"])
