@@ -362,13 +362,6 @@ def test_fp32_mfu_follows_what_each_op_class_computed_in():
         1e9, 1.0, "NVIDIA H200", "fp32", matmul_tf32=True, conv_tf32=True, conv_flops_share=0.5
     )
     assert both["basis"]["precision"] == "tf32" and both["basis"]["peak_flops_per_s"] == pytest.approx(494.5e12)
-    # float32_matmul_precision("medium"): matrix products may compute in bfloat16, so the bf16 peak.
-    medium = model_flops_utilisation(
-        1e9, 1.0, "NVIDIA H200", "fp32", matmul_tf32=True, conv_tf32=True, conv_flops_share=0.0, matmul_bf16=True
-    )
-    assert medium["basis"]["matmul_precision"] == "bf16" and medium["basis"]["peak_flops_per_s"] == pytest.approx(
-        989.5e12
-    )
     # Autocast runs both classes in the half precision, whatever the TF32 settings.
     half = model_flops_utilisation(1e9, 1.0, "NVIDIA H200", "bf16", conv_tf32=True, conv_flops_share=0.9)
     assert half["basis"]["precision"] == "bf16" and half["basis"]["peak_flops_per_s"] == pytest.approx(989.5e12)
@@ -401,11 +394,9 @@ def test_the_worker_reads_the_two_tf32_settings_apart():
     try:
         torch.set_float32_matmul_precision("highest")
         torch.backends.cudnn.allow_tf32 = True  # torch's default
-        assert tf32_allowed() == {"matmul": False, "conv": True, "matmul_bf16": False}
+        assert tf32_allowed() == {"matmul": False, "conv": True}
         torch.set_float32_matmul_precision("high")
-        assert tf32_allowed()["matmul"] is True and tf32_allowed()["matmul_bf16"] is False
-        torch.set_float32_matmul_precision("medium")  # bfloat16 inside fp32 matrix products
-        assert tf32_allowed()["matmul_bf16"] is True
+        assert tf32_allowed()["matmul"] is True
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]

@@ -6,8 +6,7 @@ precision each op class computed in. The FLOPs per sample are counted by torch's
 recomputation or communication.
 
 An fp32 run does not compute in one precision: cuBLAS matrix products use TF32 only when asked
-(`torch.backends.cuda.matmul.allow_tf32`, i.e. `float32_matmul_precision` "high"; "medium" lets
-them use bfloat16, so its ceiling is the bf16 peak),
+(`torch.backends.cuda.matmul.allow_tf32`, i.e. `float32_matmul_precision` "high" or "medium"),
 while cuDNN convolutions use TF32 by default (`torch.backends.cudnn.allow_tf32`). So the peak is
 the one of the mix: the time the device would need at peak is each class's FLOPs over its own
 peak, summed; the effective peak is the FLOPs over that time.
@@ -105,12 +104,9 @@ def device_peak(device_name: str | None) -> DevicePeak | None:
     return next((peak for peak in PEAKS if re.search(peak.name_pattern, device_name)), None)
 
 
-def fp32_class_precisions(matmul_tf32: bool, conv_tf32: bool, matmul_bf16: bool = False) -> dict:
-    """What an fp32 run's matrix products and convolutions were allowed to compute in. "medium"
-    lets matrix products use bfloat16 where a fast kernel does: the bf16 peak is then the ceiling
-    they were measured against (the TF32 one would count them up to twice as well used)."""
-    matmul = "bf16" if matmul_bf16 else "tf32" if matmul_tf32 else "fp32"
-    return {"matmul": matmul, "conv": "tf32" if conv_tf32 else "fp32"}
+def fp32_class_precisions(matmul_tf32: bool, conv_tf32: bool) -> dict:
+    """What an fp32 run's matrix products and convolutions computed in."""
+    return {"matmul": "tf32" if matmul_tf32 else "fp32", "conv": "tf32" if conv_tf32 else "fp32"}
 
 
 def model_flops_utilisation(
@@ -121,7 +117,6 @@ def model_flops_utilisation(
     matmul_tf32: bool = False,
     conv_tf32: bool = False,
     conv_flops_share: float | None = None,
-    matmul_bf16: bool = False,
 ) -> dict:
     """{"mfu": fraction or None, "basis": how it was computed, or why it is unknown}.
 
@@ -130,7 +125,7 @@ def model_flops_utilisation(
     in different precisions; None (unknown) is taken as no convolutions."""
     conv_share = conv_flops_share or 0.0
     if precision == "fp32":
-        by_class = fp32_class_precisions(matmul_tf32, conv_tf32, matmul_bf16)
+        by_class = fp32_class_precisions(matmul_tf32, conv_tf32)
     else:  # autocast: both classes run in the half precision
         by_class = {"matmul": precision, "conv": precision}
     used = {kind for kind, share in (("matmul", 1 - conv_share), ("conv", conv_share)) if share > 0}

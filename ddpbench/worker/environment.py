@@ -13,13 +13,8 @@ import torch
 
 def tf32_allowed() -> dict:
     """Whether fp32 matrix products (cuBLAS; set by `float32_matmul_precision` too) and
-    convolutions (cuDNN) may run on TF32 tensor cores: two settings with different defaults. And
-    whether matrix products may go further, to bfloat16 (`float32_matmul_precision("medium")`)."""
-    return {
-        "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-        "conv": bool(torch.backends.cudnn.allow_tf32),
-        "matmul_bf16": torch.get_float32_matmul_precision() == "medium",
-    }
+    convolutions (cuDNN) may run on TF32 tensor cores: two settings with different defaults."""
+    return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "conv": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def math_settings() -> dict:

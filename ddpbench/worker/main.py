@@ -386,7 +386,6 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
         matmul_tf32=shared["tf32_allowed"]["matmul"],
         conv_tf32=shared["tf32_allowed"]["conv"],
         conv_flops_share=shared["conv_flops_share"],
-        matmul_bf16=shared["tf32_allowed"].get("matmul_bf16", False),
     )
     metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 

@@ -344,7 +344,6 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
         matmul_tf32=first["tf32_allowed"]["matmul"],
         conv_tf32=first["tf32_allowed"]["conv"],
         conv_flops_share=session.conv_flops_share,
-        matmul_bf16=first["tf32_allowed"].get("matmul_bf16", False),
     )
     metrics["mfu"], metrics["mfu_basis"] = utilisation["mfu"], utilisation["basis"]
 
