@@ -6,7 +6,8 @@ precision each op class computed in. The FLOPs per sample are counted by torch's
 recomputation or communication.
 
 An fp32 run does not compute in one precision: cuBLAS matrix products use TF32 only when asked
-(`torch.backends.cuda.matmul.allow_tf32`, i.e. `float32_matmul_precision` "high" or "medium"),
+(`torch.backends.cuda.matmul.allow_tf32`, i.e. `float32_matmul_precision` "high" or "medium":
+on CUDA both mean TF32, as torch's docs for set_float32_matmul_precision say),
 while cuDNN convolutions use TF32 by default (`torch.backends.cudnn.allow_tf32`). So the peak is
 the one of the mix: the time the device would need at peak is each class's FLOPs over its own
 peak, summed; the effective peak is the FLOPs over that time.
