@@ -181,16 +181,16 @@ def test_a_confirmation_splits_alpha_over_the_measures_it_confirms_only(monkeypa
 
 
 def test_a_round_that_never_ends_is_ended_at_the_round_timeout(monkeypatch, tmp_path):
-    """A side whose ddpbench never reaches its own run timeout (it hangs before): the round is ended
-    with everything it started, and has no record."""
+    """A side whose ddpbench never reaches its own run timeout (it hangs before): the round is sent
+    SIGTERM (which `ddpbench run` answers by ending torchrun and its ranks), and has no record."""
     from ddpbench.gate import ab
 
     hanging = tmp_path / "python"
-    hanging.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {tmp_path}/child\nwait\n")
+    hanging.write_text(f"#!/bin/sh\ntrap 'echo ended > {tmp_path}/ended; exit 143' TERM\nwhile :; do sleep 0.1; done\n")
     hanging.chmod(0o755)
     monkeypatch.setattr(ab, "ROUND_TIMEOUT_S", 1.0)
     side = ab.Side("A", "hangs", str(hanging), REPO)
     path, code = ab.run_round(side, ["--workload", "mlp"], str(tmp_path / "out"), 1)
     assert code == ab.ROUND_TIMED_OUT and not os.path.exists(path)
-    child = int((tmp_path / "child").read_text())
-    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
+    assert (tmp_path / "ended").read_text().strip() == "ended"  # it was asked to end, not just killed
+    assert ab.round_timeout(["--run-timeout", "300"]) == 900.0 and ab.round_timeout(["--run-timeout=60"]) == 660.0

@@ -75,11 +75,38 @@ def check_imports(side: Side) -> str:
     return done.stdout.strip()
 
 
-# A round is one `ddpbench run`, which ends itself at its own run timeout; this is the backstop for
-# a side whose ddpbench never gets that far (a base tree that hangs importing, say): its round
-# then has no record and is not comparable, and the job goes on.
-ROUND_TIMEOUT_S = 1800.0
+# A round is one `ddpbench run`, which ends itself at its own run timeout when one is given; this
+# is the backstop for a side whose ddpbench never gets that far (a base tree that hangs importing,
+# say): its round then has no record and is not comparable, and the job goes on. Generous by
+# default (big GPU rounds run long); --run-timeout S among the run options sets it to S + 10 min.
+ROUND_TIMEOUT_S = 4 * 3600.0
 ROUND_TIMED_OUT = 124
+# After SIGTERM, `ddpbench run` ends its runs (torchrun and the ranks, in a session of their own)
+# and exits; a process that does not is killed.
+ROUND_GRACE_S = 60.0
+
+
+def round_timeout(run_args: list[str]) -> float:
+    for index, arg in enumerate(run_args):
+        name, equals, value = arg.partition("=")
+        if name == "--run-timeout":
+            given = value if equals else (run_args[index + 1] if index + 1 < len(run_args) else "")
+            try:
+                return float(given) + 600.0
+            except ValueError:
+                break
+    return ROUND_TIMEOUT_S
+
+
+def end_round(process: subprocess.Popen) -> None:
+    """SIGTERM, which `ddpbench run` answers by ending everything it started; SIGKILL after the grace."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=ROUND_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
@@ -95,25 +122,17 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         "--run-id",
         run_id,
     ]
-    # A group of its own: a round that passes its timeout goes with everything it started.
+    # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
     process = subprocess.Popen(
-        command,
-        env=side.environ(),
-        cwd=side.code,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        command, env=side.environ(), cwd=side.code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        code = process.wait(timeout=ROUND_TIMEOUT_S)
+        code = process.wait(timeout=round_timeout(run_args))
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        end_round(process)
         code = ROUND_TIMED_OUT
-    except BaseException:  # Ctrl-C or SIGTERM of the gate: leave no round behind
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
+        end_round(process)
         raise
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
 
