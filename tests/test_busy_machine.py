@@ -118,3 +118,74 @@ def test_the_busy_rule_needs_more_than_the_readings_resolution():
     assert not machine_load.judge(load)["busy"]  # 60 ms: a tick per CPU each side is 0.67 of a core
     assert machine_load.judge({**load, "window_s": 5.0})["busy"]
     assert not machine_load.judge({**load, "window_s": 5.0, "wanted_cores": 1})["busy"]  # it left what the run wanted
+
+
+class FakeNvml:
+    """The slice of nvidia-ml-py's API the readings use, for the logic around it (no GPU here):
+    handles by UUID, compute processes, clocks, and an old driver that only knows throttle reasons."""
+
+    NVML_CLOCK_SM = 1
+    nvmlClocksThrottleReasonHwSlowdown = 0x8
+    nvmlClocksEventReasonHwSlowdown = 0x8
+    nvmlClocksEventReasonSwPowerCap = 0x4
+    nvmlClocksEventReasonHwThermalSlowdown = 0x40
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+    nvmlClocksEventReasonSwThermalSlowdown = 0x20
+
+    class Process:
+        def __init__(self, pid):
+            self.pid = pid
+
+    def __init__(self, pids, reasons):
+        self.pids, self.reasons, self.asked = pids, reasons, []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.asked.append(uuid)
+        return uuid
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [self.Process(pid) for pid in self.pids]
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return 1200
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        raise RuntimeError("Function Not Found")  # a driver before R535
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        return self.reasons
+
+
+def test_gpu_readings_tell_other_processes_and_slowdowns(monkeypatch):
+    fake = FakeNvml(pids=[100, 200, 300], reasons=0x8 | 0x4)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    readings, note = machine_load.gpu_readings({0: "abcd", 1: "MIG-ef01"}, own_pids={100})
+    assert note is None and fake.asked == ["GPU-abcd", "MIG-ef01"]
+    assert readings[0]["other_processes"] == 2  # 200 and 300 are not the run's
+    assert readings[0]["slowdowns"] == ["hardware slowdown"]  # the power cap is normal at full load
+    assert (readings[0]["sm_clock_mhz"], readings[0]["max_sm_clock_mhz"]) == (1200, 1980)
+    # Inside a container NVML shows host pids: none is the run's, so count beyond its one per GPU.
+    readings, _ = machine_load.gpu_readings({0: "abcd"}, own_pids={1, 2})
+    assert readings[0]["other_processes"] == 2
+    load = machine_load.judge(
+        {"hostname": "h", "window_s": 5.0, "cores": 8, "others_cores": 0.0, "wanted_cores": 2, "gpus": readings}
+    )
+    assert load["busy"] and "GPU 0: 2 other compute process(es)" in load["why"] and "hardware slowdown" in load["why"]
+
+
+def test_nvml_that_fails_never_stops_a_run(monkeypatch):
+    class Broken(FakeNvml):
+        def nvmlInit(self):
+            raise ValueError("library and bindings do not match")
+
+    monkeypatch.setitem(sys.modules, "pynvml", Broken([], 0))
+    assert machine_load.gpu_readings({0: "abcd"}, set()) == ([], "not read: NVML: library and bindings do not match")

@@ -12,7 +12,8 @@ from ddpbench.records.schema import Record
 
 
 def busy_runs(sides: dict[str, list[Record]]) -> dict[str, list[str]]:
-    """Configuration -> one line per run of it (either side) that ran on a busy machine."""
+    """Configuration -> one line per run of it that ran on a busy machine. Give the candidate's
+    runs only: a busy baseline is slower, which can hide a regression but never make one."""
     found: dict[str, list[str]] = {}
     for side, records in sides.items():
         for record in records:

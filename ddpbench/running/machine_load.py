@@ -1,20 +1,25 @@
 """How busy the machine was while a run measured, and whether it is busy before one starts.
 
-CPU: the whole machine's non-idle time from /proc/stat, and the CPU time of the run's own processes
-(every live process under torchrun's agent, with the children they have reaped), both as cores
-averaged over the window; what the machine was busy with beyond the run is other processes'. The
-run is marked busy when other processes used at least IGNORED_CORES and the cores they left were
-fewer than the run wanted (ranks on the node x threads per rank, plus data loader workers): a run
-that wanted every core lost some, and OpenMP's spinning barriers make that cost far more than the
-share taken (one hog beside a 2-thread rank on 2 cores made a run 60 times slower here).
+CPU: the non-idle time of the CPUs this process may run on (its affinity: a container's or a
+SLURM job's cpuset, not the whole host) from /proc/stat's per-CPU lines, and the CPU time of the
+run's own processes (every live process under torchrun's agent, with the children they have
+reaped), both as cores averaged over the window; what those CPUs were busy with beyond the run is
+other processes'. The run is marked busy when other processes used at least IGNORED_CORES and the
+cores they left were fewer than the run wanted (ranks on the node x threads per rank, plus data
+loader workers): a run that wanted every core lost some, and OpenMP's spinning barriers make that
+cost far more than the share taken.
 
 GPU (through NVML, `nvidia-ml-py`, where the driver has it): compute processes on the run's GPUs
 that are not the run's, the SM clock against its maximum, and clock-event (throttle) reasons other
-than idle or a clock someone set. Where NVML is missing the record says why. No torch here.
+than idle, a clock someone set or the power cap (normal at full load). The readings are taken at the
+window's edges, where the GPU has just drained: other processes and slowdown reasons are what
+they say, the SM clock is the one at that moment. Where NVML is missing or fails, the record says
+why and the run goes on. No torch here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -32,7 +37,6 @@ SLOWDOWN_REASONS = {
     "nvmlClocksEventReasonHwThermalSlowdown": "hardware thermal slowdown",
     "nvmlClocksEventReasonHwPowerBrakeSlowdown": "power brake",
     "nvmlClocksEventReasonSwThermalSlowdown": "software thermal slowdown",
-    "nvmlClocksEventReasonSwPowerCap": "power cap",
 }
 
 
@@ -47,14 +51,32 @@ class CpuSample:
     """CPU time of the process tree under the root, seconds; None without a root."""
 
 
+def _allowed_cpus() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def _proc_stat() -> tuple[float, float, int]:
+    """Non-idle and steal seconds since boot, summed over the CPUs this process may use, and how many."""
     tick = os.sysconf("SC_CLK_TCK")
+    allowed = _allowed_cpus()
+    busy = steal_total = 0.0
+    cores = 0
     with open("/proc/stat", encoding="ascii") as handle:
-        lines = handle.read().splitlines()
-    fields = [int(value) for value in lines[0].split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
-    return (user + nice + system + irq + softirq + steal) / tick, steal / tick, cores
+        for line in handle:
+            name = line.split(maxsplit=1)[0]
+            if not (name.startswith("cpu") and name[3:].isdigit()):
+                continue
+            if allowed is not None and int(name[3:]) not in allowed:
+                continue
+            fields = [int(value) for value in line.split()[1:9]]
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+            busy += user + nice + system + irq + softirq + steal
+            steal_total += steal
+            cores += 1
+    return busy / tick, steal_total / tick, cores
 
 
 def _processes() -> dict[int, tuple[int, float]]:
@@ -123,28 +145,46 @@ def gpu_readings(uuids: dict[int, str], own_pids: set[int], own_per_gpu: int = 1
         return [], "not read: nvidia-ml-py is not installed"
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
+    except Exception as exc:  # NVMLError, or a library that does not match the bindings
         return [], f"not read: NVML: {exc}"
-    readings = []
+    readings, problems = [], []
     try:
         for index, uuid in sorted(uuids.items()):
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            reading = GpuReading(index)
-            pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
-            if any(pid in own_pids for pid in pids):
-                reading.other_processes = sum(pid not in own_pids for pid in pids)
-            else:  # NVML gives host pids inside a container: count beyond the run's own
-                reading.other_processes = max(0, len(pids) - own_per_gpu)
-            reading.sm_clock_mhz = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-            reading.max_sm_clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-            reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
-            reading.slowdowns = [words for name, words in SLOWDOWN_REASONS.items() if reasons & getattr(pynvml, name)]
-            readings.append(reading.__dict__)
-    except pynvml.NVMLError as exc:
-        return readings, f"partly read: NVML: {exc}"
+            try:
+                readings.append(_read_gpu(pynvml, index, uuid, own_pids, own_per_gpu))
+            except Exception as exc:  # an old driver, a MIG slice NVML cannot see: one GPU, not the run
+                problems.append(f"GPU {index}: {type(exc).__name__}: {exc}")
     finally:
-        pynvml.nvmlShutdown()
-    return readings, None
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return readings, ("partly read: " + "; ".join(problems)) if problems else None
+
+
+def _read_gpu(pynvml, index: int, uuid: str, own_pids: set[int], own_per_gpu: int) -> dict:
+    # torch gives the bare UUID of a GPU and "MIG-..." for a MIG slice; NVML wants the prefix.
+    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    reading = GpuReading(index)
+    pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    if any(pid in own_pids for pid in pids):
+        reading.other_processes = sum(pid not in own_pids for pid in pids)
+    else:  # NVML gives host pids inside a container: count beyond the run's own
+        reading.other_processes = max(0, len(pids) - own_per_gpu)
+    with contextlib.suppress(Exception):  # a MIG slice has no clocks of its own
+        reading.sm_clock_mhz = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        reading.max_sm_clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    # Drivers before R535 know the same bits only as "throttle reasons".
+    reasons = None
+    for reader in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        with contextlib.suppress(Exception):
+            reasons = getattr(pynvml, reader)(handle)
+            break
+    if reasons is not None:
+        reading.slowdowns = [
+            words
+            for name, words in SLOWDOWN_REASONS.items()
+            if reasons & getattr(pynvml, name, getattr(pynvml, name.replace("Event", "Throttle"), 0))
+        ]
+    return reading.__dict__
 
 
 def merge_gpu(first: list[dict], last: list[dict]) -> list[dict]:
