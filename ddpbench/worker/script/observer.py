@@ -18,7 +18,9 @@ The hot path pays a few attribute stores and one clock mark per step, the clock 
 
 from __future__ import annotations
 
+import operator
 import time
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -133,11 +135,14 @@ class SamplerLog:
 class LoaderPass:
     """One pass of a DataLoader over a map-style dataset: the indices its batches were made of,
     whatever sampler or batch sampler chose them (a DistributedSampler, Accelerate's shard
-    wrappers, a framework's own, a custom one). States as for SamplerPass."""
+    wrappers, a framework's own, a custom one). States as for SamplerPass. `training` counts the
+    indices drawn while the DDP model was training (grad enabled), to tell the training loader from
+    a validation one."""
 
     def __init__(self) -> None:
         self.indices: list[int] = []
         self.state = "open"
+        self.training = 0
 
 
 class LoaderLog:
@@ -150,6 +155,7 @@ class LoaderLog:
         self.kept: dict[int, list[LoaderPass]] = {}
         self.partial: dict[int, int] = {}
         self.loaders: dict[int, object] = {}
+        self.training_draws: dict[int, int] = {}
 
     def began(self, iterator) -> LoaderPass | None:
         """A pass of the loader whose iterator this is (loaders are known by their index sampler:
@@ -169,11 +175,15 @@ class LoaderLog:
         return kept[-1]
 
     def busiest(self) -> dict | None:
-        """The loader that handed out the most indices (the training one, not a validation
-        loader), described for the checks; None when the script iterated none."""
+        """The training loader, described for the checks: the one that drew the most indices
+        with gradients enabled (a validation loop runs under no_grad), then the most in all; None
+        when the script iterated none."""
         if not self.kept:
             return None
-        key = max(self.kept, key=lambda k: sum(len(p.indices) for p in self.kept[k]))
+        key = max(
+            self.kept,
+            key=lambda k: (self.training_draws.get(k, 0), sum(len(p.indices) for p in self.kept[k])),
+        )
         iterator, sampler = self.loaders[key], self.loaders[key]._index_sampler
         inner = getattr(sampler, "sampler", None)
         innermost = getattr(inner, "sampler", None) or getattr(inner, "batch_sampler", None)
@@ -181,12 +191,19 @@ class LoaderLog:
             "passes": [(None, p.indices) for p in self.kept[key]],
             "full": [p.state == "full" for p in self.kept[key]],
             "partial_passes": self.partial[key],
-            "dataset_length": len(iterator._dataset),
+            "dataset_length": _length(iterator._dataset),
             "drop_last": bool(iterator._drop_last),
             "batch_size": getattr(sampler, "batch_size", None),
             "sampler": " > ".join(type(s).__name__ for s in (sampler, inner, innermost) if s is not None),
             "repeats": next(filter(None, map(_repeats_by_design, (sampler, inner, innermost))), None),
         }
+
+
+def _length(dataset) -> int | None:
+    try:
+        return len(dataset)
+    except TypeError:  # a map-style dataset without __len__: nothing to check coverage against
+        return None
 
 
 def _repeats_by_design(sampler) -> str | None:
@@ -201,11 +218,26 @@ def _repeats_by_design(sampler) -> str | None:
     return None
 
 
+def _reference(obj):
+    """A weak reference where the object takes one (a generator does), so that an abandoned pass's
+    iterator is not kept alive; the object itself otherwise."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
 def _record_batch(record: LoaderPass, batch) -> None:
-    if isinstance(batch, int):
-        record.indices.append(batch)
-    elif isinstance(batch, list | tuple):
-        record.indices.extend(i for i in batch if isinstance(i, int))
+    """Indices as a sampler gives them: ints, numpy integers, a tensor or an array of them."""
+    if isinstance(batch, torch.Tensor):
+        batch = batch.tolist()
+    elif hasattr(batch, "tolist") and not isinstance(batch, list | tuple):  # numpy array or scalar
+        batch = batch.tolist()
+    for index in batch if isinstance(batch, list | tuple) else [batch]:
+        try:
+            record.indices.append(operator.index(index))
+        except TypeError:
+            pass  # not an index (a sampler that yields keys, say): nothing to check with
 
 
 class Observer:
@@ -250,9 +282,10 @@ class Observer:
             self._removers.append(model.register_forward_hook(self._after_forward).remove)
 
     def _before_forward(self, module, args, kwargs):
-        if not module.training or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             # Evaluation through the DDP model (nanoGPT's estimate_loss, a validation pass): no
-            # training batch, and no mark. Counted, with the step it fell in, for the record.
+            # training batch, and no mark. Counted, with the step it fell in, for the record. eval()
+            # alone is not evaluation: fine-tuning with frozen BatchNorm trains in eval mode.
             self.eval_forwards += 1
             self.eval_steps.add(self.steps_done)
             return
@@ -408,10 +441,13 @@ class Observer:
                 return original(iterator)
             current = iterator._sampler_iter
             seen = iterator.__dict__.get("_ddpbench_pass")
-            if seen is None or seen[0] is not current:
-                seen = (current, log.began(iterator))
+            if seen is None or seen[0]() is not current:
+                seen = (_reference(current), log.began(iterator))
                 iterator._ddpbench_pass = seen
             record = seen[1]
+            if torch.is_grad_enabled():
+                key = id(iterator._index_sampler)
+                log.training_draws[key] = log.training_draws.get(key, 0) + 1
             try:
                 batch = original(iterator)
             except StopIteration:

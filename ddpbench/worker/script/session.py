@@ -276,8 +276,12 @@ def loader_checks(loaders: list[dict], world_size: int) -> dict:
     chose them (Accelerate's shard wrappers, a framework's own sampler, a custom one)."""
     first = loaders[0]
     found = {"reshuffled_each_epoch": checks.loader_reshuffled(first["passes"], first["sampler"])}
-    if not all(loader["full"] and loader["full"][0] for loader in loaders):
-        reason = "no full pass of the loader on every rank before the window closed"
+    if first["dataset_length"] is None or not all(loader["full"] and loader["full"][0] for loader in loaders):
+        reason = (
+            "the loader's dataset has no length to check its shards against"
+            if first["dataset_length"] is None
+            else "no full pass of the loader on every rank before the window closed"
+        )
         found.update({name: checks.verdict(None, reason) for name in ("shards_disjoint", "shards_cover_dataset")})
         return found
     batch = first["batch_size"] or 1
