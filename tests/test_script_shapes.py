@@ -135,3 +135,38 @@ def test_repeated_augmentation_is_named_not_failed(tmp_path):
 
 
 CHECKED = ("shards_disjoint", "shards_cover_dataset", "reshuffled_each_epoch")
+
+
+def test_a_sweep_keeps_no_secret_and_resumes_only_with_the_same_arguments(tmp_path):
+    from ddpbench.config.errors import SpecError
+    from ddpbench.config.spec import RunSpec
+    from ddpbench.running.slurm import sbatch_script
+    from ddpbench.running.sweep import prepare
+
+    script = ScriptSpec(path="train.py", args=("--devices", "{nproc}", f"--hf-token={TOKEN}"))
+    plan = [
+        RunSpec(
+            workload=script.workload_name,
+            strategy="ddp",
+            nproc=n,
+            script=script_for(script, n, n, 1),
+            run_id=f"s-n{n}",
+            out_dir=str(tmp_path),
+        )  # fmt: skip
+        for n in (1, 2)
+    ]
+    prepare(str(tmp_path), plan, {"script": {"path": "train.py", "args": list(script.args)}}, resume=False)
+    manifest = (tmp_path / "manifest.json").read_text()
+    assert TOKEN not in manifest and "--hf-token=<redacted>" in manifest
+    with pytest.raises(SpecError, match="resume it with the same arguments after --"):
+        prepare(str(tmp_path), None, None, resume=True)
+    with pytest.raises(SpecError, match="differ from the ones this sweep ran with"):
+        prepare(str(tmp_path), None, None, resume=True, script_args=("--devices", "4", f"--hf-token={TOKEN}"))
+    _, resumed = prepare(str(tmp_path), None, None, resume=True, script_args=script.args)
+    assert [spec.script.args for spec in resumed] == [
+        ("--devices", "1", f"--hf-token={TOKEN}"),
+        ("--devices", "2", f"--hf-token={TOKEN}"),
+    ]
+    # A requeued batch script resumes the sweep: --resume goes before the script's arguments.
+    text = sbatch_script(["--script", "train.py", "--", "--devices", "{nproc}"], str(tmp_path), 1, None, [], "py", ".")
+    assert "--script train.py --resume -- --devices '{nproc}'" in text

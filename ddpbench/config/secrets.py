@@ -9,8 +9,9 @@ import json
 import re
 
 HIDDEN = "<redacted>"
-# Parts of an option's name (split at - _ .) that mark its value as a secret: --hf-token,
-# --wandb_api_key, --trainer.logger.init_args.password. Whole parts only: --max-tokens stays.
+# The last part of an option's name (split at - _ .) that marks its value as a secret: --hf-token,
+# --wandb_api_key, --trainer.logger.init_args.password. Last and whole parts only: --max-tokens,
+# --num-key-value-heads and --key-file stay.
 SECRET_NAME_PARTS = {"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials", "auth"}
 # Values that are secrets whatever option carries them: Hugging Face, OpenAI-style, GitHub, Slack
 # and AWS access keys.
@@ -20,7 +21,8 @@ SECRET_VALUE = re.compile(
 
 
 def _secret_name(option: str) -> bool:
-    return any(part in SECRET_NAME_PARTS for part in re.split(r"[-_.]+", option.lstrip("-").lower()))
+    parts = [part for part in re.split(r"[-_.]+", option.lstrip("-").lower()) if part]
+    return bool(parts) and parts[-1] in SECRET_NAME_PARTS
 
 
 def secret_positions(args: tuple[str, ...] | list[str]) -> set[int]:

@@ -260,11 +260,14 @@ def sbatch_script(
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
     lines += [f"#SBATCH {option}" for option in options]
     sweep = [python, "-m", "ddpbench", "sweep", "--launcher", "slurm", *sweep_argv]
+    # --resume is the sweep's own option: before a script's arguments, which follow --.
+    cut = sweep.index("--") if "--" in sweep else len(sweep)
+    resume = [*sweep[:cut], "--resume", *sweep[cut:]]
     lines += [
         "set -euo pipefail",
         f"cd {shlex.quote(workdir)}",
         f"if [ -e {shlex.quote(os.path.join(sweep_dir, 'manifest.json'))} ]; then",
-        f"  exec {shlex.join(sweep)} --resume  # requeued or submitted again: carry on",
+        f"  exec {shlex.join(resume)}  # requeued or submitted again: carry on",
         "fi",
         f"exec {shlex.join(sweep)}",
         "",

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from ddpbench.config.plan import script_for
-from ddpbench.config.secrets import has_hidden, redact_spec_dict
+from ddpbench.config.secrets import has_hidden, redact_args, redact_spec_dict
 from ddpbench.config.spec import RunSpec, SpecError
 from ddpbench.records.schema import Record, RunError
 from ddpbench.records.store import (
@@ -113,6 +113,11 @@ def with_script_args(spec: RunSpec, given: tuple[str, ...]) -> RunSpec:
             "same arguments after --"
         )
     filled = script_for(dataclasses.replace(script, args=tuple(given)), spec.nproc, spec.world_size, spec.nnodes)
+    if redact_args(filled.args) != redact_args(script.args):
+        raise SpecError(
+            f"the arguments after -- differ from the ones this sweep ran with ({' '.join(script.args)}, "
+            "secrets hidden): resume it with the same arguments"
+        )
     return spec.replace(script=filled)
 
 
