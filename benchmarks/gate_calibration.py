@@ -214,7 +214,7 @@ def main() -> None:
             history_cases[s] = trials
         cases[f"history of {h} runs, 1 candidate run"] = history_cases
     r = args.ab_rounds
-    if len(rounds) > r:
+    if len(rounds) >= 2 * r:  # an A/A trial needs 2 x r runs, in disjoint pairs
         windows = range(len(rounds) - r)
         cases[f"ab, {r} rounds"] = {
             0.0: [

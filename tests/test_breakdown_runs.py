@@ -215,7 +215,6 @@ def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path
     # What the slow rank's sleeps really took (10 ms asked; a loaded host wakes a sleeper late).
     with open(os.path.join(slow_rank, "slept.txt")) as handle:
         delay_ms = statistics.fmean(float(line) for line in handle) * 1e3
-    assert delay_ms >= planted_causes().FORWARD_DELAY_S * 1e3
     numbers = table(planted, baseline) + f"\nthe slow rank slept {delay_ms:.2f} ms per forward"
     # What the planted sleep added to the term, against the same model with no sleep (two ranks
     # are never quite even: 0.3-1.0 ms of slowest_rank there).

@@ -23,9 +23,10 @@ import msgspec
 
 from ddpbench.config.spec import RunSpec
 
-# 3: the machine's load over the window (`machine_load`), the ladder of the gradient timeline
-# (`timeline.ladder`, steps' `block`, ranks' `alone`), all optional: a record of schema 2 reads as
-# one that measured neither (ddpbench.records.store.from_schema_2).
+# 3: the machine's load over the window (`machine_load`), the kind of a run error (`error.kind`),
+# all optional: a record of schema 2 reads as one that measured neither
+# (ddpbench.records.store.from_schema_2). The ladder's optional fields (`timeline.ladder`, steps'
+# `block`, ranks' `alone`) came late in schema 2.
 SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]

@@ -224,8 +224,8 @@ def read_records(folder: str) -> tuple[list[tuple[str, Record]], list[tuple[str,
 
 
 def from_schema_2(raw: dict) -> dict:
-    """Schema 2 -> 3: only optional parts were added (the machine's load, the ladder); a record of
-    schema 2 has none of them, and every reader treats their absence as not measured."""
+    """Schema 2 -> 3: only optional parts were added (the machine's load, the error's kind); a record
+    of schema 2 has none of them, and every reader treats their absence as not measured."""
     return dict(raw, schema_version=3)
 
 
