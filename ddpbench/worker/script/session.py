@@ -179,7 +179,7 @@ class Session:
             "forwards_per_step": observer.forwards_per_step[self.warmup :],
             "sampler_passes": log.passes(sampler) if sampler is not None else None,
             "partial_passes": log.partial_passes(sampler) if sampler is not None else 0,
-            "loader": observer.loader_log.busiest(),
+            "loader": loader_summary(observer, sampler),
             "dataset_length": len(sampler.dataset) if sampler is not None else None,
             "samplers": len(log.samplers),
             "precision": observer.precision or "fp32",
@@ -269,6 +269,15 @@ def script_knobs(observer: Observer) -> tuple[DDPKnobs, str | None]:
         note = f"the script registers its own comm hook {seen['comm_hook']!r}"
         seen["comm_hook"] = "allreduce"
     return DDPKnobs(**seen), note
+
+
+def loader_summary(observer: Observer, sampler) -> dict | None:
+    """The training loader as the checks need it. With a DistributedSampler, whose passes the
+    checks read, its indices stay here: gathering both to rank 0 would double what it receives."""
+    loader = observer.loader_log.busiest()
+    if loader is not None and sampler is not None:
+        loader = {**loader, "passes": [], "full": []}
+    return loader
 
 
 def loader_checks(loaders: list[dict], world_size: int) -> dict:
