@@ -401,7 +401,7 @@ def command_gate(args: argparse.Namespace) -> int:
         f"baseline {baseline_path}, candidate {args.candidate}",
         canary=gate_canary(baseline_path, args.candidate, args.baseline == "history"),
         confirm=confirm,
-        busy=busy_runs({"candidate": candidate}),
+        busy=busy_runs(candidate),
     )
 
 

@@ -11,15 +11,14 @@ from ddpbench.gate.values import describe, run_key
 from ddpbench.records.schema import Record
 
 
-def busy_runs(sides: dict[str, list[Record]]) -> dict[str, list[str]]:
-    """Configuration -> one line per run of it that ran on a busy machine. Give the candidate's
-    runs only: a busy baseline is slower, which can hide a regression but never make one."""
+def busy_runs(candidate: list[Record]) -> dict[str, list[str]]:
+    """Configuration -> one line per candidate run of it that ran on a busy machine. The baseline's
+    are not read: a busy baseline is slower, which can hide a regression but never make one."""
     found: dict[str, list[str]] = {}
-    for side, records in sides.items():
-        for record in records:
-            load = record.machine_load
-            if record.status == "ok" and load is not None and load.busy:
-                found.setdefault(describe(run_key(record)), []).append(f"{side} run {record.run_id}: {load.why}")
+    for record in candidate:
+        load = record.machine_load
+        if record.status == "ok" and load is not None and load.busy:
+            found.setdefault(describe(run_key(record)), []).append(f"candidate run {record.run_id}: {load.why}")
     return found
 
 

@@ -49,6 +49,8 @@ class CpuSample:
     cores: int
     own_s: float | None
     """CPU time of the process tree under the root, seconds; None without a root."""
+    own_pids: set[int] = field(default_factory=set)
+    """That tree's processes (NVML's compute processes are told apart by them)."""
 
 
 def _allowed_cpus() -> set[int] | None:
@@ -98,8 +100,8 @@ def _processes() -> dict[int, tuple[int, float]]:
     return found
 
 
-def tree_pids(root: int, processes: dict[int, tuple[int, float]] | None = None) -> set[int]:
-    processes = _processes() if processes is None else processes
+def tree_pids(root: int, processes: dict[int, tuple[int, float]]) -> set[int]:
+    """The root and every process under it, from one walk over /proc (`_processes`)."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in processes.items():
         children.setdefault(parent, []).append(pid)
@@ -117,13 +119,14 @@ def sample(root: int | None) -> CpuSample | None:
     """None where /proc/stat cannot be read (not Linux)."""
     try:
         busy_s, steal_s, cores = _proc_stat()
-        own_s = None
+        own_s, own_pids = None, set()
         if root is not None:
             processes = _processes()
-            own_s = sum(processes[pid][1] for pid in tree_pids(root, processes) if pid in processes)
+            own_pids = tree_pids(root, processes)
+            own_s = sum(processes[pid][1] for pid in own_pids if pid in processes)
     except (OSError, ValueError, IndexError):
         return None
-    return CpuSample(time.perf_counter(), busy_s, steal_s, cores, own_s)
+    return CpuSample(time.perf_counter(), busy_s, steal_s, cores, own_s, own_pids)
 
 
 @dataclass

@@ -31,11 +31,11 @@ class WindowLoad:
     def start(self) -> None:
         if self.watching:
             self.first = machine_load.sample(self.root)
-            self.first_gpus = self._gpus()
+            self.first_gpus = self._gpus(self.first)
 
-    def _gpus(self) -> tuple[list[dict], str | None]:
-        own = machine_load.tree_pids(self.root) if self.uuids else set()
-        return machine_load.gpu_readings(self.uuids, own)
+    def _gpus(self, cpu: machine_load.CpuSample | None) -> tuple[list[dict], str | None]:
+        """The GPUs' readings; the run's own processes come from the CPU sample's walk over /proc."""
+        return machine_load.gpu_readings(self.uuids, cpu.own_pids if cpu else set())
 
     def finish(self) -> dict | None:
         """This node's `machine_load` (with `busy` and `why`), or None on other ranks and off Linux."""
@@ -46,7 +46,7 @@ class WindowLoad:
             return None
         load = machine_load.cores_over(self.first, last, self.wanted)
         if self.uuids:
-            (first, first_note), (second, second_note) = self.first_gpus, self._gpus()
+            (first, first_note), (second, second_note) = self.first_gpus, self._gpus(last)
             load["gpus"] = machine_load.merge_gpu(first, second)
             load["gpu_note"] = first_note or second_note
         return machine_load.judge(load)

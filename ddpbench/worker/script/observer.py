@@ -86,34 +86,30 @@ def _first_tensor(value) -> torch.Tensor | None:
     return None
 
 
-class SamplerPass:
-    """One pass the loop began over a sampler: the epoch it was set to and the indices handed out.
-    Open while it is being read; full once read to its end; partial when another pass of the same
-    sampler began first (a peek at one batch, a loop that broke off): no epoch, and no evidence
-    for a check, whose indices are dropped."""
+class Pass:
+    """One pass the loop began over its data: the epoch the sampler was set to (None where there is
+    no DistributedSampler) and the indices handed out. Open while it is being read; full once read
+    to its end; partial when another pass over the same data began first (a peek at one batch, a
+    loop that broke off): no epoch, and no evidence for a check, whose indices are dropped."""
 
-    def __init__(self, epoch: int, indices: list[int]):
+    def __init__(self, epoch: int | None, indices: list[int]):
         self.epoch, self.indices, self.state = epoch, indices, "open"
 
 
-class SamplerLog:
-    """Per DistributedSampler the script made: its first passes that were not abandoned (the
-    reshuffle and shard checks read those), and how many were."""
+class PassLog:
+    """Per sampler (or loader): its first passes that were not abandoned, which the reshuffle and
+    shard checks read, and how many were."""
 
     # Two counted passes are what the checks need; more would only hold memory.
     KEPT = 2
 
     def __init__(self) -> None:
-        self.kept: dict[int, list[SamplerPass]] = {}
+        self.kept: dict[int, list[Pass]] = {}
         self.partial: dict[int, int] = {}
-        self.samplers: list[DistributedSampler] = []
 
-    def began(self, sampler: DistributedSampler, indices: list[int]) -> SamplerPass | None:
-        key = id(sampler)
-        if key not in self.kept:
-            self.kept[key], self.partial[key] = [], 0
-            self.samplers.append(sampler)
-        kept = self.kept[key]
+    def _begin(self, key: int, new: Pass) -> Pass | None:
+        kept = self.kept.setdefault(key, [])
+        self.partial.setdefault(key, 0)
         for earlier in kept:
             if earlier.state == "open":  # a new pass began before this one was read to its end
                 earlier.state, earlier.indices = "partial", []
@@ -121,8 +117,21 @@ class SamplerLog:
         kept[:] = [p for p in kept if p.state != "partial"]
         if len(kept) >= self.KEPT:
             return None
-        kept.append(SamplerPass(sampler.epoch, indices))
-        return kept[-1]
+        kept.append(new)
+        return new
+
+
+class SamplerLog(PassLog):
+    """The DistributedSamplers the script made, in order, and their passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samplers: list[DistributedSampler] = []
+
+    def began(self, sampler: DistributedSampler, indices: list[int]) -> Pass | None:
+        if id(sampler) not in self.kept:
+            self.samplers.append(sampler)
+        return self._begin(id(sampler), Pass(sampler.epoch, indices))
 
     def passes(self, sampler: DistributedSampler) -> list[tuple[int, list[int]]]:
         """(epoch, indices) of the passes that count: full ones, and the one still being read."""
@@ -132,47 +141,24 @@ class SamplerLog:
         return self.partial.get(id(sampler), 0)
 
 
-class LoaderPass:
-    """One pass of a DataLoader over a map-style dataset: the indices its batches were made of,
-    whatever sampler or batch sampler chose them (a DistributedSampler, Accelerate's shard
-    wrappers, a framework's own, a custom one). States as for SamplerPass. `training` counts the
-    indices drawn while the DDP model was training (grad enabled), to tell the training loader from
-    a validation one."""
+class LoaderLog(PassLog):
+    """The DataLoaders the script iterated over map-style datasets: the indices their batches were
+    made of, whatever sampler or batch sampler chose them (a DistributedSampler, Accelerate's shard
+    wrappers, a framework's own, a custom one), and how many each drew with gradients enabled, to
+    tell the training loader from a validation one."""
 
     def __init__(self) -> None:
-        self.indices: list[int] = []
-        self.state = "open"
-        self.training = 0
-
-
-class LoaderLog:
-    """Per DataLoader the script iterated: its first passes that were not abandoned, how many
-    were, and what it was (sampler, dataset length, drop_last, batch size)."""
-
-    KEPT = 2
-
-    def __init__(self) -> None:
-        self.kept: dict[int, list[LoaderPass]] = {}
-        self.partial: dict[int, int] = {}
-        self.loaders: dict[int, object] = {}
+        super().__init__()
+        # What the checks read of each loader; not its iterator, whose workers must be free to end.
+        self.loaders: dict[int, tuple] = {}
         self.training_draws: dict[int, int] = {}
 
-    def began(self, iterator) -> LoaderPass | None:
+    def began(self, iterator) -> Pass | None:
         """A pass of the loader whose iterator this is (loaders are known by their index sampler:
         a DataLoader's iterator keeps no reference to the DataLoader)."""
         key = id(iterator._index_sampler)
-        if key not in self.kept:
-            self.kept[key], self.partial[key], self.loaders[key] = [], 0, iterator
-        kept = self.kept[key]
-        for earlier in kept:
-            if earlier.state == "open":
-                earlier.state, earlier.indices = "partial", []
-                self.partial[key] += 1
-        kept[:] = [p for p in kept if p.state != "partial"]
-        if len(kept) >= self.KEPT:
-            return None
-        kept.append(LoaderPass())
-        return kept[-1]
+        self.loaders.setdefault(key, (iterator._index_sampler, iterator._dataset, iterator._drop_last))
+        return self._begin(key, Pass(None, []))
 
     def busiest(self) -> dict | None:
         """The training loader, described for the checks: the one that drew the most indices
@@ -184,15 +170,15 @@ class LoaderLog:
             self.kept,
             key=lambda k: (self.training_draws.get(k, 0), sum(len(p.indices) for p in self.kept[k])),
         )
-        iterator, sampler = self.loaders[key], self.loaders[key]._index_sampler
+        sampler, dataset, drop_last = self.loaders[key]
         inner = getattr(sampler, "sampler", None)
         innermost = getattr(inner, "sampler", None) or getattr(inner, "batch_sampler", None)
         return {
             "passes": [(None, p.indices) for p in self.kept[key]],
             "full": [p.state == "full" for p in self.kept[key]],
             "partial_passes": self.partial[key],
-            "dataset_length": _length(iterator._dataset),
-            "drop_last": bool(iterator._drop_last),
+            "dataset_length": _length(dataset),
+            "drop_last": bool(drop_last),
             "batch_size": getattr(sampler, "batch_size", None),
             "sampler": " > ".join(type(s).__name__ for s in (sampler, inner, innermost) if s is not None),
             "repeats": next(filter(None, map(_repeats_by_design, (sampler, inner, innermost))), None),
@@ -227,7 +213,7 @@ def _reference(obj):
         return lambda: obj
 
 
-def _record_batch(record: LoaderPass, batch) -> None:
+def _record_batch(record: Pass, batch) -> None:
     """Indices as a sampler gives them: ints, numpy integers, a tensor or an array of them."""
     if isinstance(batch, torch.Tensor):
         batch = batch.tolist()
@@ -484,7 +470,7 @@ class Observer:
         return first.device if first is not None else torch.device("cpu")
 
 
-def _read_to_the_end(indices: list[int], record: SamplerPass):
+def _read_to_the_end(indices: list[int], record: Pass):
     """The pass's indices, marking it full when the loop has read the last of them."""
     yield from indices
     if record.state == "open":
