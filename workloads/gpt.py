@@ -97,4 +97,7 @@ def gpt2(size: str, data_dir: str | None = None) -> Workload:
         sample_unit="tokens",
         units_per_sample=config.context,
         make_optimizer=make_optimizer,
+        # The transformer blocks; the embeddings, final norm and the head tied to the token
+        # embedding stay with the root (a unit of their own would split the tied weight).
+        shard_units=lambda model: list(model.blocks),
     )

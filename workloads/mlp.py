@@ -21,12 +21,23 @@ SIZES = {
 NUM_CLASSES = 10
 
 
+class MLP(nn.Sequential):
+    """nn.Sequential with a forward of its own. torch.compile traces user code but not torch's own
+    modules when they are entered from DDP's forward (which dynamo skips): with nn.Sequential's
+    forward, `torch.compile(DDP(model))` would compile nothing. Parameter names are Sequential's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self:
+            x = layer(x)
+        return x
+
+
 def mlp(size: str, data_dir: str | None = None) -> Workload:
     width, layers, batch_size = SIZES[size]
     blocks = []
     for _ in range(layers):
         blocks += [nn.Linear(width, width), nn.ReLU()]
-    model = nn.Sequential(*blocks, nn.Linear(width, NUM_CLASSES))
+    model = MLP(*blocks, nn.Linear(width, NUM_CLASSES))
 
     def make_sample(generator: torch.Generator) -> tuple:
         return torch.randn(width, generator=generator), int(torch.randint(NUM_CLASSES, (1,), generator=generator))

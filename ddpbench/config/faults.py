@@ -1,5 +1,5 @@
 """Fault injection, a testing aid:
-`--inject-fault rank=R,kind=raise|kill|hang|oom|skip,step=S[,where=PLACE]`.
+`--inject-fault rank=R,kind=raise|kill|hang|oom|skip|unsynced,step=S[,where=PLACE]`.
 
 The fault happens inside a real worker process of a real run, in step S (counting warm-up steps
 from 0) on global rank R, so the harness's handling of crashes, kills, hangs and out-of-memory
@@ -14,7 +14,12 @@ errors is exercised for real:
          the bucket's all-reduce);
 - skip:  the rank skips one all-reduce (its DDP communication hook returns the local gradient),
          so its collectives fall out of step with the other ranks';
-- oom:   raises torch.OutOfMemoryError, as CUDA (or a test workload on CPU) would.
+- oom:   raises torch.OutOfMemoryError, as CUDA (or a test workload on CPU) would;
+- unsynced: from step S on, no rank synchronises its gradients any more: each keeps its local
+         gradient, as when a wrapper silently skips its collective (pytorch#152735, under
+         compiled autograd). Every rank must skip it, or the others would wait for it, so the
+         fault names rank 0 for the whole job. Works for every strategy launched by torchrun
+         and every compile mode: the gradient check is what must catch it.
 
 Parsing needs no torch; the injection itself lives in `ddpbench.worker.faults`.
 """
@@ -25,7 +30,8 @@ from dataclasses import asdict, dataclass
 
 from ddpbench.config.errors import SpecError
 
-FAULT_KINDS = ("raise", "kill", "hang", "oom", "skip")
+FAULT_KINDS = ("raise", "kill", "hang", "oom", "skip", "unsynced")
+TORCHRUN_STRATEGIES = ("ddp", "fsdp2", "replicate")  # as in ddpbench.config.spec (which imports this module)
 HANG_PLACES = ("data", "forward", "backward", "optimizer", "collective")
 USAGE = f"rank=R,kind={'|'.join(FAULT_KINDS)},step=S[,where={'|'.join(HANG_PLACES)}]"
 _FIELDS = ("rank", "kind", "step", "where")
@@ -75,7 +81,12 @@ def parse_fault(text: str) -> Fault:
 
 
 def check_fault_fits(
-    fault: Fault, world_size: int, steps: int, strategy: str = "ddp", comm_hook: str = "allreduce"
+    fault: Fault,
+    world_size: int,
+    steps: int,
+    strategy: str = "ddp",
+    comm_hook: str = "allreduce",
+    compile_mode: str = "off",
 ) -> None:
     if fault.rank >= world_size:
         raise SpecError(f"--inject-fault rank {fault.rank} does not exist: world size is {world_size}")
@@ -83,15 +94,29 @@ def check_fault_fits(
         raise SpecError(
             f"--inject-fault step {fault.step} is never reached: the run has {steps} steps (0..{steps - 1})"
         )
-    if fault.uses_comm_hook and (strategy != "ddp" or comm_hook != "allreduce"):
+    if fault.uses_comm_hook and (strategy != "ddp" or comm_hook != "allreduce" or compile_mode == "compiled-autograd"):
         raise SpecError(
             f"--inject-fault {fault.kind}{',where=' + fault.where if fault.where else ''} goes through "
-            f"DDP's communication hook: it needs strategy ddp and --comm-hook allreduce; "
-            f"got strategy {strategy}, comm hook {comm_hook}"
+            f"DDP's communication hook: it needs strategy ddp, --comm-hook allreduce and no compiled autograd; "
+            f"got strategy {strategy}, comm hook {comm_hook}, compile {compile_mode}"
         )
+    if fault.kind == "unsynced":
+        if strategy not in TORCHRUN_STRATEGIES:
+            raise SpecError(
+                f"--inject-fault kind=unsynced stops gradient synchronisation: it needs a strategy launched by "
+                f"torchrun ({', '.join(TORCHRUN_STRATEGIES)}); got {strategy}"
+            )
+        if fault.rank != 0:
+            raise SpecError(
+                "--inject-fault kind=unsynced happens on every rank at once (a collective skipped on one rank "
+                f"leaves the others waiting): give rank=0; got rank={fault.rank}"
+            )
 
 
-def fault_applies(fault: dict, processes: int, steps: int, strategy: str) -> bool:
+def fault_applies(fault: dict, processes: int, steps: int, strategy: str, compile_mode: str = "off") -> bool:
     """Whether a sweep's fault can happen in one of its runs (it goes to every run it fits)."""
     parsed = Fault(**fault)
-    return parsed.rank < processes and parsed.step < steps and (strategy == "ddp" or not parsed.uses_comm_hook)
+    if parsed.kind == "unsynced" and strategy not in TORCHRUN_STRATEGIES:
+        return False
+    hook_fits = strategy == "ddp" and compile_mode != "compiled-autograd"
+    return parsed.rank < processes and parsed.step < steps and (hook_fits or not parsed.uses_comm_hook)

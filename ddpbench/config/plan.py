@@ -1,7 +1,8 @@
 """Sweep plans: which runs a scaling study is made of. No torch.
 
 A plan is a list of RunSpec: for every workload, `local` once (the X(1) reference), then `ddp`
-and `dp` at world sizes 1, 2, 4, ... up to N (and N itself when it is not a power of two).
+and `dp` (and fsdp2, replicate where asked) at world sizes 1, 2, 4, ... up to N (and N itself when
+it is not a power of two), each in every compile mode asked that it supports.
 Run ids are stable names inside a sweep (`mlp-ddp-n2`), which is what `--resume` matches on.
 """
 
@@ -13,8 +14,11 @@ from dataclasses import dataclass, field
 from ddpbench.config.faults import fault_applies
 from ddpbench.config.options import comma_list, flag, node_counts, positive_int, same_flag
 from ddpbench.config.spec import (
+    COMPILE_MODES,
+    DEFAULT_STRATEGIES,
     SCALING_MODES,
     STRATEGIES,
+    TORCHRUN_STRATEGIES,
     DDPKnobs,
     Launcher,
     Precision,
@@ -23,7 +27,10 @@ from ddpbench.config.spec import (
     ScriptSpec,
     Size,
     SpecError,
+    check_compile_fits,
     check_launchable,
+    compile_fits,
+    strategy_name,
     threads_per_process,
 )
 from ddpbench.config.workloads import check_workload_name, short_workload_name
@@ -95,7 +102,19 @@ class SweepOptions:
     suite: str
     workloads: tuple[str, ...] = flag("comma-separated workloads instead of the suite's", type=comma_list, default=())
     """Overrides the suite's workloads when given."""
-    strategies: tuple[str, ...] = flag(f"subset of {','.join(STRATEGIES)}", type=comma_list, default=STRATEGIES)
+    strategies: tuple[str, ...] = flag(
+        f"subset of {','.join(STRATEGIES)} (default {','.join(DEFAULT_STRATEGIES)})",
+        type=comma_list,
+        default=DEFAULT_STRATEGIES,
+    )
+    compile: tuple[str, ...] = flag(
+        f"comma-separated compile modes, each strategy run in each it supports: {','.join(COMPILE_MODES)} "
+        "(default off)",
+        type=comma_list,
+        default=("off",),
+    )
+    """torch.compile modes; every strategy runs in each mode it supports (dp only eager, fsdp2
+    not under compiled autograd). The local reference stays eager unless `off` is left out."""
     size: Size | None = flag(default=None)
     steps: int | None = flag("steps per run, warm-up included (default: the suite's)", default=None)
     warmup: int | None = flag(default=None)
@@ -143,6 +162,13 @@ class SweepOptions:
                 raise SpecError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
         if not self.strategies:
             raise SpecError("strategies must name at least one of: " + ", ".join(STRATEGIES))
+        for mode in self.compile:
+            if mode not in COMPILE_MODES:
+                raise SpecError(f"unknown compile mode {mode!r}; valid: {', '.join(COMPILE_MODES)}")
+        if not self.compile:
+            raise SpecError("compile must name at least one of: " + ", ".join(COMPILE_MODES))
+        if not any(compile_fits(s, m) for s in self.strategies for m in self.compile):
+            check_compile_fits(self.strategies[0], self.compile[0])  # says why in one line
         if self.scaling not in SCALING_MODES:
             raise SpecError(f"scaling must be one of {', '.join(SCALING_MODES)}; got {self.scaling!r}")
         for name in self.workloads:
@@ -158,6 +184,8 @@ class SweepOptions:
         if self.script is not None:
             if self.workloads:
                 raise SpecError("--script sweeps the script in place of workloads: drop --workloads")
+            if self.compile != ("off",):
+                raise SpecError("--compile applies to workloads: a script compiles (or not) as it is written")
             if "ddp" not in self.strategies:
                 raise SpecError(
                     "a script is swept with ddp (its DDP x1 run is the reference): keep ddp in --strategies"
@@ -175,7 +203,7 @@ def layouts(options: SweepOptions, strategy: str) -> list[tuple[int, int]]:
     if not options.nodes:
         return one_node
     across = [(nodes, options.max_world_size) for nodes in sorted(set(options.nodes)) if nodes > 1]
-    return one_node if strategy == "dp" else ([] if 1 not in options.nodes else one_node) + across
+    return one_node if strategy not in TORCHRUN_STRATEGIES else ([] if 1 not in options.nodes else one_node) + across
 
 
 def _largest_world_size(options: SweepOptions) -> int:
@@ -239,13 +267,16 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
-        for strategy in [s for s in STRATEGIES if s in strategies]:
+        modes = [(s, m) for s in STRATEGIES if s in strategies for m in COMPILE_MODES if m in options.compile]
+        for strategy, compile_mode in [(s, m) for s, m in modes if compile_fits(s, m)]:
+            label = strategy_name(strategy, compile_mode).replace("+", "-")
             for nodes, per_node in layouts(options, strategy):
                 world_size = nodes * per_node
-                processes = world_size if strategy == "ddp" else 1
+                processes = world_size if strategy in TORCHRUN_STRATEGIES else 1
                 fault = (
                     options.fault
-                    if options.fault and fault_applies(options.fault, processes, common["steps"], strategy)
+                    if options.fault
+                    and fault_applies(options.fault, processes, common["steps"], strategy, compile_mode)
                     else None
                 )
                 for repeat in range(1, options.repeat + 1):
@@ -256,13 +287,14 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                             scaling=options.scaling,
                             workload=workload,
                             strategy=strategy,
+                            compile=compile_mode,
                             nproc=per_node,
                             nnodes=nodes,
                             batch_size=_per_device_batch(options, default_batch, world_size),
                             threads_per_rank=threads_per_process(
                                 strategy, per_node, options.cores, options.max_world_size
                             ),
-                            run_id=f"{name}-{strategy}-n{world_size}{suffix}",
+                            run_id=f"{name}-{label}-n{world_size}{suffix}",
                             **{**common, "script": script_for(options.script, per_node, world_size, nodes)},
                         )
                     )

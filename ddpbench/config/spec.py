@@ -17,7 +17,8 @@ from ddpbench.config.faults import USAGE as FAULT_USAGE
 from ddpbench.config.faults import Fault, check_fault_fits, parse_fault
 from ddpbench.config.options import flag
 
-Strategy = Literal["local", "ddp", "dp"]
+Strategy = Literal["local", "ddp", "dp", "fsdp2", "replicate"]
+CompileMode = Literal["off", "default", "compiled-autograd"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Device = Literal["auto", "cuda", "cpu"]
 Size = Literal["tiny", "full"]
@@ -26,6 +27,11 @@ ScalingMode = Literal["weak", "strong"]
 Launcher = Literal["local", "slurm"]
 STRATEGIES = get_args(Strategy)
 """In the order sweeps run them and tables show them: the local reference first."""
+DEFAULT_STRATEGIES = ("local", "ddp", "dp")
+"""What a sweep runs unless told: the reference, DDP and DataParallel (fsdp2 and replicate are asked for)."""
+TORCHRUN_STRATEGIES = ("ddp", "fsdp2", "replicate")
+"""Strategies launched by torchrun, one process per device, in one process group."""
+COMPILE_MODES = get_args(CompileMode)
 PRECISIONS = get_args(Precision)
 DEVICES = get_args(Device)
 SIZES = get_args(Size)
@@ -46,7 +52,7 @@ DDP_LOGGED_ITERATIONS = 10
 def default_warmup(strategy: str, device: str, steps: int) -> int:
     """The warm-up when none is asked: 5, or enough to cover DDP's logged iterations on GPUs
     (but always leaving at least one timed step)."""
-    if strategy == "ddp" and device == "cuda":
+    if strategy in ("ddp", "replicate") and device == "cuda":  # replicate runs DDP's reducer inside
         return max(1, min(DDP_LOGGED_ITERATIONS + 1, steps - 1))
     return DEFAULT_WARMUP
 
@@ -61,11 +67,51 @@ def check_launchable(spec: RunSpec) -> None:
     DDP all-reduces its first iteration in one big bucket and rebuilds its buckets at the start of
     the second forward, so a warm-up of 1 leaves the rebuild inside the first timed step."""
     warmup = DEFAULT_WARMUP if spec.warmup is None else spec.warmup
-    if spec.strategy == "ddp" and warmup < DDP_MIN_WARMUP:
+    if spec.strategy in ("ddp", "replicate") and warmup < DDP_MIN_WARMUP:
         raise SpecError(
-            f"warmup must be at least {DDP_MIN_WARMUP} for ddp; got {warmup}: DDP's first iteration "
+            f"warmup must be at least {DDP_MIN_WARMUP} for {spec.strategy}; got {warmup}: DDP's first iteration "
             "all-reduces in one bucket and its second forward rebuilds the buckets, so with less "
             "the rebuild lands in a timed step"
+        )
+
+
+def strategy_name(strategy: str, compile_mode: str = "off") -> str:
+    """How a run's strategy is named in tables, the gate and the history: compiled runs are
+    their own series (`ddp+compile`, `ddp+compiled-autograd`); eager runs keep the plain name."""
+    if compile_mode == "off":
+        return strategy
+    return f"{strategy}+{'compile' if compile_mode == 'default' else compile_mode}"
+
+
+def strategy_order(name: str) -> tuple[int, int]:
+    """Where a strategy name (as `strategy_name` writes it) sorts: by strategy, eager first."""
+    base, _, mode = name.partition("+")
+    position = STRATEGIES.index(base) if base in STRATEGIES else len(STRATEGIES)
+    return position, {"": 0, "compile": 1, "compiled-autograd": 2}.get(mode, 3)
+
+
+def compile_fits(strategy: str, compile_mode: str) -> bool:
+    try:
+        check_compile_fits(strategy, compile_mode)
+    except SpecError:
+        return False
+    return True
+
+
+def check_compile_fits(strategy: str, compile_mode: str) -> None:
+    """The strategy/compile pairs torch supports, refused in one line before anything starts."""
+    _one_of("compile", compile_mode, COMPILE_MODES)
+    if compile_mode == "off":
+        return
+    if strategy == "dp":
+        raise SpecError(
+            f"--compile {compile_mode} does not apply to dp: nn.DataParallel replicates the module in every "
+            "forward, which torch.compile does not trace; compile local, ddp, fsdp2 or replicate runs"
+        )
+    if strategy == "fsdp2" and compile_mode == "compiled-autograd":
+        raise SpecError(
+            "--compile compiled-autograd traces DDP's all-reduce into backward (ddp, replicate or local); "
+            "fsdp2's hooks are not traceable by it: use --compile default with fsdp2"
         )
 
 
@@ -157,9 +203,21 @@ class RunSpec:
 
     workload: str = flag("built-in name (resnet50, vit_b_16, gpt2, mlp) or path/to/file.py:factory")
     """A built-in workload name, or `path/to/file.py:factory` for a user's own."""
-    strategy: Strategy = flag("ddp under torchrun, or local: one process, no wrapper", default="ddp")
+    strategy: Strategy = flag(
+        "ddp, fsdp2 or replicate under torchrun; dp: nn.DataParallel; local: one process, no wrapper", default="ddp"
+    )
     """`ddp`: DistributedDataParallel under torchrun; `local`: one process, no wrapper (the
-    reference); `dp`: nn.DataParallel, one process driving `nproc` devices with the global batch."""
+    reference); `dp`: nn.DataParallel, one process driving `nproc` devices with the global batch;
+    `fsdp2`: `fully_shard` on each of the workload's shard units, then the root, under torchrun;
+    `replicate`: the composable `replicate` (DDP's reducer without the wrapper), under torchrun."""
+    compile: CompileMode = flag(
+        "torch.compile the wrapped model: default (DDPOptimizer splits graphs at buckets), compiled-autograd "
+        "(backward and its all-reduces traced too; ddp, replicate, local), off (default)",
+        default="off",
+    )
+    """`off`: eager; `default`: `torch.compile` of the wrapped model (for DDP, DDPOptimizer splits
+    the graph at bucket boundaries); `compiled-autograd`: also backward, with DDP's Python reducer
+    tracing the all-reduces into it (`optimize_ddp = "python_reducer"`)."""
     nproc: int = flag("processes per node, one per device (default 1)", default=1)
     """Devices per node: one process each for ddp, all in one process for dp."""
     nnodes: int = flag(default=1)
@@ -270,6 +328,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Derived fields first: the checks below use them. (Frozen, hence object.__setattr__.)
         object.__setattr__(self, "world_size", self.nproc * self.nnodes)
+        if self.script is not None and self.compile != "off":
+            raise SpecError("--compile applies to workloads: a script compiles (or not) as it is written")
         if self.script is not None and self.strategy != "ddp":
             raise SpecError(
                 f"a script runs under torchrun with DDP; strategy {self.strategy} is measured with workloads "
@@ -279,6 +339,7 @@ class RunSpec:
         if not isinstance(self.workload, str) or not self.workload:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
+        check_compile_fits(self.strategy, self.compile)
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("scaling", self.scaling, SCALING_MODES)
@@ -309,6 +370,8 @@ class RunSpec:
                 f"strategy local is one process on one device; got nproc={self.nproc}, "
                 f"nnodes={self.nnodes} (use ddp for more)"
             )
+        if self.strategy in ("fsdp2", "replicate") and self.warmup is not None and self.warmup < 1:
+            raise SpecError(f"warmup must be at least 1 for {self.strategy}: its first step initialises it lazily")
         _at_least("profile_wait", self.profile_wait, 0)
         _at_least("profile_warmup", self.profile_warmup, 0)
         _at_least("profile_active", self.profile_active, 1)
@@ -329,8 +392,8 @@ class RunSpec:
                 "precision fp16 needs a GPU (CPU autocast has no fp16 GradScaler path); " "on cpu use fp32 or bf16"
             )
         if self.nnodes > 1:
-            if self.strategy != "ddp":
-                raise SpecError("nnodes > 1 needs strategy ddp")
+            if self.strategy not in TORCHRUN_STRATEGIES:
+                raise SpecError(f"nnodes > 1 needs a strategy launched by torchrun ({', '.join(TORCHRUN_STRATEGIES)})")
             # Under slurm the launcher picks them on the step's first node when the run starts.
             if self.launcher != "slurm" and (not self.rdzv_endpoint or not self.rdzv_id):
                 raise SpecError("nnodes > 1 needs rdzv_endpoint (host:port) and rdzv_id (or --launcher slurm)")
@@ -341,15 +404,27 @@ class RunSpec:
         if not isinstance(self.slowdown, int | float) or not 0 <= self.slowdown <= 1:
             raise SpecError(f"slowdown must be a fraction between 0 and 1; got {self.slowdown!r}")
         if self.fault is not None:
-            check_fault_fits(Fault(**self.fault), self.processes, self.steps, self.strategy, self.ddp.comm_hook)
+            check_fault_fits(
+                Fault(**self.fault), self.processes, self.steps, self.strategy, self.ddp.comm_hook, self.compile
+            )
         if self.rdzv_port is not None and not (isinstance(self.rdzv_port, int) and 0 < self.rdzv_port < 65536):
             raise SpecError(f"rdzv_port must be a port number 1..65535; got {self.rdzv_port!r}")
         if not 0 <= self.node_rank < self.nnodes:
             raise SpecError(f"node_rank must be in 0..{self.nnodes - 1}; got {self.node_rank}")
 
     @property
+    def launched_by_torchrun(self) -> bool:
+        """One process per device in one process group (ddp, fsdp2, replicate)."""
+        return self.strategy in TORCHRUN_STRATEGIES
+
+    @property
     def processes(self) -> int:
-        return self.world_size if self.strategy == "ddp" else 1
+        return self.world_size if self.launched_by_torchrun else 1
+
+    @property
+    def strategy_name(self) -> str:
+        """The strategy as tables and the history name it: `ddp`, or `ddp+compile` when compiled."""
+        return strategy_name(self.strategy, self.compile)
 
     @property
     def timed_steps(self) -> int:
@@ -358,8 +433,8 @@ class RunSpec:
     @property
     def no_sync_replays(self) -> int:
         """How many timed steps the no_sync phase replays (ddp only)."""
-        if self.strategy != "ddp":
-            return 0
+        if self.strategy != "ddp" or self.compile != "off":
+            return 0  # the replay is eager DDP's: no_sync and the reducer's timers
         return min(10, self.timed_steps) if self.no_sync_steps is None else self.no_sync_steps
 
     def replace(self, **changes: Any) -> RunSpec:
@@ -385,6 +460,7 @@ class RunSpec:
 # `ddpbench run` offers for them, and what `gate --confirm-with` reruns from a record.
 CONFIGURATION_FIELDS = (
     "strategy",
+    "compile",
     "nproc",
     "device",
     "size",

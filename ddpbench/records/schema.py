@@ -184,7 +184,10 @@ class RankResult(Part):
     peak_memory_bytes_by_device: list[int] | None = None
     """The timed window's peak on each device the process drove."""
     peak_memory_by_phase: dict[str, MemoryPeak] | None = None
-    """warm-up, timed, checks: each phase's peak, reset at its start."""
+    """compile (with --compile), warm-up, timed, checks: each phase's peak, reset at its start."""
+    model_state_bytes: int | None = None
+    """Bytes of parameters, gradients and optimizer state this rank holds after the window (its
+    shards of them under fsdp2); None in older records."""
     trace_path: str | None = None
     no_sync_step_times_s: list[float] | None = None
     """The first timed steps' batches replayed under DDP's no_sync() (no all-reduce)."""
@@ -624,6 +627,37 @@ class ScriptRun(Part):
     """What differs from a workload's run: estimates that need a replay, a comm hook of its own."""
 
 
+class CompileStats(Part):
+    """What `--compile` cost, apart from step time: the compile warm-up stepped one fixed batch
+    until a step compiled nothing."""
+
+    mode: str
+    """default or compiled-autograd."""
+    warmup_steps: int
+    """Steps of the compile warm-up, the last being the first that compiled nothing (when stable)."""
+    stable: bool
+    """A step compiled nothing within the warm-up's limit; False: it still recompiled at the end."""
+    first_step_s: float
+    """Wall time of the first compiled step, compiling included."""
+    warmup_s: float
+    """Wall time of the whole compile warm-up."""
+    compile_s: float
+    """Time torch's compiler reports for its own work (dynamo's `_compile.compile_inner`)."""
+    graphs: int
+    """Forward graphs compiled (under DDP, DDPOptimizer's split counts as one)."""
+    backward_graphs: int
+    """Backward graphs compiled autograd captured (0 without it)."""
+    graph_breaks: int
+    """Graph breaks dynamo met (DDP's own forward breaks on purpose around the module)."""
+    graph_break_reasons: list[str] = []
+    """The first line of each distinct reason, most frequent first (at most 5)."""
+    frames: int = 0
+    """Python frames dynamo compiled."""
+    recompiles_after_warmup: int | None = None
+    """Frames compiled or backward graphs captured after the compile warm-up (ordinary warm-up and
+    timed window); above 0, some timed steps may hold compile time."""
+
+
 class Record(Part):
     """One run: what was asked for, where it ran, what it measured, and whether it was right."""
 
@@ -655,6 +689,8 @@ class Record(Part):
     machine_load: MachineLoad | None = None
     """The busiest node's load over the timed window (each node's is on its local rank 0); None
     where it could not be read (not Linux) and in records of schema 2."""
+    compile: CompileStats | None = None
+    """Runs with --compile: what compiling cost; None for eager runs."""
 
     def __post_init__(self):
         # Records written before world-size-1 checks were left undecided say `ok` for them; read

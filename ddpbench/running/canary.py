@@ -33,7 +33,7 @@ def canary_wanted() -> bool:
 def sweep_shape(plan: list) -> tuple[int, int] | None:
     """Processes and threads per process of the sweep's largest run on a node (most threads in
     all, then most processes): the shape of the canary's shaped probe. None for an empty plan."""
-    shapes = [(spec.nproc if spec.strategy == "ddp" else 1, spec.threads_per_rank or 1) for spec in plan]
+    shapes = [(spec.nproc if spec.launched_by_torchrun else 1, spec.threads_per_rank or 1) for spec in plan]
     if not shapes:
         return None
     return max(shapes, key=lambda shape: (shape[0] * shape[1], shape[0]))

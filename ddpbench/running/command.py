@@ -24,7 +24,7 @@ def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
 
 
 def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
-    if spec.strategy != "ddp":
+    if not spec.launched_by_torchrun:
         return [sys.executable, *worker_module_args(spec)]
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
     if log_dir:
@@ -82,7 +82,7 @@ KINETO_QUIET_ON_CPU = "6"
 
 def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) -> dict[str, str]:
     env = dict(os.environ)
-    if spec.strategy != "ddp":
+    if not spec.launched_by_torchrun:
         for name in LAUNCHER_VARIABLES:
             env.pop(name, None)
     # torchrun would otherwise force OMP_NUM_THREADS=1; the worker also calls set_num_threads.

@@ -183,7 +183,7 @@ def launch(
         # --resume) must not stand for this run, should this one die before writing its own.
         os.remove(path)
     notes = []
-    if spec.strategy == "ddp" and spec.rdzv_port and not spec.rdzv_endpoint and not port_is_free(spec.rdzv_port):
+    if spec.launched_by_torchrun and spec.rdzv_port and not spec.rdzv_endpoint and not port_is_free(spec.rdzv_port):
         notes.append(f"port {spec.rdzv_port} was taken; torchrun picked a free one")
         spec = spec.replace(rdzv_port=None)
     started = time.perf_counter()
@@ -193,7 +193,7 @@ def launch(
             exit_code != 0
             and not timed_out
             and not os.path.exists(path)
-            and spec.strategy == "ddp"
+            and spec.launched_by_torchrun
             and rendezvous_failed(log_dir)
         )
         # Another node's endpoint cannot be moved (unless ddpbench chose it: slurm): only a

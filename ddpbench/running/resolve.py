@@ -56,7 +56,7 @@ def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
     if spec.device != "cpu":
         return None
     cores = usable_cores() if cores is None else cores
-    processes = spec.nproc if spec.strategy == "ddp" else 1  # dp and local: one process
+    processes = spec.nproc if spec.launched_by_torchrun else 1  # dp and local: one process
     threads = processes * spec.threads_per_rank
     if threads <= cores:
         return None
@@ -72,7 +72,7 @@ def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
 def wanted_cores(spec: RunSpec) -> int:
     """Cores a resolved run asks of its node: each process's threads on CPU, one host thread per
     process on GPUs, and one per data loader worker (as the worker's machine_load counts them)."""
-    processes = spec.nproc if spec.strategy == "ddp" else 1
+    processes = spec.nproc if spec.launched_by_torchrun else 1
     threads = (spec.threads_per_rank or 1) if spec.device == "cpu" else 1
     return processes * (threads + (spec.num_workers or 0))
 
@@ -89,7 +89,7 @@ def oversubscription_warning(figures: dict) -> str:
 def make_run_id(spec: RunSpec) -> str:
     workload = short_workload_name(spec.workload)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
-    return f"{workload}-{spec.strategy}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
+    return f"{workload}-{spec.strategy_name.replace('+', '-')}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
 
 
 MIN_FREE_BYTES = 200 * 1024 * 1024  # records are small, but traces and logs are not

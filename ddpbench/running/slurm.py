@@ -142,7 +142,7 @@ def placement(spec: RunSpec) -> tuple[int | None, int, dict]:
     allocation = current_allocation()
     check_nodes(allocation, spec.nnodes)
     changes = {}
-    if spec.strategy == "ddp" and spec.nnodes > 1 and not spec.rdzv_endpoint:
+    if spec.launched_by_torchrun and spec.nnodes > 1 and not spec.rdzv_endpoint:
         changes = {
             "rdzv_endpoint": rendezvous_endpoint(allocation),
             "rdzv_id": f"slurm-{allocation.job_id}-{spec.run_id}",
@@ -165,7 +165,7 @@ def srun_command(spec: RunSpec, environ: Mapping[str, str] = os.environ) -> list
     waiting on collectives until the timeout. GPUs need no option: a step gets all the GPUs the
     job asked for on its nodes."""
     nodes = expand_nodelist(environ["SLURM_JOB_NODELIST"])[: spec.nnodes]
-    cpus = spec.threads_per_rank * (spec.nproc if spec.strategy == "ddp" else 1)
+    cpus = spec.threads_per_rank * (spec.nproc if spec.launched_by_torchrun else 1)
     node_cpus = expand_cpus_per_node(environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
     cpus = min([cpus, *node_cpus])
     return [

@@ -198,7 +198,7 @@ class Progress:
 
 def _status_line(record: Record, wall_s: float) -> str:
     spec = record.spec
-    what = f"{spec.workload} {spec.strategy} x{spec.world_size}"
+    what = f"{spec.workload} {spec.strategy_name} x{spec.world_size}"
     if record.status == "ok":
         metrics = record.metrics
         failed = record.failed_checks()

@@ -6,6 +6,9 @@ once, so a drift of the machine hits every variant alike): the run as given, buc
 x 4, gradient_as_bucket_view, static_graph, fp16 and bf16 compression. Each variant's throughput
 is the median over its repeats, with the range of the repeats as its interval.
 
+Beside each throughput, the variant's peak memory per rank in the timed window (the median over
+its runs, and its change against the run as given): a knob may trade memory for speed.
+
 Which differences are real: the gate's statistics on the rounds as pairs (`ddpbench ab`'s test):
 the mean of the per-round log ratios against the run as given, with its t interval over the
 rounds, at a family-wise false-alarm rate of 5 % over the variants (Bonferroni), and only beyond
@@ -34,9 +37,12 @@ from ddpbench.running.resolve import resolve
 TUNE_SETTINGS = stats.GateSettings(max_regression=0.03, family_alpha=0.05)
 
 
-def variants(knobs: DDPKnobs) -> dict[str, DDPKnobs]:
+def variants(knobs: DDPKnobs, compile_mode: str = "off") -> dict[str, DDPKnobs]:
+    """The knobs tried. Under compiled autograd DDP's Python reducer calls communication hooks with
+    a gradient and a parameter, not a bucket: torch's compression hooks do not fit it, so they
+    are left out."""
     cap = knobs.bucket_cap_mb
-    return {
+    found = {
         "as given": knobs,
         f"bucket cap {cap / 5:g} MB": knobs.__class__(**{**knobs.__dict__, "bucket_cap_mb": cap / 5}),
         f"bucket cap {cap * 4:g} MB": knobs.__class__(**{**knobs.__dict__, "bucket_cap_mb": cap * 4}),
@@ -45,6 +51,9 @@ def variants(knobs: DDPKnobs) -> dict[str, DDPKnobs]:
         "fp16_compress": knobs.__class__(**{**knobs.__dict__, "comm_hook": "fp16_compress"}),
         "bf16_compress": knobs.__class__(**{**knobs.__dict__, "comm_hook": "bf16_compress"}),
     }
+    if compile_mode == "compiled-autograd":
+        found = {name: variant for name, variant in found.items() if variant.comm_hook == "allreduce"}
+    return found
 
 
 def difference(baseline: dict[int, float], candidate: dict[int, float], tests: int) -> str:
@@ -71,6 +80,9 @@ class Variant:
     projection_unavailable: str | None = None
     """Why a projection was asked for (a profile given) and this variant has none."""
     unit: str = "samples"
+    peak_memory_bytes: list[int] = field(default_factory=list)
+    """Each finished run's largest rank's peak memory in the timed window (device memory on GPUs,
+    the process's resident set on CPU)."""
 
     @property
     def throughputs(self) -> list[float]:
@@ -93,7 +105,7 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
             "column will be unavailable",
             file=sys.stderr,
         )
-    found = [Variant(name, knobs) for name, knobs in variants(spec.ddp).items()]
+    found = [Variant(name, knobs) for name, knobs in variants(spec.ddp, spec.compile).items()]
     base_spec = resolve(spec.replace(out_dir=out_dir, run_id=""))
     for round_number in range(repeat):
         for variant in found:
@@ -106,6 +118,9 @@ def run_tune(spec: RunSpec, repeat: int, out_dir: str, profile_spec: str | None 
                 variant.by_round[round_number] = record.metrics.throughput_units_per_s
                 variant.record_paths.append(result.record_path)
                 variant.unit = record.metrics.sample_unit
+                peaks = [rank.peak_memory_bytes for rank in record.ranks if rank.peak_memory_bytes]
+                if peaks:
+                    variant.peak_memory_bytes.append(max(peaks))
                 outcome = f"{record.metrics.throughput_units_per_s:.1f} {record.metrics.sample_unit}/s"
             else:
                 outcome = f"{record.status if record else 'no record'}; see {result.record_path or run_spec.out_dir}"
@@ -183,7 +198,7 @@ def format_tune(found: list[Variant]) -> str:
     unit = next((v.unit for v in found if v.throughputs), "samples")
     lines = [
         f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
-        f"{'real?':>14} {'projected':>11}"
+        f"{'real?':>14} {'projected':>11} {'peak memory/rank':>17}"
     ]
     ranked = sorted((v for v in found if v.throughputs), key=lambda v: -v.median)
     tests = len(found) - 1
@@ -193,13 +208,26 @@ def format_tune(found: list[Variant]) -> str:
         projected = projected_change(variant, base)
         lines.append(
             f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
-            f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11}"
+            f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11} "
+            f"{memory_change(variant, base):>17}"
         )
     unavailable = projection_unavailable(found)
     if unavailable:
         lines.append(unavailable)
     lines.append(advice(found))
     return "\n".join(lines)
+
+
+def memory_change(variant: Variant, base: Variant) -> str:
+    """The memory column: the median peak per rank, and for a variant its change against the run as
+    given (gradient_as_bucket_view drops a gradient copy)."""
+    if not variant.peak_memory_bytes:
+        return ""
+    peak = statistics.median(variant.peak_memory_bytes)
+    text = f"{peak / 2**20:.0f} MiB"
+    if variant is base or not base.peak_memory_bytes:
+        return text
+    return f"{text} {peak / statistics.median(base.peak_memory_bytes) - 1:+.0%}"
 
 
 def projected_change(variant: Variant, base: Variant) -> str:

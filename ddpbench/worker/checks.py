@@ -5,7 +5,10 @@
 - shards_disjoint / shards_cover_dataset: DistributedSampler gave each rank its own indices.
 - reshuffled_each_epoch: set_epoch was called (epoch orders differ), when a run spans epochs.
 - gradients_averaged: DDP's gradient equals the mean of the ranks' local gradients, i.e. the
-  all-reduce during backward really averaged them.
+  all-reduce during backward really averaged them. Under fsdp2 and replicate: the full gradient
+  (fsdp2's shards reassembled) equals the mean of the gradients a one-process copy of the model
+  computes on each rank's batch.
+- parameters_sharded (fsdp2): every parameter's rows are held by exactly one rank.
 
 Checks that compare ranks are not decided (`ok` None, "not checked") at world size 1: one rank's
 gradient is its own mean and one digest always agrees with itself, so an `ok` there would say
@@ -14,6 +17,7 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
@@ -50,9 +54,12 @@ def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's bytes, in registration order."""
+    """sha256 over every parameter's bytes, in registration order; sharded (fsdp2) parameters are
+    gathered whole first, so every rank hashes the full model it trains (collective)."""
+    from ddpbench.worker.sharding import full
+
     digest = hashlib.sha256()
-    for param in model.parameters():
+    for param in (full(p) for p in model.parameters()):
         # reshape(-1) first: a 0-dimensional parameter cannot be viewed as bytes directly.
         digest.update(param.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -152,7 +159,9 @@ def _flat_gradients(model: torch.nn.Module) -> torch.Tensor:
     )
 
 
-def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, comm_hook: str) -> dict:
+def gradients_averaged(
+    ddp_model, inputs, targets, loss_fn, world_size: int, comm_hook: str, context=contextlib.nullcontext
+) -> dict:
     """Compare DDP's gradient with the mean of local gradients, on this rank's next batch.
 
     Runs in eval mode so both backward passes see identical forward results (no dropout, fixed
@@ -162,18 +171,89 @@ def gradients_averaged(ddp_model, inputs, targets, loss_fn, world_size: int, com
     ddp_model.eval()
     try:
         ddp_model.zero_grad(set_to_none=True)
-        with ddp_model.no_sync():
+        with ddp_model.no_sync(), context():
             loss_fn(ddp_model(inputs), targets).backward()
         expected = _flat_gradients(ddp_model.module)
         dist.all_reduce(expected)  # sum of local gradients, by hand
         expected /= world_size
         ddp_model.zero_grad(set_to_none=True)
-        loss_fn(ddp_model(inputs), targets).backward()  # DDP all-reduces during this backward
+        with context():  # compiled autograd: the all-reduces are traced into this backward
+            loss_fn(ddp_model(inputs), targets).backward()  # DDP all-reduces during this backward
         actual = _flat_gradients(ddp_model.module)
         ddp_model.zero_grad(set_to_none=True)
     finally:
         ddp_model.train(was_training)
-    tolerance = GRADIENT_TOLERANCE[comm_hook]
+    return compare_gradients(actual, expected, GRADIENT_TOLERANCE[comm_hook])
+
+
+def parameters_sharded(layouts: Sequence[Sequence[tuple[str, int, int, int]]]) -> dict:
+    """From every rank's (parameter, first row, rows, rows in all) under fsdp2: the ranks' pieces
+    of each parameter must be disjoint and together cover it."""
+    if len(layouts) < 2:
+        return one_rank()
+    pieces: dict[str, list[tuple[int, int, int]]] = {}
+    for layout in layouts:
+        for name, first, rows, total in layout:
+            pieces.setdefault(name, []).append((first, rows, total))
+    overlapping, uncovered = [], []
+    for name, found in pieces.items():
+        total = found[0][2]
+        held = [0] * total
+        for first, rows, _ in found:
+            for row in range(first, min(total, first + rows)):
+                held[row] += 1
+        if any(count > 1 for count in held):
+            overlapping.append(name)
+        if any(count == 0 for count in held):
+            uncovered.append(name)
+    ok = not overlapping and not uncovered
+    reason = None
+    if overlapping:
+        reason = f"{len(overlapping)} parameter(s) held by more than one rank, e.g. {overlapping[0]} (not sharded)"
+    elif uncovered:
+        reason = f"{len(uncovered)} parameter(s) with rows no rank holds, e.g. {uncovered[0]}"
+    return verdict(ok, reason, parameters=len(pieces), overlapping=len(overlapping), uncovered=len(uncovered))
+
+
+def gradients_match_reference(
+    module: torch.nn.Module, model, reference: torch.nn.Module, inputs, targets, loss_fn, world_size: int, context
+) -> dict:
+    """fsdp2 and replicate: the gradient the strategy left on `module` (fsdp2's shards gathered)
+    against the mean of the gradients `reference`, a plain copy of the model loaded with the full
+    parameters, computes on every rank's batch. Eval mode and fp32, as for DDP; leaves gradients
+    cleared."""
+    from ddpbench.worker.sharding import full
+
+    was_training = model.training
+    model.eval()
+    try:
+        module.zero_grad(set_to_none=True)
+        with context():
+            loss_fn(model(inputs), targets).backward()  # the strategy's own reduction runs here
+        named = list(module.named_parameters())
+        actual = torch.cat([_full_gradient(p, inputs.device) for _, p in named])
+        module.zero_grad(set_to_none=True)
+        reference.load_state_dict({name: full(value).detach() for name, value in module.state_dict().items()})
+        reference.eval()
+        loss_fn(reference(inputs), targets).backward()
+        own = dict(reference.named_parameters())
+        expected = torch.cat([_full_gradient(own[name], inputs.device) for name, _ in named])
+        dist.all_reduce(expected)
+        expected /= world_size
+    finally:
+        model.train(was_training)
+    return compare_gradients(actual, expected, GRADIENT_TOLERANCE["allreduce"])
+
+
+def _full_gradient(param, device) -> torch.Tensor:
+    """A parameter's whole gradient, flat, in fp32 (zeros where it got none)."""
+    from ddpbench.worker.sharding import full
+
+    grad = full(param.grad) if param.grad is not None else torch.zeros(param.shape, device=device)
+    return grad.detach().float().flatten()
+
+
+def compare_gradients(actual: torch.Tensor, expected: torch.Tensor, tolerance: float) -> dict:
     if not (bool(torch.isfinite(expected).all()) and bool(torch.isfinite(actual).all())):
         # A diverged model (loss NaN or inf): no error can be computed, and a NaN would compare
         # False without saying why.

@@ -52,7 +52,11 @@ class InStepFault:
 
 
 def install_in_step_fault(fault: dict | None, rank: int, trainer, beat) -> None:
-    """Register the hook for a hang inside a step or a skipped all-reduce on the fault's rank."""
+    """Register the hook for a hang inside a step or a skipped all-reduce on the fault's rank, or
+    the job-wide loss of gradient synchronisation (every rank)."""
+    if fault is not None and fault["kind"] == "unsynced":
+        trainer.batches = _unsync_from(trainer.batches, InStepFault(fault, beat), trainer)
+        return
     if fault is None or fault["rank"] != rank or not (fault.get("where") or fault["kind"] == "skip"):
         return
     trigger = InStepFault(fault, beat)
@@ -68,6 +72,20 @@ def install_in_step_fault(fault: dict | None, rank: int, trainer, beat) -> None:
         trainer.optimizer.register_step_pre_hook(trigger.hang_if_due)
     else:  # collective, or skip: DDP's communication hook, run for every gradient bucket
         trainer.model.register_comm_hook(state=trigger, hook=_skip_hook if fault["kind"] == "skip" else _hang_hook)
+
+
+def _unsync_from(batches, trigger: InStepFault, trainer):
+    """From the fault's step on, gradients stay local: the wrapper's own switch for accumulation
+    without communication, left off (DDP's require_backward_grad_sync, which no_sync() sets;
+    set_requires_gradient_sync on fsdp2 and replicate modules)."""
+    while True:
+        if trigger.due():
+            if hasattr(trainer.module, "set_requires_gradient_sync"):
+                trainer.module.set_requires_gradient_sync(False)
+            else:
+                ddp = getattr(trainer.model, "_orig_mod", trainer.model)  # inside torch.compile's wrapper
+                ddp.require_backward_grad_sync = False
+        yield next(batches)
 
 
 def _hang_fetching(batches, trigger: InStepFault):

@@ -2,9 +2,10 @@
 
 Under torchrun (strategy ddp) it does DDP the textbook way: init_process_group (nccl on GPUs,
 gloo on CPU), device from LOCAL_RANK, DDP(model, device_ids=[local_rank]), a DistributedSampler
-with set_epoch every epoch. Started plainly (strategy local) it runs the same loop on one device
-with no wrapper. Phases: warm-up (never timed) -> timed window -> checks -> gather to rank 0,
-which alone writes the record.
+with set_epoch every epoch; fsdp2 and replicate are launched the same way and wrap the model
+their own way (`ddpbench.worker.sharding`). Started plainly (strategy local) it runs the same loop
+on one device with no wrapper. Phases: (compile warm-up, with --compile) -> warm-up (never
+timed) -> timed window -> checks -> gather to rank 0, which alone writes the record.
 """
 
 from __future__ import annotations
@@ -27,11 +28,21 @@ from torch.utils.data.dataloader import default_collate
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
-from ddpbench.records.schema import Check, HostSync, MachineLoad, Metrics, Overlap, RankResult, Record, RunError
+from ddpbench.records.schema import (
+    Check,
+    CompileStats,
+    HostSync,
+    MachineLoad,
+    Metrics,
+    Overlap,
+    RankResult,
+    Record,
+    RunError,
+)
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.running.environment import host_facts
 from ddpbench.running.machine_load import busiest
-from ddpbench.worker import checks, phases
+from ddpbench.worker import checks, compiling, phases, sharding
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.worker.environment import tf32_allowed, torch_facts
@@ -59,11 +70,11 @@ class Rank:
     lone process otherwise."""
 
     def __init__(self, spec: RunSpec):
-        self.distributed = spec.strategy == "ddp"
+        self.distributed = spec.launched_by_torchrun
         self.data_parallel_devices = spec.nproc if spec.strategy == "dp" else 1
         if self.distributed:
             if "RANK" not in os.environ:
-                raise RuntimeError("strategy ddp must be launched by torchrun (RANK is not set)")
+                raise RuntimeError(f"strategy {spec.strategy} must be launched by torchrun (RANK is not set)")
             self.rank = int(os.environ["RANK"])
             self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
             self.world_size = int(os.environ["WORLD_SIZE"])
@@ -146,11 +157,22 @@ class Trainer:
         self.flops_per_sample, self.conv_flops_share = flops_per_sample(
             model, self.workload.loss, flops_inputs, flops_targets
         )
-        if rank.distributed:
+        compiling.prepare(spec.compile)  # before DDP is built: it reads the reducer mode then
+        units = None  # fsdp2's shard units: compiled one by one
+        if spec.strategy == "ddp":
             model = wrap_ddp(model, rank.device, spec.ddp)
         elif spec.strategy == "dp":
             model = wrap_data_parallel(model, rank.device, spec.nproc)
-        self.model = model
+        elif spec.strategy == "fsdp2":
+            units = sharding.shard_units(model, self.workload.shard_units)
+            model = sharding.wrap_fsdp2(model, units)
+        elif spec.strategy == "replicate":
+            model = sharding.wrap_replicate(model, rank.device)
+        # The module whose parameters train: inside DDP's wrapper, or the model itself (fsdp2 and
+        # replicate attach to it; local has none).
+        self.module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+        self.model = compiling.compile_model(model, spec.compile, units)
+        self.step_context = compiling.step_context(spec.compile)
         self.optimizer = self.workload.make_optimizer(model.parameters())
         self.precision = make_precision(spec.precision, rank.device)
         self.host_synchronisation = host_synchronisation(
@@ -167,7 +189,14 @@ class Trainer:
         if self.extra_work_units:
             extra_work(self.extra_work_units, self.device)
         return train_step(
-            self.model, self.optimizer, self.workload.loss, self.precision, inputs, targets, self.progress
+            self.model,
+            self.optimizer,
+            self.workload.loss,
+            self.precision,
+            inputs,
+            targets,
+            self.progress,
+            self.step_context,
         )
 
     def calibrate_slowdown(self, fraction: float, warmup_step_s: list[float]) -> None:
@@ -184,6 +213,16 @@ class Trainer:
 
     def step(self) -> torch.Tensor:
         return self.step_on(next(self.batches))
+
+    def fixed_batch(self):
+        """One batch from the dataset's first samples, drawn outside the loader (its epochs stay
+        whole): the compile warm-up steps it until nothing recompiles."""
+        return default_collate([self.dataset[i] for i in range(min(len(self.dataset), self.spec.batch_size))])
+
+    def reference_model(self) -> torch.nn.Module:
+        """A plain copy of the workload's model on this device, for the gradient check of fsdp2 and
+        replicate (the check loads the trained parameters into it)."""
+        return build_workload(self.spec.workload, self.spec.size, self.spec.data_dir).model.to(self.device)
 
     def step_with(self, model, batch) -> torch.Tensor:
         """One step through another wrapper of the same module, or none (the timeline's one-rank DDP
@@ -208,6 +247,16 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     clock = StepClock(rank.device)
     memory = PeakMemory(rank.devices)
     replay: list = []
+    compiled = None
+    if spec.compile != "off":
+        memory.start("compile")
+        beat.enter("compile warm-up", batch_size=spec.batch_size)
+        batch = trainer.fixed_batch()
+        compiled = compiling.warm_until_stable(
+            lambda: trainer.step_on(batch), lambda: sync_device(rank.device), spec.compile
+        )
+        memory.end()
+        before_warmup = compiling.counts()
     with progress_bar(spec, rank) as bar:
         memory.start("warm-up")
         beat.enter("warm-up", batch_size=spec.batch_size)
@@ -257,6 +306,10 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         window_cpu_s = time.process_time() - window_cpu_start
         machine = load.finish()
         timed_memory = memory.end()
+    if compiled is not None:
+        # Compiles after the compile warm-up: in the ordinary warm-up (harmless) or in the window
+        # (its step times then hold compile time, and the record says how many).
+        compiled["recompiles_after_warmup"] = compiling.compiled_between(before_warmup, compiling.counts())
 
     memory.start("checks")
     beat.enter("checks")
@@ -276,12 +329,33 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
+    result["model_state_bytes"] = sharding.state_bytes(trainer.module, trainer.optimizer)["total"]
     if rank.distributed and rank.world_size > 1:  # one rank's gradient is its own mean: nothing to check
         inputs, targets = to_device(after_window, rank.device)
-        result["gradients_averaged"] = checks.gradients_averaged(
-            trainer.model, inputs, targets, trainer.workload.loss, rank.world_size, spec.ddp.comm_hook
-        )
-    result["param_digest"] = checks.parameter_digest(trainer.model)
+        if spec.strategy == "ddp":
+            result["gradients_averaged"] = checks.gradients_averaged(
+                trainer.model,
+                inputs,
+                targets,
+                trainer.workload.loss,
+                rank.world_size,
+                spec.ddp.comm_hook,
+                trainer.step_context,
+            )
+        else:
+            result["gradients_averaged"] = checks.gradients_match_reference(
+                trainer.module,
+                trainer.model,
+                trainer.reference_model(),
+                inputs,
+                targets,
+                trainer.workload.loss,
+                rank.world_size,
+                trainer.step_context,
+            )
+    if spec.strategy == "fsdp2":
+        result["shard_layout"] = sharding.shard_layout(trainer.module)
+    result["param_digest"] = checks.parameter_digest(trainer.module)
     result["sampler_passes"] = trainer.sampler.passes
     sync_device(rank.device)
     memory.end()
@@ -299,6 +373,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "conv_flops_share": trainer.conv_flops_share,
         "sample_unit": trainer.workload.sample_unit,
         "units_per_sample": trainer.workload.units_per_sample,
+        "compile": compiled,
     }
     return result, shared, replay
 
@@ -326,7 +401,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             trainer.model, trainer.step_on, replay, rank.device
         )
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
-    if spec.profile and rank.distributed:  # last: like no_sync, it lets replicas drift apart
+    if spec.profile and ladder_applies(spec):  # last: like no_sync, it lets replicas drift apart
         solo = None
         if rank.world_size > 1:
             # DDP over a group of this rank alone, same module and knobs: every step of DDP's own
@@ -350,6 +425,12 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch),
         )
     return found
+
+
+def ladder_applies(spec: RunSpec) -> bool:
+    """The gradient timeline and its ladder rebuild eager DDP around the same module (one-rank DDP,
+    no wrapper); compiled and FSDP2/replicate runs have no such rungs (their records say why)."""
+    return spec.strategy == "ddp" and spec.compile == "off"
 
 
 def summarize_own_trace(path: str) -> dict:
@@ -392,7 +473,9 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     first_pass = [r["sampler_passes"][0][1] for r in results]
     run_checks = checks.shard_checks(first_pass, shared["dataset_length"], spec.world_size)
     run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(results[0]["sampler_passes"])
-    if spec.strategy == "ddp":
+    if spec.strategy == "fsdp2":
+        run_checks["parameters_sharded"] = checks.parameters_sharded([r["shard_layout"] for r in results])
+    if spec.launched_by_torchrun:
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
         run_checks["gradients_averaged"] = (
             checks.one_rank()
@@ -406,6 +489,7 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
     record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
+    record.compile = msgspec.convert(shared["compile"], CompileStats | None)
     record.overlap = overlap_estimates(spec, results, None)
     record.ranks = [
         msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
@@ -499,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         beat.stop("done")
     finally:
         beat.close()  # its thread reads the group's sequence number: not while the group goes
+        if spec.compile != "off":
+            # Compiled autograd's traced collectives keep state that aborts the process
+            # ("terminate called without an active exception") when the group goes first.
+            torch._dynamo.reset()
         if rank.distributed:
             dist.destroy_process_group()
     return 0

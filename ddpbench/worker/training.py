@@ -143,22 +143,26 @@ def train_step(
     inputs: torch.Tensor,
     targets: torch.Tensor,
     progress: Any = UNTRACKED,
+    context: Callable[[], Any] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """One optimisation step. Returns the loss tensor without reading it (reading would sync).
-    `progress.where` says which part of the step runs: plain stores, for the heartbeat to read."""
+    `progress.where` says which part of the step runs: plain stores, for the heartbeat to read.
+    `context` holds forward and backward (compiled autograd, for --compile compiled-autograd)."""
     progress.where = "forward"
     optimizer.zero_grad(set_to_none=True)
-    with precision.autocast():
-        loss = loss_fn(model(inputs), targets)
-    progress.where = "backward"
+    with context():
+        with precision.autocast():
+            loss = loss_fn(model(inputs), targets)
+        progress.where = "backward"
+        if precision.scaler is not None:
+            precision.scaler.scale(loss).backward()
+        else:
+            loss.backward()  # under DDP, the gradient all-reduce runs bucket by bucket during this call
+    progress.where = "optimizer"
     if precision.scaler is not None:
-        precision.scaler.scale(loss).backward()
-        progress.where = "optimizer"
         precision.scaler.step(optimizer)
         precision.scaler.update()
     else:
-        loss.backward()  # under DDP, the gradient all-reduce runs bucket by bucket during this call
-        progress.where = "optimizer"
         optimizer.step()
     return loss.detach()
 

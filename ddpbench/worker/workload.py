@@ -43,6 +43,9 @@ class Workload:
     """Units in one dataset sample (tokens per sequence; 1 for an image)."""
     make_optimizer: Callable[[Any], Any] = field(default=default_optimizer)
     """parameters -> optimizer. Default: SGD with momentum."""
+    shard_units: Callable[[Any], Any] | None = None
+    """model -> the modules FSDP2 shards one by one (transformer blocks, encoder layers, stages),
+    before the root. None: every top-level child that has parameters."""
 
 
 def _load_factory(name: str) -> Callable[..., Workload]:
