@@ -18,7 +18,7 @@ import pandas as pd
 
 from ddpbench.analysis import registry
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.config.spec import STRATEGIES
+from ddpbench.config.spec import strategy_order
 from ddpbench.config.workloads import SCRIPT_PREFIX, short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.records.sidecar import step_time_matrix
@@ -71,7 +71,8 @@ def record_row(record: Record, path: str | None = None) -> dict:
         # a script keeps its `script:` prefix in tables: its X(1) is its DDP x1 run, not a local one
         "workload": spec.workload if spec.script else short_workload_name(spec.workload),
         "size": spec.size,
-        "strategy": spec.strategy,
+        # compiled runs are strategies of their own in every table: `ddp+compile`
+        "strategy": spec.strategy_name,
         "strategy_label": strategy_label(spec),
         "world_size": spec.world_size,
         "device": spec.device,
@@ -82,7 +83,7 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "threads_per_rank": threads,
         # DataParallel's one process drives N devices with N slices of cores.
         "threads_per_device": threads // spec.nproc if threads and spec.strategy == "dp" else threads,
-        "ddp_options": json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else "",
+        "ddp_options": json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else "",
         "sample_unit": metrics.sample_unit if metrics else None,
         "timed_steps": metrics.timed_steps if metrics else None,
         "checks_failed": ",".join(record.failed_checks()),
@@ -249,10 +250,9 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     table = grouped.assign(reference=notes)
     table["speedup"] = table["throughput"] / pd.Series(references, index=table.index, dtype=float)
     table["efficiency"] = table["speedup"] / table["world_size"]
-    order = {strategy: position for position, strategy in enumerate(STRATEGIES)}
     table = table.sort_values(
         ["workload", "size", "precision", "batch_size", "world_size", "strategy"],
-        key=lambda c: c.map(order) if c.name == "strategy" else c,
+        key=lambda c: c.map(strategy_order) if c.name == "strategy" else c,
     )
     return table[columns].reset_index(drop=True)
 
@@ -291,7 +291,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
         index=index, columns="strategy", values=["throughput", "efficiency"], aggfunc="first", dropna=False
     )
     wide.columns = [f"{strategy} {'X' if metric == 'throughput' else 'E'}" for metric, strategy in wide.columns]
-    ordered = [c for s in STRATEGIES for c in (f"{s} X", f"{s} E") if c in wide.columns]
+    names = sorted(table["strategy"].unique(), key=strategy_order)
+    ordered = [c for s in names for c in (f"{s} X", f"{s} E") if c in wide.columns]
     wide = wide[ordered].dropna(how="all")
     units = table.groupby("workload")["sample_unit"].first()
     wide.insert(0, "unit", [f"{units[key[0]]}/s" for key in wide.index])

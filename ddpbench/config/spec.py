@@ -115,6 +115,20 @@ def check_compile_fits(strategy: str, compile_mode: str) -> None:
         )
 
 
+DDP_FIRST_BUCKET_MB = 1.0
+"""DDP all-reduces its first bucket at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), and
+torch.compile's DDPOptimizer refuses a bucket cap below it."""
+
+
+def check_compiled_buckets(strategy: str, compile_mode: str, bucket_cap_mb: float) -> None:
+    if strategy in ("ddp", "replicate") and compile_mode == "default" and bucket_cap_mb < DDP_FIRST_BUCKET_MB:
+        raise SpecError(
+            f"--bucket-cap-mb {bucket_cap_mb:g} is below DDP's first bucket ({DDP_FIRST_BUCKET_MB:g} MB), which "
+            'torch.compile\'s DDPOptimizer refuses ("First bucket should be smaller/equal to other buckets"): '
+            f"use a cap of at least {DDP_FIRST_BUCKET_MB:g} MB with --compile default, or --compile compiled-autograd"
+        )
+
+
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         raise SpecError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
@@ -251,7 +265,8 @@ class RunSpec:
     )
     """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
-    """DDP options; ignored by `local` and `dp`."""
+    """DDP options, for `ddp` and `replicate` (which runs DDP's reducer); ignored by `local`, `dp`
+    and `fsdp2`."""
     profile: bool = flag(
         "skip the profiled phase (by default each rank writes a trace after the timed steps)",
         flags=("--no-profile",),
@@ -340,6 +355,7 @@ class RunSpec:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
         check_compile_fits(self.strategy, self.compile)
+        check_compiled_buckets(self.strategy, self.compile, self.ddp.bucket_cap_mb)
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("scaling", self.scaling, SCALING_MODES)
@@ -420,6 +436,11 @@ class RunSpec:
     @property
     def processes(self) -> int:
         return self.world_size if self.launched_by_torchrun else 1
+
+    @property
+    def uses_ddp_knobs(self) -> bool:
+        """ddp and replicate build DDP's reducer from the knobs; the others ignore them."""
+        return self.strategy in ("ddp", "replicate")
 
     @property
     def strategy_name(self) -> str:

@@ -35,8 +35,10 @@ MEASURE_LABELS = {
 def run_key(record: Record) -> tuple:
     """What defines a configuration: runs with equal keys are repeats of each other."""
     spec = record.spec
-    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.strategy == "ddp" else ""
-    return (spec.workload, spec.size, spec.strategy, spec.world_size, spec.batch_size, spec.precision, spec.device, ddp)
+    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else ""
+    # Compiled runs are series of their own (`ddp+compile`); eager ones keep the plain name.
+    name = spec.strategy_name
+    return (spec.workload, spec.size, name, spec.world_size, spec.batch_size, spec.precision, spec.device, ddp)
 
 
 def describe(key: tuple) -> str:

@@ -563,7 +563,9 @@ class RunError(Part):
     hang: Hang | None = None
     kind: str | None = None
     """`not_measurable`: a script that is not DDP training ddpbench can measure (no DDP model, no
-    optimizer step on it, nn.DataParallel); `ddpbench run` exits 5. None for every other failure."""
+    optimizer step on it, nn.DataParallel); `ddpbench run` exits 5. `known_pitfall`: torch refused a
+    setting in a way ddpbench recognises (the message says what to change; the traceback stays in
+    `tracebacks`). None for every other failure."""
 
 
 class Launch(Part):

@@ -19,14 +19,49 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from ddpbench.config.spec import strategy_order  # noqa: E402
+
 PALETTE = sns.color_palette("colorblind")
-STRATEGY_COLOURS = {"local": PALETTE[2], "ddp": PALETTE[0], "dp": PALETTE[1]}
-STRATEGY_NAMES = {"local": "local (reference)", "ddp": "DDP", "dp": "DataParallel"}
-SHORT_NAMES = {"local": "local", "ddp": "DDP", "dp": "DP"}
+STRATEGY_COLOURS = {
+    "local": PALETTE[2],
+    "ddp": PALETTE[0],
+    "dp": PALETTE[1],
+    "fsdp2": PALETTE[3],
+    "replicate": PALETTE[4],
+}
+STRATEGY_NAMES = {
+    "local": "local (reference)",
+    "ddp": "DDP",
+    "dp": "DataParallel",
+    "fsdp2": "FSDP2",
+    "replicate": "replicate",
+}
+SHORT_NAMES = {"local": "local", "ddp": "DDP", "dp": "DP", "fsdp2": "FSDP2", "replicate": "repl"}
+# A compiled run keeps its strategy's colour, drawn dashed (compile) or dotted (compiled autograd).
+COMPILE_LINES = {"": "-", "compile": "--", "compiled-autograd": ":"}
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 5.0, 3.4
 DPI = 110
 
 sns.set_theme(style="whitegrid", palette=PALETTE, font_scale=0.9)
+
+
+def colour(name: str):
+    """A strategy's colour, as tables name it (`ddp`, `ddp+compile`)."""
+    return STRATEGY_COLOURS.get(name.partition("+")[0], PALETTE[7])
+
+
+def display_name(name: str, names: dict = STRATEGY_NAMES) -> str:
+    base, _, mode = name.partition("+")
+    return names.get(base, base) + (f" ({mode})" if mode else "")
+
+
+def line_style(name: str) -> str:
+    return COMPILE_LINES.get(name.partition("+")[2], "-")
+
+
+def scaled_strategies(rows: pd.DataFrame) -> list[str]:
+    """The strategies drawn as lines over world size: all but the local reference, in table order."""
+    return sorted((s for s in rows["strategy"].unique() if s != "local"), key=strategy_order)
 
 
 def panels(workloads: list[str]):
@@ -55,15 +90,16 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
     for workload, axis in axes.items():
         rows = table[table["workload"] == workload]
         unit = rows["sample_unit"].iloc[0]
-        for strategy in ("ddp", "dp"):
+        for strategy in scaled_strategies(rows):
             line = rows[rows["strategy"] == strategy].sort_values("world_size")
             if not line.empty:
                 axis.plot(
                     line["world_size"],
                     line["throughput"],
                     marker="o",
-                    color=STRATEGY_COLOURS[strategy],
-                    label=STRATEGY_NAMES[strategy],
+                    color=colour(strategy),
+                    linestyle=line_style(strategy),
+                    label=display_name(strategy),
                 )
         local = rows[rows["strategy"] == "local"]
         if not local.empty:
@@ -90,15 +126,16 @@ def efficiency(table: pd.DataFrame) -> plt.Figure:
     figure, axes = panels(sorted(table["workload"].unique()))
     for workload, axis in axes.items():
         rows = table[table["workload"] == workload]
-        for strategy in ("ddp", "dp"):
+        for strategy in scaled_strategies(rows):
             line = rows[rows["strategy"] == strategy].dropna(subset=["efficiency"]).sort_values("world_size")
             if not line.empty:
                 axis.plot(
                     line["world_size"],
                     100 * line["efficiency"],
                     marker="o",
-                    color=STRATEGY_COLOURS[strategy],
-                    label=STRATEGY_NAMES[strategy],
+                    color=colour(strategy),
+                    linestyle=line_style(strategy),
+                    label=display_name(strategy),
                 )
         axis.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
         _finish_scaling_axis(axis, rows, workload, "scaling efficiency (%)")
@@ -220,10 +257,10 @@ def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
             axis.plot(
                 run["step"],
                 run["iteration_time_s"] * 1000,
-                color=STRATEGY_COLOURS[strategy],
+                color=colour(strategy),
                 alpha=0.35 + 0.65 * world_size / rows["world_size"].max(),
                 linewidth=1,
-                label=f"{STRATEGY_NAMES[strategy]} x{world_size}",
+                label=f"{display_name(strategy)} x{world_size}",
             )
         axis.set_xlabel("timed step")
         axis.set_ylabel("iteration time (ms)")
@@ -292,7 +329,7 @@ def step_breakdown(breakdown: pd.DataFrame) -> plt.Figure:
     colours = [PALETTE[0], PALETTE[3], PALETTE[7], PALETTE[5]]
     for workload, axis in axes.items():
         rows = breakdown[breakdown["workload"] == workload].sort_values(["strategy", "world_size"])
-        labels = [f"{SHORT_NAMES[s]} x{n}" for s, n in zip(rows["strategy"], rows["world_size"])]
+        labels = [f"{display_name(s, SHORT_NAMES)} x{n}" for s, n in zip(rows["strategy"], rows["world_size"])]
         bottom = pd.Series(0.0, index=rows.index)
         for part, colour in zip(BREAKDOWN_LABELS, colours):
             values = rows[part] / 1000

@@ -98,7 +98,10 @@ def format_summary(record: Record, path: str) -> str:
         error = record.error
         lines.append(f"  status       {record.status.upper()}: {error.message if error else 'no message'}")
         # A script ddpbench cannot measure: the one line says it all; the traceback is ddpbench's own.
-        source, tail = relevant_tail(error) if error and error.kind != "not_measurable" else ("", [])
+        # So does a known pitfall of torch's: the record keeps the traceback.
+        source, tail = (
+            relevant_tail(error) if error and error.kind not in ("not_measurable", "known_pitfall") else ("", [])
+        )
         if tail:
             lines.append(f"  {source}:")
             lines += [f"    | {line}" for line in tail]
@@ -154,6 +157,6 @@ def format_summary(record: Record, path: str) -> str:
     lines.append(f"  record       {path}")
     logs = record.launch.logs if record.launch else None
     if logs and (record.status != "ok" or record.error):
-        per_rank = "; per-rank files under ranks/" if spec.strategy == "ddp" else ""
+        per_rank = "; per-rank files under ranks/" if spec.launched_by_torchrun else ""
         lines.append(f"  logs         {logs}  (output.log: everything the processes printed{per_rank})")
     return "\n".join(lines)

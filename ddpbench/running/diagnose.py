@@ -183,6 +183,9 @@ def diagnose(
         status = "failed"
         cause = root_cause(errors)
         error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+        pitfall = known_pitfall(errors[cause]["message"])
+        if pitfall:
+            error["message"], error["kind"] = pitfall, "known_pitfall"
         if errors[cause]["message"].startswith(NOT_MEASURABLE):
             # ddpbench's own verdict on the script, in its words: no traceback of ours to read.
             error["message"] = errors[cause]["message"].removeprefix(NOT_MEASURABLE)
@@ -197,6 +200,21 @@ def diagnose(
     if killed:
         error["signals"] = {str(rank): name for rank, name in sorted(killed.items())}
     return status, error
+
+
+# Failures of torch itself that a user meets by choosing a setting, in words that say what to change.
+# (pattern in the rank's error, explanation)
+PITFALLS = (
+    (
+        re.compile(r"First bucket should be smaller/equal to other buckets"),
+        "torch.compile's DDPOptimizer refused the buckets: DDP's first bucket (1 MiB) is larger than the "
+        "bucket cap; use --bucket-cap-mb 1 or more with --compile default, or --compile compiled-autograd",
+    ),
+)
+
+
+def known_pitfall(message: str) -> str | None:
+    return next((explanation for pattern, explanation in PITFALLS if pattern.search(message)), None)
 
 
 def describe_hang(error: dict, hang: dict, log_dir: str, beats: dict[int, dict]) -> None:

@@ -46,7 +46,12 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
         "size": None if spec.script else spec.size or ("full" if device == "cuda" else "tiny"),
         "threads_per_rank": threads,
     }
-    return spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+    spec = spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+    if spec.strategy == "fsdp2" and spec.script is None:
+        from ddpbench.running.shardable import check_shardable  # imports torch: fsdp2 runs only
+
+        check_shardable(spec)
+    return spec
 
 
 def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:

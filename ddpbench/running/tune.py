@@ -28,7 +28,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
-from ddpbench.config.spec import DDPKnobs, RunSpec, SpecError
+from ddpbench.config.spec import DDP_FIRST_BUCKET_MB, DDPKnobs, RunSpec, SpecError
 from ddpbench.gate import stats
 from ddpbench.records.store import UnreadableRecord, load_record
 from ddpbench.running.launch import launch
@@ -40,7 +40,8 @@ TUNE_SETTINGS = stats.GateSettings(max_regression=0.03, family_alpha=0.05)
 def variants(knobs: DDPKnobs, compile_mode: str = "off") -> dict[str, DDPKnobs]:
     """The knobs tried. Under compiled autograd DDP's Python reducer calls communication hooks with
     a gradient and a parameter, not a bucket: torch's compression hooks do not fit it, so they
-    are left out."""
+    are left out; under --compile default, bucket caps below DDP's first bucket (DDPOptimizer
+    refuses them)."""
     cap = knobs.bucket_cap_mb
     found = {
         "as given": knobs,
@@ -53,6 +54,8 @@ def variants(knobs: DDPKnobs, compile_mode: str = "off") -> dict[str, DDPKnobs]:
     }
     if compile_mode == "compiled-autograd":
         found = {name: variant for name, variant in found.items() if variant.comm_hook == "allreduce"}
+    if compile_mode == "default":  # DDPOptimizer refuses caps below DDP's first bucket
+        found = {name: variant for name, variant in found.items() if variant.bucket_cap_mb >= DDP_FIRST_BUCKET_MB}
     return found
 
 

@@ -167,7 +167,7 @@ class Trainer:
             units = sharding.shard_units(model, self.workload.shard_units)
             model = sharding.wrap_fsdp2(model, units)
         elif spec.strategy == "replicate":
-            model = sharding.wrap_replicate(model, rank.device)
+            model = sharding.wrap_replicate(model, rank.device, spec.ddp)
         # The module whose parameters train: inside DDP's wrapper, or the model itself (fsdp2 and
         # replicate attach to it; local has none).
         self.module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model

@@ -65,11 +65,16 @@ def wrap_fsdp2(model: torch.nn.Module, units: list[torch.nn.Module]) -> torch.nn
     return model
 
 
-def wrap_replicate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """The composable replicate: DDP's reducer attached to the module itself, no wrapper object."""
+def wrap_replicate(model: torch.nn.Module, device: torch.device, knobs) -> torch.nn.Module:
+    """The composable replicate: DDP's reducer attached to the module itself, no wrapper object;
+    it takes DDP's options and hooks (`knobs`)."""
     from torch.distributed._composable.replicate import replicate
 
-    return replicate(model, device_ids=[device.index] if device.type == "cuda" else None)
+    from ddpbench.worker.training import ddp_options, register_comm_hook
+
+    model = replicate(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_options(knobs))
+    register_comm_hook(model, knobs)
+    return model
 
 
 def is_sharded(tensor) -> bool:

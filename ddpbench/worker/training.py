@@ -41,24 +41,36 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, knobs: DDPKnobs, proc
         model,
         device_ids=device_ids,
         process_group=process_group,
-        bucket_cap_mb=knobs.bucket_cap_mb,
-        gradient_as_bucket_view=knobs.gradient_as_bucket_view,
-        static_graph=knobs.static_graph,
-        find_unused_parameters=knobs.find_unused_parameters,
-        **_buffer_sync_option(knobs.broadcast_buffers),
+        **ddp_options(knobs),
     )
     # After its first 10 iterations DDP logs every 100th; on GPUs a logged forward waits for the
     # previous iteration's CUDA events. A rate no run reaches keeps later timed steps free of it;
     # the reducer phase after the window samples its own iterations (phases.reducer_phase).
     ddp_model._set_ddp_runtime_logging_sample_rate(DDP_RUNTIME_LOGGING_SAMPLE_RATE)
+    register_comm_hook(ddp_model, knobs, process_group)
+    return ddp_model
+
+
+def ddp_options(knobs: DDPKnobs) -> dict:
+    """DDP's constructor options from the knobs (the comm hook is registered apart)."""
+    return {
+        "bucket_cap_mb": knobs.bucket_cap_mb,
+        "gradient_as_bucket_view": knobs.gradient_as_bucket_view,
+        "static_graph": knobs.static_graph,
+        "find_unused_parameters": knobs.find_unused_parameters,
+        **_buffer_sync_option(knobs.broadcast_buffers),
+    }
+
+
+def register_comm_hook(model, knobs: DDPKnobs, process_group=None) -> None:
+    """The knobs' compression hook, on a DDP model or a replicate module (both take DDP's hooks)."""
     if knobs.comm_hook != "allreduce":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         hook = {"fp16_compress": default_hooks.fp16_compress_hook, "bf16_compress": default_hooks.bf16_compress_hook}[
             knobs.comm_hook
         ]
-        ddp_model.register_comm_hook(state=process_group, hook=hook)  # the hooks' state is their group
-    return ddp_model
+        model.register_comm_hook(state=process_group, hook=hook)  # the hooks' state is their group
 
 
 class AutocastReplica:
