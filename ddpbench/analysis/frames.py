@@ -18,7 +18,7 @@ import pandas as pd
 
 from ddpbench.analysis import registry
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.config.spec import strategy_order
+from ddpbench.config.spec import TORCHRUN_STRATEGIES, strategy_order
 from ddpbench.config.workloads import SCRIPT_PREFIX, short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.records.sidecar import step_time_matrix
@@ -51,6 +51,7 @@ RUN_COLUMNS = [
     "launch_wall_s",
     "oversubscribed",
     "busy",
+    "peak_memory_kind",
     "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
@@ -97,6 +98,8 @@ def record_row(record: Record, path: str | None = None) -> dict:
         # Other processes took cores (or GPUs) the run wanted during its window: slower than the
         # machine can give, whatever the code does.
         "busy": bool(record.machine_load and record.machine_load.busy),
+        # what the memory peaks measure: CUDA memory allocated, or the process's resident set
+        "peak_memory_kind": next((rank.peak_memory_kind for rank in record.ranks if rank.peak_memory_kind), None),
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
@@ -335,13 +338,80 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
 
 
+MEMORY_COLUMNS = {
+    "peak_memory_bytes": "timed peak",
+    "warmup_peak_memory_bytes": "warm-up peak",
+    "compile_peak_memory_bytes": "compile peak",
+    "model_state_bytes": "model state",
+}
+
+
+def memory_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Memory per rank, one row per workload, world size and strategy of the scaling table: each
+    phase's peak and the model state in MiB, and the change against DDP at the same world size and
+    batch (what fsdp2 saves; what a compiled run costs)."""
+    rows = table[table["world_size"].notna()].copy()
+    if rows.empty or rows["peak_memory_bytes"].isna().all():
+        return pd.DataFrame()
+    keys = [c for c in CONFIGURATION if c in rows.columns] + ["world_size", "batch_size"]
+    ddp = rows[rows["strategy"] == "ddp"].set_index(keys)
+    ddp = ddp[~ddp.index.duplicated()]
+    found = rows[["workload", "world_size", "strategy", "batch_size"]].copy()
+    for column, heading in MEMORY_COLUMNS.items():
+        found[f"{heading} MiB"] = rows[column] / 2**20
+    for column, heading in (("peak_memory_bytes", "timed peak"), ("model_state_bytes", "model state")):
+        against = [
+            ddp[column].get(tuple(row[k] for k in keys)) if tuple(row[k] for k in keys) in ddp.index else None
+            for _, row in rows.iterrows()
+        ]
+        found[f"{heading} vs DDP"] = [
+            None if base is None or base != base or not base or row["strategy"] == "ddp" else row[column] / base - 1
+            for base, (_, row) in zip(against, rows.iterrows())
+        ]
+    found = found.dropna(axis=1, how="all")
+    return found.sort_values(
+        ["workload", "world_size", "strategy"], key=lambda c: c.map(strategy_order) if c.name == "strategy" else c
+    ).reset_index(drop=True)
+
+
+def _change(value) -> str:
+    if value is None or value != value:
+        return ""
+    return "0%" if abs(value) < 0.005 else f"{value:+.0%}"
+
+
+def format_memory(table: pd.DataFrame, kind: str | None) -> str:
+    """The memory table for the terminal, with what its peaks measure; empty without figures."""
+    found = memory_table(table)
+    if found.empty:
+        return ""
+    formatters = {c: "{:,.0f}".format for c in found.columns if c.endswith(" MiB")}
+    formatters.update(
+        {c: (lambda v: "" if v != v or v is None else f"{v:+.0%}") for c in found.columns if c.endswith("vs DDP")}
+    )
+    what = (
+        "peaks are CUDA memory allocated"
+        if kind == "cuda_max_memory_allocated"
+        else "peaks are each process's resident set (torch and Python included), so a small model's savings barely show"
+    )
+    return (
+        "memory per rank (largest rank; "
+        + what
+        + "; model state = parameters, gradients and optimizer state the rank holds):\n"
+        + found.to_string(index=False, formatters=formatters, na_rep="")
+    )
+
+
 def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """DDP runs only: overlap % from the traces and exposed communication per step, three ways; the
-    timed steps' iteration p50 and, beside it, the profiled steps' (the ones overlap and the trace's
-    estimate come from, slowed by the profiler)."""
-    ddp = runs[(runs["status"] == "ok") & (runs["strategy"] == "ddp")]
+    """Runs launched by torchrun (ddp, fsdp2, replicate, compiled or not): overlap % from the traces
+    and exposed communication per step, three ways (no_sync and the reducer for eager DDP only:
+    the others leave them empty); the timed steps' iteration p50 and, beside it, the profiled
+    steps' (the ones overlap and the trace's estimate come from, slowed by the profiler)."""
+    base = runs["strategy"].astype(str).str.partition("+")[0]
+    ddp = runs[(runs["status"] == "ok") & base.isin(TORCHRUN_STRATEGIES)]
     columns = [
         "workload",
+        "strategy",
         "world_size",
         "overlap_pct",
         "exposed_comm_trace_s",
@@ -350,14 +420,20 @@ def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
         "iteration_p50_s",
         "profiled_step_p50_s",
     ]
-    return ddp[columns].sort_values(["workload", "world_size"]).reset_index(drop=True)
+    return (
+        ddp[columns]
+        .sort_values(
+            ["workload", "strategy", "world_size"], key=lambda c: c.map(strategy_order) if c.name == "strategy" else c
+        )
+        .reset_index(drop=True)
+    )
 
 
 def format_overlap(runs: pd.DataFrame) -> str:
     table = overlap_table(runs)
     if table.empty:
         return ""
-    shown = table.set_index(["workload", "world_size"])
+    shown = table.set_index(["workload", "strategy", "world_size"])
     shown.columns = [
         "overlap %",
         "exposed ms (trace)",
@@ -369,7 +445,8 @@ def format_overlap(runs: pd.DataFrame) -> str:
     for column in shown.columns[1:]:
         shown[column] = shown[column] * 1000
     return (
-        "DDP communication: overlap of all-reduce with computation, exposed communication per step\n"
+        "communication: overlap of the gradients' collectives (DDP's all-reduce; FSDP2's all-gather and "
+        "reduce-scatter) with computation, exposed communication per step\n"
         "(overlap % and the trace's exposed ms come from the profiled steps: compare their p50 with the timed one)\n"
         + shown.to_string(float_format="{:,.2f}".format, na_rep="")
     )

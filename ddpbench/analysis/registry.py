@@ -90,6 +90,40 @@ def profiled_step_p50_s(record: Record) -> float | None:
     return statistics.median(max(steps[n] for steps in per_rank) for n in common) if common else None
 
 
+def _largest_rank(values: list) -> float | None:
+    found = [value for value in values if value is not None]
+    return float(max(found)) if found else None
+
+
+def peak_memory_bytes(record: Record) -> float | None:
+    """The largest rank's peak in the timed window: device memory allocated on GPUs, the process's
+    resident set on CPU (which holds the Python process and torch itself too)."""
+    return _largest_rank([rank.peak_memory_bytes for rank in record.ranks])
+
+
+def phase_peak_memory(phase: str) -> Callable[[Record], float | None]:
+    def read(record: Record) -> float | None:
+        return _largest_rank(
+            [
+                (rank.peak_memory_by_phase or {}).get(phase).peak_bytes
+                if (rank.peak_memory_by_phase or {}).get(phase)
+                else None
+                for rank in record.ranks
+            ]
+        )
+
+    return read
+
+
+def model_state_bytes(record: Record) -> float | None:
+    """The largest rank's parameters, gradients and optimizer state (its shards under fsdp2)."""
+    return _largest_rank([rank.model_state_bytes for rank in record.ranks])
+
+
+def _mebibytes(name: str, label: str, read: Callable[[Record], float | None]) -> Metric:
+    return Metric(name, label, read, "B", "{:,.0f}", "lower", 1 / 2**20, "MiB")
+
+
 def iteration_p50_s(record: Record) -> float | None:
     return record.metrics.iteration_time_s.p50 if record.metrics else None
 
@@ -139,6 +173,11 @@ METRICS: list[Metric] = [
     _milliseconds(
         "exposed_comm_reducer_s", "exposed, reducer", exposed_comm_reducer_s, "lower", in_scaling_table=False
     ),
+    # Memory per rank, a measure of its own: what fsdp2 or gradient_as_bucket_view buy.
+    _mebibytes("peak_memory_bytes", "peak memory/rank", peak_memory_bytes),
+    _mebibytes("warmup_peak_memory_bytes", "warm-up peak/rank", phase_peak_memory("warm-up")),
+    _mebibytes("compile_peak_memory_bytes", "compile peak/rank", phase_peak_memory("compile")),
+    _mebibytes("model_state_bytes", "model state/rank", model_state_bytes),
 ]
 
 

@@ -7,9 +7,11 @@ and computation intervals separately; overlap = time both are active / communica
   (only the prefix is reliable); computation = the other kernels; memcpy/memset are "other".
   A kernel belongs to the profiler step in which the CPU launched it (linked by correlation id).
   The last step is dropped: the profiler may stop before its kernels have all been recorded.
-- CPU traces (gloo): communication = `gloo:*` events, which run on gloo's own threads;
+- CPU traces (gloo): communication = `gloo:*` events, which run on gloo's own threads (DDP's
+  all-reduce; FSDP2's all-gather, and its reduce-scatter, which gloo runs as an all-reduce);
   computation = the ops of the training thread (the one that carries `ProfilerStep#N`), with data
-  loading counted as "other". Every whole step counts.
+  loading counted as "other" and FSDP2's own annotations left out. Every whole step counts.
+  (GPU: NCCL's AllGather and ReduceScatter kernels start with `nccl` like its AllReduce.)
 
 Temporal breakdown of a step: compute + exposed communication + other + idle = the step's span
 (GPU: first to last kernel of the step; CPU: the ProfilerStep annotation).
@@ -46,6 +48,11 @@ CPU_WORK_CATEGORIES = {"cpu_op", "user_annotation"}
 COLLECTIVE_LAUNCH_PREFIXES = ("c10d::", "record_param_comms")
 """Ops on the training thread that only start a collective (its launch, its bookkeeping): neither
 computation nor the collective itself, which runs on gloo's threads."""
+WRAPPER_ANNOTATION_PREFIXES = ("FSDP::",)
+"""FSDP2's own annotations on the training thread (`FSDP::all_gather (2)`, `FSDP::pre_forward`):
+spans around its steps that include waiting for a collective, so they are neither computation
+nor communication; the ops inside them (copies into and out of the collectives' buffers, the
+layer's own ops) are recorded apart and count as they are."""
 PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)")
 RANK_IN_FILE_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -229,6 +236,8 @@ def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
             role = 1
         elif event.cat in CPU_WORK_CATEGORIES and (event.pid, event.tid) in training_threads:
             if name.startswith(("ProfilerStep#", *COLLECTIVE_LAUNCH_PREFIXES)):
+                continue
+            if event.cat == "user_annotation" and name.startswith(WRAPPER_ANNOTATION_PREFIXES):
                 continue
             role = 2 if name.startswith("enumerate(DataLoader)") else 0
         else:

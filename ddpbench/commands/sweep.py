@@ -54,7 +54,18 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(
         parser,
         SweepOptions,
-        ("workloads", "size", "strategies", "steps", "warmup", "batch_size", "scaling", "global_batch", "precision"),
+        (
+            "workloads",
+            "size",
+            "strategies",
+            "compile",
+            "steps",
+            "warmup",
+            "batch_size",
+            "scaling",
+            "global_batch",
+            "precision",
+        ),
     )
     add_arguments(parser, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
     parser.add_argument("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")

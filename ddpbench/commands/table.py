@@ -16,7 +16,7 @@ def add_table_parser(commands) -> None:
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
-    from ddpbench.analysis.frames import format_overlap, format_side_by_side, load, scaling_table
+    from ddpbench.analysis.frames import format_memory, format_overlap, format_side_by_side, load, scaling_table
     from ddpbench.records.store import write_atomic
 
     if not os.path.isdir(sweep_dir):
@@ -34,6 +34,10 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         )
     table = scaling_table(runs)
     print(format_side_by_side(table))
+    kinds = runs["peak_memory_kind"].dropna()
+    memory = format_memory(table, kinds.iloc[0] if not kinds.empty else None)
+    if memory:
+        print("\n" + memory)
     overlap = format_overlap(runs)
     if overlap:
         print("\n" + overlap)
