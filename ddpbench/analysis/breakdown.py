@@ -44,6 +44,7 @@ from ddpbench.analysis.registry import (
     profiled_step_p50_s,
     record_iteration_times_s,
 )
+from ddpbench.config.spec import strategy_order
 from ddpbench.records.schema import Record, TimelineStep
 
 # --- what one DDP record measured ----------------------------------------------------------------
@@ -88,6 +89,14 @@ def _per_rank(record: Record, kind_a: str, kind_b: str, read) -> list[float]:
 def _no_timeline(record: Record) -> str:
     if record.spec.script:
         return SCRIPT_LOOP
+    spec = record.spec
+    if spec.strategy == "fsdp2":
+        return "does not apply to fsdp2: it has no DDP reducer and buckets (its all-gathers are in the trace)"
+    if spec.strategy != "ddp" or getattr(spec, "compile", "off") != "off":
+        return (
+            f"not measured for {spec.strategy_name}: the gradient timeline steps eager DDP beside the run's own "
+            "steps, which this run does not have"
+        )
     if record.spec.profile:
         return "the record has no gradient timeline (made before ddpbench recorded one)"
     return "no gradient timeline (it runs with profiling on: drop --no-profile)"
@@ -202,8 +211,8 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     """The breakdown of one ok DDP run against its sweep's local reference. With a network
     `profile`, the advice on exposed communication carries `ddpbench project`'s projected gains."""
     spec = record.spec
-    if spec.strategy != "ddp" or record.status != "ok" or record.metrics is None:
-        raise ExplainError(f"{record.run_id}: only ok DDP runs are explained")
+    if not spec.launched_by_torchrun or record.status != "ok" or record.metrics is None:
+        raise ExplainError(f"{record.run_id}: only ok runs of ddp, fsdp2 or replicate are explained")
     if spec.scaling != "weak":
         raise ExplainError(
             f"{record.run_id}: strong scaling (fixed global batch) is not broken down; the terms are "
@@ -251,6 +260,7 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
         reference_step,
         f"{reference}, {reference_step * 1e3:.2f} ms per step",
         terms,
+        strategy=spec.strategy_name,
     )
     transfer, wait = terms["exposed_comm"].s_per_step, terms["slowest_rank"].s_per_step
     breakdown.phases = {
@@ -407,6 +417,11 @@ def _bucket_work(record: Record) -> tuple[float | None, str]:
     return (_typical(values), "timeline") if values else (None, "no one-rank DDP steps")
 
 
+def _explain_order(record: Record) -> tuple:
+    spec = record.spec
+    return spec.workload, strategy_order(spec.strategy_name), spec.world_size, record.run_id
+
+
 def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None) -> tuple[list[Breakdown], list[str]]:
     """Every ok DDP run, and a line for each that could not be explained. At world size 1 only
     DDP's own work and data loading can be lost (no communication, no other rank), and the terms
@@ -415,7 +430,7 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
     runs = [
         record
         for _, record in records
-        if record.spec.strategy == "ddp"
+        if record.spec.launched_by_torchrun
         and record.status == "ok"
         and not (record.spec.script and record.spec.world_size == 1)
     ]
@@ -432,7 +447,7 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
             )
         raise ExplainError("no ok DDP runs in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     breakdowns, problems = [], []
-    for record in sorted(runs, key=lambda r: (r.spec.workload, r.spec.world_size, r.run_id)):
+    for record in sorted(runs, key=_explain_order):
         try:
             breakdowns.append(explain(record, records, profile))
         except ExplainError as exc:

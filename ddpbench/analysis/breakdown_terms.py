@@ -126,12 +126,15 @@ class Breakdown:
     unexplained_parts: dict[str, float] = field(default_factory=dict)
     """Measured beside `unexplained` (see `unexplained_parts`), seconds: compute_at_n_s,
     timed_beyond_timeline_s."""
+    strategy: str = "ddp"
+    """The run's strategy as tables name it (`ddp`, `fsdp2`, `ddp+compile`)."""
 
     def as_dict(self) -> dict:
         return {
             "run_id": self.run_id,
             "workload": self.workload,
             "world_size": self.world_size,
+            "strategy": self.strategy,
             "efficiency": self.efficiency,
             "step_s": self.step_s,
             "reference_step_s": self.reference_step_s,

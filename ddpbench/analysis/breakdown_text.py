@@ -62,7 +62,13 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: d
     knobs = record.spec.ddp
     for name, term in worth:
         lost = f"{LABELS[name]} costs {term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} points)"
-        if name == "exposed_comm":
+        if name == "exposed_comm" and record.spec.strategy == "fsdp2":
+            said.append(
+                f"{lost}: FSDP2's all-gathers and reduce-scatters; fewer, larger shard units "
+                "(Workload.shard_units) issue fewer collectives, and ddp, which gathers nothing, trades this "
+                "time for memory (see the memory table)."
+            )
+        elif name == "exposed_comm":
             said.append(
                 f"{lost}: try another bucket cap (now {knobs.bucket_cap_mb:g} MB, --bucket-cap-mb), gradient "
                 "compression (--comm-hook bf16_compress) and --gradient-as-bucket-view; `ddpbench project` "
@@ -132,7 +138,7 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
 
 def format_breakdown(breakdown: Breakdown) -> str:
     lines = [
-        f"{breakdown.run_id}  {breakdown.workload} x{breakdown.world_size}  E(N) {breakdown.efficiency:.1%}  "
+        f"{breakdown.run_id}  {run_name(breakdown)}  E(N) {breakdown.efficiency:.1%}  "
         f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device "
         f"({100 - 100 * breakdown.efficiency:.1f} points lost)"
     ]
@@ -174,7 +180,8 @@ SHORT_NAMES = {
 def run_name(breakdown: Breakdown) -> str:
     from ddpbench.config.workloads import short_workload_name
 
-    return f"{short_workload_name(breakdown.workload)} x{breakdown.world_size}"
+    strategy = "" if breakdown.strategy == "ddp" else f" {breakdown.strategy}"  # eager DDP: the plain name
+    return f"{short_workload_name(breakdown.workload)}{strategy} x{breakdown.world_size}"
 
 
 def _points_cell(term, step_s: float) -> str:
@@ -209,7 +216,8 @@ def format_sweep_table(breakdowns: list[Breakdown]) -> str:
     ]
     if without:
         notes.append(
-            f"no ladder in {', '.join(without)} (a script's run, --no-profile or an older record): its terms "
+            f"no ladder in {', '.join(without)} (a script's run, a compiled, fsdp2 or replicate run, --no-profile "
+            "or an older record): its terms "
             "as measured elsewhere in the run, without intervals; n/a: not measured (--detail says why)."
         )
     line = lambda cells: "  ".join(  # noqa: E731

@@ -196,6 +196,12 @@ def read_ladder(record: Record) -> Ladder:
     timeline = record.timeline
     if record.spec.script:
         raise NoLadder(f"no ladder in {SCRIPT_LOOP}")
+    spec = record.spec
+    if spec.strategy != "ddp" or getattr(spec, "compile", "off") != "off":
+        raise NoLadder(
+            f"no ladder for {spec.strategy_name}: its rungs are eager DDP rebuilt around the same module (DDP over "
+            "one rank, no wrapper), which a compiled or non-DDP run does not step"
+        )
     if timeline is None and not record.spec.profile:
         raise NoLadder("no ladder: it runs with profiling on (drop --no-profile)")
     if timeline is None or timeline.ladder is None:
