@@ -374,7 +374,8 @@ def memory_table(table: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def _change(value) -> str:
+def change(value) -> str:
+    """A relative change for a table: +13%, -50%, 0% (below half a percent), blank without one."""
     if value is None or value != value:
         return ""
     return "0%" if abs(value) < 0.005 else f"{value:+.0%}"

@@ -24,6 +24,7 @@ from ddpbench.records.store import read_records, write_atomic
 from ddpbench.report import breakdown_section, projection_sections
 from ddpbench.report.blocks import ReportData, figure_html, note, table_html
 from ddpbench.report.sections_communication import communication_section
+from ddpbench.report.sections_memory import memory_section
 from ddpbench.report.sections_runs import environment_section, history_section, runs_section, traces_section
 from ddpbench.report.sections_scaling import scaling_section, step_times_section, stragglers_section
 
@@ -106,6 +107,7 @@ class Section:
 
 SECTIONS = [
     Section("Scaling", scaling_section),
+    Section("Memory and compiling", memory_section),
     Section("Step times", step_times_section),
     Section("Stragglers", stragglers_section),
     Section("Communication", communication_section),

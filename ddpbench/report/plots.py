@@ -52,7 +52,9 @@ def colour(name: str):
 
 def display_name(name: str, names: dict = STRATEGY_NAMES) -> str:
     base, _, mode = name.partition("+")
-    return names.get(base, base) + (f" ({mode})" if mode else "")
+    if mode:  # a compiled local run is no reference
+        return f"{'local' if base == 'local' else names.get(base, base)} ({mode})"
+    return names.get(base, base)
 
 
 def line_style(name: str) -> str:
@@ -119,7 +121,11 @@ def _finish_scaling_axis(axis, rows: pd.DataFrame, workload: str, ylabel: str) -
     axis.set_ylabel(ylabel)
     axis.set_ylim(bottom=0)
     axis.set_title(workload)
-    axis.legend(fontsize="small")
+    handles, _ = axis.get_legend_handles_labels()
+    if len(handles) > 5:  # many strategies: the legend beside the panel, not over its lines
+        axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    else:
+        axis.legend(fontsize="small")
 
 
 def efficiency(table: pd.DataFrame) -> plt.Figure:

@@ -22,18 +22,19 @@ def scaling_section(data: ReportData) -> list[Markup]:
     blocks = [
         figure_html(
             plots.throughput(table),
-            "Line charts of throughput against world size for DDP and DataParallel, one per workload, with "
+            "Line charts of throughput against world size for each strategy, one per workload, with "
             "the ideal linear line from the local run.",
             "Throughput against world size; the dashed line is perfect linear scaling of the local run.",
         ),
         figure_html(
             plots.efficiency(table),
-            "Line charts of scaling efficiency in percent against world size for DDP and DataParallel, one "
+            "Line charts of scaling efficiency in percent against world size for each strategy, one "
             "per workload, with a dashed line at 100 percent.",
             "Scaling efficiency E(N) = X(N) / (N x X(1)); 100 % is perfect.",
         ),
     ]
-    metrics = [m.name for m in registry.METRICS if m.in_scaling_table]
+    # memory has a section of its own
+    metrics = [m.name for m in registry.METRICS if m.in_scaling_table and m.shown_unit != "MiB"]
     shown = table[
         [
             "workload",
