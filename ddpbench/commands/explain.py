@@ -72,7 +72,7 @@ def command_explain(args: argparse.Namespace) -> int:
     except (ExplainError, ProfileError) as exc:
         raise SpecError(str(exc)) from None
     if not breakdowns:
-        raise SpecError("no DDP run could be explained: " + "; ".join(problems))
+        raise SpecError("no run could be explained: " + "; ".join(problems))
     print(format_sweep_table(breakdowns))
     print()
     for breakdown in breakdowns:
