@@ -491,6 +491,32 @@ class Checker:
             f"{record['metrics']['throughput_units_per_s']:,.0f} tokens/s"
         )
 
+    def compiled_and_sharded(self, strategy: str, compile_mode: str):
+        """FSDP2 and compiled DDP over NCCL on the GPUs there are (one is enough to run them; with
+        two the gradient check compares ranks): the record's compile figures and memory per rank."""
+
+        def check(figures: dict) -> str:
+            gpus = min(2, (self.summary.get("device") or {}).get("gpu_count") or 1)
+            key = f"gpt2-{strategy}-{compile_mode}"
+            gpt2 = GPT2_BF16_TWO[:-2]  # without its --strategy ddp
+            args = [*gpt2, "--strategy", strategy, "--compile", compile_mode, "--nproc", str(gpus), "--no-profile"]
+            record = self.one_run(key, args, figures, timeout_s=420)
+            stats = record.get("compile") or {}
+            if compile_mode != "off" and not stats.get("graphs"):
+                raise CheckFailed(f"--compile {compile_mode} compiled no graph: {stats}")
+            failed = [name for name, found in record["checks"].items() if found["ok"] is False]
+            if failed:
+                raise CheckFailed(f"checks failed: {failed}")
+            state = max(rank.get("model_state_bytes") or 0 for rank in record["ranks"])
+            peak = max(rank.get("peak_memory_bytes") or 0 for rank in record["ranks"])
+            return (
+                f"{gpus} GPU(s): {record['metrics']['throughput_units_per_s']:,.0f} tokens/s, compile "
+                f"{stats.get('compile_s', 0):.1f} s ({stats.get('graphs')} graphs, {stats.get('graph_breaks')} "
+                f"breaks), model state {state / 2**30:.2f} GiB, peak {peak / 2**30:.2f} GiB per rank"
+            )
+
+        return check
+
     def vit_workers(self, figures: dict) -> str:
         record = self.one_run("vit-workers", VIT_WORKERS, figures)
         metrics = record["metrics"]
@@ -666,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
         ("gradient timeline and project (nccl)", 10, checker.contention_projection),
         ("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
         ("ddp averaging on 2 gpus (nccl)", 60, checker.ddp_two_gpus),
+        ("gpt2 fsdp2 + compile (nccl)", 90, checker.compiled_and_sharded("fsdp2", "default")),
+        ("gpt2 ddp + compiled autograd (nccl)", 90, checker.compiled_and_sharded("ddp", "compiled-autograd")),
         ("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
         ("sweep --gpus 1, table, report", 90, checker.sweep),
         ("tests/test_cuda.py", 120, checker.cuda_tests),

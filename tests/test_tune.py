@@ -183,6 +183,11 @@ def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
     table = result.stdout.split(progress[-1], 1)[1]
     for name in NAMES:
         assert f"\n{name} " in table
+    # each variant's peak memory per rank beside its throughput, and its change against the run as given
+    assert "peak memory/rank" in table
+    rows = [line for line in table.splitlines() if line.split("  ")[0].strip() in NAMES]
+    assert len(rows) == len(NAMES) and all(" MiB" in row for row in rows)
+    assert sum(row.rstrip().endswith("%") for row in rows) == len(NAMES) - 1
     assert "too few rounds" in table  # one round cannot call a difference real
     assert table.strip().splitlines()[-1].startswith("advice: keep the settings as given")
     assert len(os.listdir(tmp_path / "runs")) == len(NAMES)

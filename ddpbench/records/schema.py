@@ -655,9 +655,9 @@ class CompileStats(Part):
     """The first line of each distinct reason, most frequent first (at most 5)."""
     frames: int = 0
     """Python frames dynamo compiled."""
-    recompiles_after_warmup: int | None = None
-    """Frames compiled or backward graphs captured after the compile warm-up (ordinary warm-up and
-    timed window); above 0, some timed steps may hold compile time."""
+    recompiles_in_window: int | None = None
+    """Frames compiled or backward graphs captured during the timed window; above 0, some timed
+    steps hold compile time."""
 
 
 class Record(Part):

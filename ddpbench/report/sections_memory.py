@@ -73,7 +73,7 @@ def compile_frame(data: ReportData) -> pd.DataFrame:
                 "graphs": stats.graphs,
                 "backward graphs": stats.backward_graphs,
                 "graph breaks": stats.graph_breaks,
-                "recompiles after": stats.recompiles_after_warmup,
+                "recompiles in window": stats.recompiles_in_window,
                 "first graph break": stats.graph_break_reasons[0] if stats.graph_break_reasons else "",
             }
         )

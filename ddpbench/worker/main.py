@@ -256,7 +256,6 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
             lambda: trainer.step_on(batch), lambda: sync_device(rank.device), spec.compile
         )
         memory.end()
-        before_warmup = compiling.counts()
     with progress_bar(spec, rank) as bar:
         memory.start("warm-up")
         beat.enter("warm-up", batch_size=spec.batch_size)
@@ -280,6 +279,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         beat.enter("timed")  # writes its file now, not inside the first timed step
         load = WindowLoad(rank.local_rank, rank.device, rank.devices, spec.threads_per_rank, spec.num_workers)
         load.start()  # before the barrier: the reading is no part of any rank's window
+        before_window = compiling.counts() if compiled is not None else None
         # Nothing between this barrier and the first mark: the ranks' windows start together.
         window_edge(rank)
         window_start = time.perf_counter()
@@ -307,9 +307,8 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         machine = load.finish()
         timed_memory = memory.end()
     if compiled is not None:
-        # Compiles after the compile warm-up: in the ordinary warm-up (harmless) or in the window
-        # (its step times then hold compile time, and the record says how many).
-        compiled["recompiles_after_warmup"] = compiling.compiled_between(before_warmup, compiling.counts())
+        # Compiles in the window would put compile time into its step times: the record says how many.
+        compiled["recompiles_in_window"] = compiling.compiled_between(before_window, compiling.counts())
 
     memory.start("checks")
     beat.enter("checks")
