@@ -97,7 +97,7 @@ def check_fault_fits(
     if fault.uses_comm_hook and (strategy != "ddp" or comm_hook != "allreduce" or compile_mode == "compiled-autograd"):
         raise SpecError(
             f"--inject-fault {fault.kind}{',where=' + fault.where if fault.where else ''} goes through "
-            f"DDP's communication hook: it needs strategy ddp, --comm-hook allreduce and no compiled autograd; "
+            f"DDP's communication hook: it needs strategy ddp and --comm-hook allreduce, without compiled autograd; "
             f"got strategy {strategy}, comm hook {comm_hook}, compile {compile_mode}"
         )
     if fault.kind == "unsynced":

@@ -201,7 +201,7 @@ def format_tune(found: list[Variant]) -> str:
     unit = next((v.unit for v in found if v.throughputs), "samples")
     lines = [
         f"{'variant':<26} {'throughput (median)':>20} {'range over repeats':>24} {'vs given':>9} "
-        f"{'real?':>14} {'projected':>11} {'peak memory/rank':>17}"
+        f"{'real?':>14} {'peak memory/rank':>17} {'projected':>11}"
     ]
     ranked = sorted((v for v in found if v.throughputs), key=lambda v: -v.median)
     tests = len(found) - 1
@@ -211,8 +211,8 @@ def format_tune(found: list[Variant]) -> str:
         projected = projected_change(variant, base)
         lines.append(
             f"{variant.name:<26} {variant.median:>14.1f} {unit}/s {min(variant.throughputs):>11.1f} .. "
-            f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {projected:>11} "
-            f"{memory_change(variant, base):>17}"
+            f"{max(variant.throughputs):<10.1f} {change:>+9.1%} {real:>14} {memory_change(variant, base):>17} "
+            f"{projected:>11}"
         )
     unavailable = projection_unavailable(found)
     if unavailable:
