@@ -387,13 +387,12 @@ def format_memory(table: pd.DataFrame, kind: str | None) -> str:
     if found.empty:
         return ""
     formatters = {c: "{:,.0f}".format for c in found.columns if c.endswith(" MiB")}
-    formatters.update(
-        {c: (lambda v: "" if v != v or v is None else f"{v:+.0%}") for c in found.columns if c.endswith("vs DDP")}
-    )
+    formatters.update({c: change for c in found.columns if c.endswith("vs DDP")})
     what = (
         "peaks are CUDA memory allocated"
         if kind == "cuda_max_memory_allocated"
-        else "peaks are each process's resident set (torch and Python included), so a small model's savings barely show"
+        else "peaks are each process's resident set, torch and Python included: a small model's savings show in "
+        "the model state more than in the peaks"
     )
     return (
         "memory per rank (largest rank; "
