@@ -8,7 +8,8 @@
   all-reduce during backward really averaged them. Under fsdp2 and replicate: the full gradient
   (fsdp2's shards reassembled) equals the mean of the gradients a one-process copy of the model
   computes on each rank's batch.
-- parameters_sharded (fsdp2): every parameter's rows are held by exactly one rank.
+- parameters_sharded (fsdp2): every parameter's rows are held by exactly one rank. (Under fsdp2
+  replicas_in_sync is not decided: there is one copy of each parameter.)
 
 Checks that compare ranks are not decided (`ok` None, "not checked") at world size 1: one rank's
 gradient is its own mean and one digest always agrees with itself, so an `ok` there would say
@@ -55,7 +56,7 @@ def all_ranks(per_rank: Sequence[dict], worst: str) -> dict:
 
 def parameter_digest(model: torch.nn.Module) -> str:
     """sha256 over every parameter's bytes, in registration order; sharded (fsdp2) parameters are
-    gathered whole first, so every rank hashes the full model it trains (collective)."""
+    gathered whole first (collective), so the record's digest is the full model's."""
     from ddpbench.worker.sharding import full
 
     digest = hashlib.sha256()
@@ -63,6 +64,18 @@ def parameter_digest(model: torch.nn.Module) -> str:
         # reshape(-1) first: a 0-dimensional parameter cannot be viewed as bytes directly.
         digest.update(param.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+NO_REPLICAS_REASON = (
+    "fsdp2 holds one copy of each parameter, sharded over the ranks: there are no replicas to compare "
+    "(parameters_sharded checks the shards, gradients_averaged the full gradient)"
+)
+
+
+def no_replicas() -> dict:
+    """replicas_in_sync under fsdp2. Every rank gathering the same shards would hash alike by
+    construction, a check that could not fail; so it is not decided, and says why."""
+    return verdict(None, NO_REPLICAS_REASON)
 
 
 def replicas_in_sync(digests: Sequence[str]) -> dict:

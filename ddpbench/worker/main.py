@@ -474,7 +474,9 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(results[0]["sampler_passes"])
     if spec.strategy == "fsdp2":
         run_checks["parameters_sharded"] = checks.parameters_sharded([r["shard_layout"] for r in results])
-    if spec.launched_by_torchrun:
+    if spec.strategy == "fsdp2":
+        run_checks["replicas_in_sync"] = checks.no_replicas()
+    elif spec.launched_by_torchrun:
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
         run_checks["gradients_averaged"] = (
             checks.one_rank()
