@@ -61,10 +61,10 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     [
         ({"schema_version": 0}, "schema_version 0"),
         (
-            {"schema_version": 4, "run_id": "x"},
-            "schema_version 4, this ddpbench reads 1 to 3: it was written by a newer",
+            {"schema_version": 5, "run_id": "x"},
+            "schema_version 5, this ddpbench reads 1 to 4: it was written by a newer",
         ),
-        ({"schema_version": 3, "run_id": "x", "status": "ok"}, "not a valid run record"),
+        ({"schema_version": 4, "run_id": "x", "status": "ok"}, "not a valid run record"),
         ([1, 2], "not a run record"),
     ],
 )
@@ -92,22 +92,23 @@ def test_schema_1_records_load_and_convert(folder):
             )
 
 
-def test_schema_2_records_load_as_schema_3_without_a_machine_load(tmp_path):
-    """Records of the previous version: read as they were, the parts added in 3 absent, and
-    written back as schema 3."""
+def test_schema_2_records_load_as_the_current_schema_without_a_machine_load(tmp_path):
+    """Records of an earlier version: read as they were, the parts added in 3 and 4 absent, and
+    written back in the current schema."""
     folder = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
     records, unreadable = read_records(folder)
     assert unreadable == [] and records
     for path, record in records:
         raw = json.load(open(path))
-        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 3
+        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 4
+        assert record.compile is None and all(rank.model_state_bytes is None for rank in record.ranks)
         assert record.machine_load is None and all(rank.machine_load is None for rank in record.ranks)
         assert record.metrics == msgspec.convert(raw["metrics"], type(record.metrics))
     slow = next(r for _, r in records if r.run_id == "slow2")
     assert slow.timeline is not None and slow.timeline.ladder is not None  # the ladder came with schema 2 files
     write_record(slow, str(tmp_path))
     again = load_record(str(tmp_path / "runs" / "slow2.json"))
-    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 3 and again == slow
+    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 4 and again == slow
 
 
 def test_a_converted_record_survives_a_write_and_a_load(tmp_path):

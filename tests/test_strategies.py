@@ -44,16 +44,22 @@ def test_combinations_torch_does_not_support_are_refused_in_one_line(changes, wo
 def test_a_bucket_cap_below_ddps_first_bucket_is_refused_under_compile_only():
     from ddpbench.config.spec import DDPKnobs
 
-    with pytest.raises(SpecError, match="below DDP's first bucket"):
+    with pytest.raises(SpecError, match="below the 1 MB first bucket of torch.compile's DDPOptimizer"):
         RunSpec(workload="mlp", nproc=2, device="cpu", compile="default", ddp=DDPKnobs(bucket_cap_mb=0.1))
     RunSpec(workload="mlp", nproc=2, device="cpu", ddp=DDPKnobs(bucket_cap_mb=0.1))  # eager DDP takes it
     RunSpec(workload="mlp", nproc=2, device="cpu", compile="compiled-autograd", ddp=DDPKnobs(bucket_cap_mb=0.1))
+    with pytest.raises(SpecError, match="calls a communication hook with one gradient"):
+        compressed = DDPKnobs(comm_hook="bf16_compress")
+        RunSpec(workload="mlp", nproc=2, device="cpu", compile="compiled-autograd", ddp=compressed)
 
 
 def test_the_command_line_refuses_them_before_a_process_starts(tmp_path):
     for args, words in (
         (("--strategy", "dp", "--compile", "default"), "does not apply to dp"),
-        (("--strategy", "ddp", "--compile", "default", "--bucket-cap-mb", "0.1"), "below DDP's first bucket"),
+        (
+            ("--strategy", "ddp", "--compile", "default", "--bucket-cap-mb", "0.1"),
+            "first bucket of torch.compile's DDPOptimizer",
+        ),
     ):
         result = ddpbench("run", "--workload", "mlp", *QUICK, "--out", str(tmp_path), *args)
         assert result.returncode == 2 and words in result.stderr, result.stderr
@@ -176,20 +182,26 @@ def test_every_strategy_and_compile_mode_trains_with_its_checks_passing(strategi
 def test_fsdp2_holds_half_the_model_state_per_rank_and_its_collectives_are_communication(strategies_folder):
     found = records(strategies_folder)
     fsdp2, ddp = found["fsdp2"], found["ddp"]
+    # mlp tiny: 4 layers of 1024 x 1024 and one of 1024 x 10, with biases; SGD with momentum keeps
+    # a parameter, its gradient and its momentum: 3 x 4 bytes per parameter
+    parameters = 4 * (1024 * 1024 + 1024) + 1024 * 10 + 10
+    assert [rank["model_state_bytes"] for rank in ddp["ranks"]] == [3 * 4 * parameters] * 2
     state = [rank["model_state_bytes"] for rank in fsdp2["ranks"]]
-    whole = ddp["ranks"][0]["model_state_bytes"]
-    assert all(0.45 * whole <= value <= 0.55 * whole for value in state), (state, whole)
-    # FSDP2's all-gathers and reduce-scatters (gloo runs the latter as an all-reduce) are in its trace
+    assert state == [3 * 4 * parameters // 2] * 2, state  # every row split evenly: exactly half each
+    # FSDP2's all-gathers and reduce-scatters (gloo runs the latter as an all-reduce) are its
+    # communication, and on CPU its training thread waits for them: little of it overlaps
     trace = fsdp2["overlap"]["trace"]["by_rank"][0]
-    assert trace["comm_us"] > 0 and trace["overlap_pct"] is not None and trace["overlap_pct"] < 100
+    assert trace["comm_us"] > 0 and trace["overlap_pct"] is not None and trace["overlap_pct"] < 50, trace
+    assert trace["exposed_comm_us_per_step"] > 0
 
 
 @pytest.mark.launches
 def test_a_compiled_run_records_what_compiling_cost_apart_from_step_time(strategies_folder):
     found = records(strategies_folder)
-    for run_id, backward in (("ddp-compile", 0), ("replicate-ca", 1)):
+    for run_id, traced_backward in (("ddp-compile", False), ("replicate-ca", True)):
         stats = found[run_id]["compile"]
-        assert stats["stable"] and stats["graphs"] >= 1 and stats["backward_graphs"] >= backward, stats
+        assert stats["stable"] and stats["graphs"] >= 1, stats
+        assert (stats["backward_graphs"] >= 1) == traced_backward, stats  # compiled autograd captures backward
         assert stats["first_step_s"] > 0 and stats["compile_s"] > 0
         assert stats["recompiles_in_window"] == 0
         assert "compile" in found[run_id]["ranks"][0]["peak_memory_by_phase"]
@@ -218,8 +230,8 @@ def test_the_table_explain_and_report_show_the_new_strategies_and_memory(strateg
 @pytest.mark.launches
 @pytest.mark.parametrize(
     "options",
-    [("--strategy", "fsdp2"), ("--strategy", "ddp", "--compile", "default")],
-    ids=["fsdp2", "ddp-compile"],
+    [("--strategy", "fsdp2"), ("--strategy", "ddp", "--compile", "compiled-autograd")],
+    ids=["fsdp2", "ddp-compiled-autograd"],
 )
 def test_gradients_left_unsynchronised_fail_the_gradient_check(options, tmp_path):
     result = ddpbench_process(

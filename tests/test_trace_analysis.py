@@ -160,25 +160,30 @@ def test_the_collectives_own_launch_ops_on_the_training_thread_are_not_computati
 
 def test_fsdp2s_annotations_around_its_collective_waits_are_not_computation(tmp_path):
     """FSDP2 on gloo: the all-gather runs on gloo's thread while the training thread sits in the
-    `FSDP::all_gather` annotation waiting for it; only the copies into and out of its buffer and the
-    layer's own ops count as computation. Its reduce-scatter, which gloo runs as an all-reduce, is
+    `FSDP::all_gather` annotation waiting for it, and in backward autograd's node holds the
+    pre-backward all-gather's wait whole; only the copies into and out of the buffer and the
+    layers' own ops count as computation. The reduce-scatter, which gloo runs as an all-reduce, is
     communication too."""
     events = [
-        step_event(1, 0, 100),
+        step_event(1, 0, 120),
         cpu_op(0, 40, name="FSDP::pre_forward (2)", category="user_annotation"),
         cpu_op(0, 35, name="FSDP::all_gather (2)", category="user_annotation"),
         cpu_op(0, 5, name="fsdp::all_gather_copy_in"),
         cpu_op(5, 6, name="c10d::_allgather_base_"),
         cpu_op(5, 30, name="gloo:all_gather", tid=7, category="user_annotation"),
         cpu_op(30, 35, name="fsdp::split_with_sizes_copy"),
-        cpu_op(40, 70, name="aten::addmm"),
-        cpu_op(70, 72, name="c10d::_reduce_scatter_base_"),
-        cpu_op(71, 90, name="FSDP::post_backward_reduce (2)", category="user_annotation"),
-        cpu_op(71, 85, name="gloo:all_reduce", tid=8, category="user_annotation"),
+        cpu_op(40, 60, name="aten::addmm"),
+        cpu_op(60, 100, name="autograd::engine::evaluate_function: AddmmBackward0"),
+        cpu_op(61, 75, name="FSDP::pre_backward (2)", category="user_annotation"),
+        cpu_op(62, 74, name="gloo:all_gather", tid=7, category="user_annotation"),
+        cpu_op(76, 90, name="aten::mm"),
+        cpu_op(100, 102, name="c10d::_reduce_scatter_base_"),
+        cpu_op(101, 115, name="FSDP::post_backward_reduce (2)", category="user_annotation"),
+        cpu_op(101, 115, name="gloo:all_reduce", tid=8, category="user_annotation"),
     ]
     (step,) = analyze_trace(write_trace(tmp_path / "rank-0.json.gz", events, backend="gloo")).steps
-    assert step.comm_us == 25 + 14 and step.compute_us == 5 + 5 + 30
-    assert step.overlap_us == 0 and step.exposed_comm_us == 39
+    assert step.comm_us == 25 + 12 + 14 and step.compute_us == 5 + 5 + 20 + 14
+    assert step.overlap_us == 0 and step.exposed_comm_us == 51
 
 
 def test_nccls_all_gather_and_reduce_scatter_kernels_are_communication(tmp_path):

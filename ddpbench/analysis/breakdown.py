@@ -435,11 +435,12 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
         and not (record.spec.script and record.spec.world_size == 1)
     ]
     if not runs:
-        ddp = [record for _, record in records if record.spec.strategy == "ddp"]
+        ddp = [record for _, record in records if record.spec.launched_by_torchrun]
         failed = sorted(record.run_id for record in ddp if record.status != "ok")
         if failed:
             raise ExplainError(
-                f"no ok DDP run to break down: {', '.join(failed)} did not finish ok (ddpbench table says why)"
+                f"no ok run of ddp, fsdp2 or replicate to break down: {', '.join(failed)} did not finish ok "
+                "(ddpbench table says why)"
             )
         if ddp:
             raise ExplainError(

@@ -202,11 +202,11 @@ def heat_map_bins(matrix: np.ndarray, max_columns: int = 400) -> tuple[np.ndarra
 
 
 def rank_spread_frame(records: list[Record]) -> pd.DataFrame:
-    """One row per DDP run: the spread of its ranks' median step times (p50, p90 and max over
-    ranks), for one figure of every world size."""
+    """One row per run launched by torchrun (ddp, fsdp2, replicate): the spread of its ranks'
+    median step times (p50, p90 and max over ranks), for one figure of every world size."""
     rows = []
     for record in records:
-        if record.status != "ok" or record.spec.strategy != "ddp":
+        if record.status != "ok" or not record.spec.launched_by_torchrun:
             continue
         matrix = step_matrix(record)
         if matrix is None:

@@ -51,8 +51,9 @@ computation nor the collective itself, which runs on gloo's threads."""
 WRAPPER_ANNOTATION_PREFIXES = ("FSDP::",)
 """FSDP2's own annotations on the training thread (`FSDP::all_gather (2)`, `FSDP::pre_forward`):
 spans around its steps that include waiting for a collective, so they are neither computation
-nor communication; the ops inside them (copies into and out of the collectives' buffers, the
-layer's own ops) are recorded apart and count as they are."""
+nor communication, and neither are the ops that hold one of them whole (autograd's node around a
+pre-backward all-gather); the ops inside them (copies into and out of the collectives' buffers,
+the layer's own ops) are recorded apart and count as they are."""
 PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)")
 RANK_IN_FILE_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -228,6 +229,7 @@ def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
 
 def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
     rows = []
+    waits = []  # FSDP2's annotations, which span its collective waits
     for event in events:
         if event.ph != "X" or not isinstance(event.name, str):
             continue
@@ -238,15 +240,29 @@ def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
             if name.startswith(("ProfilerStep#", *COLLECTIVE_LAUNCH_PREFIXES)):
                 continue
             if event.cat == "user_annotation" and name.startswith(WRAPPER_ANNOTATION_PREFIXES):
+                waits.append((event.ts, event.ts + event.dur))
                 continue
             role = 2 if name.startswith("enumerate(DataLoader)") else 0
         else:
             continue
         rows.append((event.ts, event.ts + event.dur, role))
+    if waits:
+        rows = [row for row in rows if row[2] != 0 or not _encloses_any(row, waits)]
     if not rows:
         return _Events(*(np.zeros(0),) * 4)
     starts, ends, role = (np.asarray(column) for column in zip(*rows))
     return _Events(starts.astype(float), ends.astype(float), role.astype(int), starts.astype(float))
+
+
+def _encloses_any(row: tuple, spans: list[tuple[float, float]]) -> bool:
+    """Whether an op holds one of FSDP2's annotated spans whole (autograd's evaluate_function
+    around a pre-backward all-gather, FSDP2's post-backward node): such an op is a container whose
+    time is mostly the wait; the work inside it is recorded as ops of its own and counts as them."""
+    start, end = row[0], row[1]
+    return any(
+        start <= span_start and span_end <= end and (start, end) != (span_start, span_end)
+        for span_start, span_end in spans
+    )
 
 
 def _sets(starts, ends, role, keep):

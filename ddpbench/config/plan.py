@@ -114,7 +114,7 @@ class SweepOptions:
         default=("off",),
     )
     """torch.compile modes; every strategy runs in each mode it supports (dp only eager, fsdp2
-    not under compiled autograd). The local reference stays eager unless `off` is left out."""
+    not under compiled autograd). The local reference always runs eager too: it is X(1)."""
     size: Size | None = flag(default=None)
     steps: int | None = flag("steps per run, warm-up included (default: the suite's)", default=None)
     warmup: int | None = flag(default=None)
@@ -267,7 +267,14 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     plan: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
-        modes = [(s, m) for s in STRATEGIES if s in strategies for m in COMPILE_MODES if m in options.compile]
+        # local is the reference X(1): eager always, compiled too where asked
+        modes = [
+            (s, m)
+            for s in STRATEGIES
+            if s in strategies
+            for m in COMPILE_MODES
+            if m in options.compile or (s == "local" and m == "off")
+        ]
         for strategy, compile_mode in [(s, m) for s, m in modes if compile_fits(s, m)]:
             label = strategy_name(strategy, compile_mode).replace("+", "-")
             for nodes, per_node in layouts(options, strategy):

@@ -116,16 +116,25 @@ def check_compile_fits(strategy: str, compile_mode: str) -> None:
 
 
 DDP_FIRST_BUCKET_MB = 1.0
-"""DDP all-reduces its first bucket at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), and
-torch.compile's DDPOptimizer refuses a bucket cap below it."""
+"""torch.compile's DDPOptimizer gives its first bucket 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
+and refuses a bucket cap below that."""
 
 
-def check_compiled_buckets(strategy: str, compile_mode: str, bucket_cap_mb: float) -> None:
-    if strategy in ("ddp", "replicate") and compile_mode == "default" and bucket_cap_mb < DDP_FIRST_BUCKET_MB:
+def check_compile_knobs(strategy: str, compile_mode: str, bucket_cap_mb: float, comm_hook: str) -> None:
+    """DDP options that a compile mode cannot take, refused before anything starts."""
+    if strategy not in ("ddp", "replicate"):
+        return
+    if compile_mode == "default" and bucket_cap_mb < DDP_FIRST_BUCKET_MB:
         raise SpecError(
-            f"--bucket-cap-mb {bucket_cap_mb:g} is below DDP's first bucket ({DDP_FIRST_BUCKET_MB:g} MB), which "
-            'torch.compile\'s DDPOptimizer refuses ("First bucket should be smaller/equal to other buckets"): '
-            f"use a cap of at least {DDP_FIRST_BUCKET_MB:g} MB with --compile default, or --compile compiled-autograd"
+            f"--bucket-cap-mb {bucket_cap_mb:g} is below the {DDP_FIRST_BUCKET_MB:g} MB first bucket of "
+            "torch.compile's DDPOptimizer, which refuses it (\"First bucket should be smaller/equal to other "
+            f'buckets"): use a cap of at least {DDP_FIRST_BUCKET_MB:g} MB with --compile default, or '
+            "--compile compiled-autograd"
+        )
+    if compile_mode == "compiled-autograd" and comm_hook != "allreduce":
+        raise SpecError(
+            f"--comm-hook {comm_hook} does not fit --compile compiled-autograd: DDP's Python reducer calls a "
+            "communication hook with one gradient, not a bucket; use --comm-hook allreduce, or --compile default"
         )
 
 
@@ -355,7 +364,7 @@ class RunSpec:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
         check_compile_fits(self.strategy, self.compile)
-        check_compiled_buckets(self.strategy, self.compile, self.ddp.bucket_cap_mb)
+        check_compile_knobs(self.strategy, self.compile, self.ddp.bucket_cap_mb, self.ddp.comm_hook)
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("scaling", self.scaling, SCALING_MODES)

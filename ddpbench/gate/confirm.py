@@ -63,7 +63,7 @@ def run_options(spec: RunSpec) -> list[str]:
     if spec.nnodes > 1 or spec.launcher != "local":
         raise GateError(f"a {spec.nnodes}-node {spec.launcher} run cannot be rerun inside this job")
     options: list[str] = []
-    groups = [(RunSpec, spec, RUN_FIELDS)] + ([(DDPKnobs, spec.ddp, DDP_FIELDS)] if spec.strategy == "ddp" else [])
+    groups = [(RunSpec, spec, RUN_FIELDS)] + ([(DDPKnobs, spec.ddp, DDP_FIELDS)] if spec.uses_ddp_knobs else [])
     for owner, values, names in groups:
         for name in names:
             value = getattr(values, name)

@@ -27,7 +27,11 @@ from ddpbench.config.spec import RunSpec
 # all optional: a record of schema 2 reads as one that measured neither
 # (ddpbench.records.store.from_schema_2). The ladder's optional fields (`timeline.ladder`, steps'
 # `block`, ranks' `alone`) came late in schema 2.
-SCHEMA_VERSION = 3
+# 4: strategies fsdp2 and replicate, `spec.compile` and the record's `compile`, ranks'
+# `model_state_bytes`, the check `parameters_sharded`; all optional, so a record of schema 3 reads
+# as an eager run that did not count its model state (from_schema_3). Numbered anew so that an
+# older ddpbench says a newer one wrote the record instead of refusing an unknown field.
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.schema.json")

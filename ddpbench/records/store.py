@@ -195,9 +195,11 @@ def _convert(path: str, data: bytes) -> Record:
         raise UnreadableRecord(f"{path}: not a run record (a JSON {type(raw).__name__})")
     version = raw.get("schema_version")
     if version == 1:
-        raw = from_schema_2(from_schema_1(raw))
+        raw = from_schema_3(from_schema_2(from_schema_1(raw)))
     elif version == 2:
-        raw = from_schema_2(raw)
+        raw = from_schema_3(from_schema_2(raw))
+    elif version == 3:
+        raw = from_schema_3(raw)
     elif version != SCHEMA_VERSION:
         raise UnreadableRecord(
             f"{path}: schema_version {version!r}, this ddpbench reads 1 to {SCHEMA_VERSION}"
@@ -221,6 +223,12 @@ def read_records(folder: str) -> tuple[list[tuple[str, Record]], list[tuple[str,
         except UnreadableRecord as exc:
             unreadable.append((path, str(exc).removeprefix(f"{path}: ")))
     return records, unreadable
+
+
+def from_schema_3(raw: dict) -> dict:
+    """Schema 3 -> 4: only optional parts were added (compile, model state, the new strategies);
+    a record of schema 3 is an eager run of local, ddp or dp and reads as it was."""
+    return dict(raw, schema_version=4)
 
 
 def from_schema_2(raw: dict) -> dict:

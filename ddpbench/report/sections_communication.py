@@ -83,7 +83,7 @@ def communication_section(data: ReportData) -> list[Markup]:
 def exposed_spread_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     rows = []
     for _, record in records:
-        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+        if record.status != "ok" or not record.spec.launched_by_torchrun or len(record.ranks) < 2:
             continue
         found = ranks.exposed_across_ranks(record)
         if found:

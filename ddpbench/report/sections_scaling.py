@@ -24,7 +24,8 @@ def scaling_section(data: ReportData) -> list[Markup]:
             plots.throughput(table),
             "Line charts of throughput against world size for each strategy, one per workload, with "
             "the ideal linear line from the local run.",
-            "Throughput against world size; the dashed line is perfect linear scaling of the local run.",
+            "Throughput against world size; the grey dashed line is perfect linear scaling of the local run "
+            "(compiled runs are dashed, or dotted under compiled autograd, in their strategy's colour).",
         ),
         figure_html(
             plots.efficiency(table),
@@ -121,7 +122,7 @@ def largest_ddp_runs(records: list[Record]) -> list[Record]:
     """Per workload, its largest DDP run beyond the rank-by-rank limit (the first of its repeats)."""
     chosen: dict[str, Record] = {}
     for record in records:
-        if record.spec.strategy != "ddp" or len(record.ranks) <= ranks.RANK_DETAIL_LIMIT:
+        if not record.spec.launched_by_torchrun or len(record.ranks) <= ranks.RANK_DETAIL_LIMIT:
             continue
         workload = short_workload_name(record.spec.workload)
         if workload not in chosen or record.spec.world_size > chosen[workload].spec.world_size:
@@ -221,10 +222,10 @@ def slowest_nodes_table(per_rank: pd.DataFrame) -> Markup:
 
 
 def stragglers_section(data: ReportData) -> list[Markup]:
-    """One sentence per DDP run of two or more ranks."""
+    """One sentence per run of two or more ranks (ddp, fsdp2, replicate)."""
     items, bases = [], []
     for _, record in data.records:
-        if record.status != "ok" or record.spec.strategy != "ddp" or len(record.ranks) < 2:
+        if record.status != "ok" or not record.spec.launched_by_torchrun or len(record.ranks) < 2:
             continue
         verdict = ranks.straggler_verdict(ranks.rank_frame(record))
         bases.append(verdict.basis)

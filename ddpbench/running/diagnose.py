@@ -207,8 +207,8 @@ def diagnose(
 PITFALLS = (
     (
         re.compile(r"First bucket should be smaller/equal to other buckets"),
-        "torch.compile's DDPOptimizer refused the buckets: DDP's first bucket (1 MiB) is larger than the "
-        "bucket cap; use --bucket-cap-mb 1 or more with --compile default, or --compile compiled-autograd",
+        "torch.compile's DDPOptimizer refused the bucket cap: its own first bucket (1 MiB) is larger than "
+        "the cap; use --bucket-cap-mb 1 or more with --compile default, or --compile compiled-autograd",
     ),
 )
 

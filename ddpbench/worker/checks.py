@@ -229,7 +229,15 @@ def parameters_sharded(layouts: Sequence[Sequence[tuple[str, int, int, int]]]) -
 
 
 def gradients_match_reference(
-    module: torch.nn.Module, model, reference: torch.nn.Module, inputs, targets, loss_fn, world_size: int, context
+    module: torch.nn.Module,
+    model,
+    reference: torch.nn.Module,
+    inputs,
+    targets,
+    loss_fn,
+    world_size: int,
+    context,
+    comm_hook: str = "allreduce",
 ) -> dict:
     """fsdp2 and replicate: the gradient the strategy left on `module` (fsdp2's shards gathered)
     against the mean of the gradients `reference`, a plain copy of the model loaded with the full
@@ -255,7 +263,7 @@ def gradients_match_reference(
         expected /= world_size
     finally:
         model.train(was_training)
-    return compare_gradients(actual, expected, GRADIENT_TOLERANCE["allreduce"])
+    return compare_gradients(actual, expected, GRADIENT_TOLERANCE[comm_hook])
 
 
 def _full_gradient(param, device) -> torch.Tensor:

@@ -351,10 +351,12 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
                 trainer.workload.loss,
                 rank.world_size,
                 trainer.step_context,
+                spec.ddp.comm_hook if spec.uses_ddp_knobs else "allreduce",
             )
     if spec.strategy == "fsdp2":
         result["shard_layout"] = sharding.shard_layout(trainer.module)
-    result["param_digest"] = checks.parameter_digest(trainer.module)
+    # fsdp2 has no replicas to compare: gathering its whole model for a digest would cost memory for nothing
+    result["param_digest"] = None if spec.strategy == "fsdp2" else checks.parameter_digest(trainer.module)
     result["sampler_passes"] = trainer.sampler.passes
     sync_device(rank.device)
     memory.end()
@@ -474,10 +476,10 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     run_checks["reshuffled_each_epoch"] = checks.reshuffled_each_epoch(results[0]["sampler_passes"])
     if spec.strategy == "fsdp2":
         run_checks["parameters_sharded"] = checks.parameters_sharded([r["shard_layout"] for r in results])
-    if spec.strategy == "fsdp2":
         run_checks["replicas_in_sync"] = checks.no_replicas()
     elif spec.launched_by_torchrun:
         run_checks["replicas_in_sync"] = checks.replicas_in_sync([r["param_digest"] for r in results])
+    if spec.launched_by_torchrun:
         run_checks["gradients_averaged"] = (
             checks.one_rank()
             if spec.world_size == 1

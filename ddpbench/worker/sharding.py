@@ -50,6 +50,17 @@ def unit_problems(model: torch.nn.Module, units: list[torch.nn.Module]) -> str |
                     "declare units that keep tied parameters together, or leave them to the root"
                 )
             owner[id(param)] = name
+    inside = {id(module) for unit in units for module in unit.modules()}
+    for name, module in model.named_modules():
+        if id(module) in inside:
+            continue
+        for param in module.parameters(recurse=False):
+            if id(param) in owner:
+                return (
+                    f"a parameter of shard unit {owner[id(param)]!r} is shared with {name or 'the root'!r}, which the "
+                    "root holds (tied weights): declare units that keep tied parameters together, or leave them to "
+                    "the root"
+                )
     return None
 
 
@@ -70,10 +81,15 @@ def wrap_replicate(model: torch.nn.Module, device: torch.device, knobs) -> torch
     it takes DDP's options and hooks (`knobs`)."""
     from torch.distributed._composable.replicate import replicate
 
-    from ddpbench.worker.training import ddp_options, register_comm_hook
+    from ddpbench.worker.training import DDP_RUNTIME_LOGGING_SAMPLE_RATE, ddp_options, register_comm_hook
 
     model = replicate(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_options(knobs))
     register_comm_hook(model, knobs)
+    # replicate builds its DDP at the first forward; built now, its runtime logging is set out of
+    # reach as the ddp strategy's is (on GPUs a logged forward waits for the last step's events).
+    state = replicate.state(model)
+    state.lazy_init()
+    state._ddp._set_ddp_runtime_logging_sample_rate(DDP_RUNTIME_LOGGING_SAMPLE_RATE)
     return model
 
 
@@ -93,9 +109,10 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 def state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Bytes of model state this rank holds: its parameters, gradients and optimizer state (under
-    fsdp2, its shards of them). Each storage counts once (gradient_as_bucket_view aliases
-    gradients into DDP's buckets, which this does not see)."""
-    seen: set[int] = set()
+    fsdp2, its shards of them). A tensor met twice (the same memory) counts once; views of one
+    storage count each (FSDP2's gradients are views of one reduce-scatter output per unit, DDP's
+    under gradient_as_bucket_view views of its buckets, which this does not see otherwise)."""
+    seen: set[tuple[int, int]] = set()
 
     def size(tensors) -> int:
         total = 0
@@ -103,7 +120,7 @@ def state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
             if not isinstance(tensor, torch.Tensor):
                 continue
             tensor = local(tensor)
-            key = tensor.untyped_storage().data_ptr()
+            key = (tensor.data_ptr(), tensor.numel())
             if key in seen or tensor.numel() == 0:
                 continue
             seen.add(key)
@@ -125,8 +142,9 @@ def shard_layout(module: torch.nn.Module) -> list[tuple[str, int, int, int]]:
     layout = []
     for name, param in module.named_parameters():
         if is_sharded(param):
-            shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
-            rows = shape[0] if shape else 1
+            _, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+            held = param.to_local()  # what this rank holds, not what the placement says it should
+            rows = held.shape[0] if held.dim() else 1
             layout.append((name, int(offset[0]) if offset else 0, int(rows), int(param.shape[0]) if param.dim() else 1))
         else:
             rows = int(param.shape[0]) if param.dim() else 1

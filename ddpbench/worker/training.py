@@ -210,7 +210,7 @@ def host_synchronisation(
     record, since a step that waits hides the GPU's pace behind the CPU's."""
     on_gpu = device.type == "cuda"
     found: dict = {"ddp_runtime_logging": None, "host_reads_per_step": []}
-    if strategy == "ddp":
+    if strategy in ("ddp", "replicate"):  # replicate runs DDP's reducer, logging included
         # Forwards 2..11 read the timers of the iteration before; warm-up steps are forwards 1..warmup.
         waiting = max(0, DDP_LOGGED_ITERATIONS + 1 - warmup) if on_gpu else 0
         if not on_gpu:
