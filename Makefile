@@ -51,12 +51,12 @@ endif
 
 # The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not launches" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not launches" tests
 
 # ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
 lint: install
