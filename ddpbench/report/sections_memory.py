@@ -40,8 +40,8 @@ def memory_section(data: ReportData) -> list[Markup]:
         blocks.append(
             note(
                 "Compiled runs: a compile warm-up steps one batch until a step compiles nothing; its time, the "
-                "graphs and the graph breaks stay out of the step times. Recompiles after it would sit in "
-                "timed steps."
+                "graphs and the graph breaks stay out of the step times. A recompile in the timed window would "
+                "put compile time into a timed step: the column counts them."
             )
         )
         blocks.append(
