@@ -154,24 +154,28 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
 
 
-# The files whose tests take longest (worker-seconds under `make test`, measured at 7d8126b on the
-# 2-core machine: test_faults 225, test_script_runs 173, test_strategies 92, ...), started first:
-# the two workers take whole files, and with the longest first neither is left running one alone at
-# the end (xdist's own order, most tests first, put them last). `make test` passes
-# --no-loadscope-reorder so that this order holds.
-SLOWEST_FILES = (
+# The order the two workers take whole files in. First the files whose tests are marked `alone`:
+# each of them holds the machine to itself, and one that waits for the other worker's current test
+# leaves both idle as long as that test runs (a minute for the hanging runs); together at the start
+# they only wait for each other. Then the files whose tests take longest (worker-seconds under
+# `make test`, measured at 7d8126b on the 2-core machine: test_faults 225, test_script_runs 173,
+# test_strategies 92, ...), so that neither worker is left finishing a long file alone; xdist's own
+# order (most tests first) put them last. `make test` passes --no-loadscope-reorder so that this
+# order holds.
+FILE_ORDER = (
+    "test_gate_confirm.py",
+    "test_breakdown_runs.py",
+    "test_busy_machine.py",
+    "test_gate_ab.py",
+    "test_overlap_phases.py",
     "test_faults.py",
     "test_script_runs.py",
     "test_strategies.py",
     "test_runs_cpu.py",
     "test_script_shapes.py",
-    "test_gate_confirm.py",
     "test_slurm.py",
     "test_tune.py",
     "test_sweep_cpu.py",
-    "test_breakdown_runs.py",
-    "test_busy_machine.py",
-    "test_gate_ab.py",
     "test_terminal_output.py",
     "test_gate.py",
     "test_gpu_paths.py",
@@ -181,8 +185,8 @@ SLOWEST_FILES = (
 
 
 def pytest_collection_modifyitems(config, items):
-    position = {name: index for index, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: position.get(item.path.name, len(SLOWEST_FILES)))  # stable: files keep their order
+    position = {name: index for index, name in enumerate(FILE_ORDER)}
+    items.sort(key=lambda item: position.get(item.path.name, len(FILE_ORDER)))  # stable: files keep their order
 
 
 def cuda_available() -> bool:
