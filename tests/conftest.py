@@ -165,11 +165,11 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
+    "test_script_runs.py",  # four of its tests are alone
     "test_busy_machine.py",
     "test_gate_ab.py",
     "test_overlap_phases.py",
     "test_faults.py",
-    "test_script_runs.py",
     "test_strategies.py",
     "test_runs_cpu.py",
     "test_script_shapes.py",
