@@ -11,6 +11,12 @@ from conftest import FIXTURES, ddpbench, ddpbench_process
 
 from ddpbench.config.plan import SweepOptions, plan_sweep
 from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.running.resolve import cpp_compiler
+
+# torch.compile on CPU builds inductor's kernels with a C++ compiler; CI installs one and requires it.
+HAS_CXX = bool(cpp_compiler()) or os.environ.get("DDPBENCH_REQUIRE_CXX") == "1"
+requires_cxx = pytest.mark.skipif(not HAS_CXX, reason="--compile on CPU needs a C++ compiler (g++); none on PATH")
+COMPILED = ("replicate-ca", "ddp-compile")
 
 TIED = os.path.join(FIXTURES, "tied_weights_workload.py")
 QUICK = ("--device", "cpu", "--nproc", "2", "--steps", "8", "--warmup", "3")
@@ -65,6 +71,22 @@ def test_the_command_line_refuses_them_before_a_process_starts(tmp_path):
         assert result.returncode == 2 and words in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     assert not glob.glob(str(tmp_path / "runs" / "*.json"))
+
+
+def test_compiling_on_cpu_without_a_cpp_compiler_is_refused_before_launch(tmp_path):
+    result = ddpbench(
+        "run",
+        "--workload",
+        "mlp",
+        *QUICK,
+        "--compile",
+        "default",
+        "--out",
+        str(tmp_path),
+        env={"CXX": str(tmp_path / "no-such-compiler")},
+    )
+    assert result.returncode == 2 and "needs a C++ compiler" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not os.path.isdir(tmp_path / "logs")
 
 
 def test_a_model_fsdp2_cannot_shard_is_refused_before_launch_and_declared_units_fix_it(tmp_path):
@@ -152,6 +174,8 @@ RUNS = {
 def strategies_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("strategies")
     for run_id, options in RUNS.items():
+        if run_id in COMPILED and not HAS_CXX:
+            continue
         # In a process of its own: inductor's C++ compiler failed (g++ could not start cc1plus) in
         # ranks launched from inside the test process, never from a command line.
         result = ddpbench_process(
@@ -162,6 +186,7 @@ def strategies_folder(tmp_path_factory):
 
 
 @pytest.mark.launches
+@requires_cxx
 def test_every_strategy_and_compile_mode_trains_with_its_checks_passing(strategies_folder):
     found = records(strategies_folder)
     for run_id in ("fsdp2", "replicate-ca", "ddp-compile"):
@@ -196,6 +221,7 @@ def test_fsdp2_holds_half_the_model_state_per_rank_and_its_collectives_are_commu
 
 
 @pytest.mark.launches
+@requires_cxx
 def test_a_compiled_run_records_what_compiling_cost_apart_from_step_time(strategies_folder):
     found = records(strategies_folder)
     for run_id, traced_backward in (("ddp-compile", False), ("replicate-ca", True)):
@@ -209,6 +235,7 @@ def test_a_compiled_run_records_what_compiling_cost_apart_from_step_time(strateg
 
 
 @pytest.mark.launches
+@requires_cxx
 def test_the_table_explain_and_report_show_the_new_strategies_and_memory(strategies_folder, tmp_path):
     table = ddpbench("table", str(strategies_folder))
     assert table.returncode == 0, table.stderr
@@ -230,7 +257,10 @@ def test_the_table_explain_and_report_show_the_new_strategies_and_memory(strateg
 @pytest.mark.launches
 @pytest.mark.parametrize(
     "options",
-    [("--strategy", "fsdp2"), ("--strategy", "ddp", "--compile", "compiled-autograd")],
+    [
+        ("--strategy", "fsdp2"),
+        pytest.param(("--strategy", "ddp", "--compile", "compiled-autograd"), marks=requires_cxx),
+    ],
     ids=["fsdp2", "ddp-compiled-autograd"],
 )
 def test_gradients_left_unsynchronised_fail_the_gradient_check(options, tmp_path):

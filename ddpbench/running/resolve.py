@@ -47,11 +47,23 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
         "threads_per_rank": threads,
     }
     spec = spec.replace(**changes)  # RunSpec re-validates, e.g. fp16 once device is cpu
+    if spec.compile != "off" and spec.device == "cpu" and not cpp_compiler():
+        raise SpecError(
+            f"--compile {spec.compile} on cpu needs a C++ compiler: torch's inductor builds its CPU kernels with one "
+            "(g++ or c++ on PATH, or CXX); install g++, or use --compile off"
+        )
     if spec.strategy == "fsdp2" and spec.script is None:
         from ddpbench.running.shardable import check_shardable  # imports torch: fsdp2 runs only
 
         check_shardable(spec)
     return spec
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor would find for CPU kernels: $CXX, else g++, else c++ on PATH."""
+    if os.environ.get("CXX"):
+        return shutil.which(os.environ["CXX"])
+    return shutil.which("g++") or shutil.which("c++")
 
 
 def oversubscription(spec: RunSpec, cores: int | None = None) -> dict | None:
