@@ -280,3 +280,28 @@ def test_gradients_left_unsynchronised_fail_the_gradient_check(options, tmp_path
     (record,) = records(tmp_path).values()
     check = record["checks"]["gradients_averaged"]
     assert check["ok"] is False and check["details"]["max_relative_error"] > 0.1, check
+
+
+def test_compiled_runs_are_series_of_their_own_and_eager_keys_are_unchanged():
+    from ddpbench.gate.values import run_key
+    from ddpbench.records.schema import Record
+
+    def key(**changes):
+        spec = RunSpec(workload="mlp", nproc=2, device="cpu", size="tiny", batch_size=8, **changes)
+        return run_key(Record(run_id="r", status="ok", spec=spec))
+
+    eager, compiled = key(), key(compile="default")
+    assert eager[2] == "ddp" and compiled[2] == "ddp+compile" and eager[:2] == compiled[:2]
+    assert key(strategy="fsdp2")[2] == "fsdp2" and key(strategy="fsdp2")[-1] == ""  # no DDP knobs to key by
+    assert key(strategy="replicate")[-1] == eager[-1]  # replicate is keyed by the DDP knobs it takes
+
+
+def test_tune_leaves_out_the_knobs_a_compile_mode_refuses():
+    from ddpbench.config.spec import DDPKnobs
+    from ddpbench.running.tune import variants
+
+    assert set(variants(DDPKnobs())) >= {"fp16_compress", "bf16_compress", "bucket cap 5 MB"}
+    autograd = variants(DDPKnobs(), "compiled-autograd")
+    assert "fp16_compress" not in autograd and "bf16_compress" not in autograd and "bucket cap 5 MB" in autograd
+    small = variants(DDPKnobs(bucket_cap_mb=2.0), "default")
+    assert "bucket cap 0.4 MB" not in small and "bucket cap 8 MB" in small
