@@ -13,7 +13,8 @@ passed, 1 otherwise.
 Checks, in order: preflight (device, driver, NCCL, bf16, packages, refusal of more GPUs than
 there are), an event-clock and matrix-product probe, resnet50 bf16 under local / ddp / dp,
 `trace analyze` on the ddp run's own NCCL trace, gpt2 fp16 with fp16 gradient compression, DDP on two
-GPUs (the one check that compares ranks; skipped, and said so, on one GPU), vit_b_16
+GPUs (the one check that compares ranks; skipped, and said so, on one GPU), gpt2 under fsdp2 with
+--compile default and under DDP with compiled autograd, vit_b_16
 bf16 with DataLoader workers, a `sweep --gpus 1` with its table and report, and tests/test_cuda.py.
 Throughput and MFU are checked against plausibility ranges, not only printed.
 """
@@ -34,6 +35,7 @@ from datetime import datetime
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
 
+from gpu_check_probe import PROBE_CODE, judge_probe  # noqa: E402
 from gpu_check_processes import (  # noqa: E402  (this folder: sys.path[0] when run as a script)
     CheckFailed,
     CheckSkipped,
@@ -68,7 +70,6 @@ REQUIRED = ("torch", "torchvision", "numpy", "pandas", "tqdm", "msgspec")
 MFU_RANGE = {"resnet50": (0.01, 0.60), "gpt2": (0.03, 0.80), "vit_b_16": (0.02, 0.80), "mlp": (0.002, 0.90)}
 # An 8192^3 bf16 matrix product should reach a large part of the published dense peak; the range
 # is wide on purpose (clocks, power caps), and the probe records the figure it measured.
-MATMUL_FRACTION_RANGE = (0.40, 1.00)
 # DDP and DataParallel on one GPU do the same work as no wrapper.
 ONE_GPU_AGREEMENT = 0.10
 
@@ -244,28 +245,7 @@ class Checker:
     def probe(self, figures: dict) -> str:
         found = python_json(PROBE_CODE, 180, self.out_dir)
         figures.update(found)
-        problems = []
-        if abs(found["events_over_wall"] - 1) > 0.03:
-            problems.append(f"CUDA-event step times sum to {found['events_over_wall']:.3f} x the window's wall time")
-        if found["min_step_with_sleep_s"] < 0.05:
-            problems.append(
-                f"a 50 ms host sleep inside a step was not in its time ({found['min_step_with_sleep_s']:.4f} s)"
-            )
-        peak = device_peak(self.device_name)
-        message = f"events/wall {found['events_over_wall']:.4f}, bf16 matmul {found['bf16_matmul_tflops']:.0f} TFLOP/s"
-        if peak is not None:
-            fraction = found["bf16_matmul_tflops"] / peak.tflops["bf16"]
-            figures["bf16_matmul_fraction_of_peak"] = fraction
-            low, high = MATMUL_FRACTION_RANGE
-            if not low <= fraction <= high:
-                problems.append(
-                    f"bf16 matmul at {100 * fraction:.0f} % of the {peak.label} peak, "
-                    f"outside {100 * low:.0f}-{100 * high:.0f} %"
-                )
-            message += f" ({100 * fraction:.0f} % of {peak.tflops['bf16']} peak)"
-        if problems:
-            raise CheckFailed("; ".join(problems))
-        return message
+        return judge_probe(found, self.device_name, figures)
 
     def one_run(self, key: str, args: list[str], figures: dict, timeout_s: float = 240) -> dict:
         """`ddpbench run` on the GPU; the record is checked for status, checks, finite loss, MFU."""
@@ -620,50 +600,6 @@ class Checker:
         if not summary or " passed" not in summary[-1]:
             raise CheckFailed(f"no CUDA test ran: {summary[-1] if summary else tail(output)}")
         return summary[-1]
-
-
-PROBE_CODE = r"""
-import json, time, torch
-from ddpbench.worker.clock import StepClock
-device = torch.device("cuda", 0)
-matrix = torch.randn(4096, 4096, device=device)
-def product():
-    global matrix
-    matrix = torch.tanh(matrix @ matrix)
-for _ in range(5): product()
-torch.cuda.synchronize()
-started = time.perf_counter()
-for _ in range(10): product()
-torch.cuda.synchronize()
-per_product = (time.perf_counter() - started) / 10
-repeat = max(1, round(0.05 / per_product))
-clock = StepClock(device)
-torch.cuda.synchronize()
-started = time.perf_counter()
-clock.mark()
-for _ in range(20):
-    for _ in range(repeat): product()
-    clock.mark()
-torch.cuda.synchronize()
-wall = time.perf_counter() - started
-steps = clock.step_times_s()
-sleepy = StepClock(device)
-sleepy.mark()
-for _ in range(5):
-    product(); torch.cuda.synchronize(); time.sleep(0.05); sleepy.mark()
-sleep_steps = sleepy.step_times_s()
-a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-for _ in range(3): a @ b
-start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-start.record()
-for _ in range(10): a @ b
-end.record(); end.synchronize()
-seconds = start.elapsed_time(end) / 1000 / 10
-print(json.dumps({"window_wall_s": wall, "event_step_sum_s": sum(steps), "events_over_wall": sum(steps) / wall,
-                  "step_s_median": sorted(steps)[len(steps) // 2], "min_step_with_sleep_s": min(sleep_steps),
-                  "bf16_matmul_tflops": 2 * 8192 ** 3 / seconds / 1e12}))
-"""
 
 
 def main(argv: list[str] | None = None) -> int:
