@@ -354,20 +354,15 @@ def memory_table(table: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or rows["peak_memory_bytes"].isna().all():
         return pd.DataFrame()
     keys = [c for c in CONFIGURATION if c in rows.columns] + ["world_size", "batch_size"]
-    ddp = rows[rows["strategy"] == "ddp"].set_index(keys)
-    ddp = ddp[~ddp.index.duplicated()]
+    compared = ["peak_memory_bytes", "model_state_bytes"]
+    ddp = rows[rows["strategy"] == "ddp"][keys + compared].drop_duplicates(keys)
+    rows = rows.merge(ddp, on=keys, how="left", suffixes=("", " of ddp"))
     found = rows[["workload", "world_size", "strategy", "batch_size"]].copy()
     for column, heading in MEMORY_COLUMNS.items():
         found[f"{heading} MiB"] = rows[column] / 2**20
-    for column, heading in (("peak_memory_bytes", "timed peak"), ("model_state_bytes", "model state")):
-        against = [
-            ddp[column].get(tuple(row[k] for k in keys)) if tuple(row[k] for k in keys) in ddp.index else None
-            for _, row in rows.iterrows()
-        ]
-        found[f"{heading} vs DDP"] = [
-            None if base is None or base != base or not base or row["strategy"] == "ddp" else row[column] / base - 1
-            for base, (_, row) in zip(against, rows.iterrows())
-        ]
+    for column, heading in zip(compared, ("timed peak", "model state")):
+        base = rows[f"{column} of ddp"].where(rows[f"{column} of ddp"] > 0)
+        found[f"{heading} vs DDP"] = (rows[column] / base - 1).where(rows["strategy"] != "ddp")
     found = found.dropna(axis=1, how="all")
     return found.sort_values(
         ["workload", "world_size", "strategy"], key=lambda c: c.map(strategy_order) if c.name == "strategy" else c
