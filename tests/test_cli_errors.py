@@ -31,6 +31,23 @@ def test_bad_run_arguments_fail_fast_with_exit_code_2(args, message, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was started or written
 
 
+@pytest.mark.parametrize("run_id", ["../../victim", "..", "/tmp/victim", "a\\b"])
+def test_a_run_id_that_is_a_path_is_refused_before_anything_is_removed(run_id, tmp_path):
+    # A run removes <out>/runs/<run_id>.json before it starts: with a path for an id, that file
+    # would be outside --out.
+    victim = tmp_path / "victim.json"
+    victim.write_text("{}")
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    done = ddpbench("run", "--workload", "mlp", "--run-id", run_id, "--out", str(tmp_path / "out" / "runs" / ".."))
+    assert done.returncode == 2
+    assert f"run_id must be a plain name, one file inside the output folder (no '/', '\\' or '..'); got {run_id!r}" in (
+        done.stderr
+    )
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert victim.read_text() == "{}"
+    assert sorted(os.listdir(tmp_path)) == ["out", "victim.json"]
+
+
 def test_argparse_rejects_unknown_precision_with_the_choices():
     done = ddpbench("run", "--workload", "mlp", "--precision", "fp8")
     assert done.returncode == 2 and "'fp32', 'bf16', 'fp16'" in done.stderr

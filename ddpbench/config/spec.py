@@ -143,6 +143,19 @@ def _one_of(name: str, value: Any, allowed: tuple) -> None:
         raise SpecError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
 
 
+def check_plain_name(name: str, value: str) -> None:
+    """A name that becomes one file or folder inside the output folder (`runs/<run_id>.json`,
+    `logs/<run_id>/`): one path component, so no value can reach outside it (a run removes its
+    old record before it starts). Empty means "choose one"."""
+    if value and (
+        any(sep in value for sep in ("/", "\\", "\0")) or value in (".", "..") or value != value.strip()
+    ):
+        raise SpecError(
+            f"{name} must be a plain name, one file inside the output folder (no '/', '\\' or '..'); "
+            f"got {value!r}"
+        )
+
+
 def _at_least(name: str, value: Any, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise SpecError(f"{name} must be an integer >= {minimum}; got {value!r}")
@@ -363,6 +376,7 @@ class RunSpec:
         if not isinstance(self.workload, str) or not self.workload:
             raise SpecError("workload must be a name or path/to/file.py:factory")
         _one_of("strategy", self.strategy, STRATEGIES)
+        check_plain_name("run_id", self.run_id)
         check_compile_fits(self.strategy, self.compile)
         check_compile_knobs(self.strategy, self.compile, self.ddp.bucket_cap_mb, self.ddp.comm_hook)
         _one_of("device", self.device, DEVICES)
