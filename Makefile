@@ -11,10 +11,14 @@ BENCH_ARGS ?=
 
 .PHONY: install bench test test-fast lint gate clean hta-venv otava-venv gpu-check docs
 
+# setuptools boxes a notice about editable installs in asterisks; a newcomer reads it as an error.
+# It only says that folders named like the package take precedence over it, so it is filtered.
+QUIET_EDITABLE := PYTHONWARNINGS='ignore:Editable installation'
+
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
