@@ -33,6 +33,10 @@ def runs_section(data: ReportData) -> list[Markup]:
             ]
         ]
         shown, formats = metric_columns(shown, metrics)
+        for column in ("checks_failed", "checks_not_decided"):
+            # With a space after each comma the names wrap inside their cell; unbroken, one long
+            # list widened the table past its column and hid the columns after it.
+            shown[column] = shown[column].str.replace(",", ", ", regex=False)
         shown = shown.rename(
             columns={
                 "run_id": "run",
