@@ -45,7 +45,7 @@ TOLERANCE = 0.25
 SLOW_RANK_TOLERANCE = 0.20
 
 
-def run_args(out, factory: str, strategy: str, run_id: str) -> list[str]:
+def run_args(out, factory: str, strategy: str, run_id: str, extra: tuple = ()) -> list[str]:
     nproc = 2 if strategy == "ddp" else 1
     return [
         "run",
@@ -65,13 +65,14 @@ def run_args(out, factory: str, strategy: str, run_id: str) -> list[str]:
         str(out),
         "--run-id",
         run_id,
+        *extra,
     ]
 
 
-def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = ()) -> None:
+def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = (), extra: tuple = ()) -> None:
     # Every DDP run on loopback, the only interface inside a network namespace.
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "ddpbench", *run_args(out, factory, strategy, run_id)],
+        [*prefix, sys.executable, "-m", "ddpbench", *run_args(out, factory, strategy, run_id, extra)],
         cwd=out,
         capture_output=True,
         text=True,
@@ -195,6 +196,17 @@ def shaped(steady, shaped_namespace):
     return steady
 
 
+SLOWDOWN = 1.0
+"""--slowdown's work, as a fraction of a warm-up step (the most it takes): far above the terms' noise."""
+
+
+@pytest.fixture(scope="module")
+def slowed(steady):
+    """steady_ranks' DDP run again with --slowdown's real work in every step, beside the plain one."""
+    launch(steady, "steady_ranks", "ddp", "ddp-slowed", extra=("--slowdown", str(SLOWDOWN)))
+    return steady
+
+
 def grew_ms(planted: dict, baseline: dict, names) -> dict[str, float]:
     return {name: ms(planted, name) - ms(baseline, name) for name in names}
 
@@ -253,3 +265,17 @@ def test_a_shaped_network_is_communication(shaped, tmp_path):
         abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms
     ), f"the communication terms grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
     assert_no_other_term_grew(on_shaped, unshaped, COMMUNICATION, slower_ms, numbers)
+
+
+def test_planted_work_is_compute_in_every_step_kind(slowed, tmp_path):
+    # --slowdown's work runs in every kind of step the ladder takes (and in the timed window), so
+    # no difference of step kinds holds it: it is neither communication nor DDP's own work.
+    breakdowns = explained(slowed, tmp_path)
+    on_slowed, plain = breakdowns["ddp-slowed"], breakdowns["ddp"]
+    planted_ms = SLOWDOWN * plain["step_s"] * 1e3
+    numbers = table(on_slowed, plain) + f"\nplanted about {planted_ms:.2f} ms per step"
+    # Booked before the forward's mark on DDP's steps only, it read as DDP's waits: exposed
+    # communication. (Which rank is slower is the machine's, planted work or not.)
+    for name in ("exposed_comm", "overlap_slowdown", "unexplained", "ddp_work"):
+        grew = ms(on_slowed, name) - ms(plain, name)
+        assert grew <= TOLERANCE * planted_ms, f"{name} grew by {grew:.2f} ms\n{numbers}"

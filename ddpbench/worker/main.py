@@ -181,13 +181,11 @@ class Trainer:
         self.epochs_seen: list[int] = []
         self.batches = endless_batches(loader, self.sampler, self.epochs_seen)
 
-        self.extra_work_units = 0  # --slowdown: real matrix products added to every timed step
+        self.extra_work_units = 0  # --slowdown: real matrix products in every step after the warm-up
         self.progress = UNTRACKED  # the heartbeat, once main() hands it over
 
     def step_on(self, batch) -> torch.Tensor:
         inputs, targets = to_device(batch, self.device)
-        if self.extra_work_units:
-            extra_work(self.extra_work_units, self.device)
         return train_step(
             self.model,
             self.optimizer,
@@ -197,7 +195,14 @@ class Trainer:
             targets,
             self.progress,
             self.step_context,
+            self.planted_work(),
         )
+
+    def planted_work(self):
+        """--slowdown's work for one step (None without it): the same in every kind of step."""
+        if not self.extra_work_units:
+            return None
+        return lambda: extra_work(self.extra_work_units, self.device)
 
     def calibrate_slowdown(self, fraction: float, warmup_step_s: list[float]) -> None:
         """Size the extra work to `fraction` of a warm-up step, measured here, on this device."""
@@ -228,7 +233,16 @@ class Trainer:
         """One step through another wrapper of the same module, or none (the timeline's one-rank DDP
         and its unwrapped module)."""
         inputs, targets = to_device(batch, self.device)
-        return train_step(model, self.optimizer, self.workload.loss, self.precision, inputs, targets, self.progress)
+        return train_step(
+            model,
+            self.optimizer,
+            self.workload.loss,
+            self.precision,
+            inputs,
+            targets,
+            self.progress,
+            planted=self.planted_work(),
+        )
 
 
 EXTRA_WORK_SIZE = 128

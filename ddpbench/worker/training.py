@@ -156,15 +156,22 @@ def train_step(
     targets: torch.Tensor,
     progress: Any = UNTRACKED,
     context: Callable[[], Any] = contextlib.nullcontext,
+    planted: Callable[[], Any] | None = None,
 ) -> torch.Tensor:
     """One optimisation step. Returns the loss tensor without reading it (reading would sync).
     `progress.where` says which part of the step runs: plain stores, for the heartbeat to read.
-    `context` holds forward and backward (compiled autograd, for --compile compiled-autograd)."""
+    `context` holds forward and backward (compiled autograd, for --compile compiled-autograd).
+    `planted` is --slowdown's extra work, run right after the model's forward in every kind of
+    step alike (timed, each ladder rung, the local reference), so that it is compute everywhere."""
     progress.where = "forward"
     optimizer.zero_grad(set_to_none=True)
     with context():
         with precision.autocast():
-            loss = loss_fn(model(inputs), targets)
+            output = model(inputs)
+        if planted is not None:
+            planted()  # outside autocast: the work is sized on the device's own precision
+        with precision.autocast():
+            loss = loss_fn(output, targets)
         progress.where = "backward"
         if precision.scaler is not None:
             precision.scaler.scale(loss).backward()
