@@ -76,17 +76,42 @@ def test_a_scripts_missing_terms_say_it_is_a_script_not_an_old_record(script_lik
         assert "script" in basis and "made before" not in basis, (name, basis)
 
 
-def _breakdown(points: dict[str, float]) -> Breakdown:
+def _breakdown(points: dict[str, tuple[float, float]], in_run=(0.7, 0.05)) -> Breakdown:
+    """Terms by hand as {name: (points, half-width of the interval in points)}, and the in-run
+    efficiency as (value, half-width)."""
     step = 0.1
-    terms = {name: Term(value / 100 * step, value, "by hand") for name, value in points.items()}
-    lost = sum(points.values())
-    return Breakdown("r", "mlp", 2, 1 - lost / 100, step, step * (1 - lost / 100), "local", terms)
+    terms = {
+        name: Term(value / 100 * step, value, "by hand", (value - half) / 100 * step, (value + half) / 100 * step)
+        for name, (value, half) in points.items()
+    }
+    lost = sum(value for value, _ in points.values())
+    found = Breakdown("r", "mlp", 2, 1 - lost / 100, step, step * (1 - lost / 100), "local", terms)
+    value, half = in_run
+    found.in_run = {"efficiency": {"value": value, "ci_low": value - half, "ci_high": value + half, "blocks": 8}}
+    found.ladder = {"typical_rank": 0}
+    return found
 
 
-def test_the_closing_line_can_name_unexplained_and_says_what_offsets_a_term_above_the_loss():
-    assert "not explained 20.0 of 30.0" in closing_line(_breakdown({"ddp_work": 10.0, "unexplained": 20.0}))
-    said = closing_line(_breakdown({"ddp_work": 40.0, "window_vs_ladder": -15.0, "data": 5.0}))
-    assert "DDP's own work 40.0 of 30.0 points lost, offset by timed window against the ladder -15.0" in said
+def test_the_closing_line_names_the_largest_finding_never_noise_or_the_measurement():
+    # The measurement's term is the largest and ddp_work is larger but within noise: data is the finding.
+    said = closing_line(_breakdown({"window_vs_ladder": (40.0, 5.0), "ddp_work": (20.0, 25.0), "data": (8.0, 2.0)}))
+    assert said == "mlp x2: E(N) 32.0%, in-run 70.0%±5.0; largest loss data loading 8.0 ± 2.0 points"
+    # No finding, and the whole in-run loss within its interval: one line saying so.
+    quiet = _breakdown({"ddp_work": (3.0, 4.0)}, in_run=(0.98, 0.03))
+    assert closing_line(quiet) == "mlp x2: no loss beyond this run's noise, 2.0 ± 3.0 points in-run"
+    assert quiet.largest() is None and quiet.as_dict()["largest_loss"] is None
+
+
+def test_advice_goes_only_to_findings():
+    from ddpbench.analysis.breakdown_text import advice
+
+    record = load_record(os.path.join(FIXTURES, "sweeps", "ladder-slow-rank", "runs", "slow2.json"))
+    found = _breakdown(
+        {"ddp_work": (9.7, 23.7), "contention": (5.9, 11.4), "exposed_comm": (6.0, 1.0), "reference_vs_rung0": (30, 2)}
+    )
+    said = advice(found, record, 1)
+    assert found.advice_terms == ["exposed_comm"] and len(said) == 1
+    assert said[0].startswith("exposed communication costs 6.00 ms per step (6.0 ± 1.0 points)")
 
 
 def test_a_script_that_keeps_its_global_batch_is_told_why_it_has_no_reference():

@@ -63,16 +63,94 @@ def test_the_terms_are_the_block_paired_means_with_students_intervals(records):
         assert (term.ci_high_s - term.ci_low_s) / 2 == pytest.approx(half, rel=1e-3), name
 
 
-def test_the_terms_add_up_to_the_lost_time_and_rung_0_is_near_the_one_stepped(records):
-    """The sum is exact by construction (reference_vs_rung0 takes rung 0 as the ladder gives it);
-    what is checked is that this rung 0 lies near the rung 0 the typical rank stepped alone."""
+def test_rung_0_is_measured_where_it_was_stepped_and_the_sum_stands_beside_the_loss(records):
+    """Nothing is what the others leave over: reference_vs_rung0 is rung 0 as the typical rank (0)
+    stepped it alone, recomputed here from the JSON, against the reference; the terms' sum is then
+    compared with the loss, not equal to it by construction."""
     breakdown = explain(record(records, "slow2"), records)
-    lost = breakdown.step_s - breakdown.reference_step_s
-    assert sum(term.s_per_step for term in breakdown.terms.values()) == pytest.approx(lost, abs=1e-12)
     raw = _raw("slow2")
     alone = [s["step_s"] + s["data_s"] for s in raw["timeline"]["by_rank"][0]["alone"]]
-    implied = breakdown.terms["reference_vs_rung0"].s_per_step + breakdown.reference_step_s
-    assert implied == pytest.approx(np.mean(alone), rel=0.25), (implied, alone)
+    measured = breakdown.terms["reference_vs_rung0"].s_per_step + breakdown.reference_step_s
+    assert measured == pytest.approx(np.mean(alone), abs=1e-12)
+    lost = breakdown.step_s - breakdown.reference_step_s
+    assert breakdown.terms_sum_s() != pytest.approx(lost, abs=1e-9)
+    assert breakdown.terms_sum_s() == pytest.approx(lost, rel=0.1)  # 94.1 against 92.9 points here
+    # Every term has its own interval: the one-rank zeros are exact, the rest from the blocks.
+    for name in TERM_NAMES:
+        term = breakdown.terms[name]
+        assert term.ci_low_s is not None and term.ci_low_s < term.s_per_step < term.ci_high_s, name
+
+
+def test_the_in_run_efficiency_is_rung_0_over_rung_3_of_the_same_rank_in_the_same_blocks(records):
+    breakdown = explain(record(records, "slow2"), records)
+    rank = _raw("slow2")["timeline"]["by_rank"][0]
+    top = {s["block"]: s["step_s"] + s["data_s"] for s in rank["with_ddp"]}
+    ratios = [(s["step_s"] + s["data_s"]) / top[s["block"]] for s in rank["alone"]]
+    efficiency = breakdown.in_run["efficiency"]
+    assert efficiency["value"] == pytest.approx(np.mean(ratios), abs=1e-12)
+    assert efficiency["ci_low"] < efficiency["value"] < efficiency["ci_high"] and efficiency["blocks"] == len(ratios)
+
+
+def test_without_a_local_run_the_in_run_rung_0_is_the_reference(records):
+    alone = [(path, r) for path, r in records if r.run_id != "loc"]
+    breakdown = explain(record(records, "slow2"), alone)
+    assert not breakdown.has_reference_run and "rung 0 of the ladder" in breakdown.reference
+    assert breakdown.efficiency == breakdown.in_run["efficiency"]["value"]
+    assert breakdown.terms["reference_vs_rung0"].s_per_step is None
+    # The terms that need no reference are the same milliseconds as with one.
+    with_local = explain(record(records, "slow2"), records)
+    for name in TERM_NAMES:
+        if name != "reference_vs_rung0":
+            assert breakdown.terms[name].s_per_step == with_local.terms[name].s_per_step, name
+
+
+def _identical_ranks(record, rng, noise_s: float):
+    """The record with both ranks' ladder steps copies of rank 0's, each step waiting an independent
+    random extra time in its last all-reduce (the same distribution on both ranks)."""
+    timeline = record.timeline
+    base = next(r for r in timeline.by_rank if r.rank == 0)
+
+    def noisy(steps):
+        found = []
+        for step in steps or []:
+            extra = float(rng.exponential(noise_s))
+            found.append(
+                replace(
+                    step,
+                    step_s=step.step_s + extra,
+                    optimizer_start_s=step.optimizer_start_s + extra,
+                    optimizer_end_s=step.optimizer_end_s + extra,
+                )
+            )
+        return found
+
+    by_rank = [replace(base, rank=rank, with_ddp=noisy(base.with_ddp), solo=noisy(base.solo)) for rank in (0, 1)]
+    return replace(record, timeline=replace(timeline, by_rank=by_rank))
+
+
+def test_identical_ranks_give_a_slowest_rank_term_whose_mean_is_zero(records):
+    """Chosen on one half of the blocks and read on the other: over many identical-rank fixtures
+    the term averages zero within its interval. The rank picked and read on the same blocks (the
+    estimator this replaced, recomputed here) averages well above zero on the same fixtures."""
+    rng = np.random.default_rng(7)
+    original = record(records, "slow2")
+    noise_s = 0.5e-3
+    estimates, halves, same_blocks = [], [], []
+    for _ in range(300):
+        fixture = _identical_ranks(original, rng, noise_s)
+        estimate = read_ladder(fixture).estimate("slowest_rank")
+        estimates.append(estimate.s)
+        halves.append(estimate.ci_high_s - estimate.s)
+        per_rank = {}
+        for rank in fixture.timeline.by_rank:
+            ddp = {s.block: s.forward_start_s + s.optimizer_start_s - max(s.grad_ready_s) for s in rank.with_ddp}
+            own = {s.block: s.forward_start_s + s.optimizer_start_s - max(s.grad_ready_s) for s in rank.solo}
+            per_rank[rank.rank] = np.array([ddp[b] - own[b] for b in sorted(ddp)])
+        slowest = min(per_rank, key=lambda r: per_rank[r].mean())
+        same_blocks.append(float((per_rank[1 - slowest] - per_rank[slowest]).mean()))
+    mean, error = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
+    assert abs(mean) <= 3 * error and abs(mean) < np.mean(halves), (mean, error, np.mean(halves))
+    assert np.mean(same_blocks) > 10 * error, (np.mean(same_blocks), error)
 
 
 def test_at_one_rank_nothing_is_shared_and_nothing_communicated(records):
@@ -89,7 +167,8 @@ def test_the_rank_that_sleeps_is_the_slowest_and_its_sleep_is_the_wait(records):
     waited_ms = breakdown.terms["slowest_rank"].s_per_step * 1e3
     assert 8.5 <= waited_ms <= 11.5, waited_ms  # 10 ms planted, within 15 %
     assert "rank 1 " in breakdown.advice[0] and "slowest" in breakdown.advice[0]
-    assert closing_line(breakdown).startswith("slow_rank_one x2: waiting for the slowest rank")
+    assert closing_line(breakdown).startswith("slow_rank_one x2: E(N) 7.1%, in-run")
+    assert "largest loss waiting for the slowest rank" in closing_line(breakdown)
 
 
 def _shifted(record, kind: str, seconds: float, ranks=None):

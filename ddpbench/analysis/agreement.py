@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ddpbench.analysis.breakdown import reconcile, run_terms
+from ddpbench.analysis.breakdown import reconcile, terms_in_place
 from ddpbench.analysis.registry import exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s
 from ddpbench.records.schema import Record
 
@@ -95,9 +95,9 @@ def estimates_agreement(record: Record) -> Agreement:
 
 def _in_terms(record: Record, estimate: str) -> str | None:
     """The breakdown's line for one estimate, where the record measured the terms it needs."""
-    measured, _ = run_terms(record)
-    if estimate in ("no_sync", "reducer") and measured["overlap_slowdown"][0] is None:
+    measured = terms_in_place(record)
+    if estimate in ("no_sync", "reducer") and measured.get("overlap_slowdown") is None:
         return None
-    lines = reconcile(record, {name: value for name, (value, _) in measured.items()})
+    lines = reconcile(record, measured)
     prefix = {"trace": "trace ", "no_sync": "no_sync difference ", "reducer": "reducer "}[estimate]
     return next((line for line in lines if line.startswith(prefix)), None)

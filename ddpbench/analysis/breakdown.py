@@ -208,8 +208,10 @@ def step_time_s(record: Record) -> float:
 
 
 def explain(record: Record, records: list[tuple[str, Record]], profile: dict | None = None) -> Breakdown:
-    """The breakdown of one ok DDP run against its sweep's local reference. With a network
-    `profile`, the advice on exposed communication carries `ddpbench project`'s projected gains."""
+    """The breakdown of one ok DDP run against its sweep's local reference, or, where the folder
+    has none and the run has a ladder, against the ladder's rung 0 (the in-run reference). With a
+    network `profile`, the advice on exposed communication carries `ddpbench project`'s projected
+    gains."""
     spec = record.spec
     if not spec.launched_by_torchrun or record.status != "ok" or record.metrics is None:
         raise ExplainError(f"{record.run_id}: only ok runs of ddp, fsdp2 or replicate are explained")
@@ -218,39 +220,55 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
             f"{record.run_id}: strong scaling (fixed global batch) is not broken down; the terms are "
             "per-device steps, which weak scaling keeps equal"
         )
+    try:
+        ladder = read_ladder(record)
+    except NoLadder as exc:
+        ladder, no_ladder = None, str(exc)
     found, reference = reference_runs(record, records)
     found = [run for run in found if run.metrics]
-    if not found:
+    if not found and ladder is None:
         how = (
             "a script's sweep measures its DDP x1 run as the reference"
             if spec.script
             else "add `local` to --strategies (ddpbench sweep) to measure the one-device reference"
         )
         raise ExplainError(f"{record.run_id}: {reference}; {how}")
-    x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
     units = record.metrics.units_per_sample
-    reference_step = spec.batch_size * units / x1
     step = spec.batch_size * spec.world_size * units / record.metrics.throughput_units_per_s
-    lost = step - reference_step
+    in_run = None
+    if ladder is not None:
+        in_run = {
+            "efficiency": _as_dict(ladder.estimate("in_run_efficiency")),
+            "lost_s": _as_dict(ladder.estimate("in_run_loss")),
+        }
+    if found:
+        x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
+        reference_step = spec.batch_size * units / x1
+        reference_text = f"{reference}, {reference_step * 1e3:.2f} ms per step"
+        efficiency = reference_step / step
+    else:
+        reference_step = ladder.estimate("bottom").s
+        reference_text = (
+            f"rung 0 of the ladder (a rank alone, unwrapped, in this run's processes), {reference_step * 1e3:.2f} "
+            f"ms per step: {reference}"
+        )
+        efficiency = in_run["efficiency"]["value"]
 
     data_n = data_wait(record)
-    try:
-        ladder = read_ladder(record)
-    except NoLadder as exc:
-        ladder, no_ladder = None, str(exc)
     if ladder is not None:
         reference_steps = [value for run in found for value in record_iteration_times_s(run)]
-        estimates = ladder_terms(record, ladder, step, reference_step, reference_steps)
+        estimates = ladder_terms(record, ladder, step, reference_step if found else None, reference_steps)
         terms = {
-            name: Term(est.s, 100 * est.s / step, basis, *_interval(est))
+            name: Term(None, None, basis)
+            if est is None
+            else Term(est.s, 100 * est.s / step, basis, *_interval(est), exact=est.blocks == 0)
             for name, (est, basis) in ((n, estimates[n]) for n in TERM_NAMES)
         }
         slowest = ladder.slowest_rank if ladder.world_size > 1 else None
         parts: dict[str, float] = {}
     else:
-        terms, slowest, parts = _terms_without_ladder(record, found, step, reference_step, data_n, lost, no_ladder)
+        terms, slowest, parts = _terms_without_ladder(record, found, step, reference_step, data_n, no_ladder)
 
-    efficiency = reference_step / step
     breakdown = Breakdown(
         record.run_id,
         spec.workload,
@@ -258,10 +276,12 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
         efficiency,
         step,
         reference_step,
-        f"{reference}, {reference_step * 1e3:.2f} ms per step",
+        reference_text,
         terms,
         strategy=spec.strategy_name,
     )
+    breakdown.in_run = in_run or {}
+    breakdown.has_reference_run = bool(found)
     transfer, wait = terms["exposed_comm"].s_per_step, terms["slowest_rank"].s_per_step
     breakdown.phases = {
         "data": data_n,
@@ -276,17 +296,27 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
             "slowest_rank": ladder.slowest_rank,
             "blocks": len(ladder.blocks["top"]),
             "wall_s": ladder.wall_s,
+            "halves_agree": ladder.halves_agree,
         }
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
     breakdown.advice = advice(breakdown, record, slowest, profile)
     return breakdown
 
 
+def _as_dict(estimate) -> dict:
+    low, high = _interval(estimate)
+    return {"value": estimate.s, "ci_low": low, "ci_high": high, "blocks": estimate.blocks}
+
+
+NOT_IN_PLACE = "not measured in place (no ladder: {why}); "
+
+
 def _terms_without_ladder(
-    record: Record, found: list[Record], step: float, reference_step: float, data_n: float | None, lost: float, why: str
+    record: Record, found: list[Record], step: float, reference_step: float, data_n: float | None, why: str
 ) -> tuple[dict[str, Term], int | None, dict[str, float]]:
-    """The terms of a record without a ladder (older records, script runs): each from where it
-    was measured (timeline, traces, replay, timed window), the rest as `unexplained`."""
+    """The terms of a record without a ladder (older records, script runs, --no-profile): each
+    from where it was measured (timeline, traces, replay, timed window), without an interval, so
+    none is a finding; nothing is what the others leave over (`unexplained` is not measured)."""
     measured, slowest = run_terms(record)
     data_1 = _median([value for value in map(data_wait, found) if value is not None])
     if data_n is None or data_1 is None:
@@ -302,18 +332,15 @@ def _terms_without_ladder(
         )
     for name in ("contention", *MEASUREMENT_TERMS):
         measured[name] = (None, why)
-    missing = [name for name, (value, _) in measured.items() if value is None]
-    rest = lost - sum(value for value, _ in measured.values() if value is not None)
-    holds = f"; it also holds {', '.join(missing)}, not measured in this run" if missing else ""
-    parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
-    within = "; ".join(f"{PART_WORDS[name]} {value * 1e3:.2f} ms" for name, value in parts.items())
     measured["unexplained"] = (
-        rest,
-        f"the lost {lost * 1e3:.2f} ms per step minus the measured terms{holds}"
-        + (f"; measured beside it: {within}" if within else ""),
+        None,
+        "not measured: without a ladder the terms come from different phases of the run, and the loss "
+        "less their sum would be a left-over, not a measurement",
     )
+    parts = unexplained_parts(record, step, reference_step - (data_1 or 0.0), data_n or 0.0)
+    prefix = NOT_IN_PLACE.format(why=why)
     terms = {
-        name: Term(value, None if value is None else 100 * value / step, basis)
+        name: Term(value, None if value is None else 100 * value / step, basis if value is None else prefix + basis)
         for name, (value, basis) in ((n, measured[n]) for n in TERM_NAMES)
     }
     return terms, slowest, parts
@@ -352,9 +379,22 @@ def unexplained_parts(record: Record, step: float, reference_compute: float, dat
     return found
 
 
+def terms_in_place(record: Record) -> dict[str, float | None]:
+    """Seconds per step by term, from this record alone: the ladder's terms where it has one (the
+    same engine, the same values as `explain`, against the in-run rung 0), else the terms measured
+    elsewhere in the run (`run_terms`)."""
+    try:
+        read_ladder(record)
+    except NoLadder:
+        measured, _ = run_terms(record)
+        return {name: value for name, (value, _) in measured.items()}
+    found = explain(record, [(record.run_id, record)])
+    return {name: term.s_per_step for name, term in found.terms.items()}
+
+
 def run_terms(record: Record) -> tuple[dict[str, tuple[float | None, str]], int | None]:
-    """The terms one DDP record measures by itself, as (seconds or None, basis), and the slowest
-    rank; `data` and `unexplained` need the reference."""
+    """The terms a DDP record without a ladder measured elsewhere in the run, as (seconds or None,
+    basis), and the slowest rank; `data` needs the reference."""
     measured = {
         "ddp_work": ddp_work(record),
         "exposed_comm": exposed_comm(record),

@@ -104,6 +104,21 @@ class Term:
     ci_low_s: float | None = None
     """The 95 % interval of s_per_step from the ladder's paired blocks; None without one."""
     ci_high_s: float | None = None
+    exact: bool = False
+    """Zero by construction (one rank: nothing shared, no network), not measured."""
+
+    @property
+    def significant(self) -> bool:
+        """A finding: measured, with a 95 % interval that excludes zero. A term without an interval
+        (not measured in place) or zero by construction is never one."""
+        if self.s_per_step is None or self.exact or self.ci_low_s is None or self.ci_high_s is None:
+            return False
+        return self.ci_low_s > 0 or self.ci_high_s < 0
+
+    def half_width_points(self, step_s: float) -> float | None:
+        if self.ci_low_s is None or self.ci_high_s is None:
+            return None
+        return 100 * (self.ci_high_s - self.ci_low_s) / 2 / step_s
 
 
 @dataclass
@@ -128,6 +143,14 @@ class Breakdown:
     timed_beyond_timeline_s."""
     strategy: str = "ddp"
     """The run's strategy as tables name it (`ddp`, `fsdp2`, `ddp+compile`)."""
+    in_run: dict = field(default_factory=dict)
+    """From the ladder, in this run's own processes (empty without one): `efficiency` (rung 0, a
+    rank alone and unwrapped, over rung 3, full DDP) and `lost_s` (rung 3 - rung 0), each
+    {value, ci_low, ci_high, blocks}."""
+    has_reference_run: bool = True
+    """False where no `local` run was found and rung 0 stands in as the reference."""
+    advice_terms: list[str] = field(default_factory=list)
+    """The term each piece of `advice` is about, in the same order."""
 
     def as_dict(self) -> dict:
         return {
@@ -146,12 +169,19 @@ class Breakdown:
                     "basis": term.basis,
                     "ci_low_s": term.ci_low_s,
                     "ci_high_s": term.ci_high_s,
+                    "significant": term.significant,
                 }
                 for name, term in self.terms.items()
             },
+            "in_run": self.in_run,
+            "has_reference_run": self.has_reference_run,
+            "terms_sum_s": self.terms_sum_s(),
+            "lost_s": self.step_s - self.reference_step_s,
+            "largest_loss": self.largest_name(),
             "phases": self.phases,
             "estimates": self.estimates,
             "advice": self.advice,
+            "advice_terms": self.advice_terms,
             "unexplained_parts": self.unexplained_parts,
             "ladder": self.ladder,
         }
@@ -159,16 +189,24 @@ class Breakdown:
     ladder: dict = field(default_factory=dict)
     """How the ladder was read: typical_rank, slowest_rank, blocks, wall_s; empty without one."""
 
-    def largest(self) -> tuple[str, Term]:
-        """The term that lost the most, `unexplained` and the measurement terms included."""
-        measured = [(name, term) for name, term in self.terms.items() if term.s_per_step is not None]
-        return max(measured, key=lambda item: item[1].s_per_step)
+    def largest(self) -> tuple[str, Term] | None:
+        """The term that lost the most among the findings (significant, positive, DDP's and not
+        the measurement's); None when no term is one."""
+        findings = [
+            (name, term)
+            for name, term in self.terms.items()
+            if term.significant and term.s_per_step > 0 and name not in MEASUREMENT_TERMS
+        ]
+        return max(findings, key=lambda item: item[1].s_per_step) if findings else None
 
-    def offsets(self) -> list[tuple[str, Term]]:
-        """The terms that made the step faster (negative), largest first: what lets a term
-        exceed the whole loss."""
-        found = [(name, term) for name, term in self.terms.items() if (term.s_per_step or 0.0) < 0]
-        return sorted(found, key=lambda item: item[1].s_per_step)
+    def largest_name(self) -> str | None:
+        found = self.largest()
+        return found[0] if found else None
+
+    def terms_sum_s(self) -> float | None:
+        """The measured terms added up (the measurement's included), to set beside the loss."""
+        values = [term.s_per_step for term in self.terms.values() if term.s_per_step is not None]
+        return sum(values) if values else None
 
 
 class ExplainError(ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpbench.analysis.breakdown_terms import ADVICE_MIN_POINTS, LABELS, Breakdown
+from ddpbench.analysis.breakdown_terms import ADVICE_MIN_POINTS, LABELS, MEASUREMENT_TERMS, Breakdown
 from ddpbench.records.schema import Record
 
 UNEXPLAINED_SHARE = 0.15
@@ -49,19 +49,23 @@ def projected_gain(record: Record, profile: dict | None) -> str:
 
 
 def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: dict | None = None) -> list[str]:
-    """One sentence per term worth at least ADVICE_MIN_POINTS, largest first."""
-    said = []
+    """One sentence per finding worth at least ADVICE_MIN_POINTS, largest first: a term of DDP's
+    (not the measurement's) whose 95 % interval excludes zero. Never advice on noise. Sets
+    `breakdown.advice_terms` to the term each sentence is about."""
+    said, about = [], []
     worth = sorted(
         (
             (name, term)
             for name, term in breakdown.terms.items()
-            if term.points is not None and term.points >= ADVICE_MIN_POINTS
+            if term.significant and term.points >= ADVICE_MIN_POINTS and name not in MEASUREMENT_TERMS
         ),
         key=lambda item: -item[1].points,
     )
     knobs = record.spec.ddp
     for name, term in worth:
-        lost = f"{LABELS[name]} costs {term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} points)"
+        about.append(name)
+        half = term.half_width_points(breakdown.step_s)
+        lost = f"{LABELS[name]} costs {term.s_per_step * 1e3:.2f} ms per step ({term.points:.1f} ± {half:.1f} points)"
         if name == "exposed_comm" and record.spec.strategy == "fsdp2":
             said.append(
                 f"{lost}: FSDP2's all-gathers and reduce-scatters; fewer, larger shard units "
@@ -99,25 +103,33 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: d
                 f"{lost}: fewer, larger buckets (--bucket-cap-mb above {knobs.bucket_cap_mb:g}) or compression "
                 "(--comm-hook bf16_compress) shorten the time all-reduces compete with backward."
             )
-    return said + _unexplained_advice(breakdown)
+    unexplained = _unexplained_advice(breakdown)
+    breakdown.advice_terms = about + ["unexplained"] * len(unexplained)
+    return said + unexplained
 
 
 def _unexplained_advice(breakdown: Breakdown) -> list[str]:
-    """Said when `unexplained` is more than UNEXPLAINED_SHARE of the lost time: how much, and what
+    """Said when `unexplained` is a finding and more than UNEXPLAINED_SHARE of the lost time, or,
+    without a ladder, when the terms' sum falls that far short of the loss: how much, and what
     was measured beside it."""
-    term, lost = breakdown.terms["unexplained"], breakdown.step_s - breakdown.reference_step_s
-    if term.s_per_step is None or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
-        return []
-    share = (
-        f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of the lost time)"
-    )
-    parts = breakdown.unexplained_parts
+    term, lost = breakdown.terms.get("unexplained"), breakdown.step_s - breakdown.reference_step_s
     if breakdown.ladder:
+        if term is None or not term.significant or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
+            return []
+        share = (
+            f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of "
+            "the lost time)"
+        )
         return [
-            f"{share}: the ladder's communication rung holds it beyond exposed transfer, overlap "
-            "slowdown and waiting for the slowest rank (bucket copies DDP makes only with a network, "
-            "the all-reduces' launch)."
+            f"{share}: the typical rank's forward, loss and optimizer take that much longer under DDP than "
+            "under one-rank DDP, outside backward and DDP's waits (bucket copies DDP makes only with a "
+            "network, the all-reduces' launch)."
         ]
+    gap = lost - (breakdown.terms_sum_s() or 0.0)
+    if lost <= 0 or abs(gap) <= UNEXPLAINED_SHARE * lost:
+        return []
+    share = f"the measured terms leave {gap * 1e3:.2f} ms per step of the loss unaccounted for ({abs(gap) / lost:.0%})"
+    parts = breakdown.unexplained_parts
     if not parts:
         return [f"{share}; this record has no gradient timeline to say what lies beside it."]
     beside = []
@@ -137,10 +149,14 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
 
 
 def format_breakdown(breakdown: Breakdown) -> str:
+    textbook, in_run = efficiency_cells(breakdown)
+    lost = breakdown.step_s - breakdown.reference_step_s
+    total = breakdown.terms_sum_s()
     lines = [
-        f"{breakdown.run_id}  {run_name(breakdown)}  E(N) {breakdown.efficiency:.1%}  "
+        f"{breakdown.run_id}  {run_name(breakdown)}  E(N) {textbook}  in-run {in_run}  "
         f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device "
-        f"({100 - 100 * breakdown.efficiency:.1f} points lost)"
+        f"({100 * lost / breakdown.step_s:.1f} points lost; the terms sum to "
+        f"{'n/a' if total is None else f'{100 * total / breakdown.step_s:.1f}'})"
     ]
     ordered = sorted(
         breakdown.terms.items(),
@@ -150,10 +166,14 @@ def format_breakdown(breakdown: Breakdown) -> str:
         ),
     )
     for name, term in ordered:
-        figure = (
-            "not measured" if term.s_per_step is None else f"{term.s_per_step * 1e3:8.2f} ms  {term.points:5.1f} pts"
-        )
-        lines.append(f"  {name:<17} {figure:<24} {term.basis}")
+        if term.s_per_step is None:
+            figure = "not measured"
+        else:
+            half = term.half_width_points(breakdown.step_s)
+            spread = "" if term.exact or half is None else f" ± {half:.1f}"
+            noise = "" if term.significant or term.exact or half is None else " (noise)"
+            figure = f"{term.s_per_step * 1e3:8.2f} ms  {term.points:5.1f}{spread} pts{noise}"
+        lines.append(f"  {name:<17} {figure:<34} {term.basis}")
     phases = ", ".join(
         f"{name} {'n/a' if value is None else f'{value * 1e3:.2f} ms'}" for name, value in breakdown.phases.items()
     )
@@ -184,41 +204,64 @@ def run_name(breakdown: Breakdown) -> str:
     return f"{short_workload_name(breakdown.workload)}{strategy} x{breakdown.world_size}"
 
 
-def _points_cell(term, step_s: float) -> str:
+def points_cell(term, step_s: float) -> str:
+    """Points ± the 95 % half-width; within noise (the interval includes zero) in parentheses."""
     if term.s_per_step is None:
         return "n/a"
-    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
+    half = term.half_width_points(step_s)
+    if term.exact or half is None:
         return f"{term.points:.1f}"
-    half = 100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s
-    return f"{term.points:.1f}±{half:.1f}" if half < 100 else f"{term.points:.1f}±?"
+    cell = f"{term.points:.1f}±{half:.1f}" if half < 100 else f"{term.points:.1f}±?"
+    return cell if term.significant else f"({cell})"
+
+
+def _percent(estimate: dict | None) -> str:
+    """An efficiency {value, ci_low, ci_high} as a percentage ± its half-width."""
+    if not estimate:
+        return "n/a"
+    value, low, high = estimate["value"], estimate["ci_low"], estimate["ci_high"]
+    if low is None or high is None:
+        return f"{value:.1%}"
+    return f"{value:.1%}±{100 * (high - low) / 2:.1f}"
+
+
+def efficiency_cells(breakdown: Breakdown) -> tuple[str, str]:
+    """(E(N) against the reference run, the in-run efficiency from the ladder)."""
+    textbook = f"{breakdown.efficiency:.1%}" if breakdown.has_reference_run else "no local"
+    return textbook, _percent(breakdown.in_run.get("efficiency"))
 
 
 def format_sweep_table(breakdowns: list[Breakdown]) -> str:
-    """One row per DDP run: E(N), the points lost, each term's points with its 95 % interval."""
+    """One row per DDP run: E(N), the in-run efficiency, the points lost, each term's points with
+    its 95 % interval (in parentheses where it includes zero)."""
     from ddpbench.analysis.breakdown_terms import TERM_NAMES
 
-    head = ["run", "E(N)", "lost", *(SHORT_NAMES[name] for name in TERM_NAMES)]
-    rows = [
-        [
-            run_name(breakdown),
-            f"{breakdown.efficiency:.1%}",
-            f"{100 - 100 * breakdown.efficiency:.1f}",
-            *(_points_cell(breakdown.terms[name], breakdown.step_s) for name in TERM_NAMES),
-        ]
-        for breakdown in breakdowns
-    ]
+    head = ["run", "E(N)", "in-run", "lost", *(SHORT_NAMES[name] for name in TERM_NAMES), "sum"]
+    rows = []
+    for breakdown in breakdowns:
+        total = breakdown.terms_sum_s()
+        rows.append(
+            [
+                run_name(breakdown),
+                *efficiency_cells(breakdown),
+                f"{100 * (breakdown.step_s - breakdown.reference_step_s) / breakdown.step_s:.1f}",
+                *(points_cell(breakdown.terms[name], breakdown.step_s) for name in TERM_NAMES),
+                "n/a" if total is None else f"{100 * total / breakdown.step_s:.1f}",
+            ]
+        )
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
     without = [run_name(b) for b in breakdowns if not b.ladder]
     notes = [
-        "points of efficiency per term, ± its 95 % interval from the ladder's paired blocks; they add up to "
-        "'lost'. * the measurement's, not DDP's: the timed window against the ladder, the reference run "
-        "against the ladder's bottom rung."
+        "E(N): against the local run, another process; in-run: a rank alone and unwrapped against full DDP in "
+        "the run's own processes (the ladder), ± its 95 % interval. Terms in points of efficiency ± their 95 % "
+        "interval; (in parentheses): within noise, the interval includes 0. 'sum' adds the measured terms, "
+        "to compare with 'lost' (nothing is forced to add up). * the measurement's, not DDP's."
     ]
     if without:
         notes.append(
             f"no ladder in {', '.join(without)} (a script's run, a compiled, fsdp2 or replicate run, --no-profile "
-            "or an older record): its terms "
-            "as measured elsewhere in the run, without intervals; n/a: not measured (--detail says why)."
+            "or an older record): its terms were not measured in place, as measured elsewhere in the run and "
+            "without intervals, so none is a finding; n/a: not measured (--detail says why)."
         )
     line = lambda cells: "  ".join(  # noqa: E731
         cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths))
@@ -226,23 +269,77 @@ def format_sweep_table(breakdowns: list[Breakdown]) -> str:
     return "\n".join([line(head), *map(line, rows), *notes])
 
 
-def closing_line(breakdown: Breakdown) -> str:
-    """The largest term of one run, `unexplained` included; a term larger than the whole loss is
-    said with what offsets it."""
-    from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS
+def _in_run_loss(breakdown: Breakdown) -> tuple[float, float] | None:
+    """The in-run loss in points of the ladder's DDP step and its 95 % half-width, or None."""
+    efficiency = breakdown.in_run.get("efficiency")
+    if not efficiency or efficiency["ci_low"] is None:
+        return None
+    return 100 * (1 - efficiency["value"]), 100 * (efficiency["ci_high"] - efficiency["ci_low"]) / 2
 
-    name, term = breakdown.largest()
-    lost = 100 - 100 * breakdown.efficiency
-    kind = " (measurement, not DDP)" if name in MEASUREMENT_TERMS else ""
-    said = f"{run_name(breakdown)}: {LABELS[name]}{kind} {term.points:.1f} of {lost:.1f} points lost"
-    if term.points > lost:
-        offsets = ", ".join(f"{LABELS[n]} {t.points:.1f}" for n, t in breakdown.offsets())
-        said += f", offset by {offsets}" if offsets else ""
-    return said
+
+def finding(breakdown: Breakdown) -> str | None:
+    """The run's one line worth reading, or None where it has nothing beyond its noise: its largest
+    significant term, with the in-run efficiency beside E(N)."""
+    largest = breakdown.largest()
+    if largest is None:
+        return None
+    name, term = largest
+    textbook, in_run = efficiency_cells(breakdown)
+    half = term.half_width_points(breakdown.step_s)
+    return (
+        f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; largest loss {LABELS[name]} "
+        f"{term.points:.1f} ± {half:.1f} points"
+    )
+
+
+def closing_line(breakdown: Breakdown) -> str:
+    """The run in one line: its largest finding, or that its loss is within its noise."""
+    said = finding(breakdown)
+    if said is not None:
+        return said
+    textbook, in_run = efficiency_cells(breakdown)
+    loss = _in_run_loss(breakdown)
+    if loss is not None and abs(loss[0]) <= loss[1]:
+        return f"{run_name(breakdown)}: no loss beyond this run's noise, {loss[0]:.1f} ± {loss[1]:.1f} points in-run"
+    if not breakdown.ladder:
+        return (
+            f"{run_name(breakdown)}: E(N) {textbook}; its terms were not measured in place (no ladder), so none is "
+            "a finding"
+        )
+    return f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; no single term beyond its noise"
 
 
 def top_advice(breakdown: Breakdown) -> str:
-    """The run's first piece of advice (its largest actionable term), or why there is none."""
+    """The run's first piece of advice (its largest actionable finding), or why there is none."""
     if breakdown.advice:
         return breakdown.advice[0]
-    return f"no DDP term costs {ADVICE_MIN_POINTS:g} points or more: nothing to act on"
+    if not breakdown.ladder:
+        return "no advice: the terms were not measured in place, so none has an interval"
+    return (
+        f"no term of DDP's is a finding worth {ADVICE_MIN_POINTS:g} points or more (significant: its 95 % interval "
+        "excludes 0): nothing to act on"
+    )
+
+
+def in_run_summary(record: Record) -> str | None:
+    """A DDP run's breakdown against its own rung 0, in one line, for `ddpbench run`'s summary
+    (the same engine and figures as `explain`); None where the record has no ladder."""
+    from ddpbench.analysis.breakdown import explain
+    from ddpbench.analysis.breakdown_terms import ExplainError
+
+    try:
+        found = explain(record, [(record.run_id, record)])
+    except ExplainError:
+        return None
+    if not found.ladder:
+        return None
+    said = f"efficiency {efficiency_cells(found)[1]} (a rank alone and unwrapped against DDP, in these processes)"
+    largest = found.largest()
+    if largest is not None:
+        name, term = largest
+        half = term.half_width_points(found.step_s)
+        return f"{said}; largest loss {LABELS[name]} {term.s_per_step * 1e3:.2f} ms ({term.points:.1f} ± {half:.1f} points)"
+    loss = _in_run_loss(found)
+    if loss is not None and abs(loss[0]) <= loss[1]:
+        return f"{said}; no loss beyond this run's noise"
+    return f"{said}; no single term beyond its noise (ddpbench explain --detail lists them)"

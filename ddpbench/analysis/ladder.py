@@ -2,15 +2,21 @@
 (`ddpbench.worker.ladder` runs them), each with a confidence interval from the paired blocks. No
 torch.
 
-Every term is a mean over blocks of a per-block difference, so the terms add up exactly:
+Every term is a mean over blocks of a per-block difference of step kinds that were stepped, so
+each has its own interval; nothing is computed as what the others leave over. They follow the
+loss as the user sees it:
 
-    t(N) - t(1) = window_vs_ladder                      the timed window against rung 3
+    t(N) - t(1) ~ window_vs_ladder                      the timed window against rung 3
                 + data                                  loader's wait, rung 3 against rung 0
                 + exposed_comm + overlap_slowdown
                   + slowest_rank + unexplained          rung 3 - rung 2 (communication)
                 + ddp_work                              rung 2 - rung 1
                 + contention                            rung 1 - rung 0
                 + reference_vs_rung0                    rung 0 against the sweep's `local` run
+
+and their sum is compared with the loss, not forced to equal it. The in-run loss (rung 3 against
+rung 0 of the same rank in the same block) and the in-run efficiency (rung 0 / rung 3) need no
+other process: they stand where a `local` run is missing or ran at another speed.
 
 Rungs 1 to 3 are read on the typical rank (the median rank by its own one-rank DDP step; with an
 even count the faster middle one). Its communication rung is split by the step's marks, each
@@ -20,10 +26,10 @@ from the last gradient to the optimizer, where it waits for the last all-reduces
 (`unexplained`: forward, the optimizer, what lies between the marks). The waits are the transfer
 and the wait for slower peers. The slowest rank, the one the others wait for, is the one whose
 waits grow least from rung 2 to rung 3: its own waits are the transfer (`exposed_comm`), and the
-typical rank's wait beyond them is `slowest_rank`. Contention comes from the rank that stepped
-alone in each block (rotating), against its own rung 1 in the same block; rung 0 for the typical
-rank is therefore what its rung 3 less every difference leaves, and `reference_vs_rung0` compares
-that with the sweep's `local` run.
+typical rank's wait beyond them is `slowest_rank`. It is chosen on one half of the blocks and read
+on the other (both ways), so that identical ranks give a term whose expectation is zero. Contention
+comes from the rank that stepped alone in each block (rotating), against its own rung 1 in the
+same block; `reference_vs_rung0` compares rung 0 as stepped with the sweep's `local` run.
 """
 
 from __future__ import annotations
@@ -173,9 +179,13 @@ class Ladder:
     slowest_rank: int
     blocks: dict[str, dict[int, float]]
     """Term -> block -> seconds: contention, ddp_work, communication, data, slowest_rank,
-    exposed_comm, overlap_slowdown, unexplained, top (rung 3 with its data: the ladder's DDP
-    step) and own_step_gap (the slowest rank's one-rank DDP step beyond the typical rank's)."""
+    exposed_comm, overlap_slowdown, unexplained, top (the typical rank's rung 3 with its data: the
+    ladder's DDP step), bottom (rung 0 with its data, the typical rank alone, in its own blocks),
+    in_run_loss (its rung 3 with data - bottom), in_run_efficiency (bottom / its rung 3 with data)
+    and own_step_gap (the slowest rank's one-rank DDP step beyond the typical rank's)."""
     wall_s: float | None
+    halves_agree: bool = True
+    """Whether both halves of the blocks chose the same slowest rank (see `_choose`)."""
 
     def estimate(self, name: str) -> Estimate:
         values = list(self.blocks[name].values())
@@ -190,6 +200,24 @@ ONE_RANK_ZERO = ("contention", "communication", "slowest_rank", "exposed_comm", 
 
 def _rank_view(rank: TimelineRank, kind: str, read: str) -> dict[int, float]:
     return by_block(getattr(rank, kind), read)
+
+
+def _mean_over(values: dict[int, float], blocks) -> float:
+    found = [values[block] for block in blocks if block in values]
+    return statistics.fmean(found) if found else math.inf
+
+
+def _choose(own: dict[int, dict[int, float]], waits: dict[int, dict[int, float]], blocks) -> tuple[int, int]:
+    """(slowest, typical) as `blocks` show them. The slowest rank is the one the others wait for:
+    the one whose waits in DDP's collectives grow least from its one-rank DDP steps to the DDP
+    steps (ties: the longest own step). The typical rank is the median of the others by their own
+    one-rank DDP step (with an even count the lower middle, the faster one); with one rank, itself."""
+    ranks = sorted(own)
+    if len(ranks) == 1:
+        return ranks[0], ranks[0]
+    slowest = min(ranks, key=lambda r: (_mean_over(waits[r], blocks), -_mean_over(own[r], blocks)))
+    others = sorted((r for r in ranks if r != slowest), key=lambda r: _mean_over(own[r], blocks))
+    return slowest, others[(len(others) - 1) // 2]
 
 
 def read_ladder(record: Record) -> Ladder:
@@ -216,75 +244,85 @@ def read_ladder(record: Record) -> Ladder:
     own = {rank.rank: _rank_view(rank, own_kind, "step") for rank in ranks}
     if any(not values for values in own.values()):
         raise NoLadder(f"the ladder has no {own_kind} steps on some rank")
-    means = {rank: statistics.fmean(values.values()) for rank, values in own.items()}
-    order = sorted(means, key=means.__getitem__)
-    typical = order[(len(order) - 1) // 2]  # the lower middle: the faster of two
     by_rank = {rank.rank: rank for rank in ranks}
-    # The slowest rank is the one the others wait for: the one whose waits in DDP's collectives
-    # grow least from its one-rank DDP steps to the DDP steps (ties: the longest own step).
     waits = {
         rank.rank: paired((1, _rank_view(rank, "with_ddp", "waits")), (-1, _rank_view(rank, own_kind, "waits")))
         for rank in ranks
     }
-    slowest = min(order, key=lambda r: (statistics.fmean(waits[r].values()) if waits[r] else math.inf, -means[r]))
-    if world_size > 1 and slowest == typical:
-        # The median rank by its own step is the one the others wait for: the typical rank is
-        # then the median of the others (with two ranks, the other one).
-        others = [r for r in order if r != slowest]
-        typical = others[(len(others) - 1) // 2]
-    t = by_rank[typical]
+    all_blocks = sorted(set().union(*(values.keys() for values in own.values())))
+    # Chosen on one half of the blocks, read on the other (and the other way round): a rank picked
+    # as the slowest on the blocks it is then measured on would make identical ranks' noise a
+    # positive wait. The halves interleave, so a drift of the machine's speed hits both alike.
+    halves = (all_blocks[0::2], all_blocks[1::2])
+    if len(all_blocks) >= 2:
+        choice = {block: _choose(own, waits, halves[1 - index % 2]) for index, block in enumerate(all_blocks)}
+    else:
+        choice = {block: _choose(own, waits, all_blocks) for block in all_blocks}
+    slowest, typical = _choose(own, waits, all_blocks)  # named in the advice; the terms use `choice`
+    halves_agree = len({choice[block][0] for block in all_blocks}) <= 1
+
+    def on_typical(kind: str, read: str) -> dict[int, float]:
+        """Per block, `read` of `kind` on that block's typical rank."""
+        views = {rank: _rank_view(by_rank[rank], kind, read) for rank in by_rank}
+        return {block: views[t][block] for block, (_, t) in choice.items() if block in views[t]}
 
     blocks: dict[str, dict[int, float]] = {}
     # Rung 0 on the block's alone rank, against that rank's rung 1 in the same block.
     contention: dict[int, float] = {}
     data_bottom: dict[int, float] = {}
+    bottom: dict[int, float] = {}
+    top_of_alone: dict[int, float] = {}
     alone_ranks = timeline.ladder.alone_rank_by_block or [typical] * timeline.ladder.blocks
     for block, who in enumerate(alone_ranks):
         rank = by_rank[who]
-        bottom = _rank_view(rank, bottom_kind, "step")
+        stepped = _rank_view(rank, bottom_kind, "step")
         unwrapped = _rank_view(rank, "unwrapped", "step")
-        if block in bottom and block in unwrapped:
-            contention[block] = unwrapped[block] - bottom[block]
+        rung3 = _rank_view(rank, "with_ddp", "step")
+        if block in stepped and block in unwrapped:
+            contention[block] = unwrapped[block] - stepped[block]
             data_bottom[block] = _rank_view(rank, bottom_kind, "data")[block]
+            bottom[block] = stepped[block] + data_bottom[block]
+            if block in rung3:
+                top_of_alone[block] = rung3[block] + _rank_view(rank, "with_ddp", "data")[block]
     blocks["contention"] = contention
-    blocks["ddp_work"] = paired((1, own[typical]), (-1, _rank_view(t, "unwrapped", "step")))
-    rung3 = _rank_view(t, "with_ddp", "step")
-    blocks["communication"] = paired((1, rung3), (-1, own[typical]))
-    blocks["data"] = paired((1, _rank_view(t, "with_ddp", "data")), (-1, data_bottom))
-    blocks["top"] = paired((1, rung3), (1, _rank_view(t, "with_ddp", "data")))
+    own_t = on_typical(own_kind, "step")
+    blocks["ddp_work"] = paired((1, own_t), (-1, on_typical("unwrapped", "step")))
+    rung3 = on_typical("with_ddp", "step")
+    blocks["communication"] = paired((1, rung3), (-1, own_t))
+    blocks["data"] = paired((1, on_typical("with_ddp", "data")), (-1, data_bottom))
+    blocks["top"] = paired((1, rung3), (1, on_typical("with_ddp", "data")))
     # Communication split by the marks. The slowest rank waits for no one: its waits (before the
     # module's forward, and from the last gradient to the optimizer), DDP against one-rank DDP,
     # are the transfer alone. The typical rank's are longer by its wait for the slowest rank.
     # Backward's span and the rest of the step (forward, optimizer, what lies between the marks)
     # are read on the typical rank, whose steps the communication rung is.
-    after_s, after_t = waits[slowest], waits[typical]
-    span_t = paired((1, _rank_view(t, "with_ddp", "backward_span")), (-1, _rank_view(t, own_kind, "backward_span")))
+    after_s = {block: waits[s][block] for block, (s, _) in choice.items() if block in waits[s]}
+    after_t = {block: waits[t][block] for block, (_, t) in choice.items() if block in waits[t]}
+    span_t = paired((1, on_typical("with_ddp", "backward_span")), (-1, on_typical(own_kind, "backward_span")))
     blocks["exposed_comm"] = after_s
     blocks["slowest_rank"] = paired((1, after_t), (-1, after_s))
     blocks["overlap_slowdown"] = span_t
+    # The typical rank's step outside backward's span and DDP's waits (forward, the loss, the
+    # optimizer), DDP against one-rank DDP: measured per block from its own marks.
     blocks["unexplained"] = paired((1, blocks["communication"]), (-1, span_t), (-1, after_t))
-    blocks["own_step_gap"] = paired((1, own[slowest]), (-1, own[typical]))
-    # Rung 0 as the ladder implies it for the typical rank (its rung 3 less every rung's
-    # difference), and as the typical rank stepped it in its own blocks alone, for the reference's term.
-    blocks["bottom"] = paired(
-        (1, blocks["top"]),
-        (-1, blocks["data"]),
-        (-1, blocks["communication"]),
-        (-1, blocks["ddp_work"]),
-        (-1, blocks["contention"]),
-    )
-    stepped: dict[int, float] = {}
-    for block, who in enumerate(alone_ranks):
-        step = _rank_view(t, bottom_kind, "step").get(block) if who == typical else None
-        if step is not None and block in data_bottom:
-            stepped[block] = step + data_bottom[block]
-    blocks["stepped_bottom"] = stepped
-    # (stepped_bottom may be empty: with more ranks than blocks the typical rank may never step alone.)
-    empty = [name for name, values in blocks.items() if not values and name != "stepped_bottom"]
+    own_s = {block: own[s][block] for block, (s, _) in choice.items() if block in own[s]}
+    blocks["own_step_gap"] = paired((1, own_s), (-1, own_t))
+    # The in-run reference: rung 0 as the typical rank stepped it alone (with its data wait) in
+    # its own blocks, the one device a `local` run would be; the in-run loss and efficiency
+    # against its DDP step in the same blocks. (With more ranks than blocks it may never have
+    # stepped alone: then every alone rank's blocks.)
+    own_blocks = [b for b, who in enumerate(alone_ranks) if who == typical and b in bottom and b in top_of_alone]
+    used = own_blocks or sorted(set(bottom) & set(top_of_alone))
+    blocks["bottom"] = {block: bottom[block] for block in used}
+    blocks["in_run_loss"] = {block: top_of_alone[block] - bottom[block] for block in used}
+    blocks["in_run_efficiency"] = {block: bottom[block] / top_of_alone[block] for block in used}
+    empty = [name for name, values in blocks.items() if not values]
     if empty:
         raise NoLadder(f"the ladder's blocks have no paired steps for {', '.join(empty)}")
     wall = [rank.ladder_wall_s for rank in ranks if rank.ladder_wall_s is not None]
-    return Ladder(world_size, typical, slowest, blocks, max(wall) if wall else timeline.ladder.wall_s)
+    return Ladder(
+        world_size, typical, slowest, blocks, max(wall) if wall else timeline.ladder.wall_s, halves_agree=halves_agree
+    )
 
 
 # --- the terms ------------------------------------------------------------------------------------
@@ -302,14 +340,16 @@ def _ms(value: float) -> str:
 
 
 def ladder_terms(
-    record: Record, ladder: Ladder, step_s: float, reference_step_s: float, reference_steps_s: list[float]
-) -> dict[str, tuple[Estimate, str]]:
-    """Every term of the breakdown from the ladder, as (estimate, basis); they add up to
-    step_s - reference_step_s exactly."""
+    record: Record, ladder: Ladder, step_s: float, reference_step_s: float | None, reference_steps_s: list[float]
+) -> dict[str, tuple[Estimate | None, str]]:
+    """Every term of the breakdown from the ladder, as (estimate, basis), each a measured
+    difference with its own interval: nothing is what the others leave over, so their sum is
+    compared with the loss rather than equal to it by construction. Without a reference run
+    (`reference_step_s` None) the in-run rung 0 is the reference and `reference_vs_rung0` is None."""
     one = ladder.world_size == 1
     blocks = len(ladder.blocks["top"])
     t, s = ladder.typical_rank, ladder.slowest_rank
-    found: dict[str, tuple[Estimate, str]] = {}
+    found: dict[str, tuple[Estimate | None, str]] = {}
     found["contention"] = (
         (Estimate.exact(0.0), "one rank: no other rank shares the host")
         if one
@@ -321,7 +361,7 @@ def ladder_terms(
     )
     found["ddp_work"] = (
         ladder.estimate("ddp_work"),
-        f"ladder: {'DDP' if one else 'one-rank DDP'} against unwrapped steps, rank {t}, {blocks} blocks",
+        f"ladder: {'DDP' if one else 'one-rank DDP'} against unwrapped steps, the typical rank, {blocks} blocks",
     )
     found["data"] = (
         ladder.estimate("data"),
@@ -333,10 +373,16 @@ def ladder_terms(
         found["unexplained"] = (Estimate.exact(0.0), "one rank: no communication rung to split")
     else:
         gap = ladder.estimate("own_step_gap")
+        chosen = (
+            "chosen on one half of the blocks and read on the other"
+            if ladder.halves_agree
+            else "chosen on one half of the blocks and read on the other; the halves chose different ranks"
+        )
         found["slowest_rank"] = (
             ladder.estimate("slowest_rank"),
             f"ladder: rank {t}'s waits in DDP's collectives beyond rank {s}'s (DDP against one-rank "
-            f"DDP); rank {s}'s own one-rank DDP step is {_ms(gap.s)} longer than rank {t}'s",
+            f"DDP; the slowest rank {chosen}); rank {s}'s own one-rank DDP step is {_ms(gap.s)} longer than "
+            f"rank {t}'s",
         )
         found["exposed_comm"] = (
             ladder.estimate("exposed_comm"),
@@ -347,12 +393,10 @@ def ladder_terms(
             ladder.estimate("overlap_slowdown"),
             f"ladder: rank {t}'s backward span, DDP against one-rank DDP",
         )
-        communication = ladder.estimate("communication")
         found["unexplained"] = (
             ladder.estimate("unexplained"),
-            f"ladder: communication (rank {t}'s DDP step against its one-rank DDP step, "
-            f"{_ms(communication.s)}) outside backward and DDP's waits (forward, optimizer, between "
-            "the marks)",
+            f"ladder: rank {t}'s step outside backward's span and DDP's waits (forward, the loss, the "
+            "optimizer), DDP against one-rank DDP",
         )
     top = ladder.estimate("top")
     found["window_vs_ladder"] = (
@@ -364,21 +408,20 @@ def ladder_terms(
         ),
         f"the timed window's step {_ms(step_s)} against the ladder's DDP step with its data wait {_ms(top.s)}",
     )
-    rungs = ("contention", "ddp_work", "data", "slowest_rank", "exposed_comm", "overlap_slowdown", "unexplained")
-    bottom = top.s - sum(found[name][0].s for name in rungs)
-    stepped = list(ladder.blocks["stepped_bottom"].values())
-    found["reference_vs_rung0"] = (
-        _combined(
-            bottom - reference_step_s,
-            standard_error(list(ladder.blocks["bottom"].values())),
-            standard_error(reference_steps_s),
-            df=blocks - 1,
-        ),
-        f"rung 0 as the ladder gives it for rank {t} ({_ms(bottom)}: its DDP step less every rung's "
-        "difference; in its own blocks alone, rung 0 with its data wait took "
-        f"{_ms(statistics.fmean(stepped)) if stepped else 'n/a'}) against the reference run's "
-        f"{_ms(reference_step_s)}: two processes at two times",
-    )
+    bottom = ladder.estimate("bottom")
+    if reference_step_s is None:
+        found["reference_vs_rung0"] = (None, "no reference run: the in-run rung 0 is the reference")
+    else:
+        found["reference_vs_rung0"] = (
+            _combined(
+                bottom.s - reference_step_s,
+                standard_error(list(ladder.blocks["bottom"].values())),
+                standard_error(reference_steps_s),
+                df=len(ladder.blocks["bottom"]) - 1,
+            ),
+            f"rung 0 as rank {t} stepped it alone, unwrapped, with its data wait ({_ms(bottom.s)}) against "
+            f"the reference run's {_ms(reference_step_s)}: two processes at two times",
+        )
     return found
 
 

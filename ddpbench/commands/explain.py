@@ -76,13 +76,15 @@ def command_explain(args: argparse.Namespace) -> int:
     print(format_sweep_table(breakdowns))
     print()
     for breakdown in breakdowns:
+        print(f"run  {closing_line(breakdown)}")
+    advised = [breakdown for breakdown in breakdowns if breakdown.advice]
+    if advised:
+        print()
+    for breakdown in advised:
         print(f"advice  {run_name(breakdown)}: {top_advice(breakdown)}")
     if args.detail:
         print()
         print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))
-    print()
-    for breakdown in breakdowns:
-        print(f"largest  {closing_line(breakdown)}")
     for line in problems:
         print(f"not explained: {line}")
     if args.json_path:
@@ -93,15 +95,19 @@ def command_explain(args: argparse.Namespace) -> int:
 
 
 def closing_lines(sweep_dir: str) -> list[str]:
-    """The sweep's last words: the largest measured loss per workload and world size."""
+    """The sweep's last words: one line per run that has a finding (a term beyond its noise);
+    runs without one say nothing here."""
     from ddpbench.analysis.breakdown_terms import ExplainError
-    from ddpbench.analysis.breakdown_text import closing_line
+    from ddpbench.analysis.breakdown_text import finding
 
     try:
         breakdowns, _ = sweep_breakdowns(sweep_dir)
     except (ExplainError, SpecError):
         return []
-    lines = [f"largest loss  {closing_line(breakdown)}" for breakdown in breakdowns]
-    if lines:
-        lines.append(f"(ddpbench explain {sweep_dir} breaks every loss down)")
+    lines = [f"finding  {said}" for said in map(finding, breakdowns) if said is not None]
+    if breakdowns:
+        quiet = len(breakdowns) - len(lines)
+        rest = f"; {quiet} run(s) lost nothing beyond their noise" if quiet and lines else ""
+        none = "no DDP run lost scaling beyond its noise; " if not lines else ""
+        lines.append(f"({none}ddpbench explain {sweep_dir} breaks every loss down{rest})")
     return lines

@@ -147,12 +147,9 @@ def check_plain_name(name: str, value: str) -> None:
     """A name that becomes one file or folder inside the output folder (`runs/<run_id>.json`,
     `logs/<run_id>/`): one path component, so no value can reach outside it (a run removes its
     old record before it starts). Empty means "choose one"."""
-    if value and (
-        any(sep in value for sep in ("/", "\\", "\0")) or value in (".", "..") or value != value.strip()
-    ):
+    if value and (any(sep in value for sep in ("/", "\\", "\0")) or value in (".", "..") or value != value.strip()):
         raise SpecError(
-            f"{name} must be a plain name, one file inside the output folder (no '/', '\\' or '..'); "
-            f"got {value!r}"
+            f"{name} must be a plain name, one file inside the output folder (no '/', '\\' or '..'); " f"got {value!r}"
         )
 
 

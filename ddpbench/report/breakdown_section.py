@@ -14,6 +14,7 @@ from markupsafe import Markup
 
 from ddpbench.analysis.breakdown import explain_sweep
 from ddpbench.analysis.breakdown_terms import ADVICE_MIN_POINTS, LABELS, TERMS, Breakdown, ExplainError
+from ddpbench.analysis.breakdown_text import closing_line, efficiency_cells, points_cell
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.report.plots import DPI, PALETTE, PANEL_HEIGHT_IN
 
@@ -59,8 +60,11 @@ def where_the_scaling_went_section(data, html) -> list[Markup]:
         html.note(
             "Each DDP run's time per step against the one-device reference (the sweep's local run, a "
             "device's batch per step): the points of efficiency lost, 100 % - E(N), split into measured "
-            "terms that add up to them, with what they do not explain shown as such. The glossary says "
-            "how each term is measured; ddpbench explain prints the same per run, with its basis."
+            "terms, each with its 95 % interval; a term in parentheses is within noise (its interval "
+            "includes 0) and is no finding. Nothing is forced to add up: the terms' sum stands beside "
+            "the loss. The in-run efficiency compares a rank alone and unwrapped with full DDP inside "
+            "the run's own processes, which the machine's speed between processes cannot move. The "
+            "glossary says how each term is measured; ddpbench explain prints the same per run."
         )
     ]
     if not any(breakdown.world_size >= 2 for breakdown in breakdowns):
@@ -110,9 +114,11 @@ def _devices(world_size: int) -> str:
 
 
 def _headline(breakdown: Breakdown) -> str:
+    textbook, in_run = efficiency_cells(breakdown)
     return (
         f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device: "
-        f"E(N) {breakdown.efficiency:.1%}, {100 - 100 * breakdown.efficiency:.1f} points lost"
+        f"E(N) {textbook}, {100 - 100 * breakdown.efficiency:.1f} points lost; in-run efficiency {in_run}. "
+        f"{closing_line(breakdown).partition(': ')[2]}"
     )
 
 
@@ -140,19 +146,20 @@ def terms_table(runs: list[Breakdown]) -> pd.DataFrame:
             found = run.terms[term.name]
             measured = found.s_per_step is not None
             row[f"{name}: ms per step"] = f"{found.s_per_step * 1e3:.2f}" if measured else "not measured"
-            row[f"{name}: points"] = _points_with_interval(found, run.step_s) if measured else ""
+            row[f"{name}: points"] = points_cell(found, run.step_s).replace("±", " ± ") if measured else ""
         rows.append(row)
+    total = {"term": "sum of the measured terms"}
     lost = {"term": "lost in all: t(N) - t(1)"}
+    in_run = {"term": "in-run efficiency (same processes)"}
     for name, run in zip(_run_names(runs), runs):
+        added = run.terms_sum_s()
+        total[f"{name}: ms per step"] = "n/a" if added is None else f"{added * 1e3:.2f}"
+        total[f"{name}: points"] = "" if added is None else f"{100 * added / run.step_s:.1f}"
         lost[f"{name}: ms per step"] = f"{(run.step_s - run.reference_step_s) * 1e3:.2f}"
         lost[f"{name}: points"] = f"{100 - 100 * run.efficiency:.1f}"
-    return pd.DataFrame(rows + [lost])
-
-
-def _points_with_interval(term, step_s: float) -> str:
-    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
-        return f"{term.points:.1f}"
-    return f"{term.points:.1f} ± {100 * (term.ci_high_s - term.ci_low_s) / 2 / step_s:.1f}"
+        in_run[f"{name}: ms per step"] = ""
+        in_run[f"{name}: points"] = efficiency_cells(run)[1].replace("±", " ± ")
+    return pd.DataFrame(rows + [total, lost, in_run])
 
 
 def _advice(runs: list[Breakdown]) -> Markup:
@@ -162,9 +169,10 @@ def _advice(runs: list[Breakdown]) -> Markup:
         for sentence in run.advice
     ]
     if not items:
-        return Markup('<p class="note">No term costs {:g} points or more: nothing to act on.</p>').format(
-            ADVICE_MIN_POINTS
-        )
+        return Markup(
+            '<p class="note">No term of DDP\'s is a finding worth {:g} points or more (its 95 % interval excluding '
+            "0): nothing to act on.</p>"
+        ).format(ADVICE_MIN_POINTS)
     return Markup("<p>What to try:</p><ul>{}</ul>").format(Markup("").join(items))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ddpbench.analysis.agreement import estimates_agreement
+from ddpbench.analysis.breakdown_text import in_run_summary
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.records.schema import Metrics, Record, RunError
 
@@ -122,6 +123,9 @@ def format_summary(record: Record, path: str) -> str:
             f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
             f"  over {metrics.timed_steps} timed steps"
         )
+        in_run = in_run_summary(record)
+        if in_run:
+            lines.append(f"  in-run       {in_run}")
         if spec.strategy == "ddp" and spec.world_size > 1:
             agreement = estimates_agreement(record)
             if agreement.agree is not None:
