@@ -73,7 +73,11 @@ def test_sweep_runs_local_ddp_and_dp_at_world_sizes_1_and_2(sweep):
         assert ddp2["checks"][name]["ok"] is True, name
     summary = format_summary(load_record(str(folder / "runs" / "mlp-ddp-n1.json")), "r.json")
     assert "not checked  gradients_averaged, replicas_in_sync, shards_disjoint: one rank" in summary
-    assert "largest loss  mlp x2:" in done.stdout and "ddpbench explain" in done.stdout
+    # The closing screen: the scaling table, at most one line per run with a finding, the report.
+    closing = done.stdout
+    assert "ddpbench explain" in closing and "report: " in closing
+    assert sum(line.startswith("finding  ") for line in closing.splitlines()) <= 2  # mlp x1 and x2
+    assert "memory per rank" not in closing and "communication: overlap" not in closing  # local, ddp, dp only
 
 
 def test_printed_and_saved_table_match_the_records(sweep):

@@ -338,7 +338,8 @@ def in_run_summary(record: Record) -> str | None:
     if largest is not None:
         name, term = largest
         half = term.half_width_points(found.step_s)
-        return f"{said}; largest loss {LABELS[name]} {term.s_per_step * 1e3:.2f} ms ({term.points:.1f} ± {half:.1f} points)"
+        figure = f"{term.s_per_step * 1e3:.2f} ms ({term.points:.1f} ± {half:.1f} points)"
+        return f"{said}; largest loss {LABELS[name]} {figure}"
     loss = _in_run_loss(found)
     if loss is not None and abs(loss[0]) <= loss[1]:
         return f"{said}; no loss beyond this run's noise"

@@ -424,29 +424,6 @@ def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def format_overlap(runs: pd.DataFrame) -> str:
-    table = overlap_table(runs)
-    if table.empty:
-        return ""
-    shown = table.set_index(["workload", "strategy", "world_size"])
-    shown.columns = [
-        "overlap %",
-        "exposed ms (trace)",
-        "exposed ms (no_sync)",
-        "exposed ms (reducer)",
-        "iteration p50 ms",
-        "profiled step p50 ms",
-    ]
-    for column in shown.columns[1:]:
-        shown[column] = shown[column] * 1000
-    return (
-        "communication: overlap of the gradients' collectives (DDP's all-reduce; FSDP2's all-gather and "
-        "reduce-scatter) with computation, exposed communication per step\n"
-        "(overlap % and the trace's exposed ms come from the profiled steps: compare their p50 with the timed one)\n"
-        + shown.to_string(float_format="{:,.2f}".format, na_rep="")
-    )
-
-
 STEP_COLUMNS = ["run_id", "workload", "strategy", "world_size", "rank", "step", "step_time_s"]
 
 

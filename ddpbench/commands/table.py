@@ -16,7 +16,7 @@ def add_table_parser(commands) -> None:
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
-    from ddpbench.analysis.frames import format_memory, format_overlap, format_side_by_side, load, scaling_table
+    from ddpbench.analysis.frames import format_memory, format_side_by_side, load, scaling_table
     from ddpbench.records.store import write_atomic
 
     if not os.path.isdir(sweep_dir):
@@ -34,13 +34,14 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         )
     table = scaling_table(runs)
     print(format_side_by_side(table))
-    kinds = runs["peak_memory_kind"].dropna()
-    memory = format_memory(table, kinds.iloc[0] if not kinds.empty else None)
-    if memory:
-        print("\n" + memory)
-    overlap = format_overlap(runs)
-    if overlap:
-        print("\n" + overlap)
+    # The terminal shows what the sweep can answer: memory only where a strategy of the sweep is
+    # one that changes it (local, ddp and dp hold the same model state); the communication table,
+    # three estimates per run, is the report's detail (`ddpbench explain` gives the one figure).
+    if changes_memory(runs):
+        kinds = runs["peak_memory_kind"].dropna()
+        memory = format_memory(table, kinds.iloc[0] if not kinds.empty else None)
+        if memory:
+            print("\n" + memory)
     problems = runs[runs["status"] != "ok"]
     for _, run in problems.iterrows():
         print(f"{run['status'].upper()}: {run['run_id']}: {run['error']}")
@@ -51,6 +52,14 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         write_atomic(csv_path, table.to_csv(index=False))
         print(f"scaling table: {csv_path}")
     return 1 if len(problems) or (runs["checks_failed"] != "").any() else 0
+
+
+SAME_MEMORY = ("local", "ddp", "dp")
+"""Strategies that hold the same model state per rank: a memory table of only these says nothing."""
+
+
+def changes_memory(runs) -> bool:
+    return bool((~runs["strategy"].astype(str).isin(SAME_MEMORY)).any())
 
 
 def command_table(args: argparse.Namespace) -> int:
