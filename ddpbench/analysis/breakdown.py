@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from ddpbench.analysis.breakdown_terms import MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
-from ddpbench.analysis.breakdown_text import advice
+from ddpbench.analysis.breakdown_terms import LABELS, MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
+from ddpbench.analysis.breakdown_text import advice, efficiency_cells, in_run_loss
 from ddpbench.analysis.frames import reference_runs
 from ddpbench.analysis.ladder import SCRIPT_LOOP, NoLadder, ladder_terms, read_ladder
 from ddpbench.analysis.registry import (
@@ -494,3 +494,25 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
         except ExplainError as exc:
             problems.append(str(exc))
     return breakdowns, problems
+
+
+def in_run_summary(record: Record) -> str | None:
+    """A DDP run's breakdown against its own rung 0, in one line, for `ddpbench run`'s summary
+    (the same engine and figures as `explain`); None where the record has no ladder."""
+    try:
+        found = explain(record, [(record.run_id, record)])
+    except ExplainError:
+        return None
+    if not found.ladder:
+        return None
+    said = f"efficiency {efficiency_cells(found)[1]} (a rank alone and unwrapped against DDP, in these processes)"
+    largest = found.largest()
+    if largest is not None:
+        name, term = largest
+        half = term.half_width_points(found.step_s)
+        figure = f"{term.s_per_step * 1e3:.2f} ms ({term.points:.1f} ± {half:.1f} points)"
+        return f"{said}; largest loss {LABELS[name]} {figure}"
+    loss = in_run_loss(found)
+    if loss is not None and abs(loss[0]) <= loss[1]:
+        return f"{said}; no loss beyond this run's noise"
+    return f"{said}; no single term beyond its noise (ddpbench explain --detail lists them)"

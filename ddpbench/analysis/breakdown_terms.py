@@ -71,16 +71,18 @@ TERMS = (
     TermDefinition(
         "reference_vs_rung0",
         "reference run against rung 0",
-        "measurement, not DDP: the ladder's one-rank-alone step against the sweep's local run, two "
-        "processes at two times (the machine's drift between them, the wrapper-free process's start)",
+        "measurement, not DDP: the ladder's rung 0 (the typical rank stepping the module alone, "
+        "unwrapped, with its data wait) against the sweep's local run, two processes at two times (the "
+        "machine's drift between them, the wrapper-free process's start); not measured where the folder "
+        "has no local run and rung 0 is the reference",
     ),
     TermDefinition(
         "unexplained",
         "not explained",
-        "what the ladder's communication rung (the median rank's DDP steps against its one-rank DDP "
-        "steps) holds outside backward and DDP's waits: forward, the optimizer, what lies between the "
-        "marks (on records without a ladder: the lost time minus every measured term); shown as such "
-        "and never folded into a term",
+        "the typical rank's step outside backward's span and DDP's waits (forward, the loss, the "
+        "optimizer, what lies between the marks), the ladder's DDP steps against its one-rank DDP steps, "
+        "measured per block with its interval; not measured on records without a ladder, where it would "
+        "be a left-over",
     ),
 )
 MEASUREMENT_TERMS = ("window_vs_ladder", "reference_vs_rung0")
@@ -90,7 +92,7 @@ TERM_NAMES = tuple(term.name for term in TERMS)
 LABELS = {term.name: term.label for term in TERMS}
 
 ADVICE_MIN_POINTS = 2.0
-"""Advice is given for terms worth at least this many points of efficiency."""
+"""Advice is given for findings (significant terms) worth at least this many points of efficiency."""
 
 
 @dataclass

@@ -269,7 +269,7 @@ def format_sweep_table(breakdowns: list[Breakdown]) -> str:
     return "\n".join([line(head), *map(line, rows), *notes])
 
 
-def _in_run_loss(breakdown: Breakdown) -> tuple[float, float] | None:
+def in_run_loss(breakdown: Breakdown) -> tuple[float, float] | None:
     """The in-run loss in points of the ladder's DDP step and its 95 % half-width, or None."""
     efficiency = breakdown.in_run.get("efficiency")
     if not efficiency or efficiency["ci_low"] is None:
@@ -277,19 +277,28 @@ def _in_run_loss(breakdown: Breakdown) -> tuple[float, float] | None:
     return 100 * (1 - efficiency["value"]), 100 * (efficiency["ci_high"] - efficiency["ci_low"]) / 2
 
 
+def verdict(breakdown: Breakdown) -> str:
+    """What the run lost, in words, without its name and efficiencies: its largest finding, that
+    its loss is within its noise, or that no single term is beyond it."""
+    largest = breakdown.largest()
+    if largest is not None:
+        name, term = largest
+        return f"largest loss {LABELS[name]} {term.points:.1f} ± {term.half_width_points(breakdown.step_s):.1f} points"
+    loss = in_run_loss(breakdown)
+    if loss is not None and abs(loss[0]) <= loss[1]:
+        return f"no loss beyond this run's noise, {loss[0]:.1f} ± {loss[1]:.1f} points in-run"
+    if not breakdown.ladder:
+        return "its terms were not measured in place (no ladder), so none is a finding"
+    return "no single term beyond its noise"
+
+
 def finding(breakdown: Breakdown) -> str | None:
     """The run's one line worth reading, or None where it has nothing beyond its noise: its largest
     significant term, with the in-run efficiency beside E(N)."""
-    largest = breakdown.largest()
-    if largest is None:
+    if breakdown.largest() is None:
         return None
-    name, term = largest
     textbook, in_run = efficiency_cells(breakdown)
-    half = term.half_width_points(breakdown.step_s)
-    return (
-        f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; largest loss {LABELS[name]} "
-        f"{term.points:.1f} ± {half:.1f} points"
-    )
+    return f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; {verdict(breakdown)}"
 
 
 def closing_line(breakdown: Breakdown) -> str:
@@ -298,15 +307,11 @@ def closing_line(breakdown: Breakdown) -> str:
     if said is not None:
         return said
     textbook, in_run = efficiency_cells(breakdown)
-    loss = _in_run_loss(breakdown)
-    if loss is not None and abs(loss[0]) <= loss[1]:
-        return f"{run_name(breakdown)}: no loss beyond this run's noise, {loss[0]:.1f} ± {loss[1]:.1f} points in-run"
+    if breakdown.largest() is None and verdict(breakdown).startswith("no loss beyond"):
+        return f"{run_name(breakdown)}: {verdict(breakdown)}"
     if not breakdown.ladder:
-        return (
-            f"{run_name(breakdown)}: E(N) {textbook}; its terms were not measured in place (no ladder), so none is "
-            "a finding"
-        )
-    return f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; no single term beyond its noise"
+        return f"{run_name(breakdown)}: E(N) {textbook}; {verdict(breakdown)}"
+    return f"{run_name(breakdown)}: E(N) {textbook}, in-run {in_run}; {verdict(breakdown)}"
 
 
 def top_advice(breakdown: Breakdown) -> str:
@@ -319,28 +324,3 @@ def top_advice(breakdown: Breakdown) -> str:
         f"no term of DDP's is a finding worth {ADVICE_MIN_POINTS:g} points or more (significant: its 95 % interval "
         "excludes 0): nothing to act on"
     )
-
-
-def in_run_summary(record: Record) -> str | None:
-    """A DDP run's breakdown against its own rung 0, in one line, for `ddpbench run`'s summary
-    (the same engine and figures as `explain`); None where the record has no ladder."""
-    from ddpbench.analysis.breakdown import explain
-    from ddpbench.analysis.breakdown_terms import ExplainError
-
-    try:
-        found = explain(record, [(record.run_id, record)])
-    except ExplainError:
-        return None
-    if not found.ladder:
-        return None
-    said = f"efficiency {efficiency_cells(found)[1]} (a rank alone and unwrapped against DDP, in these processes)"
-    largest = found.largest()
-    if largest is not None:
-        name, term = largest
-        half = term.half_width_points(found.step_s)
-        figure = f"{term.s_per_step * 1e3:.2f} ms ({term.points:.1f} ± {half:.1f} points)"
-        return f"{said}; largest loss {LABELS[name]} {figure}"
-    loss = _in_run_loss(found)
-    if loss is not None and abs(loss[0]) <= loss[1]:
-        return f"{said}; no loss beyond this run's noise"
-    return f"{said}; no single term beyond its noise (ddpbench explain --detail lists them)"

@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from ddpbench.analysis.breakdown import explain_sweep
 from ddpbench.analysis.breakdown_terms import ADVICE_MIN_POINTS, LABELS, TERMS, Breakdown, ExplainError
-from ddpbench.analysis.breakdown_text import closing_line, efficiency_cells, points_cell
+from ddpbench.analysis.breakdown_text import efficiency_cells, points_cell, verdict
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.report.plots import DPI, PALETTE, PANEL_HEIGHT_IN
 
@@ -118,7 +118,7 @@ def _headline(breakdown: Breakdown) -> str:
     return (
         f"step {breakdown.step_s * 1e3:.2f} ms against {breakdown.reference_step_s * 1e3:.2f} ms at one device: "
         f"E(N) {textbook}, {100 - 100 * breakdown.efficiency:.1f} points lost; in-run efficiency {in_run}. "
-        f"{closing_line(breakdown).partition(': ')[2]}"
+        f"{verdict(breakdown)[0].upper()}{verdict(breakdown)[1:]}."
     )
 
 

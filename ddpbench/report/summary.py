@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ddpbench.analysis.agreement import estimates_agreement
-from ddpbench.analysis.breakdown_text import in_run_summary
+from ddpbench.analysis.breakdown import in_run_summary
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.records.schema import Metrics, Record, RunError
 
