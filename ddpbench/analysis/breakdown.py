@@ -35,7 +35,15 @@ import statistics
 from ddpbench.analysis.breakdown_terms import LABELS, MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
 from ddpbench.analysis.breakdown_text import advice, efficiency_cells, in_run_loss
 from ddpbench.analysis.frames import reference_runs
-from ddpbench.analysis.ladder import SCRIPT_LOOP, NoLadder, ladder_terms, read_ladder
+from ddpbench.analysis.ladder import (
+    SCRIPT_LOOP,
+    NoLadder,
+    after_backward,
+    backward_span,
+    ladder_terms,
+    lower_middle,
+    read_ladder,
+)
 from ddpbench.analysis.registry import (
     exposed_comm_no_sync_s,
     exposed_comm_reducer_s,
@@ -45,7 +53,7 @@ from ddpbench.analysis.registry import (
     record_iteration_times_s,
 )
 from ddpbench.config.spec import strategy_order
-from ddpbench.records.schema import Record, TimelineStep
+from ddpbench.records.schema import Record
 
 # --- what one DDP record measured ----------------------------------------------------------------
 
@@ -55,24 +63,8 @@ def _median(values: list[float]) -> float | None:
 
 
 def _typical(values: list[float]) -> float:
-    """The median rank; with an even count the lower middle (see the module docstring)."""
-    return statistics.median_low(values)
-
-
-def _backward_span(step: TimelineStep) -> float | None:
-    ready = [t for t in step.grad_ready_s if t is not None]
-    if step.backward_start_s is None or not ready:
-        return None
-    return max(ready) - step.backward_start_s
-
-
-def _after_backward(step: TimelineStep) -> float | None:
-    """From the last gradient being ready to the optimizer's start: under DDP, the wait for the
-    last all-reduces."""
-    ready = [t for t in step.grad_ready_s if t is not None]
-    if step.optimizer_start_s is None or not ready:
-        return None
-    return step.optimizer_start_s - max(ready)
+    """The typical rank's value (`ladder.lower_middle` of the values in order)."""
+    return lower_middle(sorted(values))
 
 
 def _per_rank(record: Record, kind_a: str, kind_b: str, read) -> list[float]:
@@ -125,7 +117,7 @@ def ddp_work(record: Record) -> tuple[float | None, str]:
 def overlap_slowdown(record: Record) -> tuple[float | None, str]:
     if record.timeline is None:
         return None, _no_timeline(record)
-    values = _per_rank(record, "with_ddp", "solo", _backward_span)
+    values = _per_rank(record, "with_ddp", "solo", backward_span)
     if not values:
         return None, "the gradient timeline has no one-rank DDP steps to compare backward with"
     return _typical(values), (
@@ -160,7 +152,7 @@ def exposed_comm(record: Record) -> tuple[float | None, str]:
 def _timeline_waits(record: Record) -> list[float]:
     found = []
     for rank in record.timeline.by_rank if record.timeline else []:
-        value = _median([v for v in map(_after_backward, rank.with_ddp) if v is not None])
+        value = _median([v for v in map(after_backward, rank.with_ddp) if v is not None])
         if value is not None:
             found.append(value)
     return found

@@ -110,12 +110,12 @@ def standard_error(values: list[float]) -> float:
 # --- per-block values of one rank's steps -----------------------------------------------------------
 
 
-def _backward_span(step: TimelineStep) -> float | None:
+def backward_span(step: TimelineStep) -> float | None:
     ready = [t for t in step.grad_ready_s if t is not None]
     return max(ready) - step.backward_start_s if ready and step.backward_start_s is not None else None
 
 
-def _after_backward(step: TimelineStep) -> float | None:
+def after_backward(step: TimelineStep) -> float | None:
     """From the last gradient being ready to the optimizer's start: under DDP the wait for the
     last all-reduces (and the copies out of the buckets)."""
     ready = [t for t in step.grad_ready_s if t is not None]
@@ -126,7 +126,7 @@ def _outside_compute(step: TimelineStep) -> float | None:
     """Where DDP's collectives make a rank wait, outside the module's own work: before the module's
     forward (DDP's forward broadcasts buffers, e.g. BatchNorm's running statistics) and from the
     last gradient to the optimizer (the last all-reduces)."""
-    after = _after_backward(step)
+    after = after_backward(step)
     if after is None or step.forward_start_s is None:
         return None
     return step.forward_start_s + after
@@ -135,8 +135,8 @@ def _outside_compute(step: TimelineStep) -> float | None:
 READS = {
     "step": lambda step: step.step_s,
     "data": lambda step: step.data_s,
-    "backward_span": _backward_span,
-    "after_backward": _after_backward,
+    "backward_span": backward_span,
+    "after_backward": after_backward,
     "waits": _outside_compute,
 }
 
@@ -207,6 +207,12 @@ def _mean_over(values: dict[int, float], blocks) -> float:
     return statistics.fmean(found) if found else math.inf
 
 
+def lower_middle(items: list):
+    """The typical one of items sorted by speed: the median, and with an even count the lower middle
+    (the faster of the two middle ones). The one definition of the typical rank."""
+    return items[(len(items) - 1) // 2]
+
+
 def _choose(own: dict[int, dict[int, float]], waits: dict[int, dict[int, float]], blocks) -> tuple[int, int]:
     """(slowest, typical) as `blocks` show them. The slowest rank is the one the others wait for:
     the one whose waits in DDP's collectives grow least from its one-rank DDP steps to the DDP
@@ -217,7 +223,7 @@ def _choose(own: dict[int, dict[int, float]], waits: dict[int, dict[int, float]]
         return ranks[0], ranks[0]
     slowest = min(ranks, key=lambda r: (_mean_over(waits[r], blocks), -_mean_over(own[r], blocks)))
     others = sorted((r for r in ranks if r != slowest), key=lambda r: _mean_over(own[r], blocks))
-    return slowest, others[(len(others) - 1) // 2]
+    return slowest, lower_middle(others)
 
 
 def read_ladder(record: Record) -> Ladder:
