@@ -44,6 +44,7 @@ from ddpbench.analysis.ladder import (
     lower_middle,
     read_ladder,
 )
+from ddpbench.analysis.probes import probe_flags
 from ddpbench.analysis.registry import (
     exposed_comm_no_sync_s,
     exposed_comm_reducer_s,
@@ -274,6 +275,7 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
     )
     breakdown.in_run = in_run or {}
     breakdown.has_reference_run = bool(found)
+    breakdown.reference_run_ids = [run.run_id for run in found]
     transfer, wait = terms["exposed_comm"].s_per_step, terms["slowest_rank"].s_per_step
     breakdown.phases = {
         "data": data_n,
@@ -480,11 +482,15 @@ def explain_sweep(records: list[tuple[str, Record]], profile: dict | None = None
             )
         raise ExplainError("no ok DDP runs in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     breakdowns, problems = [], []
+    flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     for record in sorted(runs, key=_explain_order):
         try:
-            breakdowns.append(explain(record, records, profile))
+            found = explain(record, records, profile)
         except ExplainError as exc:
             problems.append(str(exc))
+            continue
+        found.machine = [flags[run_id] for run_id in (found.run_id, *found.reference_run_ids) if run_id in flags]
+        breakdowns.append(found)
     return breakdowns, problems
 
 

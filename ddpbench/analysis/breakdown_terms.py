@@ -153,6 +153,11 @@ class Breakdown:
     """False where no `local` run was found and rung 0 stands in as the reference."""
     advice_terms: list[str] = field(default_factory=list)
     """The term each piece of `advice` is about, in the same order."""
+    reference_run_ids: list[str] = field(default_factory=list)
+    """The `local` runs that are its X(1); empty where rung 0 is the reference."""
+    machine: list[str] = field(default_factory=list)
+    """What the probes say of this run's processes or its reference's: ran at another speed than
+    the sweep's other runs (`ddpbench.analysis.probes`)."""
 
     def as_dict(self) -> dict:
         return {
@@ -184,6 +189,8 @@ class Breakdown:
             "estimates": self.estimates,
             "advice": self.advice,
             "advice_terms": self.advice_terms,
+            "reference_run_ids": self.reference_run_ids,
+            "machine": self.machine,
             "unexplained_parts": self.unexplained_parts,
             "ladder": self.ladder,
         }

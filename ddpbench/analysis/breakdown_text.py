@@ -263,10 +263,35 @@ def format_sweep_table(breakdowns: list[Breakdown]) -> str:
             "or an older record): its terms were not measured in place, as measured elsewhere in the run and "
             "without intervals, so none is a finding; n/a: not measured (--detail says why)."
         )
+    machine = list(dict.fromkeys(sentence for breakdown in breakdowns for sentence in breakdown.machine))
+    notes += [f"!! {sentence}" for sentence in machine]
     line = lambda cells: "  ".join(  # noqa: E731
         cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths))
     ).rstrip()
     return "\n".join([line(head), *map(line, rows), *notes])
+
+
+def disagreement(breakdown: Breakdown) -> str | None:
+    """Why E(N) lies outside the in-run efficiency's interval, where it does: the probe's word on a
+    process that ran at another speed, or the reference run's distance from rung 0."""
+    efficiency = breakdown.in_run.get("efficiency")
+    if not breakdown.has_reference_run or not efficiency or efficiency["ci_low"] is None:
+        return None
+    if efficiency["ci_low"] <= breakdown.efficiency <= efficiency["ci_high"]:
+        return None
+    said = (
+        f"E(N) {breakdown.efficiency:.1%} lies outside the in-run efficiency's interval "
+        f"({efficiency['ci_low']:.1%} to {efficiency['ci_high']:.1%})"
+    )
+    if breakdown.machine:
+        return f"{said}: {breakdown.machine[0]}"
+    term = breakdown.terms.get("reference_vs_rung0")
+    if term is not None and term.s_per_step is not None:
+        return (
+            f"{said}: the local run's step and rung 0 of this run differ by {term.s_per_step * 1e3:.2f} ms "
+            f"({term.points:.1f} points), two processes at two times; the in-run figure is this run's own"
+        )
+    return said
 
 
 def in_run_loss(breakdown: Breakdown) -> tuple[float, float] | None:

@@ -18,6 +18,8 @@ import pandas as pd
 
 from ddpbench.analysis import registry
 from ddpbench.analysis.labels import strategy_label
+from ddpbench.analysis.ladder import in_run_efficiency
+from ddpbench.analysis.probes import probe_flags
 from ddpbench.config.spec import TORCHRUN_STRATEGIES, strategy_order
 from ddpbench.config.workloads import SCRIPT_PREFIX, short_workload_name
 from ddpbench.records.schema import Record
@@ -52,6 +54,8 @@ RUN_COLUMNS = [
     "oversubscribed",
     "busy",
     "peak_memory_kind",
+    "in_run_efficiency",
+    "in_run_efficiency_half",
     "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
@@ -64,6 +68,7 @@ def runs_columns() -> list[str]:
 
 def record_row(record: Record, path: str | None = None) -> dict:
     spec, metrics = record.spec, record.metrics
+    in_run = in_run_efficiency(record) if spec.strategy == "ddp" else None
     batch = spec.batch_size
     threads = spec.threads_per_rank
     row = {
@@ -100,6 +105,10 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "busy": bool(record.machine_load and record.machine_load.busy),
         # what the memory peaks measure: CUDA memory allocated, or the process's resident set
         "peak_memory_kind": next((rank.peak_memory_kind for rank in record.ranks if rank.peak_memory_kind), None),
+        # A rank alone and unwrapped against full DDP in the run's own processes (the ladder), and
+        # the half-width of its 95 % interval: the efficiency no other process's speed can move.
+        "in_run_efficiency": in_run[0] if in_run else None,
+        "in_run_efficiency_half": in_run[1] if in_run else None,
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
@@ -118,7 +127,12 @@ def load(sweep_dir: str) -> pd.DataFrame:
 
 
 def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
-    return pd.DataFrame([record_row(record, path) for path, record in records], columns=runs_columns())
+    frame = pd.DataFrame([record_row(record, path) for path, record in records], columns=runs_columns())
+    # Runs whose processes ran at another speed than the sweep's others on the fixed probe: the
+    # sentence that says so, or empty.
+    flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
+    frame["probe_flag"] = frame["run_id"].map(flags).fillna("")
+    return frame
 
 
 def _reference_batch(row: pd.Series) -> float:
@@ -221,6 +235,8 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         *numeric,
         "speedup",
         "efficiency",
+        "in_run_efficiency",
+        "in_run_efficiency_half",
         "runs",
         "reference",
         "oversubscribed",
@@ -231,6 +247,8 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     grouped = ok.groupby(keys, as_index=False, dropna=False).agg(
         **{name: (name, "median") for name in numeric},
+        in_run_efficiency=("in_run_efficiency", "median"),
+        in_run_efficiency_half=("in_run_efficiency_half", "median"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
@@ -297,6 +315,18 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     names = sorted(table["strategy"].unique(), key=strategy_order)
     ordered = [c for s in names for c in (f"{s} X", f"{s} E") if c in wide.columns]
     wide = wide[ordered].dropna(how="all")
+    measured = table[table["in_run_efficiency"].notna()]
+    for strategy in sorted(measured["strategy"].unique(), key=strategy_order):
+        # Beside E(N), which divides two processes' throughputs, the ladder's in-run efficiency.
+        rows = measured[measured["strategy"] == strategy].set_index(index)
+        cells = {
+            point: _with_half(row["in_run_efficiency"], row["in_run_efficiency_half"]) for point, row in rows.iterrows()
+        }
+        wide.insert(
+            list(wide.columns).index(f"{strategy} E") + 1,
+            f"{strategy} E in-run",
+            [cells.get(p, "") for p in wide.index],
+        )
     units = table.groupby("workload")["sample_unit"].first()
     wide.insert(0, "unit", [f"{units[key[0]]}/s" for key in wide.index])
     if table["oversubscribed"].any():
@@ -306,6 +336,10 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
         marked = table[table["busy"]].groupby(index)["strategy"].agg(",".join)
         wide["busy"] = [marked.get(point, "") for point in wide.index]
     return wide
+
+
+def _with_half(value: float, half: float | None) -> str:
+    return f"{value:.1%}" if half is None or half != half else f"{value:.1%}±{100 * half:.1f}"
 
 
 def format_side_by_side(table: pd.DataFrame) -> str:
@@ -323,6 +357,11 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         else ("local (a script's: DDP x1)")
     )
     note = f"X = throughput, E = efficiency X(N) / (N * X(1)) against {against}."
+    if any(column.endswith(" E in-run") for column in wide.columns):
+        note += (
+            " E in-run = a rank alone and unwrapped against full DDP inside the run's own processes (the ladder), "
+            "± its 95 % interval: no other process's speed moves it."
+        )
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
         note += " dp on CPU = one process with N x the threads: nothing is replicated."
     if "oversubscribed" in wide:

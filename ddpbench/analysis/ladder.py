@@ -331,6 +331,19 @@ def read_ladder(record: Record) -> Ladder:
     )
 
 
+def in_run_efficiency(record: Record) -> tuple[float, float | None] | None:
+    """(the in-run efficiency, the half-width of its 95 % interval or None) of an ok DDP record with
+    a ladder; None without one."""
+    if record.status != "ok":
+        return None
+    try:
+        estimate = read_ladder(record).estimate("in_run_efficiency")
+    except NoLadder:
+        return None
+    half = estimate.ci_high_s - estimate.s
+    return estimate.s, half if math.isfinite(half) else None
+
+
 # --- the terms ------------------------------------------------------------------------------------
 
 

@@ -56,6 +56,7 @@ def command_explain(args: argparse.Namespace) -> int:
     from ddpbench.analysis.breakdown_terms import ExplainError
     from ddpbench.analysis.breakdown_text import (
         closing_line,
+        disagreement,
         format_breakdown,
         format_sweep_table,
         run_name,
@@ -77,6 +78,9 @@ def command_explain(args: argparse.Namespace) -> int:
     print()
     for breakdown in breakdowns:
         print(f"run  {closing_line(breakdown)}")
+        why = disagreement(breakdown)
+        if why:
+            print(f"     {why}")
     advised = [breakdown for breakdown in breakdowns if breakdown.advice]
     if advised:
         print()

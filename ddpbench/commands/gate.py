@@ -125,14 +125,16 @@ def gate_exit(
     canary=None,
     confirm=None,
     busy: dict | None = None,
+    flagged: dict | None = None,
 ) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
     regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, or
-    one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`).
+    one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`), and
+    any verdict on a configuration with a run the probe flags (`flagged`, `busy.probe_flagged`).
     `confirm`, given a regression, reruns what was flagged and returns a `confirm.Confirmation`,
     whose verdict is then the gate's (0 or 1; never 4: the rerun has answered the drift question)."""
-    from ddpbench.gate.busy import busy_regressions, busy_words
+    from ddpbench.gate.busy import busy_regressions, busy_words, flagged_comparisons, flagged_words
     from ddpbench.gate.compare import overall_verdict, underpowered
     from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
@@ -168,6 +170,12 @@ def gate_exit(
     if loaded:
         notes = notes + [busy_words(loaded)]
         drift = True  # exit 4: a failure whose cause is the machine, never a plain regression
+    unsteady = flagged_comparisons(flagged or {}, comparisons)
+    if flagged:
+        extra = {**(extra or {}), "probe_flagged_runs": flagged}
+    if unsteady:
+        notes = notes + [flagged_words(unsteady)]
+        drift = True  # exit 4 whatever the verdict: neither a plain pass nor a plain regression
     if confirm is not None and result == "regression":
         return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm)
     print(
@@ -181,6 +189,8 @@ def gate_exit(
         write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
     if result != "pass":
         return EXIT_DRIFT if drift else EXIT_FAIL
+    if unsteady:
+        return EXIT_DRIFT
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
@@ -332,7 +342,7 @@ def command_gate(args: argparse.Namespace) -> int:
                     "--baseline history needs a history folder (--history-folder, or a sweep folder "
                     "as --candidate so its machine class and suite name one)"
                 )
-            baseline_path, env_notes = folder, []
+            baseline_path, env_notes, baseline_records = folder, [], []
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
             missing, more = missing_from_history(series, candidate, args.allow_missing)
             failures, notes = failures + missing, notes + more
@@ -357,7 +367,7 @@ def command_gate(args: argparse.Namespace) -> int:
                     f"no stored baseline for this machine class and suite at {baseline_path}; "
                     f"save one with: ddpbench baseline save SWEEP_DIR"
                 )
-            baseline = load_side(baseline_path)
+            baseline = baseline_records = load_side(baseline_path)
             env_notes = env_differences(baseline, candidate)
             if env_notes and not args.allow_env_mismatch:
                 raise GateError(
@@ -389,8 +399,12 @@ def command_gate(args: argparse.Namespace) -> int:
             notes = env_notes + notes if args.allow_env_mismatch else notes
     except (GateError, HistoryError, ValueError) as exc:
         raise SpecError(str(exc)) from None
-    from ddpbench.gate.busy import busy_runs
+    from ddpbench.gate.busy import busy_runs, probe_flagged
     from ddpbench.gate.drift import gate_canary
+
+    flagged = probe_flagged("candidate", candidate)
+    for configuration, lines in probe_flagged("baseline", baseline_records).items():
+        flagged.setdefault(configuration, []).extend(lines)
 
     return gate_exit(
         comparisons,
@@ -402,6 +416,7 @@ def command_gate(args: argparse.Namespace) -> int:
         canary=gate_canary(baseline_path, args.candidate, args.baseline == "history"),
         confirm=confirm,
         busy=busy_runs(candidate),
+        flagged=flagged,
     )
 
 

@@ -34,6 +34,8 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         )
     table = scaling_table(runs)
     print(format_side_by_side(table))
+    for sentence in runs.loc[runs["probe_flag"] != "", "probe_flag"]:
+        print(f"!! {sentence}")
     # The terminal shows what the sweep can answer: memory only where a strategy of the sweep is
     # one that changes it (local, ddp and dp hold the same model state); the communication table,
     # three estimates per run, is the report's detail (`ddpbench explain` gives the one figure).

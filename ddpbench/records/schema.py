@@ -179,6 +179,27 @@ class MachineLoad(Part):
     """Why the GPU readings are missing or partial (no NVML)."""
 
 
+class ProbeReading(Part):
+    """The fixed probe's rates in one process at one moment (`ddpbench.worker.probe`)."""
+
+    matmul_gflops: float
+    """float32 matrix products on the process's device at its thread count, GFLOP/s."""
+    copy_gbps: float
+    """A copy of a buffer larger than the caches, GB/s counting bytes read and written."""
+    seconds: float
+    """Wall time the probe took (its cost to the run)."""
+    threads: int | None = None
+    device: str | None = None
+    version: int = 1
+
+
+class ProcessProbe(Part):
+    """The probe before the warm-up and after the timed window, in the same process."""
+
+    before: ProbeReading | None = None
+    after: ProbeReading | None = None
+
+
 class RankResult(Part):
     """What one rank measured."""
 
@@ -188,6 +209,9 @@ class RankResult(Part):
     device: str | None = None
     threads: int | None = None
     """Intra-op threads this rank trained with."""
+    probe: ProcessProbe | None = None
+    """This process's speed on fixed work before the warm-up and after the window; None in older
+    records and in scripts' runs."""
     step_times_s: list[float] = []
     """Raw step times of the timed steps, in order: start of step i to start of step i+1."""
     window_cpu_s: float | None = None

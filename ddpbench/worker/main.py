@@ -51,6 +51,7 @@ from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.ladder import ladder_blocks
 from ddpbench.worker.memory import PeakMemory
+from ddpbench.worker.probe import process_probe
 from ddpbench.worker.training import (
     UNTRACKED,
     flops_per_sample,
@@ -259,6 +260,9 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     """Warm-up, the timed window, and the checks. Returns this rank's results, what all ranks
     share, and the first timed batches (for the no_sync replay)."""
     clock = StepClock(rank.device)
+    # The process's own speed on fixed work, before anything of the workload's runs (and again
+    # after the window): a slow process, not slow code, shows here.
+    probe = {"before": process_probe(rank.device)}
     memory = PeakMemory(rank.devices)
     replay: list = []
     compiled = None
@@ -320,6 +324,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         window_cpu_s = time.process_time() - window_cpu_start
         machine = load.finish()
         timed_memory = memory.end()
+    probe["after"] = process_probe(rank.device)
     if compiled is not None:
         # Compiles in the window would put compile time into its step times: the record says how many.
         compiled["recompiles_in_window"] = compiling.compiled_between(before_window, compiling.counts())
@@ -334,6 +339,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "hostname": socket.gethostname(),
         "device": str(rank.device),
         "threads": torch.get_num_threads(),
+        "probe": probe,
         "step_times_s": clock.step_times_s(),
         **data_wait(clock.data_times_s()),
         "window_cpu_s": window_cpu_s,

@@ -1,0 +1,103 @@
+"""Each process's own probe: the committed CPU sweep with probe readings written into its records,
+a run made slow on purpose among them. The table, explain and the gate name it; runs within the
+probe's noise, and runs that share a host with their peers, are not flagged. The real slowed
+process (a cgroup quota on the local run) is in test_probe_runs.py."""
+
+import json
+import os
+import shutil
+
+import pytest
+from conftest import FIXTURES, ddpbench
+
+from ddpbench.analysis.probes import probe_flags, run_speed
+from ddpbench.records.store import read_records
+
+SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+QUIET = {"matmul_gflops": 40.0, "copy_gbps": 8.0}
+
+
+def reading(speed: dict, factor: float) -> dict:
+    return {
+        "matmul_gflops": speed["matmul_gflops"] * factor,
+        "copy_gbps": speed["copy_gbps"] * factor,
+        "seconds": 0.12,
+        "threads": 1,
+        "device": "cpu",
+        "version": 1,
+    }
+
+
+def with_probes(tmp_path, factors: dict[str, float], name: str = "sweep", copy_factors=None):
+    """The fixture sweep's ok runs, every one's processes probed at QUIET times its factor (default 1, a
+    few percent apart run by run, as healthy processes are); `copy_factors` for the copy alone."""
+    target = tmp_path / name
+    shutil.copytree(SWEEP, target)
+    for index, path in enumerate(sorted((target / "runs").iterdir())):
+        record = json.loads(path.read_text())
+        if record["status"] != "ok":
+            path.unlink()  # the gate refuses a side with failed runs
+            continue
+        factor = factors.get(record["run_id"], 1.0 + 0.02 * (index % 3 - 1))
+        for rank in record["ranks"]:
+            speed = dict(QUIET)
+            if copy_factors and record["run_id"] in copy_factors:
+                speed["copy_gbps"] *= copy_factors[record["run_id"]]
+            rank["probe"] = {"before": reading(speed, factor), "after": reading(speed, factor * 0.99)}
+        path.write_text(json.dumps(record))
+    return target
+
+
+def records_of(folder):
+    found, unreadable = read_records(str(folder))
+    assert not unreadable
+    return [record for _, record in found]
+
+
+def test_a_slow_local_process_is_named_with_its_factor(tmp_path):
+    folder = with_probes(tmp_path, {"mlp-local-n1": 1 / 1.9})
+    records = records_of(folder)
+    local = next(r for r in records if r.run_id == "mlp-local-n1")
+    assert run_speed(local) == pytest.approx({k: v / 1.9 * 0.99 for k, v in QUIET.items()})
+    [flag] = probe_flags(records)
+    assert flag.run_id == "mlp-local-n1" and flag.ratio == pytest.approx(1.9, rel=0.03)
+    assert flag.sentence().startswith("the local run of mlp's process ran 1.9x slower on the probe")
+    assert flag.sentence().endswith("its X(1) is the machine's, not the workload's")
+
+
+def test_processes_within_the_probes_noise_are_not_flagged(tmp_path):
+    assert probe_flags(records_of(with_probes(tmp_path, {"mlp-local-n1": 0.9}))) == []
+
+
+def test_ranks_sharing_a_host_are_compared_only_with_runs_that_do_too(tmp_path):
+    # Two ranks probe at once and share the host's memory bandwidth: their copy reads slower, which
+    # is the host's, not a slow process (no other run of the sweep has two processes per host).
+    folder = with_probes(tmp_path, {}, copy_factors={"mlp-ddp-n2": 0.7})
+    assert probe_flags(records_of(folder)) == []
+
+
+def test_records_without_probes_are_not_judged():
+    found, _ = read_records(SWEEP)
+    assert probe_flags([record for _, record in found]) == []
+
+
+def test_the_table_explain_and_the_gate_name_the_slow_process(tmp_path):
+    slow = with_probes(tmp_path, {"mlp-local-n1": 1 / 1.9}, name="slow")
+    sentence = "the local run of mlp's process ran 1.9x slower on the probe"
+    table = ddpbench("table", str(slow))
+    assert f"!! {sentence}" in table.stdout, table.stdout
+    explained = ddpbench("explain", str(slow), "--json", str(tmp_path / "why.json"))
+    assert f"!! {sentence}" in explained.stdout, explained.stdout
+    why = {entry["run_id"]: entry for entry in json.loads((tmp_path / "why.json").read_text())}
+    assert any(sentence in line for line in why["mlp-ddp-n2"]["machine"])  # its X(1) is that run
+    # The same records on both sides pass; with the candidate's local process flagged, the verdict
+    # is the machine's: exit 4 with the figures, never a plain PASS.
+    quiet = with_probes(tmp_path, {}, name="quiet")
+    assert ddpbench("gate", "--baseline", str(quiet), "--candidate", str(quiet)).returncode == 0
+    gate = ddpbench("gate", "--baseline", str(quiet), "--candidate", str(slow), "--json", str(tmp_path / "v.json"))
+    assert gate.returncode == 4, gate.stdout + gate.stderr
+    assert "ran at another speed than its sweep's others on the probe" in gate.stdout
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    flagged = verdict["probe_flagged_runs"]
+    assert any("candidate run mlp-local-n1" in line for lines in flagged.values() for line in lines)
+    assert "mlp/tiny ddp x2 b8 fp32 cpu" in flagged  # its efficiency divides by the flagged run
