@@ -276,4 +276,7 @@ def test_a_projection_from_one_rank_uses_its_ddp_steps_as_the_one_rank_ddp(recor
 
     one = record(records, "ddp1")
     assert one.timeline.by_rank[0].solo is None
-    assert RunModel(one).solo is not None
+    model = RunModel(one)
+    # The one-rank DDP the replay starts from is the run's own DDP steps, the same figures.
+    assert model.solo == model.with_ddp and model.base == model.with_ddp
+    assert model.base != model.alone  # not the no_sync steps it would fall back to

@@ -305,3 +305,16 @@ def test_tune_leaves_out_the_knobs_a_compile_mode_refuses():
     assert "fp16_compress" not in autograd and "bf16_compress" not in autograd and "bucket cap 5 MB" in autograd
     small = variants(DDPKnobs(bucket_cap_mb=2.0), "default")
     assert "bucket cap 0.4 MB" not in small and "bucket cap 8 MB" in small
+
+
+@pytest.mark.launches
+def test_fsdp2_at_one_rank_still_checks_its_gradient_against_a_plain_copy(tmp_path):
+    # DDP's check compares ranks (nothing to compare at one); fsdp2's compares the sharded
+    # gradient with a plain copy's, which one rank can do: it is decided, not left "not checked".
+    result = ddpbench_process(
+        "run", "--workload", "mlp", *QUICK, "--strategy", "fsdp2", "--nproc", "1", "--no-profile",
+        "--run-id", "fsdp2-x1", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    check = records(tmp_path)["fsdp2-x1"]["checks"]["gradients_averaged"]
+    assert check["ok"] is True and check["details"]["max_relative_error"] <= 1e-4, check

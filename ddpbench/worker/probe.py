@@ -5,20 +5,20 @@ throughput alone cannot tell a slow process from slow code; the same fixed work,
 same process, can (`ddpbench.analysis.probes` compares the runs of a sweep).
 
 The work does not depend on the workload: float32 matrix products (compute) and a copy of a buffer
-larger than the caches together with its copy (memory bandwidth), each the median of a few repetitions after one untimed
-call. Sized to take about a tenth of a second on a CPU core; on a GPU the same kinds of work on
-the device, synchronized around each repetition.
+that, with its copy, is larger than the caches (memory bandwidth), taken in turns after one untimed
+call of each. Sized to take about a tenth of a second of a CPU core, more than one period of
+Linux's CPU quota (100 ms); on a GPU the same kinds of work on the device, synchronized around each
+repetition.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
 PROBE_VERSION = 1
-REPEATS = 4
+REPEATS = 5
 CPU_MATMUL_SIZE, CPU_MATMUL_PRODUCTS = 256, 8
 CPU_COPY_BYTES = 24 * 2**20
 GPU_MATMUL_SIZE, GPU_MATMUL_PRODUCTS = 4096, 8
@@ -30,37 +30,42 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)  # sync point: a repetition ends when the device's work does
 
 
-def _median_seconds(work, device: torch.device) -> float:
-    work()  # untimed: first touch, caches, lazy kernel setup
+def _timed(work, device: torch.device) -> float:
+    started = time.perf_counter()
+    work()
     _sync(device)
-    seconds = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        work()
-        _sync(device)
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
+    return time.perf_counter() - started
 
 
 def _rates(device: torch.device) -> tuple[float, float]:
-    """(GFLOP/s of the matrix products, GB/s of the copy) on `device`."""
+    """(GFLOP/s of the matrix products, GB/s of the copy) on `device`: all repetitions' work over
+    all their time, the two kinds taken in turns. Summed, not a median of short repetitions: a
+    process held back in slices (a CPU quota, a shared core) loses its pauses inside some
+    repetitions, and only the sum keeps them."""
     cuda = device.type == "cuda"
     size, products = (GPU_MATMUL_SIZE, GPU_MATMUL_PRODUCTS) if cuda else (CPU_MATMUL_SIZE, CPU_MATMUL_PRODUCTS)
     a = torch.rand(size, size, device=device)
     b = torch.rand(size, size, device=device)
     out = torch.empty(size, size, device=device)
+    copy_bytes = GPU_COPY_BYTES if cuda else CPU_COPY_BYTES
+    source = torch.ones(copy_bytes // 4, device=device)
+    target = torch.empty_like(source)
 
     def matmuls():
         for _ in range(products):
             torch.mm(a, b, out=out)
 
-    matmul_s = _median_seconds(matmuls, device)
-    copy_bytes = GPU_COPY_BYTES if cuda else CPU_COPY_BYTES
-    source = torch.ones(copy_bytes // 4, device=device)
-    target = torch.empty_like(source)
-    copy_s = _median_seconds(lambda: target.copy_(source), device)
+    def copy():
+        target.copy_(source)
+
+    matmuls(), copy()  # untimed: first touch, caches, lazy kernel setup
+    _sync(device)
+    matmul_s = copy_s = 0.0
+    for _ in range(REPEATS):
+        matmul_s += _timed(matmuls, device)
+        copy_s += _timed(copy, device)
     # Bytes read and written, as memory bandwidth is usually counted.
-    return 2 * size**3 * products / matmul_s / 1e9, 2 * copy_bytes / copy_s / 1e9
+    return 2 * size**3 * products * REPEATS / matmul_s / 1e9, 2 * copy_bytes * REPEATS / copy_s / 1e9
 
 
 def process_probe(device: torch.device) -> dict:

@@ -1,0 +1,99 @@
+"""A `local` run made slow on purpose, for real: its process (and the workers it starts) in a cgroup
+whose CPU quota is half a core, with no other process on the machine. Its probe names it in the
+scaling table and in explain, while the DDP run's in-run efficiency, measured inside its own
+processes, stays near 100 %. Three real runs of one workload at one thread per process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import cpu_environment, ddpbench
+
+pytestmark = [pytest.mark.launches, pytest.mark.alone]
+
+CPU_CGROUP = "/sys/fs/cgroup/cpu"
+"""The cgroup v1 cpu controller (a quota per group: cfs_quota_us of every cfs_period_us)."""
+WORKLOAD = "gpt2"
+STEPS, WARMUP = 40, 8
+
+
+def cannot(reason: str) -> None:
+    if os.environ.get("DDPBENCH_REQUIRE_CGROUP"):
+        pytest.fail(f"DDPBENCH_REQUIRE_CGROUP is set but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def half_a_core():
+    """A cgroup with a quota of half a core; removed afterwards (its processes have ended)."""
+    if not os.path.isdir(CPU_CGROUP) or not os.access(CPU_CGROUP, os.W_OK):
+        cannot(f"needs the cgroup v1 cpu controller writable at {CPU_CGROUP} (root)")
+    group = os.path.join(CPU_CGROUP, f"ddpbench-probe-{os.getpid()}")
+    try:
+        os.mkdir(group)
+        with open(os.path.join(group, "cpu.cfs_period_us"), "w") as handle:
+            handle.write("100000")
+        with open(os.path.join(group, "cpu.cfs_quota_us"), "w") as handle:
+            handle.write("50000")
+    except OSError as exc:
+        cannot(f"cannot make a cgroup with a CPU quota: {exc}")
+    try:
+        yield group
+    finally:
+        os.rmdir(group)
+
+
+def launch(out, strategy: str, run_id: str, group: str | None = None) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "ddpbench",
+        "run",
+        "--workload",
+        WORKLOAD,
+        "--strategy",
+        strategy,
+        "--nproc",
+        "1",
+        "--threads-per-rank",
+        "1",
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        str(WARMUP),
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+    ]
+    if group is not None:
+        # The shell joins the group, then becomes ddpbench: every process it starts stays in it.
+        command = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *command]
+    done = subprocess.run(command, cwd=out, capture_output=True, text=True, timeout=300, env=cpu_environment())
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, half_a_core):
+    out = tmp_path_factory.mktemp("slow-local")
+    launch(out, "local", "local", group=half_a_core)
+    launch(out, "ddp", "ddp")
+    launch(out, "dp", "dp")
+    return out
+
+
+def test_the_slow_local_process_is_named_and_the_in_run_efficiency_is_not_moved(sweep, tmp_path):
+    table = ddpbench("table", str(sweep))
+    assert table.returncode == 0, table.stderr
+    named = [line for line in table.stdout.splitlines() if line.startswith("!! the local run of gpt2's process ran")]
+    assert len(named) == 1 and "slower on the probe" in named[0], table.stdout
+    assert "its X(1) is the machine's, not the workload's" in named[0]
+    explained = ddpbench("explain", str(sweep), "--json", str(tmp_path / "why.json"))
+    assert explained.returncode == 0, explained.stderr
+    assert named[0] in explained.stdout, explained.stdout
+    (ddp,) = json.load(open(tmp_path / "why.json"))
+    assert ddp["machine"] == [named[0][3:]]
+    efficiency = ddp["in_run"]["efficiency"]["value"]
+    assert abs(efficiency - 1.0) <= 0.20, (efficiency, explained.stdout)
