@@ -110,6 +110,9 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
         assert {"name": "results", "mountPath": "/results"} in container["volumeMounts"]
         assert {"name": "results", "persistentVolumeClaim": {"claimName": "ddpbench-results"}} in pod["volumes"]
         assert script.count("--out /results/k8s-demo ") == script.count(" -m ddpbench run ") > 0
+        assert manifest["metadata"]["annotations"]["ddpbench/report-command"] == (
+            "python -m ddpbench report /results/k8s-demo"
+        )
     # A manifest the API server would refuse is refused here too: the check can fail.
     broken = manifests[2]
     broken["spec"]["trainer"]["numNodes"] = "two"
@@ -200,6 +203,7 @@ def pet8() -> dict[str, str]:
         (["--out", "/results/../etc"], "is not on the shared volume"),
         (["--env", "PET_NODE_RANK=0"], "the TrainJob controller sets PET_NODE_RANK itself"),
         (["--sweep-id", "x" * 60], "Kubernetes allows 63"),
+        (["--cpus-per-node", "4"], "--cpus-per-node 4 is fewer than the 8 ranks of a node"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, arguments, message):
@@ -211,3 +215,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, arguments, me
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert not os.path.exists(tmp_path / "m")
+
+
+def test_the_manifest_on_the_kubernetes_page_is_the_one_its_command_writes(tmp_path):
+    with open(os.path.join(REPO, "docs", "kubernetes.md")) as handle:
+        page = handle.read()
+    command = page.split("```sh\n", 1)[1].split("\n#", 1)[0].replace("\\\n", " ")
+    words = shlex.split(command)
+    assert words[:2] == ["ddpbench", "trainjob"]
+    done = ddpbench(*words[1:], "--manifests", str(tmp_path), cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    shown = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    name = yaml.safe_load(shown)["metadata"]["name"]
+    assert (tmp_path / f"{name}.yaml").read_text() == shown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import posixpath
 import time
@@ -93,6 +94,7 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@functools.cache
 def run_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="ddpbench run")
     add_run_arguments(parser)
@@ -164,6 +166,10 @@ def command_trainjob(args: argparse.Namespace) -> int:
     sweep_dir = posixpath.join(out, sweep_id)
     device = "cuda" if args.gpus else "cpu"
     per_node = args.gpus or args.nproc or 1
+    if args.cpus_per_node is not None and args.cpus_per_node < per_node:
+        raise SpecError(
+            f"--cpus-per-node {args.cpus_per_node} is fewer than the {per_node} ranks of a node: one CPU each at least"
+        )
     # The plan as a SLURM sweep over these nodes would run it: the same runs, ids and threads.
     options = from_args(
         SweepOptions,
@@ -179,6 +185,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
     if args.pg_timeout_s is not None:
         plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
     folder = args.manifests or os.path.join("trainjobs", sweep_id)
+    report_command = f"{cluster.python} -m ddpbench report {sweep_dir}"
     written = []
     # Every node count of the plan: with --nodes 2,4 the local reference and DataParallel still run on one node.
     for nodes in sorted({spec.nnodes for spec in plan}):
@@ -192,7 +199,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
             for spec in runs
         ]
         script = trainjob.node_script(lines, nodes, per_node, cluster.python)
-        manifest = trainjob.trainjob_manifest(name, sweep_id, nodes, per_node, script, cluster)
+        manifest = trainjob.trainjob_manifest(name, sweep_id, nodes, per_node, script, cluster, report_command)
         path = trainjob.manifest_file(folder, name)
         write_atomic(path, trainjob.manifest_yaml(manifest))
         written.append((path, nodes, len(runs)))
@@ -201,6 +208,6 @@ def command_trainjob(args: argparse.Namespace) -> int:
     print(f"submit: kubectl apply -f {folder}")
     print(
         f"when every job has ended (kubectl get trainjobs), write the report where {args.volume_claim} is mounted: "
-        f"{cluster.python} -m ddpbench report {sweep_dir}"
+        f"{report_command}"
     )
     return 0

@@ -182,8 +182,15 @@ def volumes_patch(cluster: ClusterOptions) -> dict:
     return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
 
 
-def trainjob_manifest(name: str, sweep_id: str, nodes: int, nproc_per_node: int, script: str, cluster: ClusterOptions):
-    """One TrainJob: `nodes` pods of `nproc_per_node` processes each running `script`."""
+REPORT_ANNOTATION = "ddpbench/report-command"
+"""Where each manifest says how its sweep's report is written once every job of it has ended."""
+
+
+def trainjob_manifest(
+    name: str, sweep_id: str, nodes: int, nproc_per_node: int, script: str, cluster: ClusterOptions, report: str
+) -> dict:
+    """One TrainJob: `nodes` pods of `nproc_per_node` processes each running `script`; `report` is
+    the command that writes the sweep's report from the volume once every job has ended."""
     labels = {"app.kubernetes.io/name": "ddpbench", "app.kubernetes.io/part-of": name[: -len(f"-n{nodes}")]}
     if cluster.queue:
         labels[QUEUE_LABEL] = cluster.queue
@@ -191,7 +198,7 @@ def trainjob_manifest(name: str, sweep_id: str, nodes: int, nproc_per_node: int,
     if cluster.namespace:
         metadata["namespace"] = cluster.namespace
     metadata["labels"] = labels
-    metadata["annotations"] = {"ddpbench/sweep-id": sweep_id}
+    metadata["annotations"] = {"ddpbench/sweep-id": sweep_id, REPORT_ANNOTATION: report}
     trainer: dict = {
         "numNodes": nodes,
         "numProcPerNode": nproc_per_node,
