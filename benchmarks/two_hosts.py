@@ -38,6 +38,8 @@ INTERFACE = "eth0"
 """The name a pod's interface has; GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name it in the manifests."""
 MASTER_PORT = 29500
 """The port the runtime puts in PET_MASTER_PORT."""
+NETNS_FOLDER = "/etc/netns"
+"""`ip netns exec X` mounts the files of /etc/netns/X/ over those of /etc/."""
 BURST = "32kb"
 """tbf's bucket: it must exceed the MTU (1500 on the veth), or no packet ever leaves."""
 
@@ -54,15 +56,19 @@ def _ip(*args: str, namespace: str | None = None) -> subprocess.CompletedProcess
 @dataclass
 class TwoHosts:
     namespaces: tuple[str, str]
+    made_netns_folder: bool = False
+    """/etc/netns did not exist before: removed again with the namespaces' own folders."""
 
     def hosts_file(self, namespace: str) -> str:
-        return os.path.join("/etc/netns", namespace, "hosts")
+        return os.path.join(NETNS_FOLDER, namespace, "hosts")
 
     def remove(self) -> None:
         """Delete both namespaces (the veth goes with them) and their /etc/netns folders."""
         for namespace in self.namespaces:
             _ip("ip", "netns", "delete", namespace)
             shutil.rmtree(os.path.dirname(self.hosts_file(namespace)), ignore_errors=True)
+        if self.made_netns_folder and os.path.isdir(NETNS_FOLDER) and not os.listdir(NETNS_FOLDER):
+            os.rmdir(NETNS_FOLDER)
 
     def shape(self, rate: str) -> None:
         """A token bucket on both ends of the link: every byte between the nodes at `rate`."""
@@ -129,7 +135,7 @@ def start(tag: str) -> TwoHosts:
     for program in ("ip", "tc", "unshare"):
         if shutil.which(program) is None:
             raise Unavailable(f"needs `{program}` (iproute2, util-linux) and root")
-    hosts = TwoHosts((f"ddpb-{tag}-0", f"ddpb-{tag}-1"))
+    hosts = TwoHosts((f"ddpb-{tag}-0", f"ddpb-{tag}-1"), made_netns_folder=not os.path.exists(NETNS_FOLDER))
     ends = (f"ddpb{tag[-6:]}a", f"ddpb{tag[-6:]}b")  # interface names: 15 characters at most
     try:
         for namespace in hosts.namespaces:
