@@ -21,6 +21,7 @@ from ddpbench.commands.sbatch import add_sbatch_parser
 from ddpbench.commands.sweep import add_sweep_parser
 from ddpbench.commands.table import add_table_parser
 from ddpbench.commands.trace import add_trace_parser
+from ddpbench.commands.trainjob import add_trainjob_parser
 from ddpbench.commands.tune import add_tune_parser
 from ddpbench.config.spec import SpecError
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(commands)
     add_sweep_parser(commands)
     add_sbatch_parser(commands)
+    add_trainjob_parser(commands)
     add_table_parser(commands)
     add_explain_parser(commands)
     add_report_parser(commands)

@@ -150,3 +150,23 @@ def test_a_browser_shows_the_report_without_errors(page, tmp_path):
     assert page_width <= 1366  # no sideways scrolling of the page itself on a laptop
     runs = [scrolls for heading, scrolls in tables if heading == "Runs"]
     assert runs and not any(runs)  # the run table fits its column: no column is hidden
+
+
+def test_a_run_on_two_hosts_has_its_ranks_grouped_by_host(tmp_path, page):
+    # The committed sweep's 2-rank run, as if its rank 1 had run on another node.
+    sweep = tmp_path / "sweep"
+    shutil.copytree(SWEEP, sweep)
+    path = sweep / "runs" / "mlp-ddp-n2.json"
+    record = json.loads(path.read_text())
+    for rank in record["ranks"]:
+        rank["hostname"] = f"node-{rank['rank']}"
+    path.write_text(json.dumps(record))
+    build_report(str(sweep), str(tmp_path / "index.html"))
+    html_text = (tmp_path / "index.html").read_text()
+    table = html_text[html_text.index("mlp-ddp-n2: ranks by host") :]
+    table = table[: table.index("</table>")]
+    cells = table_cells(table)
+    assert cells[0] in ("node-0", "node-1") and table.count("<tr") == 3
+    assert {cells[0], cells[5]} == {"node-0", "node-1"} and {cells[1], cells[6]} == {"0", "1"}
+    # On one host there is nothing to group.
+    assert "ranks by host" not in page[1]

@@ -236,4 +236,39 @@ def stragglers_section(data: ReportData) -> list[Markup]:
         )
     if not items:
         return []
-    return [note(" ".join(sorted(set(bases)))), Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]
+    blocks = [note(" ".join(sorted(set(bases)))), Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]
+    return blocks + ranks_by_host_blocks(data)
+
+
+def ranks_by_host_blocks(data: ReportData) -> list[Markup]:
+    """For a run of a few ranks on several hosts (beyond RANK_DETAIL_LIMIT ranks the large-run
+    summary has its nodes table): its ranks grouped by the host they ran on, so that a slow node
+    or a slow link to one reads as a row."""
+    blocks = []
+    for _, record in data.records:
+        if record.status != "ok" or not record.spec.launched_by_torchrun:
+            continue
+        per_rank = ranks.rank_frame(record)
+        if per_rank.empty or per_rank["host"].nunique() < 2 or len(per_rank) > ranks.RANK_DETAIL_LIMIT:
+            continue
+        nodes = ranks.node_frame(per_rank)
+        members = per_rank.groupby("host")["rank"].apply(lambda found: ", ".join(map(str, sorted(found))))
+        steps = per_rank.groupby("host")["step_p50_s"].median() * 1000
+        shown = pd.DataFrame(
+            {
+                "host": nodes["host"],
+                "ranks": nodes["host"].map(members),
+                "median step p50 (ms)": nodes["host"].map(steps),
+                f"median {ranks.measure_name(per_rank)} (ms)": nodes["measure_s"] * 1000,
+                "vs median rank (%)": nodes["above_median_pct"],
+            }
+        )
+        blocks.append(Markup("<h3>{}: ranks by host</h3>").format(record.run_id))
+        blocks.append(
+            table_html(
+                shown,
+                {column: "{:,.2f}" for column in shown.columns[2:4]} | {shown.columns[4]: "{:+.1f}"},
+                text_columns=("host", "ranks"),
+            )
+        )
+    return blocks

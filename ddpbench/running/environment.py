@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from ddpbench.running.slurm import scheduler_facts
 
-CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_")
+# PET_*: torchrun reads them as its options (Kubeflow Trainer sets them in every pod).
+CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_", "PET_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")

@@ -1,0 +1,230 @@
+"""`ddpbench trainjob`: the manifests against Kubeflow Trainer's own TrainJob CRD and runtime
+(../shared/k8s beside the checkout; skipped, with the reason, where they are absent), what the
+pods run, and bad input. The pods' command run for real on two hosts is tests/test_two_hosts.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+import yaml
+from conftest import REPO, ddpbench
+
+from ddpbench.cli import build_parser
+from ddpbench.commands.arguments import spec_from_args
+from ddpbench.config.plan import SweepOptions, plan_sweep
+from ddpbench.running import trainjob
+
+SHARED_K8S = os.path.join(os.path.dirname(REPO), "shared", "k8s")
+CRD = os.path.join(SHARED_K8S, "trainer.kubeflow.org_trainjobs.yaml")
+RUNTIME = os.path.join(SHARED_K8S, "torch_distributed.yaml")
+
+
+def load(path: str) -> dict:
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict:
+    if not os.path.exists(CRD):
+        pytest.skip(f"the TrainJob CRD is not at {CRD} (CI has ../shared/k8s beside the checkout)")
+    return load(CRD)
+
+
+@pytest.fixture(scope="module")
+def runtime() -> dict:
+    if not os.path.exists(RUNTIME):
+        pytest.skip(f"the torch-distributed runtime is not at {RUNTIME} (CI has ../shared/k8s beside the checkout)")
+    return load(RUNTIME)
+
+
+def write_manifests(tmp_path, *extra: str) -> dict[int, dict]:
+    folder = tmp_path / "manifests"
+    done = ddpbench(
+        "trainjob",
+        "--nodes",
+        "1,2,4",
+        "--gpus-per-node",
+        "8",
+        "--image",
+        "registry.example/ddpbench:1",
+        "--sweep-id",
+        "k8s-demo",
+        "--manifests",
+        str(folder),
+        *extra,
+        cwd=str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    manifests = {}
+    for name in sorted(os.listdir(folder)):
+        manifest = load(folder / name)
+        manifests[manifest["spec"]["trainer"]["numNodes"]] = manifest
+    assert "ddpbench report /results/k8s-demo" in done.stdout
+    return manifests
+
+
+def validator(crd: dict):
+    import jsonschema
+
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = version["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(schema), schema
+
+
+def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, runtime):
+    manifests = write_manifests(tmp_path, "--queue", "team-a", "--suspend", "--env", "NCCL_SOCKET_IFNAME=eth0")
+    assert sorted(manifests) == [1, 2, 4]
+    check, schema = validator(crd)
+    # The CRD's own CEL rules on the name, read from it: a regex and a length.
+    rules = [rule["rule"] for rule in schema["x-kubernetes-validations"]]
+    (pattern,) = [re.search(r"matches\('(.+)'\)", rule)[1] for rule in rules if "matches(" in rule]
+    (limit,) = [int(re.search(r"<= (\d+)", rule)[1]) for rule in rules if "size(" in rule]
+    runtime_container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    for nodes, manifest in manifests.items():
+        errors = sorted(check.iter_errors(manifest), key=str)
+        assert not errors, f"{nodes} nodes: {errors[0].message} at {list(errors[0].absolute_path)}"
+        assert manifest["apiVersion"] == f"{crd['spec']['group']}/v1alpha1" and manifest["kind"] == "TrainJob"
+        name = manifest["metadata"]["name"]
+        assert re.fullmatch(pattern, name) and len(name) <= limit and name == f"ddpbench-k8s-demo-n{nodes}"
+        spec = manifest["spec"]
+        assert spec["runtimeRef"]["name"] == runtime["metadata"]["name"] == "torch-distributed"
+        assert spec["runtimeRef"]["kind"] == runtime["kind"]
+        trainer = spec["trainer"]
+        assert trainer["numProcPerNode"] == 8 and trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 8}
+        assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and spec["suspend"] is True
+        # The reserved variables are the controller's: nowhere set, only read.
+        patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        pod = patch["template"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert patch["name"] == runtime_container["name"] and container["name"] == "node"
+        set_names = {item["name"] for item in trainer.get("env", []) + container.get("env", [])}
+        assert set_names == {"NCCL_SOCKET_IFNAME"} and not set_names & set(trainjob.RESERVED_VARIABLES)
+        script = trainer["command"][2]
+        assert not re.search(r"(?m)(^|;|&&|\benv)\s*(export\s+)?PET_\w+=", script), "the script assigns a PET_ variable"
+        # The shared volume holds the sweep's folder.
+        assert {"name": "results", "mountPath": "/results"} in container["volumeMounts"]
+        assert {"name": "results", "persistentVolumeClaim": {"claimName": "ddpbench-results"}} in pod["volumes"]
+        assert script.count("--out /results/k8s-demo ") == script.count(" -m ddpbench run ") > 0
+        assert manifest["metadata"]["annotations"]["ddpbench/report-command"] == (
+            "python -m ddpbench report /results/k8s-demo"
+        )
+    # A manifest the API server would refuse is refused here too: the check can fail.
+    broken = manifests[2]
+    broken["spec"]["trainer"]["numNodes"] = "two"
+    assert any("'two' is not of type 'integer'" in error.message for error in check.iter_errors(broken))
+
+
+def pod_runs(script: str, pet: dict[str, str]) -> list[list[str]]:
+    """The `ddpbench run` arguments of each run in a pod's script, its variables expanded as the
+    shell expands them."""
+    runs = []
+    for line in script.splitlines():
+        if " -m ddpbench run " not in line:
+            continue
+        words = shlex.split(line.removesuffix(" || failed=1"))
+        words = [re.sub(r"\$(\w+)", lambda match: pet[match[1]], word) for word in words]
+        assert words[1:4] == ["-m", "ddpbench", "run"]
+        runs.append(words[4:])
+    return runs
+
+
+def test_the_pods_run_the_planned_runs_with_the_runtimes_variables(tmp_path):
+    manifests = write_manifests(tmp_path)
+    options = SweepOptions(device="cuda", max_world_size=8, cores=8, suite="gpu", launcher="slurm", nodes=(1, 2, 4))
+    plan = plan_sweep(options, "/results/k8s-demo")
+    seen = []
+    for nodes, manifest in manifests.items():
+        pet = {
+            "PET_NNODES": str(nodes),
+            "PET_NPROC_PER_NODE": "8",
+            "PET_NODE_RANK": "1" if nodes > 1 else "0",
+            "PET_MASTER_ADDR": f"ddpbench-k8s-demo-n{nodes}-node-0-0.ddpbench-k8s-demo-n{nodes}",
+            "PET_MASTER_PORT": "29500",
+        }
+        for words in pod_runs(manifest["spec"]["trainer"]["command"][2], pet):
+            args = build_parser().parse_args(["run", *words])
+            spec = spec_from_args(args)
+            (planned,) = [p for p in plan if p.run_id == spec.run_id]
+            if nodes > 1:
+                planned = planned.replace(
+                    launcher="local",
+                    node_rank=1,
+                    rdzv_endpoint=f"{pet['PET_MASTER_ADDR']}:29500",
+                    rdzv_id=f"ddpbench-k8s-demo-n{nodes}-{spec.run_id}",
+                )
+            else:
+                planned = planned.replace(launcher="local")
+            assert spec == planned
+            seen.append(spec.run_id)
+    assert sorted(seen) == sorted(p.run_id for p in plan)
+
+
+def test_a_pod_of_another_shape_refuses_to_start(tmp_path):
+    script = write_manifests(tmp_path, "--python", "false")[2]["spec"]["trainer"]["command"][2]
+    done = subprocess.run(
+        ["sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "PET_NNODES": "3", "PET_NPROC_PER_NODE": "8"},
+    )
+    assert done.returncode == 2
+    assert "planned for 2 node(s) x 8 process(es); the runtime set PET_NNODES=3 PET_NPROC_PER_NODE=8" in done.stderr
+    # The right shape runs every run, and a failed one makes the pod fail after the others ran.
+    ran = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PET_NNODES": "2", **pet8()})
+    assert ran.returncode == 1 and ran.stderr == ""
+
+
+def pet8() -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "PET_NPROC_PER_NODE": "8",
+        "PET_NODE_RANK": "0",
+        "PET_MASTER_ADDR": "x",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--nodes", "0"], "must be a whole number >= 1; got '0'"),
+        (["--nodes", "1,-2"], "must be a whole number >= 1; got '-2'"),
+        (["--nodes", "1.5"], "must be a whole number >= 1; got '1.5'"),
+        (["--nodes", "two"], "must be a whole number >= 1; got 'two'"),
+        (["--image", ""], "--image is needed"),
+        ([None], "--image is needed"),
+        (["--out", "results"], "--out 'results' is not on the shared volume"),
+        (["--out", "/scratch/results"], "--out '/scratch/results' is not on the shared volume"),
+        (["--out", "/results/../etc"], "is not on the shared volume"),
+        (["--env", "PET_NODE_RANK=0"], "the TrainJob controller sets PET_NODE_RANK itself"),
+        (["--sweep-id", "x" * 60], "Kubernetes allows 63"),
+        (["--cpus-per-node", "4"], "--cpus-per-node 4 is fewer than the 8 ranks of a node"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, arguments, message):
+    image = [] if arguments == [None] else ["--image", "registry.example/ddpbench:1"]
+    given = [] if arguments == [None] else arguments
+    done = ddpbench(
+        "trainjob", "--gpus-per-node", "8", *image, *given, "--manifests", str(tmp_path / "m"), cwd=str(tmp_path)
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_the_manifest_on_the_kubernetes_page_is_the_one_its_command_writes(tmp_path):
+    with open(os.path.join(REPO, "docs", "kubernetes.md")) as handle:
+        page = handle.read()
+    command = page.split("```sh\n", 1)[1].split("\n#", 1)[0].replace("\\\n", " ")
+    words = shlex.split(command)
+    assert words[:2] == ["ddpbench", "trainjob"]
+    done = ddpbench(*words[1:], "--manifests", str(tmp_path), cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    shown = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    name = yaml.safe_load(shown)["metadata"]["name"]
+    assert (tmp_path / f"{name}.yaml").read_text() == shown

@@ -1,0 +1,104 @@
+"""Two hosts in one machine: the exact command of `ddpbench trainjob`'s pods, run as two "nodes"
+(network and UTS namespaces node-0 and node-1 joined by a veth pair, benchmarks/two_hosts.py) with
+the variables the torch-distributed runtime injects, writing to one shared folder. One unshaped
+2-node x 1-rank gloo run and the same run over a tbf-shaped link serve every assertion.
+
+Needs root and iproute2; skipped with the reason elsewhere, and where CI says it can run
+(DDPBENCH_REQUIRE_NETNS) a failure to make the namespaces fails the test instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import REPO, ddpbench
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import two_hosts  # noqa: E402
+
+# The shaped run is compared with the unshaped one: a neighbour's load would blur the difference.
+pytestmark = [pytest.mark.launches, pytest.mark.alone]
+
+SHAPED_RATE = "1gbit"
+"""Slow enough that the tiny MLP's all-reduce (about 9 MB a step) waits on the link, fast enough
+that the shaped run stays short."""
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    try:
+        made = two_hosts.start(f"t{os.getpid()}")
+    except two_hosts.Unavailable as exc:
+        if os.environ.get("DDPBENCH_REQUIRE_NETNS"):
+            pytest.fail(f"DDPBENCH_REQUIRE_NETNS is set but {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+@pytest.fixture(scope="module")
+def sweeps(hosts, tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("two-hosts"))
+    folders, sent = two_hosts.run_both(hosts, work, SHAPED_RATE)
+    return folders, sent
+
+
+def record(folder: str, run_id: str) -> dict:
+    with open(os.path.join(folder, "runs", f"{run_id}.json")) as handle:
+        return json.load(handle)
+
+
+def explained(folder: str, tmp_path) -> dict[str, dict]:
+    path = tmp_path / f"{os.path.basename(folder)}.json"
+    done = ddpbench("explain", folder, "--json", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(path) as handle:
+        return {item["run_id"]: item for item in json.load(handle)}
+
+
+def test_a_two_node_job_runs_across_the_link_with_a_host_name_per_node(sweeps):
+    folders, sent = sweeps
+    two = record(folders["unshaped"], "mlp-ddp-n2")
+    assert two["status"] == "ok" and two["checks"]["replicas_in_sync"]["ok"], two.get("error")
+    assert two["spec"]["nnodes"] == 2 and two["spec"]["nproc"] == 1 and two["spec"]["world_size"] == 2
+    # Every rank names the host it ran on: two distinct names, neither the machine's own.
+    assert {rank["rank"]: rank["hostname"] for rank in two["ranks"]} == {0: "node-0", 1: "node-1"}
+    # The rendezvous is the one the runtime's variables name (pod 0 at PET_MASTER_ADDR:PET_MASTER_PORT).
+    assert two["spec"]["rdzv_endpoint"] == "node-0:29500"
+    recorded = two["env"]["env_vars"]
+    assert recorded["PET_NNODES"] == "2" and recorded["PET_MASTER_ADDR"] == "node-0"
+    assert two["spec"]["backend"] == "gloo" and recorded["GLOO_SOCKET_IFNAME"] == "eth0"
+    # The gradients crossed the veth, both ways: far more than a rendezvous' few kilobytes.
+    assert min(sent["unshaped"]) > 20e6, sent
+    # One record, written by global rank 0, in the folder both pods share; the 1-node job's too.
+    runs = sorted(os.listdir(os.path.join(folders["unshaped"], "runs")))
+    assert [name for name in runs if name.endswith(".json")] == ["mlp-ddp-n2.json", "mlp-local-n1.json"]
+
+
+def test_a_shaped_link_is_exposed_communication_in_the_breakdown(sweeps, tmp_path):
+    folders, _ = sweeps
+    unshaped = explained(folders["unshaped"], tmp_path)["mlp-ddp-n2"]
+    shaped = explained(folders["shaped"], tmp_path)["mlp-ddp-n2"]
+    assert record(folders["shaped"], "mlp-ddp-n2")["status"] == "ok"
+    slower_ms = (shaped["step_s"] - unshaped["step_s"]) * 1e3
+    exposed_ms = (shaped["terms"]["exposed_comm"]["s_per_step"] - unshaped["terms"]["exposed_comm"]["s_per_step"]) * 1e3
+    numbers = f"step {slower_ms:+.1f} ms, exposed communication {exposed_ms:+.1f} ms per step"
+    # The shaping must bite well above the run-to-run noise, or this checks nothing.
+    assert slower_ms > 30, numbers
+    # What the link took is communication nothing overlapped: most of the step's growth.
+    assert exposed_ms > 0.6 * slower_ms, numbers
+
+
+def test_the_report_groups_the_ranks_by_host(sweeps, tmp_path):
+    folders, _ = sweeps
+    output = tmp_path / "report.html"
+    done = ddpbench("report", folders["unshaped"], "-o", str(output))
+    assert done.returncode == 0, done.stderr
+    page = output.read_text()
+    table = page[page.index("mlp-ddp-n2: ranks by host") :]
+    table = table[: table.index("</table>")]
+    assert table.count("<tr") == 3 and "node-0" in table and "node-1" in table
