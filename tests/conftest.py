@@ -170,6 +170,7 @@ FILE_ORDER = (
     "test_script_runs.py",  # four of its tests are alone
     "test_gate_ab.py",
     "test_two_hosts.py",  # alone: a 2-node run and the same over a shaped link, 85-110 s
+    "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
     "test_overlap_phases.py",
     "test_faults.py",
     "test_strategies.py",
