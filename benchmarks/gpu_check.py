@@ -167,7 +167,7 @@ class Checker:
         figures["packages"] = packages
         facts = python_json(
             "import json; from ddpbench.worker.environment import torch_facts;"
-            "from ddpbench.running.environment import gpu_host_facts;"
+            "from ddpbench.host.facts import gpu_host_facts;"
             "import torch; f = {**torch_facts(), **gpu_host_facts()};"
             "f['cuda_available'] = torch.cuda.is_available(); print(json.dumps(f, default=str))",
             120,

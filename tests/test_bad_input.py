@@ -159,8 +159,8 @@ def test_no_traceback_reaches_the_terminal(argv, message, bad, tmp_path):
 
 def test_a_benchmark_that_ends_before_measuring_is_a_failed_run_in_one_line(tmp_path, monkeypatch, capsys):
     """Not bad input but a run that failed: exit 1, as `ddpbench run` reports a failed launch."""
+    from ddpbench.host.facts import usable_cores
     from ddpbench.running import comm
-    from ddpbench.running.environment import usable_cores
 
     if usable_cores() < 2:
         pytest.skip("comm needs two usable cores for its two gloo processes")

@@ -18,8 +18,8 @@ from conftest import ddpbench
 
 from ddpbench.analysis.frames import format_side_by_side, runs_frame, scaling_table
 from ddpbench.config.spec import RunSpec
+from ddpbench.host import load as machine_load
 from ddpbench.records.store import read_records
-from ddpbench.running import machine_load
 from ddpbench.running.canary import run_canary, sweep_shape
 
 pytestmark = [pytest.mark.launches, pytest.mark.alone]

@@ -22,7 +22,7 @@ from conftest import ddpbench
     ],
 )
 def test_bad_run_arguments_fail_fast_with_exit_code_2(args, message, tmp_path):
-    if "cuda" in args and __import__("ddpbench.running.environment").running.environment.visible_gpu_count() >= 2:
+    if "cuda" in args and __import__("ddpbench.host.facts").host.facts.visible_gpu_count() >= 2:
         pytest.skip("this machine has the GPUs that this error is about")
     done = ddpbench("run", *args, "--out", str(tmp_path / "out"))
     assert done.returncode == 2

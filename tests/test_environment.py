@@ -1,6 +1,6 @@
 import pytest
 
-from ddpbench.running.environment import REDACTED, captured_env, host_facts, redact_value
+from ddpbench.host.facts import REDACTED, captured_env, host_facts, redact_value
 
 
 def test_secret_looking_names_are_redacted():

@@ -14,9 +14,9 @@ from conftest import FIXTURES, REPO, cpu_environment, ddpbench_process
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.analysis.traces import TraceError, analyze_trace, format_trace_table
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.facts import driver_version_from_proc, parse_gpu_query, visible_gpu_count
 from ddpbench.running.command import LAUNCHER_VARIABLES, child_environment
 from ddpbench.running.diagnose import out_of_memory
-from ddpbench.running.environment import driver_version_from_proc, parse_gpu_query, visible_gpu_count
 from ddpbench.running.resolve import resolve
 
 REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
@@ -25,7 +25,7 @@ REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
 def test_cpu_tests_run_with_the_gpus_hidden(monkeypatch):
     assert cpu_environment()["CUDA_VISIBLE_DEVICES"] == ""
     # Hidden GPUs are seen as none without importing torch, even where a driver is installed.
-    monkeypatch.setattr("ddpbench.running.environment.nvidia_driver_present", lambda: True)
+    monkeypatch.setattr("ddpbench.host.facts.nvidia_driver_present", lambda: True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert visible_gpu_count() == 0
 
@@ -244,7 +244,7 @@ def test_driver_version_and_mig_mode_are_read_from_nvidia_smi_and_proc():
 
 
 def test_host_facts_say_when_there_is_no_gpu_driver(monkeypatch):
-    from ddpbench.running import environment
+    from ddpbench.host import facts as environment
 
     monkeypatch.setattr(environment, "nvidia_driver_present", lambda: False)
     facts = environment.host_facts()

@@ -136,3 +136,18 @@ def test_only_the_worker_reaches_torch_through_its_imports():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_launcher_and_the_worker_never_import_each_other():
+    """`running` starts processes and `worker` is the process: what both need (host facts, machine
+    load, the names they talk through) lives below both, in `host` and `config`. Lazy imports count:
+    the launcher asks the worker's side in a process of its own."""
+    graph = internal_graph(top_level_only=False)
+    crossings = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        for dep in deps
+        if (module.startswith("ddpbench.worker") and dep.startswith("ddpbench.running"))
+        or (module.startswith("ddpbench.running") and dep.startswith("ddpbench.worker"))
+    )
+    assert crossings == []

@@ -17,6 +17,7 @@ from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
 from ddpbench.config.errors import SpecError
 from ddpbench.config.plan import SweepOptions, plan_sweep
 from ddpbench.config.secrets import hide_in_batch_script
+from ddpbench.host.facts import scheduler_facts
 from ddpbench.running import slurm
 from ddpbench.running.diagnose import error_files, rendezvous_failed
 
@@ -51,10 +52,10 @@ def test_scheduler_facts_name_the_job_and_nothing_else():
         "SLURMD_NODENAME": "n1",
         "SLURM_SOME_TOKEN": "secret",
     }
-    facts = slurm.scheduler_facts(environ)
+    facts = scheduler_facts(environ)
     assert facts["job_id"] == "81" and facts["partition"] == "gpu" and facts["job_nodes"] == "n[1-2]"
     assert facts["job_num_nodes"] == 2 and "secret" not in json.dumps(facts)
-    assert slurm.scheduler_facts({}) is None
+    assert scheduler_facts({}) is None
 
 
 def test_sweep_over_nodes_keeps_one_node_sizes_then_whole_nodes():

@@ -98,11 +98,11 @@ def test_a_model_fsdp2_cannot_shard_is_refused_before_launch_and_declared_units_
     assert len(result.stderr.strip().splitlines()) == 1
     assert not os.path.isdir(tmp_path / "logs")  # nothing was launched
 
-    from ddpbench.running.shardable import check_shardable
+    from ddpbench.worker.shardable import check_shardable
 
-    check_shardable(RunSpec(workload=f"{TIED}:declared_units", strategy="fsdp2", nproc=2, device="cpu", size="tiny"))
+    check_shardable(f"{TIED}:declared_units", "tiny")
     for builtin in ("gpt2", "resnet50", "vit_b_16", "mlp"):  # every built-in declares units that shard
-        check_shardable(RunSpec(workload=builtin, strategy="fsdp2", nproc=2, device="cpu", size="full"))
+        check_shardable(builtin, "full")
 
 
 def test_unit_problems_name_what_is_wrong():

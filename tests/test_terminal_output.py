@@ -14,11 +14,11 @@ from conftest import FIXTURES, REPO, ddpbench_process, foreign_lines
 
 from ddpbench.analysis.frames import format_side_by_side, load, scaling_table, side_by_side
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.facts import usable_cores
 from ddpbench.records.schema import Record
 from ddpbench.report.html import build_report
 from ddpbench.report.summary import format_summary, relevant_tail
 from ddpbench.running.command import child_environment
-from ddpbench.running.environment import usable_cores
 from ddpbench.running.resolve import oversubscription
 
 CHATTY = f"{REPO}/tests/fixtures/chatty_workload.py:chatty"

@@ -49,8 +49,8 @@ def add_comm_parser(commands) -> None:
 
 
 def command_comm(args: argparse.Namespace) -> int:
+    from ddpbench.host.facts import visible_gpu_count
     from ddpbench.running.comm import DEFAULT_MAX_BYTES, CommFailed, CommOptions, parse_bytes, report_comm, run_comm
-    from ddpbench.running.environment import visible_gpu_count
 
     gpus = visible_gpu_count()
     by_device = {"cpu": "gloo", "cuda": "nccl"}.get(args.device)

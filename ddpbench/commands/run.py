@@ -20,10 +20,10 @@ NOT_MEASURABLE_EXIT = 5
 
 
 def command_run(args: argparse.Namespace) -> int:
+    from ddpbench.host.load import before_start
     from ddpbench.records.store import load_record
     from ddpbench.report.summary import format_summary
     from ddpbench.running.launch import launch_with_oom_backoff
-    from ddpbench.running.machine_load import before_start
     from ddpbench.running.resolve import oversubscription, oversubscription_warning, resolve, wanted_cores
 
     spec = resolve(spec_from_args(args))

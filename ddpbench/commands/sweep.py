@@ -94,7 +94,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
     """(GPUs, usable cores) of a node, the node counts to sweep, and what to call the node."""
     from ddpbench.config.plan import world_sizes
-    from ddpbench.running.environment import usable_cores, visible_gpu_count
+    from ddpbench.host.facts import usable_cores, visible_gpu_count
 
     if args.launcher != "slurm":
         return visible_gpu_count(), usable_cores(), args.nodes, "this machine"

@@ -1,5 +1,5 @@
 """A regression measured on a busy machine: other processes took cores or GPUs that a run
-wanted during its timed window (each record's `machine_load`, ddpbench.running.machine_load). Such
+wanted during its timed window (each record's `machine_load`, ddpbench.host.load). Such
 a regression says nothing about the code. Like a drift the canary accounts for, it still fails, with
 exit 4 and the figures, and asks for a rerun on a quiet machine or a same-job A/B; it never passes.
 

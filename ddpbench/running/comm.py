@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ddpbench.analysis.network import COLLECTIVES, DTYPES, format_results_table, profile_from_results
 from ddpbench.config.errors import SpecError
+from ddpbench.host.facts import usable_cores, visible_gpu_count
 from ddpbench.records.store import write_atomic
-from ddpbench.running.environment import usable_cores, visible_gpu_count
 from ddpbench.running.launch import end_process_group
 
 MIB = 1024 * 1024

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import sys
 
+from ddpbench.config.channels import HANG_DUMPS_FOLDER, HEARTBEAT_ENV
 from ddpbench.config.spec import RunSpec
 from ddpbench.running import slurm
-from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, HEARTBEAT_ENV
 
 
 def worker_module_args(spec: RunSpec) -> list[str]:

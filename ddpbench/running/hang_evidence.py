@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER
+from ddpbench.config.channels import HANG_DUMPS_FOLDER
 
 DUMP_PREFIXES = ("flight_recorder_rank_", "nccl_trace_rank_")
 TOP_FRAMES = 6

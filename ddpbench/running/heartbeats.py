@@ -14,11 +14,6 @@ import glob
 import json
 import os
 
-HEARTBEAT_ENV = "DDPBENCH_HEARTBEAT_DIR"
-"""The launcher tells the workers where to write their heartbeats through this variable."""
-HANG_DUMPS_FOLDER = "hang-dumps"
-"""Beside `heartbeats/` in the run's log folder: the stacks and Flight Recorder dumps of a hang."""
-
 _PHASES = {"starting": 0, "warm-up": 1, "timed": 1, "checks": 2, "overlap phases": 3, "done": 4}
 _PLACES = {None: 0, "data": 1, "forward": 2, "backward": 3, "optimizer": 4, "barrier": 5}
 _IN_STEP = ("data", "forward", "backward", "optimizer")

@@ -24,15 +24,16 @@ from dataclasses import dataclass
 
 import msgspec
 
+from ddpbench.config.channels import HANG_DUMPS_FOLDER
 from ddpbench.config.secrets import redact_command
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.running import slurm
 from ddpbench.running.command import child_environment, command_for
 from ddpbench.running.diagnose import diagnose, rendezvous_failed
-from ddpbench.running.environment import host_facts
-from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER, read_heartbeats
+from ddpbench.running.heartbeats import read_heartbeats
 from ddpbench.running.progress import RunProgress
 from ddpbench.running.resolve import check_output_folder, oversubscription
 

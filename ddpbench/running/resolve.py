@@ -5,16 +5,19 @@ folder it can write to. Bad choices raise SpecError. No torch imported here."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 from datetime import datetime
 
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
+from ddpbench.host.facts import usable_cores, visible_gpu_count
 from ddpbench.running import slurm
-from ddpbench.running.environment import usable_cores, visible_gpu_count
 
 
 def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = None) -> RunSpec:
@@ -53,10 +56,26 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
             "(g++ or c++ on PATH, or CXX); install g++, or use --compile off"
         )
     if spec.strategy == "fsdp2" and spec.script is None:
-        from ddpbench.running.shardable import check_shardable  # imports torch: fsdp2 runs only
-
-        check_shardable(spec)
+        check_shardable(spec.workload, spec.size or "tiny")
     return spec
+
+
+@functools.cache
+def check_shardable(workload: str, size: str) -> None:
+    """SpecError where FSDP2 cannot shard the workload's model unit by unit, asked of a process of
+    its own (`ddpbench.worker.shardable`: it imports torch and the workload); once per workload and
+    size, however many runs a sweep plans of it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.worker.shardable", workload, size],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode == 2:
+        raise SpecError(done.stdout.strip())
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SpecError(f"fsdp2: could not check whether {workload} can be sharded: {tail}")
 
 
 def cpp_compiler() -> str | None:

@@ -200,27 +200,6 @@ def cancel_step(run_id: str, environ: Mapping[str, str] = os.environ) -> None:
         pass
 
 
-SCHEDULER_VARIABLES = {
-    "job_id": "SLURM_JOB_ID",
-    "cluster": "SLURM_CLUSTER_NAME",
-    "partition": "SLURM_JOB_PARTITION",
-    "job_nodes": "SLURM_JOB_NODELIST",
-    "step_id": "SLURM_STEP_ID",
-    "step_nodes": "SLURM_STEP_NODELIST",
-    "node": "SLURMD_NODENAME",
-}
-
-
-def scheduler_facts(environ: Mapping[str, str] = os.environ) -> dict | None:
-    """The SLURM job a process belongs to (None outside one): ids, partition and nodes only, never
-    the whole environment (it can hold a user's tokens)."""
-    if not environ.get("SLURM_JOB_ID"):
-        return None
-    facts = {key: environ.get(name) for key, name in SCHEDULER_VARIABLES.items()}
-    num_nodes = environ.get("SLURM_JOB_NUM_NODES", "")
-    return {"name": "slurm", **facts, "job_num_nodes": int(num_nodes) if num_nodes.isdigit() else None}
-
-
 # --- sbatch: a whole sweep as one job --------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ddpbench.config.plan import script_for
 from ddpbench.config.secrets import has_hidden, redact_args, redact_spec_dict
 from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import Record, RunError
 from ddpbench.records.store import (
     UnreadableRecord,
@@ -28,7 +29,6 @@ from ddpbench.records.store import (
     write_record,
 )
 from ddpbench.running.canary import canary_wanted, run_canary, sweep_shape
-from ddpbench.running.environment import host_facts
 from ddpbench.running.launch import launch_with_oom_backoff
 from ddpbench.running.resolve import check_output_folder, resolve
 

@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 
 from ddpbench.analysis.network import BUS_FACTORS, COLLECTIVES, percentile
+from ddpbench.host.facts import host_facts
 from ddpbench.records.store import write_atomic
-from ddpbench.running.environment import host_facts
 from ddpbench.worker.environment import torch_facts
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

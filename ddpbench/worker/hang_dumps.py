@@ -13,7 +13,7 @@ import os
 import pickle
 import signal
 
-from ddpbench.running.heartbeats import HANG_DUMPS_FOLDER as DUMPS_FOLDER  # noqa: F401 (one name, both sides)
+from ddpbench.config.channels import HANG_DUMPS_FOLDER as DUMPS_FOLDER  # noqa: F401 (one name, both sides)
 
 
 def stacks_path(folder: str, rank: int, when: str = "stalled") -> str:

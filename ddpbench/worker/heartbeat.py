@@ -21,8 +21,8 @@ import os
 import threading
 import time
 
+from ddpbench.config.channels import HEARTBEAT_ENV  # noqa: F401 (the worker reads it from here)
 from ddpbench.records.store import write_atomic
-from ddpbench.running.heartbeats import HEARTBEAT_ENV  # noqa: F401 (the worker reads it from here)
 from ddpbench.worker import hang_dumps
 
 INTERVAL_S = 1.0

@@ -28,6 +28,8 @@ from torch.utils.data.dataloader import default_collate
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.facts import host_facts
+from ddpbench.host.load import busiest
 from ddpbench.records.schema import (
     Check,
     CompileStats,
@@ -40,8 +42,6 @@ from ddpbench.records.schema import (
     RunError,
 )
 from ddpbench.records.store import new_record, utc_now, write_record
-from ddpbench.running.environment import host_facts
-from ddpbench.running.machine_load import busiest
 from ddpbench.worker import checks, compiling, phases, sharding
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader

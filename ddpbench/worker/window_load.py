@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from ddpbench.running import machine_load
+from ddpbench.host import load as machine_load
 
 
 class WindowLoad:

@@ -10,9 +10,9 @@ import msgspec
 import torch.distributed as dist
 
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import RankResult, RunError, ScriptRun
 from ddpbench.records.store import new_record, utc_now, write_record
-from ddpbench.running.environment import host_facts
 from ddpbench.worker.script.observer import Observer, ScriptNotMeasurable
 
 

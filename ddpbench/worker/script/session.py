@@ -29,10 +29,10 @@ import torch.distributed as dist
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import COMM_HOOKS, DDPKnobs, RunSpec
+from ddpbench.host.facts import host_facts
+from ddpbench.host.load import busiest
 from ddpbench.records.schema import Check, MachineLoad, Metrics, Overlap, RankResult, Record, RunError, ScriptRun
 from ddpbench.records.store import new_record, utc_now, write_record
-from ddpbench.running.environment import host_facts
-from ddpbench.running.machine_load import busiest
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.environment import tf32_allowed, torch_facts

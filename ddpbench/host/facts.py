@@ -11,8 +11,6 @@ import socket
 import subprocess
 from collections.abc import Mapping
 
-from ddpbench.running.slurm import scheduler_facts
-
 # PET_*: torchrun reads them as its options (Kubeflow Trainer sets them in every pod).
 CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_", "PET_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -157,3 +155,24 @@ def visible_gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+SCHEDULER_VARIABLES = {
+    "job_id": "SLURM_JOB_ID",
+    "cluster": "SLURM_CLUSTER_NAME",
+    "partition": "SLURM_JOB_PARTITION",
+    "job_nodes": "SLURM_JOB_NODELIST",
+    "step_id": "SLURM_STEP_ID",
+    "step_nodes": "SLURM_STEP_NODELIST",
+    "node": "SLURMD_NODENAME",
+}
+
+
+def scheduler_facts(environ: Mapping[str, str] = os.environ) -> dict | None:
+    """The SLURM job a process belongs to (None outside one): ids, partition and nodes only, never
+    the whole environment (it can hold a user's tokens)."""
+    if not environ.get("SLURM_JOB_ID"):
+        return None
+    facts = {key: environ.get(name) for key, name in SCHEDULER_VARIABLES.items()}
+    num_nodes = environ.get("SLURM_JOB_NUM_NODES", "")
+    return {"name": "slurm", **facts, "job_num_nodes": int(num_nodes) if num_nodes.isdigit() else None}

@@ -1,0 +1,7 @@
+"""Names the launcher and the ranks both use to talk through the environment and the run's log
+folder: defined once, below both, so that neither side imports the other for them."""
+
+HEARTBEAT_ENV = "DDPBENCH_HEARTBEAT_DIR"
+"""The launcher tells the workers where to write their heartbeats through this variable."""
+HANG_DUMPS_FOLDER = "hang-dumps"
+"""Beside `heartbeats/` in the run's log folder: the stacks and Flight Recorder dumps of a hang."""
