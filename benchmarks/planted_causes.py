@@ -57,6 +57,9 @@ CASES = {
 }
 COMMUNICATION = ("exposed_comm", "overlap_slowdown", "slowest_rank", "unexplained")
 TOLERANCE = 0.25
+SLOW_RANK_TOLERANCE = 0.20
+"""As tests/test_breakdown_runs.py judges it: what slowest_rank grew by against the baseline, within
+20 % of the sleep."""
 
 
 def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str]) -> bool:
@@ -189,14 +192,14 @@ def largest_other(breakdown, baseline, planted_in) -> tuple[str, float]:
     return max(others.items(), key=lambda item: item[1])
 
 
-def verdict(measured: float, planted: float) -> str:
-    return "yes" if abs(measured - planted) <= TOLERANCE * abs(planted) else "no"
+def verdict(measured: float, planted: float, tolerance: float = TOLERANCE) -> str:
+    return "yes" if abs(measured - planted) <= tolerance * abs(planted) else "no"
 
 
 def planted_table(found: dict, together: list[float]) -> list[str]:
     """Per case, the planted amount next to the term that should hold it."""
     lines = [
-        "| case | planted | ms per step | should be held by | it holds ms | within 25 % | "
+        "| case | planted | ms per step | should be held by | it holds ms | within the tolerance | "
         "other terms, largest growth against baseline |",
         "|---" * 7 + "|",
     ]
@@ -207,9 +210,10 @@ def planted_table(found: dict, together: list[float]) -> list[str]:
     if slow is not None:
         delay = AMOUNTS["FORWARD_DELAY_S"]
         name, most = largest_other(slow, baseline, ("slowest_rank",))
+        grew = term_ms(slow, "slowest_rank") - term_ms(baseline, "slowest_rank")
         lines.append(
-            f"| slow_rank | rank 1's forward sleeps | {ms(delay)} | slowest_rank | "
-            f"{ms(term_ms(slow, 'slowest_rank'))} | {verdict(term_ms(slow, 'slowest_rank'), delay)} | "
+            f"| slow_rank | rank 1's forward sleeps | {ms(delay)} | slowest_rank, grown against the baseline | "
+            f"{ms(grew)} | {verdict(grew, delay, SLOW_RANK_TOLERANCE)} (20 %) | "
             f"{name} {ms(most)} ({'within' if most <= TOLERANCE * delay else 'over'} the limit "
             f"{ms(TOLERANCE * delay)}) |"
         )
