@@ -280,3 +280,17 @@ def test_a_projection_from_one_rank_uses_its_ddp_steps_as_the_one_rank_ddp(recor
     # The one-rank DDP the replay starts from is the run's own DDP steps, the same figures.
     assert model.solo == model.with_ddp and model.base == model.with_ddp
     assert model.base != model.alone  # not the no_sync steps it would fall back to
+
+
+def test_the_reports_straggler_verdict_is_explains_slowest_rank(records, tmp_path):
+    """One definition of the slowest rank: the report's Stragglers section names the ladder's, with
+    the same milliseconds `explain` gives its wait."""
+    import html as markup
+
+    from ddpbench.report.html import build_report
+
+    waited = explain(record(records, "slow2"), records).terms["slowest_rank"].s_per_step * 1e3
+    page = markup.unescape(open(build_report(SWEEP, str(tmp_path / "index.html"))).read())
+    section = page[page.index("<h2>Stragglers</h2>") :]
+    section = section[: section.index("<h2>", 5)]
+    assert f"rank 1 on vm is the slowest: the other ranks wait {waited:.2f} ±" in section, section

@@ -514,3 +514,32 @@ def in_run_summary(record: Record) -> str | None:
     if loss is not None and abs(loss[0]) <= loss[1]:
         return f"{said}; no loss beyond this run's noise"
     return f"{said}; no single term beyond its noise (ddpbench explain --detail lists them)"
+
+
+def ladder_straggler(record: Record):
+    """The straggler verdict from the same engine as `explain`, for a run with a ladder (None
+    without one): the slowest rank is a straggler when the others' wait for it is a finding, its
+    95 % interval excluding zero; otherwise no rank is slower than the run's noise can show."""
+    from ddpbench.analysis.ranks import Verdict
+
+    try:
+        found = explain(record, [(record.run_id, record)])
+    except ExplainError:
+        return None
+    if not found.ladder or record.spec.world_size < 2:
+        return None
+    term, slowest = found.terms["slowest_rank"], found.ladder["slowest_rank"]
+    host = record.ranks[slowest].hostname if slowest < len(record.ranks) else None
+    who = f"rank {slowest}" + (f" on {host}" if host else "")
+    half = (term.ci_high_s - term.ci_low_s) / 2 if term.ci_low_s is not None else float("nan")
+    basis = (
+        "From the ladder, as ddpbench explain reads it: the slowest rank is the one the others wait for in DDP's "
+        "collectives, chosen on half the blocks and its wait read on the other half; a straggler when that wait's "
+        "95 % interval excludes zero."
+    )
+    figure = f"{term.s_per_step * 1e3:.2f} ± {half * 1e3:.2f} ms per step ({term.points:.1f} points)"
+    if term.significant and term.s_per_step > 0:
+        return Verdict(True, f"{who} is the slowest: the other ranks wait {figure} for it.", basis)
+    return Verdict(
+        False, f"No straggler beyond the run's noise: the wait for the slowest rank ({who}) is {figure}.", basis
+    )

@@ -8,6 +8,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from ddpbench.analysis import ranks, registry
+from ddpbench.analysis.breakdown import ladder_straggler
 from ddpbench.analysis.frames import iteration_frame, step_time_frame
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
@@ -227,7 +228,9 @@ def stragglers_section(data: ReportData) -> list[Markup]:
     for _, record in data.records:
         if record.status != "ok" or not record.spec.launched_by_torchrun or len(record.ranks) < 2:
             continue
-        verdict = ranks.straggler_verdict(ranks.rank_frame(record))
+        # One definition of the slowest rank: the ladder's where the run has one (explain's), else
+        # each rank's own speed from the replay, the traces or the step times.
+        verdict = ladder_straggler(record) or ranks.straggler_verdict(ranks.rank_frame(record))
         bases.append(verdict.basis)
         items.append(
             Markup('<li><code>{}</code> ({} ranks): <span class="{}">{}</span></li>').format(
