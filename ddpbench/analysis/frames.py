@@ -131,7 +131,7 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     # Runs whose processes ran at another speed than the sweep's others on the fixed probe: the
     # sentence that says so, or empty.
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
-    frame["probe_flag"] = frame["run_id"].map(flags).fillna("")
+    frame["probe_flag"] = [flags.get(run_id, "") for run_id in frame["run_id"]]
     return frame
 
 
