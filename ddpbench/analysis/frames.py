@@ -444,6 +444,7 @@ def overlap_table(runs: pd.DataFrame) -> pd.DataFrame:
     base = runs["strategy"].astype(str).str.partition("+")[0]
     ddp = runs[(runs["status"] == "ok") & base.isin(TORCHRUN_STRATEGIES)]
     columns = [
+        "run_id",
         "workload",
         "strategy",
         "world_size",

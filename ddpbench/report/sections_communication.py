@@ -9,11 +9,38 @@ from markupsafe import Markup
 
 from ddpbench.analysis import ranks
 from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
+from ddpbench.analysis.breakdown import explain
+from ddpbench.analysis.breakdown_terms import ExplainError
 from ddpbench.analysis.frames import breakdown_frame, overlap_table
 from ddpbench.analysis.ladder import ladder_frame
 from ddpbench.records.schema import Record
 from ddpbench.report import plots
-from ddpbench.report.blocks import ReportData, figure_html, metric_columns, table_html
+from ddpbench.report.blocks import ReportData, figure_html, metric_columns, note, table_html
+
+CROSS_CHECKS = (
+    "Exposed communication is the breakdown's (ddpbench explain): the slowest rank's waits in DDP's "
+    "collectives, DDP's steps against one-rank DDP's in the ladder, ± its 95 % interval; 'not in place' "
+    "where a run has no ladder. The cross-checks measure other things: the trace, time inside the "
+    "collectives' own profiler events that no computation overlaps, over the profiled steps, on the rank "
+    "exposing most (it holds that rank's wait for its peers); no_sync, a step with DDP against the same "
+    "batches under no_sync() (it holds DDP's bucket copies and the waits too); the reducer, DDP's own "
+    "timers from the first all-reduce's start to backward's end (it counts the compute in between)."
+)
+
+
+def exposed_cell(record: Record | None) -> str:
+    """The breakdown's exposed communication of one run, in ms with its interval."""
+    if record is None:
+        return ""
+    try:
+        term = explain(record, [(record.run_id, record)]).terms["exposed_comm"]
+    except ExplainError:
+        return ""
+    if term.s_per_step is None:
+        return "n/a"
+    if term.ci_low_s is None or term.exact:
+        return f"{term.s_per_step * 1e3:.2f}" + ("" if term.exact else " (not in place)")
+    return f"{term.s_per_step * 1e3:.2f} ± {(term.ci_high_s - term.ci_low_s) / 2 * 1e3:.2f}"
 
 
 def communication_section(data: ReportData) -> list[Markup]:
@@ -37,9 +64,15 @@ def communication_section(data: ReportData) -> list[Markup]:
         )
     if not overlap.empty:
         shown, formats = metric_columns(overlap, list(overlap.columns))
-        blocks.append(
-            table_html(shown.rename(columns={"world_size": "world size"}), formats, text_columns=("workload",))
-        )
+        # One exposed-communication figure, the breakdown's; the three estimates beside it are
+        # cross-checks, each measuring something else (the note says what).
+        cross = {heading: f"cross-check: {heading}" for heading in shown.columns if heading.startswith("exposed, ")}
+        shown = shown.rename(columns={"run_id": "run", "world_size": "world size", **cross})
+        formats = {cross.get(column, column): fmt for column, fmt in formats.items()}
+        by_run = {record.run_id: record for _, record in data.records}
+        shown.insert(4, "exposed communication (ms)", [exposed_cell(by_run.get(run)) for run in shown["run"]])
+        blocks.append(table_html(shown, formats, text_columns=("run", "workload", "exposed communication (ms)")))
+        blocks.append(note(CROSS_CHECKS))
     spread = exposed_spread_frame(data.records)
     if not spread.empty:
         blocks.append(
