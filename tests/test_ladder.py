@@ -294,3 +294,21 @@ def test_the_reports_straggler_verdict_is_explains_slowest_rank(records, tmp_pat
     section = page[page.index("<h2>Stragglers</h2>") :]
     section = section[: section.index("<h2>", 5)]
     assert f"rank 1 on vm is the slowest: the other ranks wait {waited:.2f} ±" in section, section
+
+
+def test_the_run_summary_gives_explains_milliseconds(records):
+    """One engine: every term the run summary shows (its largest loss, the terms its agreement line
+    splits an estimate into) is the milliseconds `explain` gives it, against the run's own rung 0."""
+    import re
+
+    from ddpbench.report.summary import format_summary
+
+    slow2 = record(records, "slow2")
+    terms = explain(slow2, [("slow2", slow2)]).terms
+    printed = format_summary(slow2, "slow2.json")
+    largest = re.search(r"largest loss waiting for the slowest rank ([0-9.]+) ms", printed)
+    assert largest and float(largest.group(1)) == pytest.approx(terms["slowest_rank"].s_per_step * 1e3, abs=5e-3)
+    for name in ("exposed_comm", "overlap_slowdown", "slowest_rank"):
+        shown = re.search(rf"{name} (-?[0-9.]+) ms", printed)
+        assert shown, (name, printed)
+        assert float(shown.group(1)) == pytest.approx(terms[name].s_per_step * 1e3, abs=5e-3), name
