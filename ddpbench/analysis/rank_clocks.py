@@ -17,6 +17,7 @@ different jobs, a missing or repeated rank, steps that do not match.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +47,26 @@ class ClockOffset:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def run_traces(record_path: str, record) -> list[str]:
+    """A run record's rank traces, found as recorded or under the sweep folder the record lies in."""
+    trace = record.overlap.trace if record.overlap else None
+    sweep = os.path.dirname(os.path.dirname(os.path.abspath(record_path)))
+    return [_locate(path, sweep) for path in (trace.paths if trace else []) if path]
+
+
+def _locate(path: str, sweep: str) -> str:
+    """Paths are recorded as the run was given them (relative to where it ran): try them as they
+    are, then each of their tails under the sweep folder."""
+    if os.path.exists(path):
+        return path
+    parts = os.path.normpath(path).split(os.sep)
+    for cut in range(len(parts)):
+        candidate = os.path.join(sweep, *parts[cut:])
+        if os.path.exists(candidate):
+            return candidate
+    return path  # missing: the reader names it
 
 
 def _read(path: str) -> RankTimeline | str:

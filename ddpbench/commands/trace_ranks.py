@@ -67,32 +67,18 @@ def _is_trace(path: str) -> bool:
 
 
 def run_trace_paths(record_path: str) -> tuple[str, list[str]]:
-    """A record's run id and its traces, found as recorded or under the sweep folder it lies in."""
+    """A record's run id and its traces."""
+    from ddpbench.analysis.rank_clocks import run_traces
     from ddpbench.records.store import UnreadableRecord, load_record
 
     try:
         record = load_record(record_path)
     except UnreadableRecord as exc:
         raise SpecError(str(exc)) from None
-    trace = record.overlap.trace if record.overlap else None
-    paths = [path for path in (trace.paths if trace else []) if path]
+    paths = run_traces(record_path, record)
     if not paths:
         raise SpecError(f"{record_path}: run {record.run_id} has no traces (run with profiling, not --no-profile)")
-    sweep = os.path.dirname(os.path.dirname(os.path.abspath(record_path)))
-    return record.run_id, [_locate(path, sweep) for path in paths]
-
-
-def _locate(path: str, sweep: str) -> str:
-    """Paths are recorded as the run was given them (relative to where it ran): try them as they
-    are, then each of their tails under the sweep folder."""
-    if os.path.exists(path):
-        return path
-    parts = os.path.normpath(path).split(os.sep)
-    for cut in range(len(parts)):
-        candidate = os.path.join(sweep, *parts[cut:])
-        if os.path.exists(candidate):
-            return candidate
-    return path  # missing: the reader names it
+    return record.run_id, paths
 
 
 def resolve_inputs(given: list[str]) -> tuple[str, list[str]]:
