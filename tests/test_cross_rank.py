@@ -210,3 +210,18 @@ def test_bad_input_is_one_line_naming_the_rank_and_step(real_trace, shifted_pair
     assert "rank 1, step 5: 6 collectives in group 0 where rank 0 has 7" in refused(shifted_pair[0], short)
     assert "rank 0: two traces" in refused(shifted_pair[0], shifted_pair[0])
     assert "cannot read" in refused(tmp_path / "none.json.gz", shifted_pair[0])
+
+
+def test_the_report_tables_the_buckets_and_links_each_runs_merged_trace(tmp_path):
+    from ddpbench.report.html import build_report
+
+    page = open(build_report(os.path.dirname(os.path.dirname(CPU_RUN)), str(tmp_path / "index.html"))).read()
+    section = page[page.index("Collectives across ranks") :]
+    assert "gloo:all_reduce" in section[:5000] and "transfer ms" in section[:5000]
+    assert 'href="merged-traces/mlp-ddp-n2.merged.json.gz"' in section and "held" in section[:8000]
+    with gzip.open(tmp_path / "merged-traces" / "mlp-ddp-n2.merged.json.gz", "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    assert sorted(e["args"]["name"] for e in events if e.get("name") == "process_name") == [
+        "rank 0 (vm)",
+        "rank 1 (vm)",
+    ]
