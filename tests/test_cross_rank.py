@@ -225,3 +225,11 @@ def test_the_report_tables_the_buckets_and_links_each_runs_merged_trace(tmp_path
         "rank 0 (vm)",
         "rank 1 (vm)",
     ]
+
+
+def test_explain_prints_the_critical_path_of_runs_with_traces(tmp_path):
+    done = ddpbench("explain", os.path.dirname(os.path.dirname(CPU_RUN)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("critical path  ")]
+    assert len(lines) == 1 and lines[0].startswith("critical path  mlp x2 (traces, 3 profiled steps): rank ")
+    assert "beside the ladder: waiting for the slowest rank" in done.stdout

@@ -173,3 +173,18 @@ def test_a_shaped_network_grows_the_transfer_and_not_the_waits(shaped_pair):
     assert grown_ms > 5, (plain, shaped)
     waits = [max(row["wait_ms_by_rank"].values()) for row in (plain, shaped)]
     assert waits[1] - waits[0] < 0.25 * grown_ms, (plain, shaped)
+
+
+def test_explain_sets_the_critical_path_beside_the_ladder_and_says_where_they_disagree(slow_rank):
+    from ddpbench.analysis.breakdown_terms import Term
+    from ddpbench.analysis.critical_path_text import run_lines, waiting_ms_per_step
+
+    _, job, slept_ms = slow_rank
+    # Rank 0 waits for the sleep at the step's one bucket; rank 1, last, waits for nobody.
+    assert waiting_ms_per_step(job) == pytest.approx(slept_ms, rel=0.3)
+    ladder = Term(slept_ms / 1000, None, "the ladder's blocks")
+    lines = run_lines(job, "slow x2", ladder, ladder_slowest=1)
+    assert lines[0].startswith("critical path  slow x2 (traces, 12 profiled steps): rank 1's forward held ")
+    assert "they agree; last to arrive: rank 1 at " in lines[1] and "disagree" not in "\n".join(lines)
+    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0, 0.001), ladder_slowest=0)
+    assert lines[1].count("they disagree") == 2 and "the profiler slows" in lines[2]
