@@ -29,6 +29,8 @@ _ANY = msgspec.json.Decoder()
 _ENCODER = msgspec.json.Encoder()
 PROCESS_METADATA = {"process_name", "process_labels", "process_sort_index"}
 THREAD_METADATA = {"thread_name", "thread_sort_index"}
+ENCODE_SLICE = 5000
+"""Events encoded at a time."""
 CRITICAL_PATH_THREAD = 0
 """The thread id of each rank's critical-path track, first in the rank's process."""
 
@@ -137,8 +139,9 @@ def write_merged(job: CrossRankJob, paths: list[StepPath], out_path: str) -> dic
             events = _rank_events(trace, timeline.rank, timeline.host, shift, job.ranks, by_rank[timeline.rank])
             del trace
             counts[timeline.rank] = len(events)
-            if events:
-                stream.write(separator + _ENCODER.encode(events)[1:-1])
+            # In slices: the encoded text of a whole trace would be a second trace's worth of memory.
+            for first in range(0, len(events), ENCODE_SLICE):
+                stream.write(separator + _ENCODER.encode(events[first : first + ENCODE_SLICE])[1:-1])
                 separator = b","
             del events
         stream.write(b"]}")
