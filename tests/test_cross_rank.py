@@ -2,11 +2,11 @@
 by a known clock offset, with a collective removed, with NCCL 2.19's kernel names, with sequence
 numbers), the real 2-rank CPU run of the projection fixtures, and bad input refused in one line."""
 
-import copy
 import gzip
 import json
 import os
 
+import msgspec
 import pytest
 from conftest import FIXTURES, REPO, ddpbench
 
@@ -31,14 +31,14 @@ def real_trace() -> dict:
 
 
 def write(path, trace: dict) -> str:
-    with gzip.open(path, "wt") as handle:
-        json.dump(trace, handle)
+    with gzip.open(path, "wb", compresslevel=1) as handle:  # the fastest level: the tests write many
+        handle.write(msgspec.json.encode(trace))
     return str(path)
 
 
 def as_rank(trace: dict, rank: int, host: str, shift_us: float = 0.0, edit=None) -> dict:
     """The real trace as another rank's on another host, its clock moved by `shift_us`."""
-    other = copy.deepcopy(trace)
+    other = msgspec.json.decode(msgspec.json.encode(trace))  # a deep copy, several times faster
     other["distributedInfo"]["rank"] = rank
     other["host_name"] = host
     for event in other["traceEvents"]:
