@@ -77,7 +77,10 @@ def run_trace_paths(record_path: str) -> tuple[str, list[str]]:
         raise SpecError(str(exc)) from None
     paths = run_traces(record_path, record)
     if not paths:
-        raise SpecError(f"{record_path}: run {record.run_id} has no traces (run with profiling, not --no-profile)")
+        raise SpecError(
+            f"{record_path}: run {record.run_id} has no traces "
+            "(it ended before its profiled phase, or ran with --no-profile)"
+        )
     return record.run_id, paths
 
 
@@ -131,6 +134,7 @@ def command_trace_merge(args: argparse.Namespace) -> int:
     out = args.out or f"{name}{MERGED_SUFFIX}"
     paths = job_paths(job)
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         written = write_merged(job, paths, out)
     except OSError as exc:
         raise SpecError(f"{out}: cannot write: {exc.strerror or exc}") from None
