@@ -233,3 +233,15 @@ def test_explain_prints_the_critical_path_of_runs_with_traces(tmp_path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("critical path  ")]
     assert len(lines) == 1 and lines[0].startswith("critical path  mlp x2 (traces, 3 profiled steps): rank ")
     assert "beside the ladder: waiting for the slowest rank" in done.stdout
+
+
+def test_a_trace_without_ddp_takes_its_forward_from_the_batch_to_backward():
+    local = os.path.join(
+        FIXTURES, "sweeps", "cpu-mlp-with-failure", "traces", "mlp-local-n1", "rank-0.pt.trace.json.gz"
+    )
+    timeline = read_rank_timeline(local)
+    for step, phases in timeline.phases.items():
+        (begin,), (end,) = phases["forward"]
+        assert phases["data"][1][-1] <= begin < end == phases["backward"][0][0], step
+    ddp = read_rank_timeline(CPU_TRACES[0])  # DDP's own annotation is kept as it is
+    assert all(len(phases["forward"][0]) == 1 for phases in ddp.phases.values())

@@ -19,7 +19,9 @@ quarter of a microsecond; the merge subtracts the bases first, in integers.
 - CPU (gloo): collectives are the `gloo:*` annotations on gloo's threads, in the order they start.
   gloo's annotations carry no process group and no sequence number: they are one group, matched
   by order. Phases are the training thread's annotations: `enumerate(DataLoader)` (data),
-  `DistributedDataParallel.forward` (forward), autograd's nodes (backward), `Optimizer.*`.
+  `DistributedDataParallel.forward` (forward), autograd's nodes (backward), `Optimizer.*`; a step
+  without DDP's forward annotation takes its forward as the time from the batch to backward's
+  first node.
 """
 
 from __future__ import annotations
@@ -242,9 +244,14 @@ def _reduce_cpu(timeline, steps, numbers, starts, spans, cpu_collectives) -> Non
         low, high = steps[number]
         timeline.steps[number] = (low, high)
         timeline.collectives[number] = sorted(by_step[number], key=lambda c: c.start)
-        timeline.phases[number] = {
-            phase: _merged([r for r in rows if low <= r[0] < high], low, high) for phase, rows in spans.by_phase.items()
-        }
+        in_step = {phase: [r for r in rows if low <= r[0] < high] for phase, rows in spans.by_phase.items()}
+        if not in_step["forward"] and in_step["backward"]:
+            # No DDP around the model (a plain or FSDP job): its forward is not annotated, but it is
+            # what runs between the batch's arrival and backward's first node.
+            begin = max([low] + [end for _, end in in_step["data"]])
+            finish = min(start for start, _ in in_step["backward"])
+            in_step["forward"] = [(begin, finish)] if finish > begin else []
+        timeline.phases[number] = {phase: _merged(rows, low, high) for phase, rows in in_step.items()}
 
 
 def _launch_phase(launch_ts: float, on_training_thread: bool, spans: _Spans, step: tuple[float, float]) -> str:
