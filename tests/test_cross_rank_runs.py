@@ -188,3 +188,28 @@ def test_explain_sets_the_critical_path_beside_the_ladder_and_says_where_they_di
     assert "they agree; last to arrive: rank 1 at " in lines[1] and "disagree" not in "\n".join(lines)
     lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0, 0.001), ladder_slowest=0)
     assert lines[1].count("they disagree") == 2 and "the profiler slows" in lines[2]
+
+
+def test_two_hosts_clocks_aligned_on_real_gloo_ends_contain_the_true_offset(slow_rank, tmp_path):
+    """Rank 1's real trace as another host's, its clock 3 s ahead: the offset read from the
+    all-reduces' ends must hold the truth in its interval, which on CPU is milliseconds wide."""
+    import gzip
+
+    import msgspec
+
+    _, job, _ = slow_rank
+    shift_us = 3_000_000.0
+    with gzip.open(job.timelines[1].path, "rb") as handle:
+        trace = msgspec.json.decode(handle.read())
+    trace["host_name"] = "other-host"
+    for event in trace["traceEvents"]:
+        if "ts" in event:
+            event["ts"] += shift_us
+    moved = tmp_path / "rank-1.pt.trace.json.gz"
+    with gzip.open(moved, "wb", compresslevel=1) as handle:
+        handle.write(msgspec.json.encode(trace))
+    offset = match_job([job.timelines[0].path, str(moved)], jobs=1).offsets["other-host"]
+    assert offset.collectives == len(job.collectives)
+    assert offset.low_us <= -shift_us <= offset.high_us, offset
+    # Here: -3003.2 ms within [-3006.9, -2997.2] ms; gloo's ends of one all-reduce are ms apart.
+    assert offset.high_us - offset.low_us < 20_000, offset
