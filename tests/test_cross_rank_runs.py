@@ -76,16 +76,23 @@ def slow_rank(tmp_path_factory):
     return out, job, slept_ms
 
 
+def within_sleep(waited_ms: float, slept_ms: float) -> bool:
+    """A wait for the planted sleep: at least most of it, at most what a loaded host adds to it."""
+    return 0.8 * slept_ms <= waited_ms <= 1.6 * slept_ms
+
+
 def test_the_slow_rank_arrives_last_and_the_other_waits_for_its_sleep(slow_rank):
     _, job, slept_ms = slow_rank
     assert len(job.steps) == PROFILED_STEPS and len(job.collectives) >= PROFILED_STEPS
     summary = {row["rank"]: row for row in rank_summary(job)}
     assert summary[1]["last_arrival_share"] >= 0.9, summary
     assert summary[1]["median_wait_ms"] < 0.2 * slept_ms, summary
-    # Rank 0 waits for rank 1's sleep, give or take what gloo's annotations' ends disagree by here.
-    assert summary[0]["median_wait_ms"] == pytest.approx(slept_ms, rel=0.3), (summary, slept_ms)
+    # Rank 0 waits for rank 1's sleep and for what else delays rank 1 after it: on this shared
+    # 2-core VM a woken rank also computes late (14.8 ms waited for a 10.3 ms sleep under a load
+    # average of 3, 10.4 for 10.3 on a quieter machine).
+    assert within_sleep(summary[0]["median_wait_ms"], slept_ms), (summary, slept_ms)
     table = bucket_table(job)
-    assert table[0]["spread_ms"] == pytest.approx(slept_ms, rel=0.3)
+    assert within_sleep(table[0]["spread_ms"], slept_ms), (table, slept_ms)
     assert table[0]["last_arrival_share_by_rank"].get(1, 0) >= 0.9
 
 
@@ -181,7 +188,7 @@ def test_explain_sets_the_critical_path_beside_the_ladder_and_says_where_they_di
 
     _, job, slept_ms = slow_rank
     # Rank 0 waits for the sleep at the step's one bucket; rank 1, last, waits for nobody.
-    assert waiting_ms_per_step(job) == pytest.approx(slept_ms, rel=0.3)
+    assert within_sleep(waiting_ms_per_step(job), slept_ms), slept_ms
     ladder = Term(slept_ms / 1000, None, "the ladder's blocks")
     lines = run_lines(job, "slow x2", ladder, ladder_slowest=1)
     assert lines[0].startswith("critical path  slow x2 (traces, 12 profiled steps): rank 1's forward held ")
