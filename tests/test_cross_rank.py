@@ -245,3 +245,23 @@ def test_a_trace_without_ddp_takes_its_forward_from_the_batch_to_backward():
         assert phases["data"][1][-1] <= begin < end == phases["backward"][0][0], step
     ddp = read_rank_timeline(CPU_TRACES[0])  # DDP's own annotation is kept as it is
     assert all(len(phases["forward"][0]) == 1 for phases in ddp.phases.values())
+
+
+def test_many_clocks_are_summed_up_in_one_line_and_each_offset_comes_back(tmp_path):
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import synthetic
+
+    from ddpbench.analysis.collectives import format_bucket_table
+
+    # 12 rank files of the real trace, rank r's clock (r % 7) x 20 us ahead; no host names, so
+    # every rank is a clock of its own, aligned on collective ends.
+    job = match_job(synthetic.build_traces(str(tmp_path), 12), jobs=2)
+    for timeline in job.timelines:
+        offset = job.offsets[f"rank {timeline.rank}"].offset_us
+        assert offset == pytest.approx(-(timeline.rank % 7) * 20.0, abs=0.01)
+    text = format_bucket_table(job).splitlines()
+    assert text[1].startswith("12 clocks: the reference is rank 0 (ranks 0); 11 aligned on collective ends, ")
+    assert "offsets -0.120 to +0.000 ms" in text[1] and len(text) < 20
+    assert "a tie: every rank at once" in text[4] and any(line.startswith("last to arrive: nobody") for line in text)

@@ -249,15 +249,19 @@ def format_bucket_table(job: CrossRankJob) -> str:
         waits = row["wait_ms_by_rank"]
         most = max(waits, key=waits.get)
         shares = sorted(row["last_arrival_share_by_rank"].items(), key=lambda item: -item[1])[:2]
-        last = ", ".join(f"rank {rank} {share:.0%}" for rank, share in shares)
+        last = ", ".join(f"rank {rank} {share:.0%}" for rank, share in shares) or "a tie: every rank at once"
         lines.append(
             f"{row['group']:>6} {row['bucket']:>6} {row['name'][:16]:<16} {_size(row['elements']):>9} "
             f"{row['steps']:>5} {row['spread_ms']:9.3f} {row['transfer_ms']:11.3f} "
             f"{f'median {statistics.median(waits.values()):.3f}, max {waits[most]:.3f} (rank {most})':>21}  {last}"
         )
     lines.append("")
-    lines.append("last to arrive (everybody else waited for it), over all matched collectives:")
-    for row in rank_summary(job)[:TOP_RANKS]:
+    late = [row for row in rank_summary(job) if row["last_arrivals"]]
+    if late:
+        lines.append("last to arrive (everybody else waited for it), over all matched collectives:")
+    else:
+        lines.append("last to arrive: nobody, every collective started on every rank at the same moment")
+    for row in late[:TOP_RANKS]:
         lines.append(
             f"  rank {row['rank']}: last at {row['last_arrivals']} of {len(job.collectives)} "
             f"({row['last_arrival_share']:.0%}), median wait {row['median_wait_ms']:.3f} ms"

@@ -199,7 +199,21 @@ def _median_ends(per_rank: list[list[float]]) -> list[float]:
     return [statistics.median(values) for values in zip(*per_rank)]
 
 
+CLOCKS_LISTED = 8
+"""Clocks printed one per line; beyond, a summary (--json lists every one)."""
+
+
 def format_offsets(offsets: dict[str, ClockOffset]) -> list[str]:
+    if len(offsets) > CLOCKS_LISTED:
+        aligned = [o for o in offsets.values() if o.collectives]
+        widest = max(aligned, key=lambda o: o.high_us - o.low_us)
+        reference = next(o for o in offsets.values() if not o.collectives)
+        return [
+            f"{len(offsets)} clocks: the reference is {reference.clock} (ranks {_rank_list(reference.ranks)}); "
+            f"{len(aligned)} aligned on collective ends, offsets "
+            f"{min(o.offset_us for o in aligned) / 1000:+.3f} to {max(o.offset_us for o in aligned) / 1000:+.3f} ms, "
+            f"the widest interval {(widest.high_us - widest.low_us) / 1000:.3f} ms ({widest.clock}); --json lists each"
+        ]
     lines = []
     for offset in offsets.values():
         ranks = _rank_list(offset.ranks)
