@@ -66,7 +66,9 @@ def collectives_section(data: ReportData) -> list[Markup]:
             )
             continue
         try:
-            job = match_job(paths)
+            # One process: at most RANK_DETAIL_LIMIT small traces, and no fork of a process that
+            # has drawn figures.
+            job = match_job(paths, jobs=1)
         except TraceError as exc:
             problems.append(f"{record.run_id}: {exc}")
             continue
