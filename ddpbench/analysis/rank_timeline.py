@@ -254,18 +254,41 @@ def _reduce_cpu(timeline, steps, numbers, starts, spans, cpu_collectives) -> Non
         timeline.phases[number] = {phase: _merged(rows, low, high) for phase, rows in in_step.items()}
 
 
-def _launch_phase(launch_ts: float, on_training_thread: bool, spans: _Spans, step: tuple[float, float]) -> str:
-    """The phase a kernel's launch was in (the spans are few per step: a linear look is enough)."""
+@dataclass
+class _StepSpans:
+    """One step's annotated spans on the training thread, for placing its kernels' launches."""
+
+    spans: list  # (begin, finish, phase) of data, forward and optimizer
+    backward_from: float | None  # the end of the step's forward
+    backward_until: float | None  # the start of its optimizer
+
+
+def _step_spans(spans: _Spans, step: tuple[float, float]) -> _StepSpans:
+    inside = [
+        (begin, finish, phase)
+        for phase in ("data", "forward", "optimizer")
+        for begin, finish in spans.by_phase[phase]
+        if step[0] <= begin < step[1]
+    ]
+    forward_ends = [finish for _, finish, phase in inside if phase == "forward"]
+    optimizer_starts = [begin for begin, _, phase in inside if phase == "optimizer"]
+    return _StepSpans(
+        inside,
+        max(forward_ends) if forward_ends else None,
+        min(optimizer_starts) if optimizer_starts else None,
+    )
+
+
+def _launch_phase(launch_ts: float, on_training_thread: bool, step: _StepSpans) -> str:
+    """The phase a kernel's launch was in (a step has a few spans: a linear look is enough)."""
     if not on_training_thread:
         return "backward"  # autograd's device threads launch backward's kernels
-    for phase in ("data", "forward", "optimizer"):
-        for begin, finish in spans.by_phase[phase]:
-            if begin <= launch_ts < finish:
-                return phase
-    forward_ends = [finish for begin, finish in spans.by_phase["forward"] if step[0] <= begin < step[1]]
-    optimizer_starts = [begin for begin, _ in spans.by_phase["optimizer"] if step[0] <= begin < step[1]]
-    if forward_ends and optimizer_starts and max(forward_ends) <= launch_ts < min(optimizer_starts):
-        return "backward"  # the loss's backward launched from the training thread
+    for begin, finish, phase in step.spans:
+        if begin <= launch_ts < finish:
+            return phase
+    if step.backward_from is not None and step.backward_until is not None:
+        if step.backward_from <= launch_ts < step.backward_until:
+            return "backward"  # the loss's backward launched from the training thread
     return "other"
 
 
@@ -274,6 +297,7 @@ def _reduce_gpu(timeline, steps, numbers, starts, spans, kernels, launches) -> N
     index = _step_index(starts, launch_times)
     rows: dict[int, dict[str, list]] = {n: {phase: [] for phase in PHASES} for n in numbers[:-1]}
     collectives: dict[int, list[Collective]] = {n: [] for n in numbers[:-1]}
+    placed = {n: _step_spans(spans, steps[n]) for n in numbers[:-1]}
     for kernel, launch_ts, i in zip(kernels, launch_times, index):
         # The last step's kernels may be cut off by the profiler's stop: it is left out.
         if np.isnan(launch_ts) or i < 0 or i >= len(numbers) - 1 or launch_ts >= steps[numbers[i]][1]:
@@ -294,7 +318,7 @@ def _reduce_gpu(timeline, steps, numbers, starts, spans, kernels, launches) -> N
             )
             rows[number]["communication"].append((kernel.ts, kernel.ts + kernel.dur))
         else:
-            phase = _launch_phase(launch_ts, launches[args.correlation][1], spans, steps[number])
+            phase = _launch_phase(launch_ts, launches[args.correlation][1], placed[number])
             rows[number][phase].append((kernel.ts, kernel.ts + kernel.dur))
     for number in numbers[:-1]:
         busy = [row for phase_rows in rows[number].values() for row in phase_rows]
