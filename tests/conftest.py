@@ -167,6 +167,7 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
+    "test_cross_rank_runs.py",  # three real runs, every test alone
     "test_script_runs.py",  # four of its tests are alone
     "test_gate_ab.py",
     "test_two_hosts.py",  # alone: a 2-node run and the same over a shaped link, 85-110 s

@@ -105,6 +105,14 @@ CASES = [
     (["trace", "analyze", "{empty}"], "no trace files in this folder"),
     (["trace", "analyze", "{truncated}"], "not a JSON chrome trace"),
     (["trace", "analyze", os.path.join(SWEEP, "runs")], "not a torch.profiler chrome trace"),
+    (["trace", "collectives", "{empty}"], "no trace files in this folder"),
+    (["trace", "collectives", "{truncated}"], "not JSON"),
+    (["trace", "collectives", os.path.join(SWEEP, "runs", "broken-ddp-n2.json")], "has no traces (it ended before"),
+    (["trace", "merge", os.path.join(SWEEP, "runs"), "--out", "{out}/m.json.gz"], "not a torch.profiler chrome trace"),
+    (
+        ["trace", "merge", os.path.join(SWEEP, "traces", "mlp-ddp-n2", "rank-0.pt.trace.json.gz"), "--out", "{out}/m"],
+        "rank 1: no trace among the 1 given for world size 2",
+    ),
 ]
 TUNE = ["tune", "--workload", "mlp", "--nproc", "2", "--device", "cpu", "--repeat", "1", "--out", "{out}/t"]
 CASES += [

@@ -90,7 +90,9 @@ class _Trace(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Trace)
 
 
-def read_trace(path: str) -> _Trace:
+def read_trace(path: str, decoder: msgspec.json.Decoder = _DECODER):
+    """A trace file decoded (gzipped or not) with `decoder`: by default into the fields overlap
+    needs; other readers pass a decoder of their own fields and share the error messages."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -105,7 +107,7 @@ def read_trace(path: str) -> _Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _DECODER.decode(raw)
+        return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise TraceError(f"{path}: not a torch.profiler chrome trace: {exc}") from None
     except msgspec.DecodeError as exc:

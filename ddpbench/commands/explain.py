@@ -86,6 +86,14 @@ def command_explain(args: argparse.Namespace) -> int:
         print()
     for breakdown in advised:
         print(f"advice  {run_name(breakdown)}: {top_advice(breakdown)}")
+    # Beside the ladder's terms: who held each step on the critical path across ranks, from the
+    # runs' traces (analysis/critical_path_text.py).
+    from ddpbench.analysis.critical_path_text import sweep_lines
+
+    path_lines = sweep_lines(args.sweep_dir, breakdowns)
+    if path_lines:
+        print()
+        print("\n".join(path_lines))
     if args.detail:
         print()
         print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))

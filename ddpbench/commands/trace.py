@@ -1,4 +1,5 @@
-"""`ddpbench trace analyze`: communication/computation overlap in torch.profiler traces. No torch."""
+"""`ddpbench trace analyze`: communication/computation overlap in torch.profiler traces. No torch.
+`trace collectives` and `trace merge` (the ranks side by side) are in `trace_ranks.py`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 
 from ddpbench.commands.arguments import positive_int, subcommands
+from ddpbench.commands.trace_ranks import add_cross_rank_parsers
 from ddpbench.config.errors import SpecError
 
 
@@ -40,6 +42,7 @@ def add_trace_parser(commands) -> None:
         help="hta: reproduce HolisticTraceAnalysis 0.5.0's selection and rounding (GPU traces)",
     )
     analyze.set_defaults(handler=command_trace_analyze)
+    add_cross_rank_parsers(trace_commands)
 
 
 def command_trace_analyze(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from ddpbench.config.errors import SpecError
 from ddpbench.records.store import read_records, write_atomic
 from ddpbench.report import breakdown_section, projection_sections
 from ddpbench.report.blocks import ReportData, figure_html, note, table_html
+from ddpbench.report.collectives_section import collectives_section
 from ddpbench.report.sections_communication import communication_section
 from ddpbench.report.sections_memory import memory_section
 from ddpbench.report.sections_runs import environment_section, history_section, runs_section, traces_section
@@ -111,6 +112,7 @@ SECTIONS = [
     Section("Step times", step_times_section),
     Section("Stragglers", stragglers_section),
     Section("Communication", communication_section),
+    Section("Collectives across ranks", collectives_section),
     Section(
         "Where the scaling went",
         lambda data: breakdown_section.where_the_scaling_went_section(
