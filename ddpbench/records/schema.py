@@ -313,7 +313,7 @@ class HostSync(Part):
 
 # Checks that compare one rank with another. At world size 1 they have nothing to compare (a
 # gradient is its own mean, one digest matches itself), so a record never holds them as passed there.
-RANK_COMPARING_CHECKS = ("replicas_in_sync", "gradients_averaged", "shards_disjoint")
+RANK_COMPARING_CHECKS = ("replicas_in_sync", "gradients_averaged", "gradients_in_sync", "shards_disjoint")
 ONE_RANK_REASON = "one rank: nothing to compare (needs 2 or more ranks)"
 
 
