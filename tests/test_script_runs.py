@@ -240,6 +240,23 @@ def test_the_step_boundary_is_the_optimizer_that_owns_the_ddp_parameters():
     observer.after_optimizer_step(other, (), {})
     observer.after_optimizer_step(own, (), {})
     assert ends == [1] and observer.optimizers_seen == 2
+    # two optimizers over the DDP model's parameters (one per part) after one training forward: one
+    # step, not a second one of 0 samples
+    observer._before_forward(model, (torch.zeros(6, 4),), {})
+    first, second = (torch.optim.SGD([p], lr=0.1) for p in model.parameters())
+    for optimizer in (first, second):
+        observer.before_optimizer_step(optimizer, (), {})
+        observer.after_optimizer_step(optimizer, (), {})
+    assert ends == [1, 2] and observer.samples_per_step == [0, 6]
+    # one stepped inside the other's step (ZeroRedundancyOptimizer and its local optimizer): the
+    # outer one ends the step, after it has broadcast the shards
+    observer._before_forward(model, (torch.zeros(5, 4),), {})
+    observer.before_optimizer_step(own, (), {})
+    observer.before_optimizer_step(first, (), {})
+    observer.after_optimizer_step(first, (), {})
+    assert ends == [1, 2]
+    observer.after_optimizer_step(own, (), {})
+    assert ends == [1, 2, 3] and observer.samples_per_step == [0, 6, 5]
     assert leading_samples((torch.zeros(7, 3),), {}) == 7
     assert leading_samples(({"input_ids": torch.zeros(5, 9)},), {}) == 5
     assert leading_samples((), {"x": [torch.zeros(2)]}) == 2

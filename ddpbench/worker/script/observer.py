@@ -7,7 +7,8 @@ Hooks, installed before the script runs:
   dimension) and marks where a step's data was in hand;
   (and the autocast precision it runs in);
 - the optimizers' global step hooks: a step ends when an optimizer holding the DDP model's
-  parameters has stepped (other optimizers, a GAN's second one say, are part of the step); in
+  parameters has stepped after a training forward (other optimizers, a GAN's second one or a
+  second one over the DDP model's parameters, are part of the step); in
   the warm-up steps, a digest of the DDP model's gradients there, for the gradients_in_sync check;
 - DistributedSampler's `__iter__`: the indices each rank read and the epoch the sampler was set
   to when it handed them out, for the shard and reshuffle checks, as the worker's own sampler
@@ -266,6 +267,7 @@ class Observer:
         self.unsynced_steps = 0
         self.synced_backward = True
         self.digest_error: str | None = None
+        self._owner_steps_open = 0  # steps of optimizers over the DDP model's parameters under way
         self._removers: list[Callable[[], None]] = []
 
     # -- DDP -----------------------------------------------------------------------------------
@@ -313,8 +315,10 @@ class Observer:
         return self._owners[key]
 
     def before_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.beat is not None and self.ddp is not None and self.owns_ddp_parameters(optimizer):
-            self.beat.where = "optimizer"
+        if self.ddp is not None and self.owns_ddp_parameters(optimizer):
+            self._owner_steps_open += 1
+            if self.beat is not None:
+                self.beat.where = "optimizer"
 
     def after_optimizer_step(self, optimizer, args, kwargs) -> None:
         self.optimizers_seen += 1
@@ -322,6 +326,15 @@ class Observer:
             self._training_without_ddp()
             return
         if not self.owns_ddp_parameters(optimizer):
+            return
+        self._owner_steps_open = max(0, self._owner_steps_open - 1)
+        if self._owner_steps_open:
+            # Stepped inside another one's step (ZeroRedundancyOptimizer steps its local optimizer, then
+            # broadcasts the updated shards): the outer one ends the step, once the replicas agree again.
+            return
+        if self.forwards_in_step == 0 and self.training_forwards > 0:
+            # Another optimizer over the DDP model's parameters in the step just ended (one per part
+            # of the model): no training forward since, so no new step, whose batch would read 0.
             return
         if self.digesting:
             self._digest_gradients()
