@@ -142,6 +142,17 @@ def test_a_loop_without_the_sampler_fails_the_shard_check_before_any_pass_ends(t
 
 
 @pytest.mark.launches
+def test_zero_redundancy_steps_once_per_step_after_its_broadcast(tmp_path):
+    done, record, _ = run_script(tmp_path, "zero_redundancy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # its local optimizer steps inside ZeRO's own: one step of 16 samples each, not a second of 0
+    assert record["spec"]["batch_size"] == 16 and record["script"]["steps_seen"] == 30
+    # the window closes after ZeRO broadcast the shards: the replicas agree
+    assert record["checks"]["replicas_in_sync"]["ok"] is True
+    assert record["checks"]["gradients_in_sync"]["ok"] is True
+
+
+@pytest.mark.launches
 def test_gradients_changed_on_one_rank_after_the_all_reduce_fail_gradients_in_sync(tmp_path):
     done, record, _ = run_script(tmp_path, "clips_on_rank_0")
     assert done.returncode == 1, done.stdout + done.stderr
