@@ -85,8 +85,11 @@ def ddpbench(
     stdout, stderr = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(2))
     saved_environ, saved_cwd = dict(os.environ), os.getcwd()
     saved_sigterm = signal.getsignal(signal.SIGTERM)  # main() installs its own handler
+    # Made before the clear: it starts from this process's environment, as ddpbench_process's does
+    # (made after it, every command ran with GPUs hidden and nothing else: no PATH, no PYTHONPATH).
+    environment = command_environment(env, base, gpus)
     os.environ.clear()
-    os.environ.update(command_environment(env, base, gpus))
+    os.environ.update(environment)
     try:
         os.chdir(cwd)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():

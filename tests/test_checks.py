@@ -210,3 +210,81 @@ def test_all_ranks_keeps_the_worst_error_and_a_failing_ranks_reason():
     assert checks.all_ranks([fine, fine], worst="relative_error") == checks.verdict(
         True, max_relative_error=1e-7, tolerance=1e-4
     )
+
+
+# --- gradients_in_sync (scripts): digests of the gradients each rank stepped with -------------------
+
+
+def gradients(*values_by_parameter) -> list[torch.nn.Parameter]:
+    found = []
+    for values in values_by_parameter:
+        param = torch.nn.Parameter(torch.zeros(len(values)))
+        param.grad = torch.tensor(values, dtype=torch.float32)
+        found.append(param)
+    return found
+
+
+def test_the_gradient_digest_moves_with_a_scaled_a_moved_or_a_missing_gradient():
+    same = checks.gradient_digest(gradients([1.0, -2.0], [0.5]))
+    assert checks.gradient_digest(gradients([1.0, -2.0], [0.5])).tolist() == same.tolist()
+    changed = {
+        "scaled, as clipping on one rank does": gradients([0.5, -1.0], [0.25]),
+        "moved to another parameter": gradients([0.5], [1.0, -2.0]),
+        "sign flipped": gradients([-1.0, 2.0], [0.5]),
+    }
+    for what, params in changed.items():
+        difference = checks._digest_difference(same.tolist(), checks.gradient_digest(params).tolist())
+        assert difference > checks.GRADIENT_DIGEST_TOLERANCE, what
+    no_grad = gradients([1.0, -2.0], [0.5])
+    no_grad[1].grad = None
+    found = checks.gradients_in_sync([[same.tolist()], [checks.gradient_digest(no_grad).tolist()]], [0, 0])
+    assert found["ok"] is False and found["details"]["max_relative_difference"] is None  # not the same parameters
+
+
+def test_gradients_in_sync_names_the_rank_and_the_first_step_that_differ():
+    step = checks.gradient_digest(gradients([1.0, 2.0])).tolist()
+    other = checks.gradient_digest(gradients([1.0, 2.5])).tolist()
+    found = checks.gradients_in_sync([[step, step, step], [step, step, step], [step, other, other]], [0, 0, 0])
+    assert found["ok"] is False
+    assert found["details"]["ranks_differing_from_rank0"] == [2] and found["details"]["identical_steps"] == 1
+    assert "rank(s) 2 stepped with gradients unlike rank 0's from optimizer step 2 on" in found["reason"]
+    assert checks.gradients_in_sync([[step, step], [step, step]], [0, 0])["ok"] is True
+    hooked = checks.gradients_in_sync([[step], [other]], [0, 0], own_hook="post_localSGD_hook")
+    assert "its own comm hook 'post_localSGD_hook'" in hooked["reason"]
+
+
+def test_a_difference_inside_the_tolerance_passes_and_is_kept():
+    step = [4.0, 8.0, 1.0, 2.0, 2.0]
+    near = [4.0 * (1 + 1e-7), 8.0, 1.0, 2.0, 2.0]  # ranks on unlike devices, summing in another order
+    found = checks.gradients_in_sync([[step], [near]], [0, 0])
+    assert found["ok"] is True and found["details"]["identical_steps"] == 0
+    assert 0 < found["details"]["max_relative_difference"] <= checks.GRADIENT_DIGEST_TOLERANCE
+
+
+def test_steps_after_a_backward_declared_unsynced_are_counted_not_compared():
+    found = checks.gradients_in_sync([[], []], [4, 4])
+    assert found["ok"] is None and "followed a backward under no_sync()" in found["reason"]
+    assert found["details"]["unsynced_steps"] == 4
+    assert checks.gradients_in_sync([[]], [0]) == checks.one_rank()
+
+
+def test_the_loader_shard_check_decides_overlap_on_a_pass_under_way():
+    from ddpbench.worker.script.session import loader_checks
+
+    def loader(indices, full):
+        return {
+            "passes": [(None, indices)],
+            "full": [full],
+            "dataset_length": 1000,
+            "drop_last": False,
+            "batch_size": 4,
+            "sampler": "DataLoaderShard > BatchSamplerShard",
+        }
+
+    apart = loader_checks([loader([0, 1, 2, 3], False), loader([4, 5, 6, 7], False)], 2)
+    assert apart["shards_disjoint"]["ok"] is True and apart["shards_disjoint"]["details"]["whole_pass"] is False
+    assert apart["shards_cover_dataset"]["ok"] is None and "no full pass" in apart["shards_cover_dataset"]["reason"]
+    # before a pass ends no loader pads: one shared index is an overlap, not padding
+    shared = loader_checks([loader([0, 1, 2, 3], False), loader([3, 5, 6, 7], False)], 2)
+    assert shared["shards_disjoint"]["ok"] is False and shared["shards_disjoint"]["details"]["padding_allowed"] == 0
+    assert "loaders pad only at the end" in shared["shards_disjoint"]["reason"]

@@ -61,10 +61,10 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     [
         ({"schema_version": 0}, "schema_version 0"),
         (
-            {"schema_version": 5, "run_id": "x"},
-            "schema_version 5, this ddpbench reads 1 to 4: it was written by a newer",
+            {"schema_version": 6, "run_id": "x"},
+            "schema_version 6, this ddpbench reads 1 to 5: it was written by a newer",
         ),
-        ({"schema_version": 4, "run_id": "x", "status": "ok"}, "not a valid run record"),
+        ({"schema_version": 5, "run_id": "x", "status": "ok"}, "not a valid run record"),
         ([1, 2], "not a run record"),
     ],
 )
@@ -93,22 +93,23 @@ def test_schema_1_records_load_and_convert(folder):
 
 
 def test_schema_2_records_load_as_the_current_schema_without_a_machine_load(tmp_path):
-    """Records of an earlier version: read as they were, the parts added in 3 and 4 absent, and
+    """Records of an earlier version: read as they were, the parts added in 3, 4 and 5 absent, and
     written back in the current schema."""
     folder = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
     records, unreadable = read_records(folder)
     assert unreadable == [] and records
     for path, record in records:
         raw = json.load(open(path))
-        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 4
+        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 5
         assert record.compile is None and all(rank.model_state_bytes is None for rank in record.ranks)
+        assert all(rank.model_state_by_part is None for rank in record.ranks)
         assert record.machine_load is None and all(rank.machine_load is None for rank in record.ranks)
         assert record.metrics == msgspec.convert(raw["metrics"], type(record.metrics))
     slow = next(r for _, r in records if r.run_id == "slow2")
     assert slow.timeline is not None and slow.timeline.ladder is not None  # the ladder came with schema 2 files
     write_record(slow, str(tmp_path))
     again = load_record(str(tmp_path / "runs" / "slow2.json"))
-    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 4 and again == slow
+    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 5 and again == slow
 
 
 def test_a_converted_record_survives_a_write_and_a_load(tmp_path):
@@ -133,3 +134,30 @@ def test_the_json_schema_describes_a_real_record():
     # Every field of a real record is described by the schema (no undocumented keys).
     raw = msgspec.to_builtins(load_record(os.path.join(SWEEP, "runs", "mlp-ddp-n2.json")))
     assert set(raw) <= set(record_schema["properties"])
+
+
+@pytest.mark.parametrize(
+    "strategy, bucket_view, kept",
+    [
+        ("ddp", False, False),  # its figure left out the gradient buckets, a second copy of the gradients
+        ("replicate", False, False),
+        ("fsdp2", False, False),  # it left out the unsharded parameters and gradients a step holds
+        ("ddp", True, True),  # the gradients are the buckets: the figure counted them already
+        ("local", False, True),
+    ],
+)
+def test_a_schema_4_model_state_that_left_out_buckets_or_unsharded_buffers_reads_as_not_counted(
+    tmp_path, strategy, bucket_view, kept
+):
+    record = new_record(spec(), "ok")
+    raw = json.loads(msgspec.json.encode(record))
+    raw["schema_version"] = 4
+    raw["spec"]["strategy"] = strategy
+    raw["spec"]["ddp"]["gradient_as_bucket_view"] = bucket_view
+    raw["ranks"] = [{"rank": 0, "model_state_bytes": 3 * 4 * 1000}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(raw))
+    loaded = load_record(str(path))
+    assert loaded.schema_version == SCHEMA_VERSION == 5
+    assert loaded.ranks[0].model_state_bytes == (3 * 4 * 1000 if kept else None)
+    assert loaded.ranks[0].model_state_by_part is None

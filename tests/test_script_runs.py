@@ -90,6 +90,9 @@ def test_the_tutorials_shape_is_measured_and_checked(tutorial):
     assert record["spec"]["batch_size"] == 64 and record["spec"]["world_size"] == 2
     assert record["metrics"]["timed_steps"] == 25 and len(record["ranks"]) == 2
     assert record["checks"]["replicas_in_sync"]["ok"] is True
+    # the gradients every rank stepped with in the five warm-up steps: one digest, bit for bit
+    in_sync = record["checks"]["gradients_in_sync"]
+    assert in_sync["ok"] is True and in_sync["details"]["identical_steps"] == in_sync["details"]["steps_compared"] == 5
     # no DataLoader, and a loss ddpbench cannot recompute: said, not guessed
     assert record["checks"]["shards_disjoint"]["ok"] is None
     assert "iterates no DataLoader" in record["checks"]["shards_disjoint"]["reason"]
@@ -130,6 +133,8 @@ def test_an_image_classifier_with_a_loader_amp_and_a_scheduler(classifier):
     assert checks["shards_disjoint"]["ok"] is True and checks["shards_cover_dataset"]["ok"] is True
     assert checks["reshuffled_each_epoch"]["ok"] is True  # it calls set_epoch, and ran past an epoch
     assert checks["replicas_in_sync"]["ok"] is True
+    # under bf16 autocast (a GradScaler on GPUs): the same gradients on both ranks at each warm-up step
+    assert checks["gradients_in_sync"]["ok"] is True and checks["gradients_in_sync"]["details"]["steps_compared"] == 4
     assert record["metrics"]["flops_per_sample"] > 0
     # run to its end: all six epochs printed. Epochs are 8 steps: epochs 1 and 2 are steps 9-24,
     # inside the window 5-28, and train as many samples each.
@@ -148,6 +153,10 @@ def test_gradient_accumulation_counts_an_optimizer_step_and_all_its_micro_batche
     assert record["spec"]["batch_size"] == 4 * 16  # four micro-batches of 16 make one step
     assert record["script"]["steps_seen"] == 30
     assert record["checks"]["replicas_in_sync"]["ok"] is True
+    # three micro-batches under no_sync() and the last one synced: each optimizer step is digested
+    in_sync = record["checks"]["gradients_in_sync"]
+    assert in_sync["ok"] is True and in_sync["details"]["steps_compared"] == 5, in_sync
+    assert in_sync["details"]["unsynced_steps"] == 0
     # timed steps are the script's steps 5..29 (0-based); the last never prints (it is stopped in
     # its optimizer step, after the checks): its rate over the 24 steps before it
     theirs = per_step_rate(printed, 5, 28)
@@ -231,6 +240,23 @@ def test_the_step_boundary_is_the_optimizer_that_owns_the_ddp_parameters():
     observer.after_optimizer_step(other, (), {})
     observer.after_optimizer_step(own, (), {})
     assert ends == [1] and observer.optimizers_seen == 2
+    # two optimizers over the DDP model's parameters (one per part) after one training forward: one
+    # step, not a second one of 0 samples
+    observer._before_forward(model, (torch.zeros(6, 4),), {})
+    first, second = (torch.optim.SGD([p], lr=0.1) for p in model.parameters())
+    for optimizer in (first, second):
+        observer.before_optimizer_step(optimizer, (), {})
+        observer.after_optimizer_step(optimizer, (), {})
+    assert ends == [1, 2] and observer.samples_per_step == [0, 6]
+    # one stepped inside the other's step (ZeroRedundancyOptimizer and its local optimizer): the
+    # outer one ends the step, after it has broadcast the shards
+    observer._before_forward(model, (torch.zeros(5, 4),), {})
+    observer.before_optimizer_step(own, (), {})
+    observer.before_optimizer_step(first, (), {})
+    observer.after_optimizer_step(first, (), {})
+    assert ends == [1, 2]
+    observer.after_optimizer_step(own, (), {})
+    assert ends == [1, 2, 3] and observer.samples_per_step == [0, 6, 5]
     assert leading_samples((torch.zeros(7, 3),), {}) == 7
     assert leading_samples(({"input_ids": torch.zeros(5, 9)},), {}) == 5
     assert leading_samples((), {"x": [torch.zeros(2)]}) == 2

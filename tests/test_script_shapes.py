@@ -1,9 +1,11 @@
 """Scripts as people write them, each a real 2-rank gloo run under `ddpbench run --script`: a loop
 that peeks at its loader before set_epoch (PyTorch's tutorial series) passes the reshuffle check,
-one that never calls set_epoch still fails it; evaluation forwards through the DDP model are not
-training batch; a script that trains without DDP is stopped within seconds with its own exit code;
-token ids are counted as tokens when asked and named when not; secret arguments never reach the
-record. Plus `sweep --script` filling {nproc} per run."""
+one that never calls set_epoch still fails it; a loop without its sampler fails the shard check
+before any pass ends, and one that clips gradients on rank 0 only fails gradients_in_sync;
+evaluation forwards through the DDP model are not training batch; a script that trains without DDP
+is stopped within seconds with its own exit code; token ids are counted as tokens when asked and
+named when not; secret arguments never reach the record. Plus `sweep --script` filling {nproc} per
+run."""
 
 import json
 import os
@@ -106,7 +108,60 @@ def test_an_accelerate_loop_is_checked_from_the_indices_its_loader_drew(tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     checks = record["checks"]
     assert all(checks[name]["ok"] is True for name in CHECKED), checks
+    assert checks["shards_disjoint"]["details"].get("whole_pass") is None  # decided on a whole pass
     assert record["spec"]["batch_size"] == 16
+    # the warm-up's five optimizer steps, after Accelerate's backward: the same gradients on both ranks
+    assert checks["gradients_in_sync"]["ok"] is True
+    assert checks["gradients_in_sync"]["details"]["identical_steps"] == 5, checks["gradients_in_sync"]
+
+
+@pytest.mark.launches
+def test_an_accelerate_epoch_longer_than_the_run_is_checked_for_overlap_on_the_indices_drawn(tmp_path):
+    pytest.importorskip("accelerate")
+    done, record, _ = run_script(tmp_path, "accelerate_loop", script_args=("--samples", "20000"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    disjoint, covered = record["checks"]["shards_disjoint"], record["checks"]["shards_cover_dataset"]
+    assert disjoint["ok"] is True and disjoint["details"]["whole_pass"] is False, disjoint
+    # 30 steps of 16 per rank, and what the loader had fetched ahead: drawn, not the epoch's 10,000
+    assert all(480 <= size < 10_000 for size in disjoint["details"]["shard_sizes"]), disjoint
+    assert covered["ok"] is None and "no full pass of the loader" in covered["reason"]
+
+
+@pytest.mark.launches
+def test_a_loop_without_the_sampler_fails_the_shard_check_before_any_pass_ends(tmp_path):
+    done, record, _ = run_script(tmp_path, "forgets_the_sampler")
+    assert done.returncode == 1, done.stdout + done.stderr
+    disjoint = record["checks"]["shards_disjoint"]
+    assert disjoint["ok"] is False and disjoint["details"]["whole_pass"] is False, disjoint
+    # the same shuffled order on both ranks: every index rank 1 drew, rank 0 drew too
+    assert disjoint["details"]["repeated_indices"] == disjoint["details"]["shard_sizes"][1] >= 480
+    assert "indices were read by more than one rank" in disjoint["reason"]
+    assert record["checks"]["shards_cover_dataset"]["ok"] is None
+    # the gradients were averaged (over the same batches): that check has nothing against this script
+    assert record["checks"]["gradients_in_sync"]["ok"] is True
+
+
+@pytest.mark.launches
+def test_zero_redundancy_steps_once_per_step_after_its_broadcast(tmp_path):
+    done, record, _ = run_script(tmp_path, "zero_redundancy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # its local optimizer steps inside ZeRO's own: one step of 16 samples each, not a second of 0
+    assert record["spec"]["batch_size"] == 16 and record["script"]["steps_seen"] == 30
+    # the window closes after ZeRO broadcast the shards: the replicas agree
+    assert record["checks"]["replicas_in_sync"]["ok"] is True
+    assert record["checks"]["gradients_in_sync"]["ok"] is True
+
+
+@pytest.mark.launches
+def test_gradients_changed_on_one_rank_after_the_all_reduce_fail_gradients_in_sync(tmp_path):
+    done, record, _ = run_script(tmp_path, "clips_on_rank_0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    check = record["checks"]["gradients_in_sync"]
+    assert check["ok"] is False, check
+    assert check["details"]["ranks_differing_from_rank0"] == [1] and check["details"]["identical_steps"] == 0
+    assert check["details"]["steps_compared"] == 5 and check["details"]["max_relative_difference"] > 0.5
+    assert "rank(s) 1 stepped with gradients unlike rank 0's from optimizer step 1 on" in check["reason"]
+    assert "gradients_in_sync" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import os
 import pytest
 from conftest import FIXTURES, ddpbench, ddpbench_process
 
+from ddpbench.analysis.frames import change
 from ddpbench.config.plan import SweepOptions, plan_sweep
 from ddpbench.config.spec import RunSpec, SpecError
 from ddpbench.running.resolve import cpp_compiler
@@ -208,11 +209,32 @@ def test_fsdp2_holds_half_the_model_state_per_rank_and_its_collectives_are_commu
     found = records(strategies_folder)
     fsdp2, ddp = found["fsdp2"], found["ddp"]
     # mlp tiny: 4 layers of 1024 x 1024 and one of 1024 x 10, with biases; SGD with momentum keeps
-    # a parameter, its gradient and its momentum: 3 x 4 bytes per parameter
+    # a parameter, its gradient and its momentum: 3 x 4 bytes per parameter. DDP's reducer adds its
+    # buckets, a second copy of the gradients (no gradient_as_bucket_view): 4 x 4 bytes.
     parameters = 4 * (1024 * 1024 + 1024) + 1024 * 10 + 10
-    assert [rank["model_state_bytes"] for rank in ddp["ranks"]] == [3 * 4 * parameters] * 2
-    state = [rank["model_state_bytes"] for rank in fsdp2["ranks"]]
-    assert state == [3 * 4 * parameters // 2] * 2, state  # every row split evenly: exactly half each
+    for rank in ddp["ranks"]:
+        assert rank["model_state_by_part"] == {
+            "parameters": 4 * parameters,
+            "gradients": 4 * parameters,
+            "optimizer": 4 * parameters,
+            "gradient_buckets": 4 * parameters,
+            "unsharded": 0,
+        }
+        assert rank["model_state_bytes"] == 4 * 4 * parameters
+    largest_unit = 4 * (1024 * 1024 + 1024)
+    for rank in fsdp2["ranks"]:
+        parts = dict(rank["model_state_by_part"])
+        unsharded = parts.pop("unsharded")
+        # every row split evenly: exactly half each; no reducer, no buckets
+        assert parts == {
+            "parameters": 2 * parameters,
+            "gradients": 2 * parameters,
+            "optimizer": 2 * parameters,
+            "gradient_buckets": 0,
+        }
+        # a step holds at least one whole unit unsharded, never more than every parameter and gradient
+        assert largest_unit <= unsharded <= 2 * 4 * parameters, unsharded
+        assert rank["model_state_bytes"] == 3 * 2 * parameters + unsharded
     # FSDP2's all-gathers and reduce-scatters (gloo runs the latter as an all-reduce) are its
     # communication, and on CPU its training thread waits for them: little of it overlaps
     trace = fsdp2["overlap"]["trace"]["by_rank"][0]
@@ -243,7 +265,13 @@ def test_the_table_explain_and_report_show_the_new_strategies_and_memory(strateg
     assert "ddp+compile X" in table.stdout
     memory = table.stdout.split("memory per rank", 1)[1]
     fsdp2_row = next(line for line in memory.splitlines() if " fsdp2 " in f" {line} ")
-    assert "-50%" in fsdp2_row  # the model state against DDP's at the same world size and batch
+    # the model state against DDP's at the same world size and batch, the last column
+    found = records(strategies_folder)
+    state = {run_id: found[run_id]["ranks"][0]["model_state_bytes"] for run_id in ("fsdp2", "ddp")}
+    assert fsdp2_row.split()[-1] == change(state["fsdp2"] / state["ddp"] - 1), (fsdp2_row, state)
+    assert "vs eager = a compiled strategy against the same strategy uncompiled" in memory
+    compiled_row = next(line for line in memory.splitlines() if " ddp+compile " in f" {line} ")
+    assert compiled_row.split()[-1] == "0%"  # compiling changes no model state
     explained = ddpbench("explain", str(strategies_folder), "--detail")
     assert explained.returncode == 0, explained.stderr
     assert "mlp fsdp2 x2" in explained.stdout

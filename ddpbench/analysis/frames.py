@@ -387,25 +387,45 @@ MEMORY_COLUMNS = {
 
 def memory_table(table: pd.DataFrame) -> pd.DataFrame:
     """Memory per rank, one row per workload, world size and strategy of the scaling table: each
-    phase's peak and the model state in MiB, and the change against DDP at the same world size and
-    batch (what fsdp2 saves; what a compiled run costs)."""
+    phase's peak and the model state in MiB, and two changes, each against a like run at the same
+    world size and batch: "vs eager", a compiled strategy against the same strategy uncompiled
+    (what compiling added: fsdp2+compile against fsdp2), and "vs DDP", any strategy against eager
+    DDP (what the strategy and compiling added together: fsdp2+compile's includes fsdp2's own)."""
     rows = table[table["world_size"].notna()].copy()
     if rows.empty or rows["peak_memory_bytes"].isna().all():
         return pd.DataFrame()
     keys = [c for c in CONFIGURATION if c in rows.columns] + ["world_size", "batch_size"]
-    compared = ["peak_memory_bytes", "model_state_bytes"]
-    ddp = rows[rows["strategy"] == "ddp"][keys + compared].drop_duplicates(keys)
-    rows = rows.merge(ddp, on=keys, how="left", suffixes=("", " of ddp"))
+    compared = {"peak_memory_bytes": "timed peak", "model_state_bytes": "model state"}
+    rows["eager"] = rows["strategy"].astype(str).str.partition("+")[0]
+    eager = rows[rows["strategy"] == rows["eager"]][keys + ["strategy", *compared]].drop_duplicates(keys + ["strategy"])
+    eager = eager.rename(columns={"strategy": "eager", **{c: f"{c} of eager" for c in compared}})
+    ddp = rows[rows["strategy"] == "ddp"][keys + list(compared)].drop_duplicates(keys)
+    ddp = ddp.rename(columns={c: f"{c} of ddp" for c in compared})
+    rows = rows.merge(eager, on=keys + ["eager"], how="left").merge(ddp, on=keys, how="left")
     found = rows[["workload", "world_size", "strategy", "batch_size"]].copy()
     for column, heading in MEMORY_COLUMNS.items():
         found[f"{heading} MiB"] = rows[column] / 2**20
-    for column, heading in zip(compared, ("timed peak", "model state")):
-        base = rows[f"{column} of ddp"].where(rows[f"{column} of ddp"] > 0)
-        found[f"{heading} vs DDP"] = (rows[column] / base - 1).where(rows["strategy"] != "ddp")
+    compiled = rows["strategy"] != rows["eager"]
+    for against, shown, applies in (("eager", "vs eager", compiled), ("ddp", "vs DDP", rows["strategy"] != "ddp")):
+        for column, heading in compared.items():
+            base = rows[f"{column} of {against}"].where(rows[f"{column} of {against}"] > 0)
+            found[f"{heading} {shown}"] = (rows[column] / base - 1).where(applies)
     found = found.dropna(axis=1, how="all")
     return found.sort_values(
         ["workload", "world_size", "strategy"], key=lambda c: c.map(strategy_order) if c.name == "strategy" else c
     ).reset_index(drop=True)
+
+
+MEMORY_CHANGES = ("vs eager", "vs DDP")
+MEMORY_LEGEND = (
+    "vs eager = a compiled strategy against the same strategy uncompiled (what compiling added); vs DDP = against "
+    "eager DDP (what the strategy and compiling added together), both at the same world size and batch"
+)
+MODEL_STATE_LEGEND = (
+    "model state = what the rank holds for training: parameters, gradients and optimizer state (its shards "
+    "under fsdp2), DDP's gradient buckets (a second copy of the gradients without gradient_as_bucket_view), "
+    "fsdp2's unsharded parameters and gradients at their peak in a step"
+)
 
 
 def change(value) -> str:
@@ -421,18 +441,15 @@ def format_memory(table: pd.DataFrame, kind: str | None) -> str:
     if found.empty:
         return ""
     formatters = {c: "{:,.0f}".format for c in found.columns if c.endswith(" MiB")}
-    formatters.update({c: change for c in found.columns if c.endswith("vs DDP")})
+    formatters.update({c: change for c in found.columns if c.endswith(MEMORY_CHANGES)})
     what = (
         "peaks are CUDA memory allocated"
         if kind == "cuda_max_memory_allocated"
         else "peaks are each process's resident set, torch and Python included: a small model's savings show in "
         "the model state more than in the peaks"
     )
-    return (
-        "memory per rank (largest rank; "
-        + what
-        + "; model state = parameters, gradients and optimizer state the rank holds):\n"
-        + found.to_string(index=False, formatters=formatters, na_rep="")
+    return f"memory per rank (largest rank; {what}; {MODEL_STATE_LEGEND}; {MEMORY_LEGEND}):\n" + found.to_string(
+        index=False, formatters=formatters, na_rep=""
     )
 
 

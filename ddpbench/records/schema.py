@@ -52,7 +52,12 @@ from ddpbench.records.part import Part
 # `model_state_bytes`, the check `parameters_sharded`; all optional, so a record of schema 3 reads
 # as an eager run that did not count its model state (from_schema_3). Numbered anew so that an
 # older ddpbench says a newer one wrote the record instead of refusing an unknown field.
-SCHEMA_VERSION = 4
+# 5: ranks' `model_state_by_part`; `model_state_bytes` counts DDP's gradient buckets and FSDP2's
+# unsharded buffers. A schema-4 record of ddp, replicate or fsdp2 left them out, so its model state
+# reads as not counted (from_schema_4) rather than as a smaller figure beside newer ones. Ranks'
+# `probe` (the process's fixed probe before the warm-up and after the window) and the scripts'
+# check `gradients_in_sync` came in the same schema.
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.schema.json")
@@ -231,8 +236,15 @@ class RankResult(Part):
     peak_memory_by_phase: dict[str, MemoryPeak] | None = None
     """compile (with --compile), warm-up, timed, checks: each phase's peak, reset at its start."""
     model_state_bytes: int | None = None
-    """Bytes of parameters, gradients and optimizer state this rank holds after the window (its
-    shards of them under fsdp2); None in older records."""
+    """Bytes of model state this rank holds, the sum of `model_state_by_part`: parameters, gradients
+    and optimizer state (its shards of them under fsdp2), DDP's gradient buckets where they are a
+    copy of the gradients, FSDP2's unsharded parameters and gradients at their peak in a step. None
+    in older records, and in schema-4 records of ddp, replicate and fsdp2, which left those out."""
+    model_state_by_part: dict[str, int] | None = None
+    """The same, by part: `parameters`, `gradients`, `optimizer` after the window; `gradient_buckets`
+    (ddp, replicate: the reducer's buckets; 0 under gradient_as_bucket_view, whose gradients are the
+    buckets); `unsharded` (fsdp2: the most unsharded bytes held at once during the last warm-up
+    step). None in records of schema 4 and older."""
     trace_path: str | None = None
     no_sync_step_times_s: list[float] | None = None
     """The first timed steps' batches replayed under DDP's no_sync() (no all-reduce)."""
@@ -327,7 +339,7 @@ class HostSync(Part):
 
 # Checks that compare one rank with another. At world size 1 they have nothing to compare (a
 # gradient is its own mean, one digest matches itself), so a record never holds them as passed there.
-RANK_COMPARING_CHECKS = ("replicas_in_sync", "gradients_averaged", "shards_disjoint")
+RANK_COMPARING_CHECKS = ("replicas_in_sync", "gradients_averaged", "gradients_in_sync", "shards_disjoint")
 ONE_RANK_REASON = "one rank: nothing to compare (needs 2 or more ranks)"
 
 

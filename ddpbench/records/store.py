@@ -195,11 +195,13 @@ def _convert(path: str, data: bytes) -> Record:
         raise UnreadableRecord(f"{path}: not a run record (a JSON {type(raw).__name__})")
     version = raw.get("schema_version")
     if version == 1:
-        raw = from_schema_3(from_schema_2(from_schema_1(raw)))
+        raw = from_schema_4(from_schema_3(from_schema_2(from_schema_1(raw))))
     elif version == 2:
-        raw = from_schema_3(from_schema_2(raw))
+        raw = from_schema_4(from_schema_3(from_schema_2(raw)))
     elif version == 3:
-        raw = from_schema_3(raw)
+        raw = from_schema_4(from_schema_3(raw))
+    elif version == 4:
+        raw = from_schema_4(raw)
     elif version != SCHEMA_VERSION:
         raise UnreadableRecord(
             f"{path}: schema_version {version!r}, this ddpbench reads 1 to {SCHEMA_VERSION}"
@@ -223,6 +225,20 @@ def read_records(folder: str) -> tuple[list[tuple[str, Record]], list[tuple[str,
         except UnreadableRecord as exc:
             unreadable.append((path, str(exc).removeprefix(f"{path}: ")))
     return records, unreadable
+
+
+def from_schema_4(raw: dict) -> dict:
+    """Schema 4 -> 5: ranks' model state by part is new, and `model_state_bytes` now counts DDP's
+    gradient buckets (a second copy of the gradients without gradient_as_bucket_view) and FSDP2's
+    unsharded buffers. A schema-4 figure of a run that held either left them out: it reads as not
+    counted, not as a smaller figure to compare with newer ones."""
+    spec = raw.get("spec") or {}
+    strategy = spec.get("strategy")
+    bucket_view = (spec.get("ddp") or {}).get("gradient_as_bucket_view")
+    undercounted = strategy == "fsdp2" or (strategy in ("ddp", "replicate") and not bucket_view)
+    if not undercounted or not raw.get("ranks"):
+        return dict(raw, schema_version=5)
+    return dict(raw, schema_version=5, ranks=[dict(rank, model_state_bytes=None) for rank in raw["ranks"]])
 
 
 def from_schema_3(raw: dict) -> dict:

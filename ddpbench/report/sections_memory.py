@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 from markupsafe import Markup
 
-from ddpbench.analysis.frames import change, memory_table
+from ddpbench.analysis.frames import MEMORY_CHANGES, MEMORY_LEGEND, MODEL_STATE_LEGEND, change, memory_table
 from ddpbench.config.spec import strategy_order
 from ddpbench.report.blocks import ReportData, note, table_html
 
@@ -20,9 +20,14 @@ def memory_section(data: ReportData) -> list[Markup]:
         on_gpu = not kinds.empty and kinds.iloc[0] == "cuda_max_memory_allocated"
         blocks.append(
             note(
-                "Memory per rank, the largest rank's: each phase's peak and the model state it holds "
-                "(parameters, gradients, optimizer state; under fsdp2 its shards), and the change against DDP at "
-                "the same world size and batch. "
+                "Memory per rank, the largest rank's: each phase's peak and the model state it holds, and two "
+                "changes, each against a like run at the same world size and batch. "
+                + MODEL_STATE_LEGEND[0].upper()
+                + MODEL_STATE_LEGEND[1:]
+                + ". "
+                + MEMORY_LEGEND[0].upper()
+                + MEMORY_LEGEND[1:]
+                + ": fsdp2+compile's change vs DDP includes eager fsdp2's own. "
                 + (
                     "Peaks are CUDA memory allocated."
                     if on_gpu
@@ -32,7 +37,7 @@ def memory_section(data: ReportData) -> list[Markup]:
             )
         )
         formats = {c: "{:,.0f}" for c in found.columns if c.endswith(" MiB")}
-        formats.update({c: change for c in found.columns if c.endswith("vs DDP")})
+        formats.update({c: change for c in found.columns if c.endswith(MEMORY_CHANGES)})
         shown = found.rename(columns={"world_size": "world size", "batch_size": "batch / device"})
         blocks.append(table_html(shown, formats, text_columns=("workload", "strategy")))
     compiled = compile_frame(data)

@@ -8,6 +8,8 @@
   all-reduce during backward really averaged them. Under fsdp2 and replicate: the full gradient
   (fsdp2's shards reassembled) equals the mean of the gradients a one-process copy of the model
   computes on each rank's batch.
+- gradients_in_sync (scripts): every rank stepped its optimizer with the same gradients, from a
+  digest of the DDP model's gradients at each warm-up step (no loss of ddpbench's own needed).
 - parameters_sharded (fsdp2): every parameter's rows are held by exactly one rank. (Under fsdp2
   replicas_in_sync is not decided: there is one copy of each parameter.)
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -286,3 +289,98 @@ def compare_gradients(actual: torch.Tensor, expected: torch.Tensor, tolerance: f
         )
     relative_error = float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
     return verdict(relative_error <= tolerance, relative_error=relative_error, tolerance=tolerance)
+
+
+# Digests of gradients that every rank holds after one all-reduce agree exactly: all-reduce hands
+# every rank the same bytes (gloo and NCCL reduce each chunk once and copy it out), DDP divides them
+# by the same world size, and one kind of device digests them with the same kernels. The tolerance
+# leaves room only for ranks on unlike devices, whose reduction kernels may sum in another order;
+# gradients that were not averaged differ by far more (each rank's own batch, or a factor).
+GRADIENT_DIGEST_TOLERANCE = 1e-5
+
+
+def gradient_digest(parameters) -> torch.Tensor:
+    """A few numbers that change with any rank's gradients, kept on their device (reading them
+    would wait for it): over the parameters that have a gradient, in order, the sums of squares and
+    the plain sums, each also weighted by the parameter's position (a gradient moved to another
+    parameter changes those), and how many parameters have one. float64, 5 values."""
+    squares, sums = [], []
+    for param in parameters:
+        grad = param.grad
+        if grad is None:
+            continue
+        if grad.is_sparse:  # an embedding with sparse=True: its values are what was all-reduced
+            grad = grad.coalesce()._values()
+        grad = grad.detach().float()
+        squares.append(grad.square().sum())
+        sums.append(grad.sum())
+    if not squares:
+        return torch.zeros(5, dtype=torch.float64)
+    squares_t, sums_t = torch.stack(squares).double(), torch.stack(sums).double()
+    position = torch.arange(1, len(squares) + 1, dtype=torch.float64, device=squares_t.device)
+    count = torch.tensor(float(len(squares)), dtype=torch.float64, device=squares_t.device)
+    return torch.stack([squares_t.sum(), (squares_t * position).sum(), sums_t.sum(), (sums_t * position).sum(), count])
+
+
+def _digest_difference(first: Sequence[float], other: Sequence[float]) -> float:
+    """The largest difference of two digests, relative to its size: a sum of squares against
+    itself, a plain sum against the gradients' norm (times the largest weight, for the weighted
+    one), since a sum may cancel to near zero. Infinite when not the same parameters had gradients."""
+    if first[4] != other[4]:
+        return math.inf
+    norm = max(abs(first[0]), abs(other[0])) ** 0.5
+    scales = (max(abs(first[0]), abs(other[0])), max(abs(first[1]), abs(other[1])), norm, norm * first[4])
+    return max(abs(first[i] - other[i]) / max(scale, 1e-30) for i, scale in enumerate(scales))
+
+
+def gradients_in_sync(
+    digests_by_rank: Sequence[Sequence[Sequence[float]]],
+    unsynced_steps: Sequence[int],
+    own_hook: str | None = None,
+    tolerance: float = GRADIENT_DIGEST_TOLERANCE,
+) -> dict:
+    """From each rank's gradient digests at its optimizer steps (the warm-up's): every rank's must
+    match rank 0's at every step. Steps after a backward the script declared unsynced (no_sync(),
+    require_backward_grad_sync = False) were not digested and are counted."""
+    if len(digests_by_rank) < 2:
+        return one_rank()
+    steps = min(len(digests) for digests in digests_by_rank)
+    skipped = max(unsynced_steps) if unsynced_steps else 0
+    if steps == 0:
+        reason = (
+            f"each of the {skipped} optimizer step(s) before the window followed a backward under no_sync(): "
+            "no gradients that should agree"
+            if skipped
+            else "no optimizer step of the DDP model's parameters before the window"
+        )
+        return verdict(None, reason, steps_compared=0, unsynced_steps=skipped)
+    worst, identical, first_bad, bad_ranks = 0.0, 0, None, set()
+    for step in range(steps):
+        reference = digests_by_rank[0][step]
+        differences = [_digest_difference(reference, digests[step]) for digests in digests_by_rank[1:]]
+        worst = max(worst, *differences)
+        identical += all(list(digests[step]) == list(reference) for digests in digests_by_rank[1:])
+        out = [rank for rank, difference in enumerate(differences, start=1) if difference > tolerance]
+        if out and first_bad is None:
+            first_bad = step + 1
+        bad_ranks.update(out)
+    ok = not bad_ranks
+    reason = None
+    if not ok:
+        reason = (
+            f"rank(s) {', '.join(map(str, sorted(bad_ranks)))} stepped with gradients unlike rank 0's from optimizer "
+            f"step {first_bad} on: the gradients were not averaged across ranks, or were changed after the "
+            "all-reduce on some ranks only"
+            + (f" (the script registers its own comm hook {own_hook!r}; one that averages parameters instead, as "
+               "local SGD does, leaves gradients unlike by design)" if own_hook else "")
+        )  # fmt: skip
+    return verdict(
+        ok,
+        reason,
+        steps_compared=steps,
+        identical_steps=identical,
+        max_relative_difference=worst if math.isfinite(worst) else None,
+        tolerance=tolerance,
+        unsynced_steps=skipped,
+        ranks_differing_from_rank0=sorted(bad_ranks),
+    )

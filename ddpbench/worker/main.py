@@ -42,7 +42,7 @@ from ddpbench.records.schema import (
     RunError,
 )
 from ddpbench.records.store import new_record, utc_now, write_record
-from ddpbench.worker import checks, compiling, phases, sharding
+from ddpbench.worker import checks, compiling, model_state, phases, sharding
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.worker.environment import tf32_allowed, torch_facts
@@ -169,6 +169,12 @@ class Trainer:
             model = sharding.wrap_fsdp2(model, units)
         elif spec.strategy == "replicate":
             model = sharding.wrap_replicate(model, rank.device, spec.ddp)
+        # The DDP whose reducer holds gradient buckets (replicate runs one too): model state counts them.
+        self.reducer_owner = None
+        if spec.strategy == "ddp":
+            self.reducer_owner = model
+        elif spec.strategy == "replicate":
+            self.reducer_owner = sharding.replicate_ddp(model)
         # The module whose parameters train: inside DDP's wrapper, or the model itself (fsdp2 and
         # replicate attach to it; local has none).
         self.module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
@@ -278,13 +284,21 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         memory.start("warm-up")
         beat.enter("warm-up", batch_size=spec.batch_size)
         warmup_step_s = []
+        unsharded_bytes = None
         for step in range(spec.warmup):
             beat.step, beat.where = step, "data"
             if spec.fault:
                 maybe_inject(spec.fault, rank.rank, step)
             started = time.perf_counter()
             batch = next(trainer.batches)
-            trainer.step_on(batch)
+            if spec.strategy == "fsdp2" and step == spec.warmup - 1:
+                # The unsharded parameters and gradients are held only inside a step: measured on the
+                # last warm-up step, never on a timed one.
+                with model_state.UnshardedPeak(trainer.module) as unsharded:
+                    trainer.step_on(batch)
+                unsharded_bytes = unsharded.peak_bytes
+            else:
+                trainer.step_on(batch)
             if spec.slowdown:
                 sync_device(rank.device)  # warm-up only: a wall time per step to size --slowdown's work
                 warmup_step_s.append(time.perf_counter() - started)
@@ -348,7 +362,9 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
-    result["model_state_bytes"] = sharding.state_bytes(trainer.module, trainer.optimizer)["total"]
+    state = model_state.state_bytes(trainer.module, trainer.optimizer, trainer.reducer_owner, unsharded_bytes)
+    result["model_state_bytes"] = state.pop("total")
+    result["model_state_by_part"] = state
     # DDP's check needs other ranks (one rank's gradient is its own mean); the others' compare with
     # a plain copy of the model, which one rank can do.
     if rank.distributed and (rank.world_size > 1 or spec.strategy != "ddp"):

@@ -107,31 +107,11 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if is_sharded(tensor) else tensor
 
 
-def state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Bytes of model state this rank holds: its parameters, gradients and optimizer state (under
-    fsdp2, its shards of them). A tensor met twice (the same memory) counts once; views of one
-    storage count each (FSDP2's gradients are views of one reduce-scatter output per unit, DDP's
-    under gradient_as_bucket_view views of its buckets, which this does not see otherwise)."""
-    seen: set[tuple[int, int]] = set()
+def replicate_ddp(model: torch.nn.Module):
+    """The DDP object the composable replicate runs on `model` (its reducer, its buckets)."""
+    from torch.distributed._composable.replicate import replicate
 
-    def size(tensors) -> int:
-        total = 0
-        for tensor in tensors:
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            tensor = local(tensor)
-            key = (tensor.data_ptr(), tensor.numel())
-            if key in seen or tensor.numel() == 0:
-                continue
-            seen.add(key)
-            total += tensor.numel() * tensor.element_size()
-        return total
-
-    params = list(module.parameters())
-    found = {"parameters": size(params), "gradients": size(p.grad for p in params if p.grad is not None)}
-    found["optimizer"] = size(value for state in optimizer.state.values() for value in state.values())
-    found["total"] = sum(found.values())
-    return found
+    return replicate.state(model)._ddp
 
 
 def shard_layout(module: torch.nn.Module) -> list[tuple[str, int, int, int]]:

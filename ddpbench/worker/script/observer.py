@@ -7,7 +7,9 @@ Hooks, installed before the script runs:
   dimension) and marks where a step's data was in hand;
   (and the autocast precision it runs in);
 - the optimizers' global step hooks: a step ends when an optimizer holding the DDP model's
-  parameters has stepped (other optimizers, a GAN's second one say, are part of the step);
+  parameters has stepped after a training forward (other optimizers, a GAN's second one or a
+  second one over the DDP model's parameters, are part of the step); in
+  the warm-up steps, a digest of the DDP model's gradients there, for the gradients_in_sync check;
 - DistributedSampler's `__iter__`: the indices each rank read and the epoch the sampler was set
   to when it handed them out, for the shard and reshuffle checks, as the worker's own sampler
   records them.
@@ -28,6 +30,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
+from ddpbench.worker.checks import gradient_digest
 from ddpbench.worker.clock import StepClock
 
 
@@ -256,6 +259,15 @@ class Observer:
         self.beat = None  # the heartbeat, once the process group exists
         self.sampler_log = SamplerLog()
         self.loader_log = LoaderLog()
+        # The gradients every rank stepped with, digested at the optimizer's step until the session
+        # turns it off (the timed window pays nothing for it); steps after a backward the script
+        # declared unsynced (no_sync(), require_backward_grad_sync = False) are counted, not digested.
+        self.digesting = True
+        self.gradient_digests: list[torch.Tensor] = []
+        self.unsynced_steps = 0
+        self.synced_backward = True
+        self.digest_error: str | None = None
+        self._owner_steps_open = 0  # steps of optimizers over the DDP model's parameters under way
         self._removers: list[Callable[[], None]] = []
 
     # -- DDP -----------------------------------------------------------------------------------
@@ -276,6 +288,8 @@ class Observer:
             self.eval_steps.add(self.steps_done)
             return
         self.training_forwards += 1
+        # The reducer reads this flag in the forward: the backward after it all-reduces only if set.
+        self.synced_backward = bool(getattr(module, "require_backward_grad_sync", True))
         if self.training_forwards == 1:
             self.token_shape = token_ids_shape(args, kwargs)
         if self.timing and self.forwards_in_step == 0 and self.clock is not None:
@@ -301,8 +315,10 @@ class Observer:
         return self._owners[key]
 
     def before_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.beat is not None and self.ddp is not None and self.owns_ddp_parameters(optimizer):
-            self.beat.where = "optimizer"
+        if self.ddp is not None and self.owns_ddp_parameters(optimizer):
+            self._owner_steps_open += 1
+            if self.beat is not None:
+                self.beat.where = "optimizer"
 
     def after_optimizer_step(self, optimizer, args, kwargs) -> None:
         self.optimizers_seen += 1
@@ -311,6 +327,17 @@ class Observer:
             return
         if not self.owns_ddp_parameters(optimizer):
             return
+        self._owner_steps_open = max(0, self._owner_steps_open - 1)
+        if self._owner_steps_open:
+            # Stepped inside another one's step (ZeroRedundancyOptimizer steps its local optimizer, then
+            # broadcasts the updated shards): the outer one ends the step, once the replicas agree again.
+            return
+        if self.forwards_in_step == 0 and self.training_forwards > 0:
+            # Another optimizer over the DDP model's parameters in the step just ended (one per part
+            # of the model): no training forward since, so no new step, whose batch would read 0.
+            return
+        if self.digesting:
+            self._digest_gradients()
         self.steps_done += 1
         if self.steps_done >= UNDISTRIBUTED_STEPS and self.training_forwards == 0:
             raise NotDDPTraining(
@@ -326,6 +353,22 @@ class Observer:
         if self.beat is not None:
             self.beat.step, self.beat.where = self.steps_done, "data"
         self.on_step_end(self.steps_done)
+
+    def _digest_gradients(self) -> None:
+        """After the optimizer stepped, not before: Lightning (and any optimizer.step(closure)) runs
+        forward and backward inside step(), so a pre-hook would see the previous step's gradients.
+        The gradients are read as they are after the step (optimizers read them, they do not change
+        them; GradScaler has unscaled them in place before). All of the DDP model's parameters, in
+        its order, not the optimizer's own: an optimizer over a subset (ZeroRedundancyOptimizer's
+        local one, one per part of the model) holds different parameters on each rank."""
+        if not self.synced_backward:
+            self.unsynced_steps += 1
+            return
+        try:
+            self.gradient_digests.append(gradient_digest(self.ddp.parameters()))
+        except Exception as exc:  # gradients of a kind the digest cannot read: the script must go on
+            self.digesting = False
+            self.digest_error = f"{type(exc).__name__}: {exc}"
 
     def _training_without_ddp(self) -> None:
         self.steps_without_ddp += 1

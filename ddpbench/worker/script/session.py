@@ -133,6 +133,7 @@ class Session:
         # The script's own threads; its loader workers, if any, are not known here.
         self.load = WindowLoad(int(os.environ.get("LOCAL_RANK", 0)), device, [device], torch.get_num_threads(), 0)
         self.load.start()  # before the barrier: no part of any rank's window
+        self.observer.digesting = False  # the warm-up's gradient digests are the check's; timed steps pay nothing
         self._edge()
         self.clock = StepClock(self.observer.device())
         self.observer.clock, self.observer.timing = self.clock, True
@@ -175,6 +176,10 @@ class Session:
             "window_s": self.window_s,
             "machine_load": self.machine_load,
             "param_digest": checks.parameter_digest(observer.ddp.module),
+            # read after the window: the digests stayed on the device through the warm-up
+            "gradient_digests": [digest.tolist() for digest in observer.gradient_digests],
+            "unsynced_steps": observer.unsynced_steps,
+            "digest_error": observer.digest_error,
             "samples_per_step": timed,
             "forwards_per_step": observer.forwards_per_step[self.warmup :],
             "sampler_passes": log.passes(sampler) if sampler is not None else None,
@@ -285,27 +290,38 @@ def loader_checks(loaders: list[dict], world_size: int) -> dict:
     chose them (Accelerate's shard wrappers, a framework's own sampler, a custom one)."""
     first = loaders[0]
     found = {"reshuffled_each_epoch": checks.loader_reshuffled(first["passes"], first["sampler"])}
-    if first["dataset_length"] is None or not all(loader["full"] and loader["full"][0] for loader in loaders):
-        reason = (
-            "the loader's dataset has no length to check its shards against"
-            if first["dataset_length"] is None
-            else "no full pass of the loader on every rank before the window closed"
-        )
+    if first["dataset_length"] is None:
+        reason = "the loader's dataset has no length to check its shards against"
         found.update({name: checks.verdict(None, reason) for name in ("shards_disjoint", "shards_cover_dataset")})
         return found
     batch = first["batch_size"] or 1
-    # Loaders that give every rank as many batches pad with repeats; a drop_last loader leaves the
-    # last incomplete batch of each rank out.
+    drawn = [loader["passes"][0][1] if loader["passes"] else [] for loader in loaders]
+    whole = all(loader["full"] and loader["full"][0] for loader in loaders)
+    # Loaders that give every rank as many batches pad with repeats, at the end of a pass only: a
+    # pass the ranks have not read to its end may repeat nothing, unless together they have drawn as
+    # many indices as the dataset holds (their last batches read, the loader not yet asked again).
+    padding = -first["dataset_length"] % (world_size * batch)
+    if not whole and sum(map(len, drawn)) < first["dataset_length"]:
+        padding = 0
     found.update(
         checks.shard_checks(
-            [loader["passes"][0][1] for loader in loaders],
+            drawn,
             first["dataset_length"],
             world_size,
-            padding=-first["dataset_length"] % (world_size * batch),
-            padder=f"padding to whole batches on every rank ({first['sampler']})",
+            padding=padding,
+            padder=f"padding to whole batches on every rank ({first['sampler']})"
+            if padding
+            else "a pass not yet at its end (loaders pad only at the end)",
+            # a drop_last loader leaves the last incomplete batch of each rank out
             missing_allowed=world_size * batch - 1 if first["drop_last"] else 0,
         )
     )
+    if not whole:
+        # The indices drawn so far must not overlap; whether the shards cover the data needs a whole pass.
+        found["shards_disjoint"]["details"]["whole_pass"] = False
+        found["shards_cover_dataset"] = checks.verdict(
+            None, "no full pass of the loader on every rank before the window closed"
+        )
     return found
 
 
@@ -362,6 +378,16 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
 
     run_checks = {"replicas_in_sync": checks.replicas_in_sync([r["param_digest"] for r in results])}
     run_checks["gradients_averaged"] = checks.verdict(None, NOT_RECOMPUTED)
+    unreadable = next((f"rank {r['rank']}: {r['digest_error']}" for r in results if r["digest_error"]), None)
+    run_checks["gradients_in_sync"] = (
+        checks.verdict(None, f"the gradients could not be digested ({unreadable})")
+        if unreadable
+        else checks.gradients_in_sync(
+            [r["gradient_digests"] for r in results],
+            [r["unsynced_steps"] for r in results],
+            observer.knobs()["comm_hook"] if hook_note else None,
+        )
+    )
     repeats = first["loader"]["repeats"] if first["loader"] else None
     if all(r["sampler_passes"] for r in results):
         first_pass = [r["sampler_passes"][0][1] for r in results]
