@@ -79,16 +79,31 @@ def run_lines(job: CrossRankJob, run_name: str, ladder_wait, ladder_slowest: int
     if traced_ms is not None:
         words = f"waiting for the slowest rank {traced_ms:.1f} ms per step in the traces"
         if ladder_wait is not None and ladder_wait.s_per_step is not None:
-            words += f", {ladder_wait.s_per_step * 1000:.1f} ms in the breakdown: " + (
+            half = (
+                f" ± {(ladder_wait.ci_high_s - ladder_wait.ci_low_s) / 2 * 1000:.1f}"
+                if ladder_wait.ci_low_s is not None and ladder_wait.ci_high_s is not None
+                else ""
+            )
+            words += f", {ladder_wait.s_per_step * 1000:.1f}{half} ms in the breakdown: " + (
                 "they disagree" if _disagree(traced_ms, ladder_wait) else "they agree"
             )
         beside.append(words)
+    # The ladder's slowest rank is a finding only where the wait for it is (its interval excludes
+    # zero); otherwise there is no rank to name, and nothing to disagree with.
+    named = (
+        ladder_slowest is not None
+        and ladder_wait is not None
+        and ladder_wait.significant
+        and ladder_wait.s_per_step > 0
+    )
     if slow is not None:
         words = f"last to arrive: rank {slow['rank']} at {slow['last_arrival_share']:.0%} of collectives"
-        if ladder_slowest is not None:
+        if named:
             words += f", the ladder's slowest rank is rank {ladder_slowest}" + (
                 "" if ladder_slowest == slow["rank"] else ": they disagree"
             )
+        elif ladder_wait is not None and ladder_wait.s_per_step is not None:
+            words += ", the ladder finds no slowest rank beyond its noise"
         beside.append(words)
     if beside:
         lines.append("  beside the ladder: " + "; ".join(beside))
