@@ -82,6 +82,7 @@ def main() -> int:
     runs = load(os.path.join(out, "example"))
     table = scaling_table(runs)
     sentences = "\n".join(f"- {sentence}" for sentence in comparisons(table))
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     page = f"""# Eager and compiled DDP and FSDP2 in one CPU sweep
 
 What `--strategies local,ddp,fsdp2 --compile off,default` prints on the development machine: the
@@ -90,7 +91,7 @@ example in [Sweeps](../sweeps.md#compiled-ddp-fsdp2-and-replicate). Written by
 
 - **Commit**: {commit}{" with uncommitted changes to tracked files" if dirty else ""}.
 - **Machine**: {os.cpu_count()} cores, {platform.system()} {platform.release()}, no GPU, torch over gloo;
-  1-minute load average {load_before:.2f} before, {load_after:.2f} after; {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.
+  1-minute load average {load_before:.2f} before, {load_after:.2f} after; {date}.
 - **Command**: `{shown}` (exit code {done.returncode}, {took / 60:.1f} minutes, {len(runs)} runs).
 
 ```text
