@@ -118,8 +118,16 @@ def closing_lines(sweep_dir: str) -> list[str]:
         return []
     lines = [f"finding  {said}" for said in map(finding, breakdowns) if said is not None]
     if breakdowns:
-        quiet = len(breakdowns) - len(lines)
-        rest = f"; {quiet} run(s) lost nothing beyond their noise" if quiet and lines else ""
-        none = "no DDP run lost scaling beyond its noise; " if not lines else ""
+        # Runs without a finding: with a ladder their terms are within noise; without one (fsdp2,
+        # compiled, scripts, --no-profile) their terms were not measured in place.
+        quiet = sum(1 for b in breakdowns if b.ladder and finding(b) is None)
+        unmeasured = sum(1 for b in breakdowns if not b.ladder)
+        rest = "".join(
+            (
+                f"; {quiet} run(s) lost nothing beyond their noise" if quiet else "",
+                f"; {unmeasured} run(s) without a ladder, whose terms were not measured in place" if unmeasured else "",
+            )
+        )
+        none = "no DDP run lost scaling beyond its noise; " if not lines and not unmeasured else ""
         lines.append(f"({none}ddpbench explain {sweep_dir} breaks every loss down{rest})")
     return lines
