@@ -27,6 +27,7 @@ sys.path.insert(0, REPO)
 
 from ddpbench.analysis.breakdown import explain_sweep  # noqa: E402
 from ddpbench.analysis.breakdown_terms import TERM_NAMES  # noqa: E402
+from ddpbench.analysis.breakdown_text import in_run_loss  # noqa: E402
 from ddpbench.analysis.frames import reference_runs  # noqa: E402
 from ddpbench.analysis.ladder import standard_error  # noqa: E402
 from ddpbench.analysis.registry import record_iteration_times_s  # noqa: E402
@@ -113,8 +114,9 @@ def page(sweep_dir: str, command: str) -> str:
         in_run_lost = in_run.get("value")
         unexplained = breakdown.terms["unexplained"].s_per_step or 0.0
         share = abs(unexplained) / abs(in_run_lost) if in_run_lost else math.inf
-        # The in-run loss within its own interval: nothing for unexplained to be a share of.
-        quiet = in_run.get("ci_low") is not None and in_run["ci_low"] <= 0 <= in_run["ci_high"]
+        # The in-run loss within its own interval (explain's own rule): nothing for unexplained to be a share of.
+        loss = in_run_loss(breakdown)
+        quiet = loss is not None and abs(loss[0]) <= loss[1]
         ok = share <= UNEXPLAINED_SHARE or quiet
         counted += breakdown.world_size > 1
         met += ok and breakdown.world_size > 1

@@ -40,9 +40,7 @@ def test_a_record_without_a_ladder_is_not_measured_in_place_and_gets_no_advice(s
     measured = [term for term in found.terms.values() if term.s_per_step is not None]
     assert measured and all(term.basis.startswith("not measured in place") for term in measured)
     assert not any(term.significant for term in found.terms.values())
-    assert found.largest() is None and found.advice_terms == [
-        line for line in found.advice_terms if line == "unexplained"
-    ]
+    assert found.largest() is None and found.advice == found.advice_terms == []
     assert found.terms["unexplained"].s_per_step is None and "left-over" in found.terms["unexplained"].basis
     assert found.terms_sum_s() == pytest.approx(sum(term.s_per_step for term in measured))
     # This record predates the data-loading times: the term says so.
@@ -69,9 +67,9 @@ def test_explain_prints_every_term_and_writes_json(sweep, tmp_path, capsys):
     head = printed.splitlines()[0].split()
     assert head == ["run", "E(N)", "in-run", "lost", *(SHORT_NAMES[name] for name in TERM_NAMES), "sum"]
     assert sum(line.startswith("run  mlp x2: ") for line in printed.splitlines()) == 1
-    assert "not measured in place (no ladder)" in printed  # and so no finding, no advice on a term
-    [said] = [line for line in printed.splitlines() if line.startswith("advice  ")]
-    assert "unaccounted for" in said
+    assert "not measured in place (no ladder)" in printed  # and so no finding, no advice
+    assert not [line for line in printed.splitlines() if line.startswith("advice  ")]
+    assert "a left-over of other phases, not a term" in printed  # the gap is a note beside the run
     assert "estimate" not in printed
     assert main(["explain", str(sweep), "--detail"]) == 0
     detail = capsys.readouterr().out
@@ -89,7 +87,8 @@ def test_explain_prints_every_term_and_writes_json(sweep, tmp_path, capsys):
         "ci_high_s",
         "significant",
     }
-    assert entry["largest_loss"] is None and entry["advice_terms"] == ["unexplained"]
+    assert entry["largest_loss"] is None and entry["advice"] == entry["advice_terms"] == []
+    assert len(entry["notes"]) == 1
 
 
 def _sweep_of(root, *records):
@@ -144,9 +143,10 @@ def test_terms_far_short_of_the_loss_are_called_out_with_what_was_measured_besid
     assert abs(gap) > 0.15 * lost  # this fixture: 8 of 29 ms
     # Its timeline has no unwrapped steps (an older record): only the timed-vs-timeline gap is measured.
     assert list(found.unexplained_parts) == ["timed_beyond_timeline_s"]
-    said = [line for line in found.advice if "unaccounted for" in line]
+    assert found.advice == []  # a loss less terms from other phases is a left-over: a note, never advice
+    said = found.notes
     assert (
-        len(said) == 1 and f"{gap * 1e3:.2f} ms per step of the loss unaccounted for ({abs(gap) / lost:.0%})" in said[0]
+        len(said) == 1 and f"sum to {gap * 1e3:.2f} ms per step less than the loss ({abs(gap) / lost:.0%})" in said[0]
     )
     assert "than the timeline's DDP steps" in said[0] and "unwrapped" not in said[0]
     assert "unexplained_parts" in found.as_dict()

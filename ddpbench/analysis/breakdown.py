@@ -33,7 +33,7 @@ import math
 import statistics
 
 from ddpbench.analysis.breakdown_terms import LABELS, MEASUREMENT_TERMS, TERM_NAMES, Breakdown, ExplainError, Term
-from ddpbench.analysis.breakdown_text import advice, efficiency_cells, in_run_loss
+from ddpbench.analysis.breakdown_text import advice, efficiency_cells, gap_note, in_run_loss
 from ddpbench.analysis.frames import reference_runs
 from ddpbench.analysis.ladder import (
     SCRIPT_LOOP,
@@ -245,7 +245,9 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
             f"rung 0 of the ladder (a rank alone, unwrapped, in this run's processes), {reference_step * 1e3:.2f} "
             f"ms per step: {reference}"
         )
-        efficiency = in_run["efficiency"]["value"]
+        # E and the points lost from the same two figures; the in-run efficiency (a mean of the
+        # blocks' ratios) is shown as what it is.
+        efficiency = reference_step / step
 
     data_n = data_wait(record)
     if ladder is not None:
@@ -294,6 +296,7 @@ def explain(record: Record, records: list[tuple[str, Record]], profile: dict | N
         }
     breakdown.estimates = reconcile(record, {name: term.s_per_step for name, term in terms.items()})
     breakdown.advice = advice(breakdown, record, slowest, profile)
+    breakdown.notes = gap_note(breakdown)
     return breakdown
 
 
@@ -379,10 +382,10 @@ def terms_in_place(record: Record) -> dict[str, float | None]:
     elsewhere in the run (`run_terms`)."""
     try:
         read_ladder(record)
-    except NoLadder:
+        found = explain(record, [(record.run_id, record)])
+    except (NoLadder, ExplainError):  # no ladder, or one explain does not break down (strong scaling)
         measured, _ = run_terms(record)
         return {name: value for name, (value, _) in measured.items()}
-    found = explain(record, [(record.run_id, record)])
     return {name: term.s_per_step for name, term in found.terms.items()}
 
 
@@ -413,10 +416,11 @@ def reconcile(record: Record, seconds: dict[str, float | None]) -> list[str]:
         # The profiler slows the steps it records: say how far its steps are from the timed ones.
         profiled, timed = profiled_step_p50_s(record), iteration_p50_s(record)
         steps = f", in profiled steps of {ms(profiled)} against {ms(timed)} timed" if profiled and timed else ""
+        # Side by side, not subtracted: the trace's steps and the terms' are different steps.
+        wait = f" and slowest_rank {ms(value('slowest_rank'))} (the wait)" if value("slowest_rank") is not None else ""
         lines.append(
-            f"trace {ms(trace)} (the rank exposing most) = exposed_comm {ms(value('exposed_comm'))} (the "
-            f"rank exposing least) + {ms(trace - value('exposed_comm'))} that rank waits for its peers"
-            f"{steps}"
+            f"trace {ms(trace)} (the rank exposing most: the transfer and that rank's wait for its peers){steps}; "
+            f"beside it, exposed_comm {ms(value('exposed_comm'))} (the transfer){wait}"
         )
     no_sync = exposed_comm_no_sync_s(record)
     if no_sync is not None:
@@ -538,6 +542,13 @@ def ladder_straggler(record: Record):
         "95 % interval excludes zero."
     )
     figure = f"{term.s_per_step * 1e3:.2f} ± {half * 1e3:.2f} ms per step ({term.points:.1f} points)"
+    if term.significant and term.s_per_step > 0 and not found.ladder.get("halves_agree", True):
+        return Verdict(
+            True,
+            f"The ranks take turns: the other ranks wait {figure} for a slower rank, but the two halves of the "
+            "blocks name different ranks as the slowest.",
+            basis,
+        )
     if term.significant and term.s_per_step > 0:
         return Verdict(True, f"{who} is the slowest: the other ranks wait {figure} for it.", basis)
     return Verdict(

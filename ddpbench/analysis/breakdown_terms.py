@@ -79,9 +79,9 @@ TERMS = (
     TermDefinition(
         "unexplained",
         "not explained",
-        "the typical rank's step outside backward's span and DDP's waits (forward, the loss, the "
-        "optimizer, what lies between the marks), the ladder's DDP steps against its one-rank DDP steps, "
-        "measured per block with its interval; not measured on records without a ladder, where it would "
+        "the typical rank's forward (with the loss) and optimizer, each from its own marks, the ladder's "
+        "DDP steps against its one-rank DDP steps, per block with its interval: what DDP's communication "
+        "costs outside backward and its waits; not measured on records without a ladder, where it would "
         "be a left-over",
     ),
 )
@@ -155,6 +155,9 @@ class Breakdown:
     """The term each piece of `advice` is about, in the same order."""
     reference_run_ids: list[str] = field(default_factory=list)
     """The `local` runs that are its X(1); empty where rung 0 is the reference."""
+    notes: list[str] = field(default_factory=list)
+    """What the record says beside its terms that is no finding (without a ladder: how far their
+    sum falls short of the loss)."""
     machine: list[str] = field(default_factory=list)
     """What the probes say of this run's processes or its reference's: ran at another speed than
     the sweep's other runs (`ddpbench.analysis.probes`)."""
@@ -191,6 +194,7 @@ class Breakdown:
             "advice_terms": self.advice_terms,
             "reference_run_ids": self.reference_run_ids,
             "machine": self.machine,
+            "notes": self.notes,
             "unexplained_parts": self.unexplained_parts,
             "ladder": self.ladder,
         }

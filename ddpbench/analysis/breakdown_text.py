@@ -83,6 +83,11 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: d
                 f"{lost} more than at one device: give the DataLoader more workers (--num-workers, now "
                 f"{record.spec.num_workers}) and pin memory."
             )
+        elif name == "slowest_rank" and not breakdown.ladder.get("halves_agree", True):
+            said.append(
+                f"{lost}: the ranks take turns being the slowest (the two halves of the ladder's blocks name "
+                "different ranks): look at what the host does to all of them (load, clocks, the data's source)."
+            )
         elif name == "slowest_rank":
             host = record.ranks[slowest].hostname if slowest is not None and slowest < len(record.ranks) else None
             who = f"rank {slowest}" + (f" on {host}" if host else "") if slowest is not None else "one rank"
@@ -108,27 +113,19 @@ def advice(breakdown: Breakdown, record: Record, slowest: int | None, profile: d
     return said + unexplained
 
 
-def _unexplained_advice(breakdown: Breakdown) -> list[str]:
-    """Said when `unexplained` is a finding and more than UNEXPLAINED_SHARE of the lost time, or,
-    without a ladder, when the terms' sum falls that far short of the loss: how much, and what
-    was measured beside it."""
-    term, lost = breakdown.terms.get("unexplained"), breakdown.step_s - breakdown.reference_step_s
+def gap_note(breakdown: Breakdown) -> list[str]:
+    """Without a ladder: how far the terms' sum falls short of the loss, and what was measured
+    beside it, as a note (a loss less terms from other phases is a left-over, no finding)."""
     if breakdown.ladder:
-        if term is None or not term.significant or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
-            return []
-        share = (
-            f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of "
-            "the lost time)"
-        )
-        return [
-            f"{share}: the typical rank's forward, loss and optimizer take that much longer under DDP than "
-            "under one-rank DDP, outside backward and DDP's waits (bucket copies DDP makes only with a "
-            "network, the all-reduces' launch)."
-        ]
+        return []
+    lost = breakdown.step_s - breakdown.reference_step_s
     gap = lost - (breakdown.terms_sum_s() or 0.0)
     if lost <= 0 or abs(gap) <= UNEXPLAINED_SHARE * lost:
         return []
-    share = f"the measured terms leave {gap * 1e3:.2f} ms per step of the loss unaccounted for ({abs(gap) / lost:.0%})"
+    share = (
+        f"the terms, measured elsewhere in the run, sum to {gap * 1e3:.2f} ms per step less than the loss "
+        f"({abs(gap) / lost:.0%}); a left-over of other phases, not a term"
+    )
     parts = breakdown.unexplained_parts
     if not parts:
         return [f"{share}; this record has no gradient timeline to say what lies beside it."]
@@ -146,6 +143,25 @@ def _unexplained_advice(breakdown: Breakdown) -> list[str]:
             "the timeline's DDP steps the terms come from"
         )
     return [f"{share}: measured beside it, {' and '.join(beside)}."]
+
+
+def _unexplained_advice(breakdown: Breakdown) -> list[str]:
+    """Said when `unexplained` is a finding and more than UNEXPLAINED_SHARE of the lost time
+    (records with a ladder; without one it is not measured, and `gap_note` speaks)."""
+    term, lost = breakdown.terms.get("unexplained"), breakdown.step_s - breakdown.reference_step_s
+    if breakdown.ladder:
+        if term is None or not term.significant or lost <= 0 or abs(term.s_per_step) <= UNEXPLAINED_SHARE * lost:
+            return []
+        share = (
+            f"{term.s_per_step * 1e3:.2f} ms per step is not explained ({abs(term.s_per_step) / lost:.0%} of "
+            "the lost time)"
+        )
+        return [
+            f"{share}: the typical rank's forward, loss and optimizer take that much longer under DDP than "
+            "under one-rank DDP, outside backward and DDP's waits (bucket copies DDP makes only with a "
+            "network, the all-reduces' launch)."
+        ]
+    return []
 
 
 def format_breakdown(breakdown: Breakdown) -> str:
@@ -180,6 +196,7 @@ def format_breakdown(breakdown: Breakdown) -> str:
     lines.append(f"  step at N        {phases}")
     lines += [f"  estimate         {line}" for line in breakdown.estimates]
     lines += [f"  advice           {line}" for line in breakdown.advice]
+    lines += [f"  note             {line}" for line in breakdown.notes]
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ name different ranks.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import numpy as np
@@ -128,14 +129,19 @@ def explain_lines(records: list, breakdowns: list) -> list[str]:
         paths = run_traces(*found)
         if len(paths) < 2:
             continue
+        if not all(os.path.exists(path) for path in paths):
+            # Records copied without their traces (a fixture, a sweep moved elsewhere).
+            lines.append(f"critical path  {run_name(breakdown)}: its traces are not here (moved, or left out)")
+            continue
         try:
             job = match_job(paths)
         except TraceError as exc:
             lines.append(f"critical path  {run_name(breakdown)}: traces not matched: {exc}")
             continue
-        lines += run_lines(
-            job, run_name(breakdown), breakdown.terms.get("slowest_rank"), (breakdown.ladder or {}).get("slowest_rank")
-        )
+        ladder = breakdown.ladder or {}
+        # A rank the two halves of the blocks do not agree on is not named.
+        slowest = ladder.get("slowest_rank") if ladder.get("halves_agree", True) else None
+        lines += run_lines(job, run_name(breakdown), breakdown.terms.get("slowest_rank"), slowest)
     return lines
 
 

@@ -78,9 +78,8 @@ def command_explain(args: argparse.Namespace) -> int:
     print()
     for breakdown in breakdowns:
         print(f"run  {closing_line(breakdown)}")
-        why = disagreement(breakdown)
-        if why:
-            print(f"     {why}")
+        for said in filter(None, [disagreement(breakdown), *breakdown.notes]):
+            print(f"     {said}")
     advised = [breakdown for breakdown in breakdowns if breakdown.advice]
     if advised:
         print()
@@ -110,7 +109,7 @@ def closing_lines(sweep_dir: str) -> list[str]:
     """The sweep's last words: one line per run that has a finding (a term beyond its noise);
     runs without one say nothing here."""
     from ddpbench.analysis.breakdown_terms import ExplainError
-    from ddpbench.analysis.breakdown_text import finding
+    from ddpbench.analysis.breakdown_text import finding, verdict
 
     try:
         breakdowns, _ = sweep_breakdowns(sweep_dir)
@@ -120,14 +119,16 @@ def closing_lines(sweep_dir: str) -> list[str]:
     if breakdowns:
         # Runs without a finding: with a ladder their terms are within noise; without one (fsdp2,
         # compiled, scripts, --no-profile) their terms were not measured in place.
-        quiet = sum(1 for b in breakdowns if b.ladder and finding(b) is None)
+        quiet = sum(1 for b in breakdowns if b.ladder and finding(b) is None and verdict(b).startswith("no loss"))
+        spread = sum(1 for b in breakdowns if b.ladder and finding(b) is None) - quiet
         unmeasured = sum(1 for b in breakdowns if not b.ladder)
         rest = "".join(
             (
                 f"; {quiet} run(s) lost nothing beyond their noise" if quiet else "",
+                f"; {spread} run(s) lost scaling that no single term holds beyond its noise" if spread else "",
                 f"; {unmeasured} run(s) without a ladder, whose terms were not measured in place" if unmeasured else "",
             )
         )
-        none = "no DDP run lost scaling beyond its noise; " if not lines and not unmeasured else ""
+        none = "no DDP run lost scaling beyond its noise; " if not lines and not unmeasured and not spread else ""
         lines.append(f"({none}ddpbench explain {sweep_dir} breaks every loss down{rest})")
     return lines

@@ -103,6 +103,7 @@ def where_the_scaling_went_section(data, html) -> list[Markup]:
             )
         )
         blocks.append(html.table_html(terms_table(runs), text_columns=("term",)))
+        blocks += [html.note(f"{run.run_id}: {said}") for run in runs for said in run.notes]
         blocks.append(_advice(runs))
     if problems:
         blocks.append(html.note(_not_broken_down(problems)))

@@ -28,12 +28,13 @@ CROSS_CHECKS = (
 )
 
 
-def exposed_cell(record: Record | None) -> str:
-    """The breakdown's exposed communication of one run, in ms with its interval."""
+def exposed_cell(record: Record | None, records) -> str:
+    """The breakdown's exposed communication of one run, in ms with its interval (its sweep's
+    records: a run without a ladder needs its local reference)."""
     if record is None:
         return ""
     try:
-        term = explain(record, [(record.run_id, record)]).terms["exposed_comm"]
+        term = explain(record, records).terms["exposed_comm"]
     except ExplainError:
         return ""
     if term.s_per_step is None:
@@ -70,7 +71,9 @@ def communication_section(data: ReportData) -> list[Markup]:
         shown = shown.rename(columns={"run_id": "run", "world_size": "world size", **cross})
         formats = {cross.get(column, column): fmt for column, fmt in formats.items()}
         by_run = {record.run_id: record for _, record in data.records}
-        shown.insert(4, "exposed communication (ms)", [exposed_cell(by_run.get(run)) for run in shown["run"]])
+        shown.insert(
+            4, "exposed communication (ms)", [exposed_cell(by_run.get(run), data.records) for run in shown["run"]]
+        )
         blocks.append(table_html(shown, formats, text_columns=("run", "workload", "exposed communication (ms)")))
         blocks.append(note(CROSS_CHECKS))
     spread = exposed_spread_frame(data.records)
