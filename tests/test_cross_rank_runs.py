@@ -193,8 +193,12 @@ def test_explain_sets_the_critical_path_beside_the_ladder_and_says_where_they_di
     lines = run_lines(job, "slow x2", ladder, ladder_slowest=1)
     assert lines[0].startswith("critical path  slow x2 (traces, 12 profiled steps): rank 1's forward held ")
     assert "they agree; last to arrive: rank 1 at " in lines[1] and "disagree" not in "\n".join(lines)
-    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0, 0.001), ladder_slowest=0)
+    # A ladder wait that is a finding (0.3 to 0.7 ms) on another rank: both disagree.
+    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0003, 0.0007), ladder_slowest=0)
     assert lines[1].count("they disagree") == 2 and "the profiler slows" in lines[2]
+    # One within noise (0 to 1 ms): no rank is named, so only the wait can disagree.
+    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0, 0.001), ladder_slowest=0)
+    assert lines[1].count("they disagree") == 1 and "the ladder finds no slowest rank beyond its noise" in lines[1]
 
 
 def test_two_hosts_clocks_aligned_on_real_gloo_ends_contain_the_true_offset(slow_rank, tmp_path):
