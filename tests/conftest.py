@@ -2,6 +2,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,3 +223,33 @@ _FOREIGN = re.compile(
 def foreign_lines(text: str) -> list[str]:
     """The lines of a terminal transcript that ddpbench did not write itself."""
     return [line for line in text.splitlines() if _FOREIGN.search(line)]
+
+
+def netns_cannot(reason: str) -> None:
+    """Skip where a network namespace cannot be made or shaped; where CI says it can
+    (DDPBENCH_REQUIRE_NETNS), fail instead, so that no shaped-network case goes unchecked in silence."""
+    if os.environ.get("DDPBENCH_REQUIRE_NETNS"):
+        pytest.fail(f"DDPBENCH_REQUIRE_NETNS is set but {reason}")
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def shaped_loopback(name: str, rate: str):
+    """A network namespace whose loopback is up (MTU 9000) and rate-limited by tbf to `rate` (its
+    burst must exceed the MTU, or no packet ever leaves); deleted afterwards. Yields its name."""
+    if not (shutil.which("ip") and shutil.which("tc")):
+        netns_cannot("needs `ip` and `tc` (iproute2) to shape a network namespace's loopback")
+    added = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if added.returncode != 0:
+        netns_cannot(f"`ip netns add` does not work here: {added.stderr.strip()}")
+    try:
+        for command in (
+            ["ip", "link", "set", "lo", "up", "mtu", "9000"],
+            ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst", "200kb", "latency", "50ms"],
+        ):
+            done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
+            if done.returncode != 0:
+                netns_cannot(f"cannot shape the namespace's loopback ({' '.join(command)}): {done.stderr.strip()}")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)

@@ -10,13 +10,12 @@ import functools
 import importlib.util
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, cpu_environment, ddpbench
+from conftest import FIXTURES, cpu_environment, ddpbench, shaped_loopback
 
 from ddpbench.analysis.breakdown_terms import TERM_NAMES
 
@@ -145,48 +144,11 @@ def slow_data(tmp_path_factory):
     return run_cases(tmp_path_factory, "slow_getitem")[0]
 
 
-def cannot(reason: str) -> None:
-    """Skip where a network namespace cannot be shaped; where CI says it can (DDPBENCH_REQUIRE_NETNS),
-    fail instead, so that the shaped-network case never goes unchecked in silence."""
-    if os.environ.get("DDPBENCH_REQUIRE_NETNS"):
-        pytest.fail(f"DDPBENCH_REQUIRE_NETNS is set but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def shaped_namespace():
     """A network namespace whose loopback is rate-limited (tbf; its burst must exceed the MTU)."""
-    if not (shutil.which("ip") and shutil.which("tc")):
-        cannot("needs `ip` and `tc` (iproute2) to shape a network namespace's loopback")
-    name = f"ddpbench-planted-{os.getpid()}"
-    added = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if added.returncode != 0:
-        cannot(f"`ip netns add` does not work here: {added.stderr.strip()}")
-    try:
-        for command in (
-            ["ip", "link", "set", "lo", "up", "mtu", "9000"],
-            [
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "lo",
-                "root",
-                "tbf",
-                "rate",
-                SHAPED_RATE,
-                "burst",
-                "200kb",
-                "latency",
-                "50ms",
-            ],
-        ):
-            done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
-            if done.returncode != 0:
-                cannot(f"cannot shape the namespace's loopback ({' '.join(command)}): {done.stderr.strip()}")
+    with shaped_loopback(f"ddpbench-planted-{os.getpid()}", SHAPED_RATE) as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
 @pytest.fixture(scope="module")

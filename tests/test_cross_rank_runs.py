@@ -4,13 +4,12 @@ the sleep on a plain and on a shaped loopback (a network namespace, tc tbf). One
 assertion of the case on it."""
 
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, cpu_environment
+from conftest import FIXTURES, cpu_environment, shaped_loopback
 
 from ddpbench.analysis.collectives import bucket_table, match_job, rank_summary
 from ddpbench.analysis.critical_path import job_paths, path_summary
@@ -128,49 +127,13 @@ def test_the_run_merges_into_one_timeline_with_the_path_on_it(slow_rank):
     ]
 
 
-def cannot(reason: str) -> None:
-    if os.environ.get("DDPBENCH_REQUIRE_NETNS"):
-        pytest.fail(f"DDPBENCH_REQUIRE_NETNS is set but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def shaped_pair(tmp_path_factory):
     """steady_ranks' run on the plain loopback, then inside a namespace whose loopback is shaped."""
-    if not (shutil.which("ip") and shutil.which("tc")):
-        cannot("needs `ip` and `tc` (iproute2) to shape a network namespace's loopback")
     out = tmp_path_factory.mktemp("shaped")
-    name = f"ddpbench-cross-rank-{os.getpid()}"
-    added = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if added.returncode != 0:
-        cannot(f"`ip netns add` does not work here: {added.stderr.strip()}")
-    try:
-        for command in (
-            ["ip", "link", "set", "lo", "up", "mtu", "9000"],
-            # tbf's burst must exceed the MTU, or no packet ever leaves.
-            [
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "lo",
-                "root",
-                "tbf",
-                "rate",
-                SHAPED_RATE,
-                "burst",
-                "200kb",
-                "latency",
-                "50ms",
-            ],
-        ):
-            done = subprocess.run(["ip", "netns", "exec", name, *command], capture_output=True, text=True)
-            if done.returncode != 0:
-                cannot(f"cannot shape the namespace's loopback ({' '.join(command)}): {done.stderr.strip()}")
+    with shaped_loopback(f"ddpbench-cross-rank-{os.getpid()}", SHAPED_RATE) as name:
         plain = match_job(launch(out, "steady_ranks", "plain"), jobs=2)
         shaped = match_job(launch(out, "steady_ranks", "shaped", prefix=("ip", "netns", "exec", name)), jobs=2)
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
     return plain, shaped
 
 

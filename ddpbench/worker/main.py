@@ -11,6 +11,7 @@ timed) -> timed window -> checks -> gather to rank 0, which alone writes the rec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -192,18 +193,7 @@ class Trainer:
         self.progress = UNTRACKED  # the heartbeat, once main() hands it over
 
     def step_on(self, batch) -> torch.Tensor:
-        inputs, targets = to_device(batch, self.device)
-        return train_step(
-            self.model,
-            self.optimizer,
-            self.workload.loss,
-            self.precision,
-            inputs,
-            targets,
-            self.progress,
-            self.step_context,
-            self.planted_work(),
-        )
+        return self.step_with(self.model, batch, self.step_context)
 
     def planted_work(self):
         """--slowdown's work for one step (None without it): the same in every kind of step."""
@@ -236,9 +226,10 @@ class Trainer:
         replicate (the check loads the trained parameters into it)."""
         return build_workload(self.spec.workload, self.spec.size, self.spec.data_dir).model.to(self.device)
 
-    def step_with(self, model, batch) -> torch.Tensor:
-        """One step through another wrapper of the same module, or none (the timeline's one-rank DDP
-        and its unwrapped module)."""
+    def step_with(self, model, batch, context=contextlib.nullcontext) -> torch.Tensor:
+        """One step through `model`: the run's own (`step_on`), or another wrapper of the same
+        module, or none (the ladder's one-rank DDP and its unwrapped module); --slowdown's work in
+        every one alike."""
         inputs, targets = to_device(batch, self.device)
         return train_step(
             model,
@@ -248,7 +239,8 @@ class Trainer:
             inputs,
             targets,
             self.progress,
-            planted=self.planted_work(),
+            context,
+            self.planted_work(),
         )
 
 
