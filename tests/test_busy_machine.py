@@ -99,10 +99,15 @@ def test_the_canary_runs_shaped_like_the_sweep_and_loses_what_its_runs_lose():
     quiet = run_canary("start", shape=(2, 1))["probes"]["matmul_2x1"]
     with cpu_hog(processes=2):
         loaded = run_canary("start", shape=(2, 1))["probes"]["matmul_2x1"]
+    # Quiet again after the hogs: the better of the two quiet readings is the machine's quiet speed
+    # (one suite run read 73.2 GFLOP/s quiet, then 89.5 beside the hogs: the first quiet reading
+    # was itself slowed, by processes of the test before it still ending).
+    again = run_canary("start", shape=(2, 1))["probes"]["matmul_2x1"]
     assert quiet["processes"] == 2 and quiet["threads"] == 1 and quiet["unit"] == "GFLOP/s"
     # Two processes that meet after every product, beside a hog on each core: they get about half the
     # machine. (With one hog the loss ranged from 0.42-0.58 of the quiet rate to 0.88 in one suite run.)
-    assert loaded["value"] < 0.8 * quiet["value"], (quiet, loaded)
+    best = max(quiet["value"], again["value"])
+    assert loaded["value"] < 0.8 * best, (quiet, loaded, again)
 
 
 def test_a_sweep_shapes_its_canary_like_its_largest_run():
