@@ -1,5 +1,5 @@
 """A `local` run made slow on purpose, for real: its process (and the workers it starts) in a cgroup
-whose CPU quota is half a core, with no other process on the machine. Its probe names it in the
+whose CPU quota is half a core, in 10 ms periods, with no other process on the machine. Its probe names it in the
 scaling table and in explain, while the DDP run's in-run efficiency, measured inside its own
 processes, stays near 100 %. Three real runs of one workload at one thread per process."""
 
@@ -27,16 +27,22 @@ def cannot(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def half_a_core():
-    """A cgroup with a quota of half a core; removed afterwards (its processes have ended)."""
+    """A cgroup with a quota of half a core; removed afterwards (its processes have ended).
+
+    In 10 ms periods, not Linux's default 100 ms: a probe reading takes 50-70 ms, less than one
+    default period, so under a 100 ms quota its one pause of ~50 ms lands in one kind of work or
+    in neither (here, one such process read its memory copy 3x slow and its matrix products at
+    full speed; CI once read the pair too close to the others to flag). In 10 ms periods every
+    kind is held to half a core alike (both read about 2x slow here)."""
     if not os.path.isdir(CPU_CGROUP) or not os.access(CPU_CGROUP, os.W_OK):
         cannot(f"needs the cgroup v1 cpu controller writable at {CPU_CGROUP} (root)")
     group = os.path.join(CPU_CGROUP, f"ddpbench-probe-{os.getpid()}")
     try:
         os.mkdir(group)
         with open(os.path.join(group, "cpu.cfs_period_us"), "w") as handle:
-            handle.write("100000")
+            handle.write("10000")
         with open(os.path.join(group, "cpu.cfs_quota_us"), "w") as handle:
-            handle.write("50000")
+            handle.write("5000")
     except OSError as exc:
         cannot(f"cannot make a cgroup with a CPU quota: {exc}")
     try:
@@ -84,11 +90,20 @@ def sweep(tmp_path_factory, half_a_core):
     return out
 
 
+def probe_speeds(folder) -> str:
+    """Each run's probe speed per kind of work, for a failure's message."""
+    from ddpbench.analysis.probes import run_speed
+    from ddpbench.records.store import read_records
+
+    records, _ = read_records(str(folder))
+    return "\n" + "\n".join(f"{record.run_id}: {run_speed(record)}" for _, record in records)
+
+
 def test_the_slow_local_process_is_named_and_the_in_run_efficiency_is_not_moved(sweep, tmp_path):
     table = ddpbench("table", str(sweep))
     assert table.returncode == 0, table.stderr
     named = [line for line in table.stdout.splitlines() if line.startswith("!! the local run of gpt2's process ran")]
-    assert len(named) == 1 and "slower on the probe" in named[0], table.stdout
+    assert len(named) == 1 and "slower on the probe" in named[0], table.stdout + probe_speeds(sweep)
     assert "its X(1) is the machine's, not the workload's" in named[0]
     explained = ddpbench("explain", str(sweep), "--json", str(tmp_path / "why.json"))
     assert explained.returncode == 0, explained.stderr

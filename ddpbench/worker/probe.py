@@ -6,9 +6,12 @@ same process, can (`ddpbench.analysis.probes` compares the runs of a sweep).
 
 The work does not depend on the workload: float32 matrix products (compute) and a copy of a buffer
 that, with its copy, is larger than the caches (memory bandwidth), taken in turns after one untimed
-call of each. Sized to take about a tenth of a second of a CPU core, more than one period of
-Linux's CPU quota (100 ms); on a GPU the same kinds of work on the device, synchronized around each
-repetition.
+call of each; on a GPU the same kinds of work on the device, synchronized around each
+repetition. One reading takes 50-70 ms of a CPU core here, so that two cost about 1-3 % of a
+short run. That is less than one period of Linux's default CPU quota (100 ms): a process held
+to a quota in such periods pauses at most once in a reading, inside one kind of work or in
+neither, and its probe reads the quota only in part. A process slowed evenly (a slower core, a
+quota in short periods, a flip of this VM's speed) reads it in full.
 """
 
 from __future__ import annotations
