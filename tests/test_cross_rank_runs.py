@@ -98,17 +98,24 @@ def test_the_slow_rank_arrives_last_and_the_other_waits_for_its_sleep(slow_rank)
 def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
     _, job, slept_ms = slow_rank
     summary = path_summary(job_paths(job))
-    held = {(row["rank"], row["phase"]): row["ms_per_step"] for row in summary["held"]}
     # The extra step time is the sleep; what rank 1's forward holds beyond a forward without it
-    # (rank 0's own, measured in the same steps) is what the path put there.
-    own_forward_ms = statistics.median(
+    # (rank 0's own, measured in the same step) is what the path put there, step by step.
+    own_forward_ms = [
         sum(b - a for a, b in zip(*job.timelines[0].phases[step]["forward"])) / 1000 for step in job.steps
+    ]
+    put_there = [
+        sum(row["ms"] for row in path["held"] if (row["rank"], row["phase"]) == (1, "forward")) - own
+        for path, own in zip(summary["by_step"], own_forward_ms)
+    ]
+    steps = "\n".join(
+        f"  step {path['step']}: {path['length_ms']:.2f} ms, {path['held']}" for path in summary["by_step"]
     )
-    # Issue 43 asks for 80 %. Suite runs here gave 99 % (10.23 ms of a 10.28 ms sleep) and, once
-    # beside the other worker, 68 % (7.05 of 10.32 ms, 4.29 ms then on rank 0's "other"): held at
-    # 60 % until the path's split of such steps is understood.
-    assert held.get((1, "forward"), 0.0) - own_forward_ms >= 0.6 * slept_ms, (held, own_forward_ms, slept_ms)
-    assert summary["held"][0]["rank"] == 1 and summary["held"][0]["phase"] == "forward"
+    # In the typical step at least 80 % of the sleep is on rank 1's forward (issue 43). Not in every
+    # step: a step in which rank 0 itself was held back longer than the sleep (one suite run put
+    # 4.29 ms per step on rank 0's "other", beside the other test worker's processes) was really
+    # held by rank 0, and the path says so; the mean over steps carries those steps too.
+    assert statistics.median(put_there) >= 0.8 * slept_ms, (put_there, slept_ms, steps)
+    assert summary["held"][0]["rank"] == 1 and summary["held"][0]["phase"] == "forward", steps
 
 
 def test_the_run_merges_into_one_timeline_with_the_path_on_it(slow_rank):
