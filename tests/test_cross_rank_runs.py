@@ -3,13 +3,14 @@ rank (rank 1's forward sleeps 10 ms, tests/fixtures/planted_causes.py), and the 
 the sleep on a plain and on a shaped loopback (a network namespace, tc tbf). One run per case, every
 assertion of the case on it."""
 
+import json
 import os
 import statistics
 import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, cpu_environment, shaped_loopback
+from conftest import FIXTURES, cpu_environment, ddpbench, shaped_loopback
 
 from ddpbench.analysis.collectives import bucket_table, match_job, rank_summary
 from ddpbench.analysis.critical_path import job_paths, path_summary
@@ -118,9 +119,21 @@ def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
     assert summary["held"][0]["rank"] == 1 and summary["held"][0]["phase"] == "forward", steps
 
 
+def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
+    out, _, _ = slow_rank
+    done = ddpbench("explain", str(out), "--json", str(tmp_path / "why.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (slow,) = json.load(open(tmp_path / "why.json"))
+    path = slow["critical_path"]
+    assert path["steps"] == PROFILED_STEPS and len(path["by_step"]) == PROFILED_STEPS, path
+    assert (path["held"][0]["rank"], path["held"][0]["phase"]) == (1, "forward"), path["held"]
+    # The printed line says the same rank and phase first.
+    printed = next(line for line in done.stdout.splitlines() if line.startswith("critical path  "))
+    assert "rank 1" in printed and "forward" in printed, done.stdout
+
+
 def test_the_run_merges_into_one_timeline_with_the_path_on_it(slow_rank):
     import gzip
-    import json
 
     out, job, _ = slow_rank
     written = write_merged(job, job_paths(job), str(out / "slow.merged.json.gz"))

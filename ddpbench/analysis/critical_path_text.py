@@ -66,10 +66,12 @@ def _disagree(traced_ms: float, term) -> bool:
     return abs(traced_ms - ladder_ms) > max(DISAGREE_MS, DISAGREE_SHARE * max(abs(traced_ms), abs(ladder_ms)))
 
 
-def run_lines(job: CrossRankJob, run_name: str, ladder_wait, ladder_slowest: int | None) -> list[str]:
+def run_lines(
+    job: CrossRankJob, run_name: str, ladder_wait, ladder_slowest: int | None, summary: dict | None = None
+) -> list[str]:
     """The explain lines of one run with traces; `ladder_wait` is the breakdown's `slowest_rank`
-    term (None, or not measured, where it has none)."""
-    summary = path_summary(job_paths(job))
+    term (None, or not measured, where it has none); `summary` its path_summary, when already made."""
+    summary = summary if summary is not None else path_summary(job_paths(job))
     if not summary["held"]:
         return []
     lines = [f"critical path  {run_name} (traces, {summary['steps']} profiled steps): {_held_words(summary)}"]
@@ -116,11 +118,13 @@ def run_lines(job: CrossRankJob, run_name: str, ladder_wait, ladder_slowest: int
     return lines
 
 
-def explain_lines(records: list, breakdowns: list) -> list[str]:
+def explain_lines(records: list, breakdowns: list, found_paths: dict | None = None) -> list[str]:
     """Critical-path lines for each explained run whose record has traces of two ranks or more.
     `records` are (path, record) as read from the sweep; a run whose traces cannot be matched
-    gets one line saying why."""
+    gets one line saying why. `found_paths`, where given, receives run id -> the path's summary
+    (`critical_path.path_summary`, for explain's --json), or {"not_read": why}."""
     by_id = {record.run_id: (path, record) for path, record in records}
+    found_paths = {} if found_paths is None else found_paths
     lines = []
     for breakdown in breakdowns:
         found = by_id.get(breakdown.run_id)
@@ -132,20 +136,24 @@ def explain_lines(records: list, breakdowns: list) -> list[str]:
         if not all(os.path.exists(path) for path in paths):
             # Records copied without their traces (a fixture, a sweep moved elsewhere).
             lines.append(f"critical path  {run_name(breakdown)}: its traces are not here (moved, or left out)")
+            found_paths[breakdown.run_id] = {"not_read": "its traces are not here (moved, or left out)"}
             continue
         try:
             job = match_job(paths)
         except TraceError as exc:
             lines.append(f"critical path  {run_name(breakdown)}: traces not matched: {exc}")
+            found_paths[breakdown.run_id] = {"not_read": f"traces not matched: {exc}"}
             continue
         ladder = breakdown.ladder or {}
         # A rank the two halves of the blocks do not agree on is not named.
         slowest = ladder.get("slowest_rank") if ladder.get("halves_agree", True) else None
-        lines += run_lines(job, run_name(breakdown), breakdown.terms.get("slowest_rank"), slowest)
+        summary = path_summary(job_paths(job))
+        found_paths[breakdown.run_id] = summary
+        lines += run_lines(job, run_name(breakdown), breakdown.terms.get("slowest_rank"), slowest, summary)
     return lines
 
 
-def sweep_lines(sweep_dir: str, breakdowns: list) -> list[str]:
+def sweep_lines(sweep_dir: str, breakdowns: list, found_paths: dict | None = None) -> list[str]:
     """`explain_lines` for a sweep folder's runs."""
     records, _ = read_records(sweep_dir)
-    return explain_lines(records, breakdowns)
+    return explain_lines(records, breakdowns, found_paths)

@@ -89,7 +89,8 @@ def command_explain(args: argparse.Namespace) -> int:
     # runs' traces (analysis/critical_path_text.py).
     from ddpbench.analysis.critical_path_text import sweep_lines
 
-    path_lines = sweep_lines(args.sweep_dir, breakdowns)
+    paths: dict = {}
+    path_lines = sweep_lines(args.sweep_dir, breakdowns, paths)
     if path_lines:
         print()
         print("\n".join(path_lines))
@@ -100,7 +101,12 @@ def command_explain(args: argparse.Namespace) -> int:
         print(f"not explained: {line}")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump([breakdown.as_dict() for breakdown in breakdowns], handle, indent=1)
+            # critical_path: null where the run has no traces of two ranks or more.
+            json.dump(
+                [dict(breakdown.as_dict(), critical_path=paths.get(breakdown.run_id)) for breakdown in breakdowns],
+                handle,
+                indent=1,
+            )
         print(f"json: {args.json_path}")
     return 0
 
