@@ -86,11 +86,23 @@ def test_a_shaped_link_is_exposed_communication_in_the_breakdown(sweeps, tmp_pat
     assert record(folders["shaped"], "mlp-ddp-n2")["status"] == "ok"
     slower_ms = (shaped["step_s"] - unshaped["step_s"]) * 1e3
     exposed_ms = (shaped["terms"]["exposed_comm"]["s_per_step"] - unshaped["terms"]["exposed_comm"]["s_per_step"]) * 1e3
-    numbers = f"step {slower_ms:+.1f} ms, exposed communication {exposed_ms:+.1f} ms per step"
+    grew = {
+        name: (term["s_per_step"] - unshaped["terms"][name]["s_per_step"]) * 1e3
+        for name, term in shaped["terms"].items()
+        if term["s_per_step"] is not None and unshaped["terms"][name]["s_per_step"] is not None
+    }
+    numbers = f"step {slower_ms:+.1f} ms, exposed communication {exposed_ms:+.1f} ms per step; the terms grew "
+    numbers += ", ".join(f"{name} {value:+.1f}" for name, value in grew.items())
     # The shaping must bite well above the run-to-run noise, or this checks nothing.
     assert slower_ms > 30, numbers
-    # What the link took is communication nothing overlapped: most of the step's growth.
-    assert exposed_ms > 0.6 * slower_ms, numbers
+    # What the link took is communication nothing overlapped: most of the growth of the ladder's DDP
+    # step, which the ladder measured in the same blocks as exposed_comm. The timed window ran at
+    # another time, and a token bucket's bursts let it differ from the ladder by tens of ms (CI saw
+    # the step grow 226 ms and exposed_comm 132 ms); that difference is window_vs_ladder's.
+    ladder_slower_ms = slower_ms - grew["window_vs_ladder"]
+    numbers += f"; the ladder's DDP step {ladder_slower_ms:+.1f} ms"
+    assert ladder_slower_ms > 30, numbers
+    assert exposed_ms > 0.6 * ladder_slower_ms, numbers
 
 
 def test_the_report_groups_the_ranks_by_host(sweeps, tmp_path):
