@@ -34,7 +34,15 @@ import msgspec
 import numpy as np
 
 from ddpbench.analysis import intervals as iv
-from ddpbench.analysis.traces import PROFILER_STEP, RANK_IN_FILE_NAME, TraceError, read_trace
+from ddpbench.analysis.traces import (
+    PROFILER_STEP,
+    TraceError,
+    TraceEvent,
+    TraceFile,
+    rank_in_trace,
+    read_trace,
+    trace_decoder,
+)
 
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other", "idle")
 """What the critical path attributes a step's time to (`critical_path` says what `other` and
@@ -61,25 +69,7 @@ class _Args(msgspec.Struct):
     elements: Any = msgspec.field(default=None, name="In msg nelems")
 
 
-class _Event(msgspec.Struct):
-    ph: str = ""
-    cat: Any = None
-    name: Any = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    pid: Any = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event]
-    distributedInfo: dict | None = None
-    baseTimeNanoseconds: int | None = None
-    host_name: str | None = None
-
-
-_DECODER = msgspec.json.Decoder(_Trace)
+_DECODER = trace_decoder(_Args)
 
 
 class Collective(msgspec.Struct, array_like=True):
@@ -127,17 +117,14 @@ def _phase_of(name: str) -> str | None:
     return None
 
 
-def _rank_of(trace: _Trace, path: str) -> int:
-    info = trace.distributedInfo or {}
-    if isinstance(info.get("rank"), int):
-        return info["rank"]
-    match = RANK_IN_FILE_NAME.search(path.rsplit("/", 1)[-1])
-    if match:
-        return int(match.group(1))
-    raise TraceError(f"{path}: no rank: the trace has no distributedInfo and its file name names no rank")
+def _rank_of(trace: TraceFile, path: str) -> int:
+    rank, _ = rank_in_trace(trace, path)
+    if rank is None:
+        raise TraceError(f"{path}: no rank: the trace has no distributedInfo and its file name names no rank")
+    return rank
 
 
-def _collective_name(event: _Event, kind: str) -> str:
+def _collective_name(event: TraceEvent, kind: str) -> str:
     args = event.args
     if args is not None and isinstance(args.collective, str):
         return args.collective

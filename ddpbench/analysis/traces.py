@@ -28,7 +28,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -67,9 +67,13 @@ class _Args(msgspec.Struct):
     correlation: Any = None
 
 
-class _Event(msgspec.Struct):
-    """The fields analysis needs; msgspec skips every other field without building it, which is
-    most of why loading is several times faster than json.loads."""
+Args = TypeVar("Args")
+
+
+class TraceEvent(msgspec.Struct, Generic[Args]):
+    """The fields of an event every reader needs, `args` holding the reader's own; msgspec skips
+    every other field without building it, which is most of why loading is several times faster
+    than json.loads."""
 
     ph: str = ""
     cat: Any = None
@@ -78,16 +82,22 @@ class _Event(msgspec.Struct):
     dur: float = 0.0
     pid: Any = None
     tid: Any = None
-    args: _Args | None = None
+    args: Args | None = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event]
+class TraceFile(msgspec.Struct, Generic[Args]):
+    traceEvents: list[TraceEvent[Args]]
     distributedInfo: dict | None = None
     baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
 
 
-_DECODER = msgspec.json.Decoder(_Trace)
+def trace_decoder(args: type[msgspec.Struct]) -> msgspec.json.Decoder:
+    """A decoder of a trace's events with the args fields `args` names, for read_trace."""
+    return msgspec.json.Decoder(TraceFile[args])
+
+
+_DECODER = trace_decoder(_Args)
 
 
 def read_trace(path: str, decoder: msgspec.json.Decoder = _DECODER):
@@ -170,7 +180,8 @@ class _Events:
     anchor: np.ndarray  # the time that decides the event's step (CPU launch time for GPU kernels)
 
 
-def _rank_of(trace: _Trace, path: str) -> tuple[int | None, str]:
+def rank_in_trace(trace: TraceFile, path: str) -> tuple[int | None, str]:
+    """The rank a trace names (distributedInfo, else its file name) and where that came from."""
     info = trace.distributedInfo or {}
     if isinstance(info.get("rank"), int):
         return info["rank"], "distributedInfo"
@@ -190,7 +201,7 @@ class _Scan:
     gpu_rows: list  # (ts, dur, name, category, correlation)
 
 
-def _scan(events: list[_Event]) -> _Scan:
+def _scan(events: list[TraceEvent]) -> _Scan:
     scan = _Scan({}, set(), {}, [])
     for event in events:
         category = event.cat
@@ -229,7 +240,7 @@ def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
     return _Events(starts, ends, role, anchor)
 
 
-def _cpu_events(events: list[_Event], training_threads: set) -> _Events:
+def _cpu_events(events: list[TraceEvent], training_threads: set) -> _Events:
     rows = []
     waits = []  # FSDP2's annotations, which span its collective waits
     for event in events:
@@ -295,7 +306,7 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     trace = read_trace(path)
-    rank, rank_source = _rank_of(trace, path)
+    rank, rank_source = rank_in_trace(trace, path)
     info = trace.distributedInfo or {}
     scan = _scan(trace.traceEvents)
     numbers = np.array(sorted(scan.steps), dtype=int)
