@@ -11,22 +11,37 @@ processes that time themselves (imports excluded), alternating, in rounds.
 Memory: the peak resident size above the imports of a process that analyses and then merges every
 rank one trace at a time, against a process that only decodes one trace (one trace's worth).
 
+Prints each round, then writes docs/measurements/cross-rank-speed.md (--page elsewhere, --no-page
+only prints it): the commit, the machine with its 1-minute load average before and after, the
+command, every round and the medians, all from this run. Run it under `flock
+/tmp/ddpbench-bench.lock`, never beside another benchmark.
+
     .venv/bin/python benchmarks/cross_rank_speed.py [--ranks 8] [--rounds 3] [--hta-python .venv-hta/bin/python]
 """
 
 import argparse
+import gzip
 import json
 import os
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
 
 import synthetic  # noqa: E402
+
+from ddpbench.host.facts import cpu_model, project_git  # noqa: E402
+
+PAGE = os.path.join(REPO, "docs", "measurements", "cross-rank-speed.md")
 
 HTA_PROGRAM = r"""
 import json, logging, sys, time
@@ -90,22 +105,148 @@ def run_json(command: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def machine_load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
+def load_1min() -> float:
+    return os.getloadavg()[0]
 
 
-def main() -> None:
+def commit() -> str:
+    found = project_git()
+    if not found["git_sha"]:
+        return "not recorded"
+    return found["git_sha"][:7] + (" with uncommitted changes to tracked files" if found["git_dirty"] else "")
+
+
+def machine() -> str:
+    memory_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+    return (
+        f"{os.cpu_count()} cores ({cpu_model()}), {memory_kib / 2**20:.0f} GiB, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def hta_version(hta_python: str) -> str:
+    done = subprocess.run(
+        [hta_python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or "version unknown"
+
+
+def mib_above(peak_kb: int, found: dict) -> float:
+    return (peak_kb - found["imports_kb"]) / 1024
+
+
+def wrapped(line: str) -> str:
+    """Prose at 100 columns, as on the other pages; a list item's lines indented under it."""
+    if not line or line.startswith(("|", "#")):
+        return line
+    indent = "  " if line.startswith("- ") else ""
+    return textwrap.fill(line, width=100, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+
+
+def page(result: dict) -> str:
+    """The measurement page, every figure from `result` (this run)."""
+    rounds, memory, trace = result["rounds"], result["memory"], result["trace"]
+    hta = [r["hta_s"] for r in rounds]
+    analysis = [r["analysis_s"] for r in rounds]
+    merge = [r["merge_s"] for r in rounds]
+    ratios = [h / a for h, a in zip(hta, analysis)]
+    hta_median, analysis_median, merge_median = map(statistics.median, (hta, analysis, merge))
+    with_merge = hta_median / (analysis_median + merge_median)
+    one = mib_above(memory["one"]["peak_kb"], memory["one"])
+    analysed = mib_above(memory["all"]["analysis_peak_kb"], memory["all"])
+    merged = mib_above(memory["all"]["merge_peak_kb"], memory["all"])
+    ranks = result["ranks"]
+    lines = [
+        "# Cross-rank analysis against HTA",
+        "",
+        f"- **Commit**: {result['commit']}.",
+        f"- **Machine**: {result['machine']}; 1-minute load average {result['load_before']:.2f} before, "
+        f"{result['load_after']:.2f} after.",
+        f"- **Date**: {result['date']}.",
+        f"- **Command**: `{result['command']}` ({result['took_s']:.0f} s); HolisticTraceAnalysis "
+        f"{result['hta_version']} in its own environment (`make hta-venv`).",
+        "",
+        f"The traces: the committed real 2-GPU trace (`{trace['source']}`) written as {ranks} rank files, "
+        f"each with its own clock offset: {trace['events']:,} events and {trace['gzip_mb']:.2f} MB gzipped "
+        f"({trace['json_mb']:.1f} MB of JSON) per rank. They name no host, so every rank is aligned on "
+        "collective ends, the slowest path.",
+        "",
+        f"- **HTA load**: `TraceAnalysis(trace_dir=...)`, which parses the traces into DataFrames "
+        f"(HTA forks {result['hta_workers']} for them) and analyses nothing.",
+        f"- **ddpbench analysis**: the whole cross-rank analysis, {result['jobs']} workers: read and reduce "
+        f"every trace, check the job, match the collectives ({result['collectives']:,} here), align the "
+        "clocks, the per-bucket table and every step's critical path.",
+        "- **ddpbench merge**: then the merged timeline of all ranks written to one gzipped file "
+        f"({result['merged_mb']:.1f} MB).",
+        "",
+        "Each side runs in a fresh process that times itself, imports excluded; in each round HTA runs "
+        "first, then ddpbench.",
+        "",
+        "| round | HTA load s | ddpbench analysis s | ddpbench merge s | HTA / analysis |",
+        "|---|---|---|---|---|",
+    ]
+    for index, (row, ratio) in enumerate(zip(rounds, ratios), 1):
+        lines.append(
+            f"| {index} | {row['hta_s']:.2f} | {row['analysis_s']:.2f} | {row['merge_s']:.2f} | {ratio:.1f}x |"
+        )
+    lines += [
+        f"| median | {hta_median:.2f} | {analysis_median:.2f} | {merge_median:.2f} | "
+        f"{hta_median / analysis_median:.1f}x |",
+        "",
+        f"HTA took {hta_median / analysis_median:.1f} times as long to load the {ranks} traces as ddpbench took "
+        f"to analyse them (median against median; {min(ratios):.1f}x to {max(ratios):.1f}x over the "
+        f"{len(rounds)} rounds), and {with_merge:.1f} times as long as the analysis and the merge together.",
+        "",
+        "## Memory",
+        "",
+        "The peak resident size (`VmHWM`) of a process above what it holds after its imports. The analysis "
+        "runs with one worker, in that process, so its peak is the analysis's own.",
+        "",
+        "| process | peak above imports | against one trace |",
+        "|---|---|---|",
+        f"| one trace decoded (one trace's worth) | {one:.0f} MiB | 1.0x |",
+        f"| all {ranks} ranks analysed | {analysed:.0f} MiB | {analysed / one:.1f}x |",
+        f"| then the merged file written | {merged:.0f} MiB | {merged / one:.1f}x |",
+        "",
+        f"One trace's worth is what reading one rank's file and decoding all of its JSON into Python "
+        f"objects (`msgspec`, every field) takes: {trace['events']:,} events here. The analysis and the merge "
+        f"read the {ranks} ranks one at a time; holding every decoded trace at once would take about {ranks} "
+        f"times one ({ranks * one:.0f} MiB).",
+    ]
+    return "\n".join(wrapped(line) for line in lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=None, help="ddpbench's workers (default: its own choice)")
     parser.add_argument("--hta-python", default=os.path.join(REPO, ".venv-hta", "bin", "python"))
-    args = parser.parse_args()
+    parser.add_argument("--page", default=PAGE, help="where to write the page (default %(default)s)")
+    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    args = parser.parse_args(argv)
     if not os.path.exists(args.hta_python):
         sys.exit(f"no HTA interpreter at {args.hta_python}; run `make hta-venv` or pass --hta-python")
     jobs = args.jobs or min(4, len(os.sched_getaffinity(0)))
-    print(f"before: {machine_load()}")
+    result = {
+        "commit": commit(),
+        "machine": machine(),
+        "command": shlex.join(["python", "benchmarks/cross_rank_speed.py", *(sys.argv[1:] if argv is None else argv)]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "hta_version": hta_version(args.hta_python),
+        "ranks": args.ranks,
+        "jobs": jobs,
+        # HTA 0.5.0's parser forks min(cpu_count, ranks) processes up to 8 ranks, beyond that as many
+        # as its memory estimate allows (hta/common/trace.py).
+        "hta_workers": f"{min(os.cpu_count() or 1, args.ranks)} processes"
+        if args.ranks <= 8
+        else "its own number of processes",
+    }
+    started = time.time()
+    result["load_before"] = load_1min()
+    print(f"before: 1-minute load average {result['load_before']:.2f} on {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         traces = os.path.join(folder, "traces")
         paths = synthetic.build_traces(traces, args.ranks)
@@ -114,36 +255,36 @@ def main() -> None:
         for index in range(args.rounds):
             hta_s = run_json([args.hta_python, "-c", HTA_PROGRAM, traces])["seconds"]
             ours = run_json([sys.executable, "-c", OURS_PROGRAM, REPO, json.dumps(paths), str(jobs), out])
-            rounds.append((hta_s, ours))
+            rounds.append({"hta_s": hta_s, **ours})
             print(
                 f"round {index + 1}: HTA load {hta_s:.2f} s; ddpbench analysis {ours['analysis_s']:.2f} s "
-                f"({hta_s / ours['analysis_s']:.1f}x faster), then the merged trace {ours['merge_s']:.2f} s",
+                f"({hta_s / ours['analysis_s']:.1f}x), then the merged trace {ours['merge_s']:.2f} s",
                 flush=True,
             )
         one = run_json([sys.executable, "-c", MEMORY_PROGRAM, REPO, json.dumps(paths), "one", out])
         every = run_json([sys.executable, "-c", MEMORY_PROGRAM, REPO, json.dumps(paths), "all", out])
-        merged_mb = os.path.getsize(out) / 1e6
-    hta_median = statistics.median(r[0] for r in rounds)
-    ours_median = statistics.median(r[1]["analysis_s"] for r in rounds)
-    last = rounds[-1][1]
-    print(
-        f"{args.ranks} ranks of {one['events']} events, {last['collectives']} collectives matched, {jobs} workers: "
-        f"median HTA load {hta_median:.2f} s, ddpbench analysis {ours_median:.2f} s "
-        f"({hta_median / ours_median:.1f}x faster); merge {statistics.median(r[1]['merge_s'] for r in rounds):.2f} s "
-        f"({merged_mb:.1f} MB gzipped)"
-    )
-
-    def above(peak_kb: int, found: dict) -> str:
-        return f"{(peak_kb - found['imports_kb']) / 1024:.0f} MB"
-
-    print(
-        f"memory above the imports (peak resident, one process, one trace at a time): one trace decoded "
-        f"{above(one['peak_kb'], one)}; all {args.ranks} ranks analysed {above(every['analysis_peak_kb'], every)}, "
-        f"then merged {above(every['merge_peak_kb'], every)}"
-    )
-    print(f"critical path's largest holder: {last['held']}")
-    print(f"after: {machine_load()}")
+        with open(paths[0], "rb") as handle:
+            packed = handle.read()
+        result["trace"] = {
+            "source": os.path.relpath(synthetic.FIXTURE_TRACE, REPO),
+            "events": one["events"],
+            "gzip_mb": len(packed) / 1e6,
+            "json_mb": len(gzip.decompress(packed)) / 1e6,
+        }
+        result["merged_mb"] = os.path.getsize(out) / 1e6
+    result["load_after"] = load_1min()
+    result["took_s"] = time.time() - started
+    result.update(rounds=rounds, memory={"one": one, "all": every}, collectives=rounds[-1]["collectives"])
+    print(f"after: 1-minute load average {result['load_after']:.2f}")
+    print(f"critical path's largest holder: {rounds[-1]['held']}\n")
+    text = page(result)
+    print(text)
+    if not args.no_page:
+        with open(args.page, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {args.page}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
