@@ -281,6 +281,12 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     records = {os.path.basename(p): json.load(open(p)) for p in glob.glob(str(folder / "runs" / "*.json"))}
     assert sorted(r["spec"]["world_size"] for r in records.values()) == [1, 2]
     assert all(r["spec"]["strategy"] == "ddp" and r["spec"]["script"] for r in records.values())
+    # Every process of a script's run times the fixed probe outside its window, on both sides, as the
+    # built-in workloads' processes do: the sweep can tell a slow process from a slow script.
+    for record in records.values():
+        for rank in record["ranks"]:
+            assert set(rank["probe"]) == {"before", "after"}, rank["probe"]
+            assert all(reading["matmul_gflops"] > 0 and reading["copy_gbps"] > 0 for reading in rank["probe"].values())
     assert "against DDP x1 (a script's reference)" in printed
     table = pd.read_csv(folder / "scaling.csv")
     one, two = (table[table["world_size"] == n].iloc[0] for n in (1, 2))

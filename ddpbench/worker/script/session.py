@@ -36,6 +36,7 @@ from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.environment import tf32_allowed, torch_facts
+from ddpbench.worker.probe import process_probe
 from ddpbench.worker.script.observer import Observer, StopScript
 from ddpbench.worker.window_load import WindowLoad
 
@@ -58,6 +59,7 @@ class Session:
         self.profiler = None
         self.profiled_steps = 0
         self.done = False
+        self.probe: dict = {}
 
     # -- the schedule ----------------------------------------------------------------------------
     def step_ended(self, steps: int) -> None:
@@ -130,6 +132,10 @@ class Session:
         if self.beat is not None:
             self.beat.enter("timed")
         device = self.observer.device()
+        # The process's own speed on fixed work, outside the window on both sides (a script's
+        # warm-up is its own loop, so the first reading waits for the window's start): a slow
+        # process, not slow code, shows here as it does for the built-in workloads.
+        self.probe["before"] = process_probe(device)
         # The script's own threads; its loader workers, if any, are not known here.
         self.load = WindowLoad(int(os.environ.get("LOCAL_RANK", 0)), device, [device], torch.get_num_threads(), 0)
         self.load.start()  # before the barrier: no part of any rank's window
@@ -148,6 +154,7 @@ class Session:
         self.window_s = time.perf_counter() - self.window_start
         window_cpu_s = time.process_time() - self.window_cpu_start
         self.machine_load = self.load.finish()
+        self.probe["after"] = process_probe(self.observer.device())
         if self.beat is not None:
             self.beat.enter("checks")
         result = self._rank_result(window_cpu_s)
@@ -175,6 +182,7 @@ class Session:
             "window_cpu_s": window_cpu_s,
             "window_s": self.window_s,
             "machine_load": self.machine_load,
+            "probe": self.probe,
             "param_digest": checks.parameter_digest(observer.ddp.module),
             # read after the window: the digests stayed on the device through the warm-up
             "gradient_digests": [digest.tolist() for digest in observer.gradient_digests],
