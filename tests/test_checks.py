@@ -268,6 +268,16 @@ def test_steps_after_a_backward_declared_unsynced_are_counted_not_compared():
     assert checks.gradients_in_sync([[]], [0]) == checks.one_rank()
 
 
+def test_gradients_that_are_zero_on_every_rank_decide_nothing():
+    zero = checks.gradient_digest(gradients([0.0, 0.0], [0.0])).tolist()
+    found = checks.gradients_in_sync([[zero, zero], [zero, zero]], [0, 0])
+    assert found["ok"] is None and "exactly zero at each of the 2 optimizer step(s)" in found["reason"]
+    assert found["details"]["steps_compared"] == 2
+    # Zero on one rank only is a difference like any other.
+    some = checks.gradient_digest(gradients([1.0, 0.0], [0.0])).tolist()
+    assert checks.gradients_in_sync([[zero, some], [zero, zero]], [0, 0])["ok"] is False
+
+
 def test_the_loader_shard_check_decides_overlap_on_a_pass_under_way():
     from ddpbench.worker.script.session import loader_checks
 

@@ -366,7 +366,17 @@ def gradients_in_sync(
         bad_ranks.update(out)
     ok = not bad_ranks
     reason = None
-    if not ok:
+    if ok and all(digests[step][0] == 0 for digests in digests_by_rank for step in range(steps)):
+        # Zero gradients agree whatever the all-reduce did: passing would be a check that cannot fail.
+        # PyTorch's DDP tutorial series trains Linear(20, 1) under cross_entropy: over one class its
+        # loss is 0 whatever the weights, and so are its gradients.
+        ok = None
+        reason = (
+            f"every rank's gradients were exactly zero at each of the {steps} optimizer step(s) compared: they "
+            "agree whatever the all-reduce did, so nothing could be checked (does the loss depend on the "
+            "parameters? cross_entropy over a single class is 0 for any weights)"
+        )
+    if ok is False:
         reason = (
             f"rank(s) {', '.join(map(str, sorted(bad_ranks)))} stepped with gradients unlike rank 0's from optimizer "
             f"step {first_bad} on: the gradients were not averaged across ranks, or were changed after the "
