@@ -101,3 +101,17 @@ def test_the_table_explain_and_the_gate_name_the_slow_process(tmp_path):
     flagged = verdict["probe_flagged_runs"]
     assert any("candidate run mlp-local-n1" in line for lines in flagged.values() for line in lines)
     assert "mlp/tiny ddp x2 b8 fp32 cpu" in flagged  # its efficiency divides by the flagged run
+
+
+def test_the_probe_leaves_the_run_s_random_numbers_as_they_were():
+    """A script's process probes after its first step: its own random numbers must not move."""
+    import torch
+
+    from ddpbench.worker.probe import process_probe
+
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    found = process_probe(torch.device("cpu"))
+    assert found["matmul_gflops"] > 0 and found["copy_gbps"] > 0
+    assert torch.equal(torch.rand(4), expected)

@@ -199,7 +199,7 @@ class ProbeReading(Part):
 
 
 class ProcessProbe(Part):
-    """The probe before the warm-up (a script's: before its timed window, its warm-up being its own
+    """The probe before the warm-up (a script's: after its first step, the warm-up being its own
     loop) and after the timed window, in the same process."""
 
     before: ProbeReading | None = None

@@ -75,7 +75,13 @@ def process_probe(device: torch.device) -> dict:
     """{matmul_gflops, copy_gbps, seconds, threads, device}: the rates of the fixed work on this
     process's device at its current thread count, and the wall time the probe took."""
     started = time.perf_counter()
-    matmul_gflops, copy_gbps = _rates(device)
+    # Its random operands come from a forked generator: the run's (a script's own) random numbers
+    # are what they would be without the probe.
+    devices = []
+    if device.type == "cuda":
+        devices = [device.index if device.index is not None else torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=devices):
+        matmul_gflops, copy_gbps = _rates(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the probe's buffers are no part of the run's memory
     return {

@@ -67,6 +67,7 @@ class Session:
             return
         if steps == 1:
             self._first_step_done()
+            self._probe("before")
             self._count_flops_start()
         elif steps == 2:
             self._count_flops_end()
@@ -96,6 +97,18 @@ class Session:
             self.beat.watch_collectives(dist.distributed_c10d._get_default_group(), dist.get_backend())
             self.observer.beat = self.beat
             self.beat.phase = "warm-up"
+
+    def _probe(self, when: str) -> None:
+        """The process's own speed on fixed work, as the built-in workloads' processes time it: a
+        slow process, not a slow script, shows here. Before: after the script's first step, so that
+        the rest of its warm-up takes up what the probe moved (on a GPU, the allocator's cache it
+        empties). After: once the window has closed. A probe that fails (a GPU the script has
+        filled) leaves that reading out; the run and its measurements go on."""
+        try:
+            self.probe[when] = process_probe(self.observer.device())
+        except Exception:
+            if self.observer.device().type == "cuda":
+                torch.cuda.empty_cache()
 
     def _count_flops_start(self) -> None:
         from torch.utils.flop_counter import FlopCounterMode
@@ -132,10 +145,6 @@ class Session:
         if self.beat is not None:
             self.beat.enter("timed")
         device = self.observer.device()
-        # The process's own speed on fixed work, outside the window on both sides (a script's
-        # warm-up is its own loop, so the first reading waits for the window's start): a slow
-        # process, not slow code, shows here as it does for the built-in workloads.
-        self.probe["before"] = process_probe(device)
         # The script's own threads; its loader workers, if any, are not known here.
         self.load = WindowLoad(int(os.environ.get("LOCAL_RANK", 0)), device, [device], torch.get_num_threads(), 0)
         self.load.start()  # before the barrier: no part of any rank's window
@@ -154,7 +163,7 @@ class Session:
         self.window_s = time.perf_counter() - self.window_start
         window_cpu_s = time.process_time() - self.window_cpu_start
         self.machine_load = self.load.finish()
-        self.probe["after"] = process_probe(self.observer.device())
+        self._probe("after")
         if self.beat is not None:
             self.beat.enter("checks")
         result = self._rank_result(window_cpu_s)
