@@ -276,6 +276,15 @@ def test_gradients_that_are_zero_on_every_rank_decide_nothing():
     # Zero on one rank only is a difference like any other.
     some = checks.gradient_digest(gradients([1.0, 0.0], [0.0])).tolist()
     assert checks.gradients_in_sync([[zero, some], [zero, zero]], [0, 0])["ok"] is False
+    # Zero at some steps on every rank, not at others: compared, and in sync.
+    assert checks.gradients_in_sync([[zero, some], [zero, some]], [0, 0])["ok"] is True
+    # A gradient whose square underflows in float32 is not zero.
+    tiny = checks.gradient_digest(gradients([1e-30, 0.0], [0.0])).tolist()
+    assert tiny[0] == 0 and checks.gradients_in_sync([[tiny], [tiny]], [0, 0])["ok"] is True
+    # No gradient at all is said as such.
+    none = [0.0, 0.0, 0.0, 0.0, 0.0]
+    found = checks.gradients_in_sync([[none], [none]], [0, 0])
+    assert found["ok"] is None and "no parameter of the DDP model had a gradient" in found["reason"]
 
 
 def test_the_loader_shard_check_decides_overlap_on_a_pass_under_way():

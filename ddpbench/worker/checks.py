@@ -366,10 +366,14 @@ def gradients_in_sync(
         bad_ranks.update(out)
     ok = not bad_ranks
     reason = None
-    if ok and all(digests[step][0] == 0 for digests in digests_by_rank for step in range(steps)):
+    compared = [digests[step] for digests in digests_by_rank for step in range(steps)]
+    if ok and all(digest[4] == 0 for digest in compared):
+        ok, reason = None, f"no parameter of the DDP model had a gradient at any of the {steps} optimizer step(s)"
+    elif ok and all(list(digest[:4]) == [0, 0, 0, 0] for digest in compared):
         # Zero gradients agree whatever the all-reduce did: passing would be a check that cannot fail.
         # PyTorch's DDP tutorial series trains Linear(20, 1) under cross_entropy: over one class its
-        # loss is 0 whatever the weights, and so are its gradients.
+        # loss is 0 whatever the weights, and so are its gradients. (Sums as well as squares: a
+        # tiny gradient's float32 square may underflow to 0, its sum does not.)
         ok = None
         reason = (
             f"every rank's gradients were exactly zero at each of the {steps} optimizer step(s) compared: they "
