@@ -332,10 +332,12 @@ def judge(found: dict, together: list[float], slept: float | None) -> dict:
             "half_width": width,
             "tolerance": SLOW_RANK_TOLERANCE,
             "ok": within(grew, planted, SLOW_RANK_TOLERANCE),
-            # The test's rule: within 20 % or the growth's half-width, which must stay under 0.75 of the sleep.
+            # The test's rule: within 20 % or the growth's half-width, which must stay under 0.75 of the
+            # sleep, and the growth between half and one and a half times the sleep.
             "ok_or_in_interval": width is not None
             and width <= 0.75 * planted
-            and abs(grew - planted) <= max(SLOW_RANK_TOLERANCE * planted, width),
+            and abs(grew - planted) <= max(SLOW_RANK_TOLERANCE * planted, width)
+            and 0.5 * planted <= grew <= 1.5 * planted,
             "other": largest_other(slow, baseline, ("slowest_rank",)),
             "over": others_over(slow, baseline, ("slowest_rank",), TOLERANCE * (planted)),
         }
@@ -500,7 +502,8 @@ def findings(judged: dict, found: dict, skipped: str | None) -> list[str]:
         if not case["ok"]:
             line += (
                 f" Within {pct(case['tolerance'])} or the growth's 95 % half-width, that half-width under 0.75 of "
-                f"the sleep (the test's rule): {yes(case['ok_or_in_interval'])}."
+                "the sleep and the growth between 0.5 and 1.5 times it (the test's rule): "
+                f"{yes(case['ok_or_in_interval'])}."
             )
         said.append(line)
     if "slow_getitem" in judged:

@@ -99,6 +99,7 @@ def test_a_shaped_link_is_exposed_communication_in_the_breakdown(sweeps, tmp_pat
     # step, which the ladder measured in the same blocks as exposed_comm. The timed window ran at
     # another time, and a token bucket's bursts let it differ from the ladder by tens of ms (CI saw
     # the step grow 226 ms and exposed_comm 132 ms); that difference is window_vs_ladder's.
+    assert "window_vs_ladder" in grew, numbers
     ladder_slower_ms = slower_ms - grew["window_vs_ladder"]
     numbers += f"; the ladder's DDP step {ladder_slower_ms:+.1f} ms"
     assert ladder_slower_ms > 30, numbers
