@@ -410,24 +410,29 @@ def read_run(folder: str) -> dict:
         "status": record.get("status"),
         "step_s": found["step_s"],
         "exposed": terms["exposed_comm"],
-        "window_vs_ladder": terms.get("window_vs_ladder", {}).get("s_per_step"),
+        "window_vs_ladder": terms.get("window_vs_ladder") or {"s_per_step": None},
+        "blocks": (found.get("ladder") or {}).get("blocks"),
         "hosts": ", ".join(f"rank {rank['rank']} {rank['hostname']}" for rank in record["ranks"]),
         "loads": [(rank["hostname"], rank["machine_load"]) for rank in record["ranks"] if rank.get("machine_load")],
     }
 
 
+def term_growth(unshaped: dict, shaped: dict) -> tuple[float | None, float | None]:
+    """A term's growth from the unshaped run to the shaped one, and its 95 % half-width (the two
+    runs' in quadrature; None where either has no interval)."""
+    if shaped["s_per_step"] is None or unshaped["s_per_step"] is None:
+        return None, None
+    widths = [half_width(shaped), half_width(unshaped)]
+    return shaped["s_per_step"] - unshaped["s_per_step"], None if None in widths else math.hypot(*widths)
+
+
 def growth(unshaped: dict, shaped: dict) -> dict:
-    """What the shaped link added, per step: the step, exposed communication (± its half-width: the
-    two runs' in quadrature), window_vs_ladder, and the ladder's own DDP step (step less that)."""
-    grew = {"step_s": shaped["step_s"] - unshaped["step_s"], "exposed_s": None, "exposed_hw": None}
-    if shaped["exposed"]["s_per_step"] is not None and unshaped["exposed"]["s_per_step"] is not None:
-        grew["exposed_s"] = shaped["exposed"]["s_per_step"] - unshaped["exposed"]["s_per_step"]
-        widths = [half_width(shaped["exposed"]), half_width(unshaped["exposed"])]
-        grew["exposed_hw"] = None if None in widths else math.hypot(*widths)
-    grew["window_vs_ladder_s"] = (
-        None
-        if shaped["window_vs_ladder"] is None or unshaped["window_vs_ladder"] is None
-        else shaped["window_vs_ladder"] - unshaped["window_vs_ladder"]
+    """What the shaped link added, per step: the step, exposed communication and window_vs_ladder
+    (each ± its half-width), and the ladder's own DDP step (the step less window_vs_ladder)."""
+    grew = {"step_s": shaped["step_s"] - unshaped["step_s"]}
+    grew["exposed_s"], grew["exposed_hw"] = term_growth(unshaped["exposed"], shaped["exposed"])
+    grew["window_vs_ladder_s"], grew["window_vs_ladder_hw"] = term_growth(
+        unshaped["window_vs_ladder"], shaped["window_vs_ladder"]
     )
     grew["ladder_s"] = None if grew["window_vs_ladder_s"] is None else grew["step_s"] - grew["window_vs_ladder_s"]
 
@@ -559,19 +564,32 @@ def page(measured: dict, analysed: dict) -> str:
         line = (
             f"- **{link_name(pair['rate'])}** (run {pair['index']}): the step grew by {ms(grew['step_s'])} ms "
             f"({ms(unshaped['step_s'])} to {ms(shaped['step_s'])}), and exposed communication by "
-            f"{ms(grew['exposed_s'])}{width} ms of that ({pct(grew['share_of_step'])})."
+            f"{ms(grew['exposed_s'])}{width} ms, {pct(grew['share_of_step'])} of the step's growth."
         )
         if grew["ladder_s"] is not None:
+            width = "" if grew["window_vs_ladder_hw"] is None else f" ± {ms(grew['window_vs_ladder_hw'])}"
             line += (
-                f" `window_vs_ladder` grew by {ms(grew['window_vs_ladder_s'])} ms, so the ladder's own DDP step "
-                f"(the step less `window_vs_ladder`) grew by {ms(grew['ladder_s'])} ms, and exposed communication's "
-                f"growth is {pct(grew['share_of_ladder'])} of that."
+                f" `window_vs_ladder` changed by {ms(grew['window_vs_ladder_s'])}{width} ms, so the ladder's own "
+                f"DDP step (the step less `window_vs_ladder`) grew by {ms(grew['ladder_s'])} ms, and exposed "
+                f"communication's growth is {pct(grew['share_of_ladder'])} of that."
             )
         else:
             line += " `window_vs_ladder` was not measured in both runs: the ladder's own DDP step is not known."
         if test is not None:
             line += f" The test's conditions on these figures: {verdict(pair, test)}."
         lines.append(wrap(line))
+    blocks = sorted({run["blocks"] for pair in pairs for run in pair["runs"].values() if run["blocks"]})
+    lines.append(
+        wrap(
+            "- **One run is one sample**: each pair ran once. The ± figures and the brackets are 95 % intervals "
+            + (
+                f"from each run's {'/'.join(str(b) for b in blocks)} ladder blocks"
+                if blocks
+                else "from its ladder blocks"
+            )
+            + " (a growth's: the two runs' in quadrature); they do not show how far another run would land."
+        )
+    )
     lines.append("")
     unshaped = [pair["runs"]["unshaped"] for pair in pairs if "unshaped" in pair["runs"]]
     if unshaped:
