@@ -31,8 +31,6 @@ what the measuring command wrote beside them (OUT/measurement.json), and measure
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import math
 import os
@@ -46,14 +44,16 @@ from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
+
+from bench_lock import LOCK, bench_lock  # noqa: E402
 
 from ddpbench.analysis.breakdown import TERM_NAMES, explain_sweep  # noqa: E402
 from ddpbench.host.facts import project_git  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "planted-causes.md")
-LOCK = "/tmp/ddpbench-bench.lock"
 PLANTED = os.path.join(REPO, "tests", "fixtures", "planted_causes.py")
 # The fixture's constants, read from its text (importing it needs torch).
 FIXTURE = {}
@@ -85,48 +85,6 @@ SLEPT = "slow_rank-slept.txt"
 MEASUREMENT = "measurement.json"
 """In --out: what the measuring command was and did, for the page that --analyse-only writes."""
 WIDTH = 100
-
-
-# --- the lock -------------------------------------------------------------------------------------
-
-
-def parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def held_by_a_caller(path: str) -> bool:
-    """Whether a process this one runs under (`flock LOCK python ...`) holds the flock on `path`:
-    taking it again would wait for ever, since a new open of the file is a new lock."""
-    try:
-        stat = os.stat(path)
-        with open("/proc/locks", encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return False
-    key = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
-    # "1: FLOCK  ADVISORY  WRITE 2784 fe:00:2147165 0 EOF"; a waiter's line has "->" after the number.
-    holders = {int(f[4]) for f in (line.split() for line in lines) if len(f) > 5 and f[1] == "FLOCK" and f[5] == key}
-    pid = os.getppid()
-    while pid > 1:
-        if pid in holders:
-            return True
-        pid = parent_of(pid)
-    return False
-
-
-@contextlib.contextmanager
-def bench_lock():
-    """Hold the benchmark lock for the whole measurement; yields who took it."""
-    if held_by_a_caller(LOCK):
-        yield "the command that started this one"
-        return
-    with open(LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield "this script"
 
 
 # --- measuring ------------------------------------------------------------------------------------

@@ -8,10 +8,18 @@ exact command of a `ddpbench trainjob` manifest with the variables the torch-dis
 injects (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT=29500),
 and both write to one folder, as pods sharing a volume do.
 
-As a benchmark (root, iproute2): the 2-node x 1-rank smoke run with the link as it is, then with a
-tbf qdisc on both ends, and what the breakdown says grew:
+As a benchmark (root, iproute2): for each --rate, the 2-node x 1-rank smoke run with the link as it
+is, then with a tbf qdisc on both ends at that rate, and what the breakdown says grew. Several rates
+in one invocation: `--rate 1gbit --rate 100mbit` or `--rate 1gbit,100mbit`. The whole measurement
+holds /tmp/ddpbench-bench.lock (benchmarks/bench_lock.py): it takes the lock itself, or runs under
+the caller's `flock /tmp/ddpbench-bench.lock ...`.
 
-    python benchmarks/two_hosts.py --rate 100mbit
+Prints the page and writes it to --page (docs/measurements/two-hosts.md; --no-page only prints).
+The runs stay in --out with what the measuring command did (OUT/measurement.json); --analyse-only
+writes the page from them again and measures nothing.
+
+    python benchmarks/two_hosts.py --rate 1gbit --rate 100mbit
+    python benchmarks/two_hosts.py --analyse-only
 
 tests/test_two_hosts.py uses the same namespaces for its assertions.
 """
@@ -20,17 +28,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import platform
+import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import textwrap
+import time
 from dataclasses import dataclass
 
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+
+from bench_lock import LOCK, bench_lock  # noqa: E402
+
+from ddpbench.host.facts import cpu_model, project_git, usable_cores  # noqa: E402
+
+PAGE = os.path.join(REPO, "docs", "measurements", "two-hosts.md")
+TEST = os.path.join(REPO, "tests", "test_two_hosts.py")
+MEASUREMENT = "measurement.json"
+"""In --out: what the measuring command was and did, for the page that --analyse-only writes."""
+WIDTH = 100
 HOSTNAMES = ("node-0", "node-1")
 ADDRESSES = ("10.77.0.1", "10.77.0.2")
 PREFIX = 24
@@ -42,6 +68,8 @@ NETNS_FOLDER = "/etc/netns"
 """`ip netns exec X` mounts the files of /etc/netns/X/ over those of /etc/."""
 BURST = "32kb"
 """tbf's bucket: it must exceed the MTU (1500 on the veth), or no packet ever leaves."""
+LATENCY = "50ms"
+"""The longest a packet may wait in tbf's queue before it is dropped."""
 
 
 class Unavailable(Exception):
@@ -75,7 +103,7 @@ class TwoHosts:
         for namespace in self.namespaces:
             done = _ip(
                 "tc", "qdisc", "replace", "dev", INTERFACE, "root", "tbf", "rate", rate, "burst", BURST, "latency",
-                "50ms", namespace=namespace,
+                LATENCY, namespace=namespace,
             )  # fmt: skip
             if done.returncode != 0:
                 raise Unavailable(f"cannot shape the link with tc tbf: {done.stderr.strip()}")
@@ -259,32 +287,410 @@ def run_both(hosts: TwoHosts, work: str, rate: str) -> tuple[dict[str, str], dic
     return folders, sent
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", default="100mbit", help="the shaped link's rate (tc tbf; default 100mbit)")
-    args = parser.parse_args()
+# --- the measurement and its page -----------------------------------------------------------------
+
+
+def rates_of(values: list[str] | None) -> list[str]:
+    """--rate as given: repeated, comma lists, or both; 100mbit where none is."""
+    rates = [rate.strip() for value in values or ["100mbit"] for rate in value.split(",") if rate.strip()]
+    return rates or ["100mbit"]
+
+
+def measure(out: str, rates: list[str], command: str) -> dict:
+    """Each rate's unshaped and shaped pair in turn, under one hold of the lock; what was done, as
+    OUT/measurement.json keeps it. A pair that fails is kept with its error and the next one runs."""
+    waited = time.time()
+    hosts = start(str(os.getpid()))
     try:
-        hosts = start(str(os.getpid()))
-    except Unavailable as exc:
-        print(f"two_hosts: cannot run here: {exc}", file=sys.stderr)
-        return 2
-    work = tempfile.mkdtemp(prefix="two-hosts-")
-    try:
-        folders, sent = run_both(hosts, work, args.rate)
+        with bench_lock() as locked_by:
+            started = time.time()
+            measured = {
+                "command": command,
+                "locked_by": locked_by,
+                "waited_s": started - waited,
+                "started_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                **project_git(),
+                "cores": usable_cores(),
+                "cpu_model": cpu_model(),
+                "kernel": f"{platform.system()} {platform.release()}",
+                "load_before": os.getloadavg()[0],
+                "pairs": [],
+            }
+            for index, rate in enumerate(rates, 1):
+                work = os.path.join(out, f"{index}-{rate}")
+                pair = {"rate": rate, "work": work, "folders": {}, "sent": {}, "error": None}
+                try:
+                    pair["folders"], pair["sent"] = run_both(hosts, work, rate)
+                except (RuntimeError, SystemExit, subprocess.SubprocessError, OSError) as exc:
+                    pair["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    for sweep_id in ("unshaped", "shaped"):
+                        folder = os.path.join(work, "volume", sweep_id)
+                        if os.path.isdir(folder):
+                            pair["folders"][sweep_id] = folder
+                print(f"  rate {rate}: {pair['error'] or 'done'} ({time.time() - started:.0f} s)", file=sys.stderr)
+                measured["pairs"].append(pair)
+            measured["load_after"] = os.getloadavg()[0]
+            measured["seconds"] = time.time() - started
+            measured["ended_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     finally:
         hosts.remove()
-    print("| link | step (ms) | exposed communication (ms/step) | MB sent by node-0, node-1 | hosts of the ranks |")
-    print("|---|---|---|---|---|")
-    for sweep_id, folder in folders.items():
+    return measured
+
+
+def test_conditions() -> dict | None:
+    """What tests/test_two_hosts.py asserts, read from its code: its rate, the bytes each node must
+    send, and its thresholds on the growth. None where its code no longer reads as expected."""
+    try:
+        with open(TEST, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    patterns = {
+        "rate": r'^SHAPED_RATE = "([^"]+)"',
+        "sent_bytes": r'assert min\(sent\["unshaped"\]\) > ([0-9.e+]+)',
+        "step_ms": r"assert slower_ms > ([0-9.]+)",
+        "ladder_ms": r"assert ladder_slower_ms > ([0-9.]+)",
+        "share": r"assert exposed_ms > ([0-9.]+) \* ladder_slower_ms",
+    }
+    found = {}
+    for name, pattern in patterns.items():
+        match = re.search(pattern, text, re.MULTILINE)
+        if match is None:
+            return None
+        found[name] = match.group(1) if name == "rate" else float(match.group(1))
+    return found
+
+
+def link_name(rate: str) -> str:
+    """tc's `1gbit` as `1 Gbit/s`; a rate in other units as tc was given it."""
+    match = re.fullmatch(r"([0-9.]+)([kmgt]?)bit", rate.lower())
+    if not match:
+        return rate
+    return f"{match.group(1)} {match.group(2).upper()}bit/s" if match.group(2) else f"{match.group(1)} bit/s"
+
+
+def ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1e3:.2f}"
+
+
+def pct(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.0f} %"
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def wrap(text: str) -> str:
+    """Prose at 100 columns; a list item's lines indented under it."""
+    if not text or text.startswith(("|", "#")):
+        return text
+    indent = "  " if text.startswith("- ") else ""
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False, subsequent_indent=indent)
+
+
+def half_width(term: dict) -> float | None:
+    if term.get("ci_low_s") is None or term.get("ci_high_s") is None:
+        return None
+    return (term["ci_high_s"] - term["ci_low_s"]) / 2
+
+
+def read_run(folder: str) -> dict:
+    """One sweep's 2-node run: its breakdown (`ddpbench explain --json`) and its record's facts;
+    `error` where either could not be read."""
+    try:
         found = breakdown(folder)["mlp-ddp-n2"]
-        with open(os.path.join(folder, "runs", "mlp-ddp-n2.json")) as handle:
+        with open(os.path.join(folder, "runs", "mlp-ddp-n2.json"), encoding="utf-8") as handle:
             record = json.load(handle)
-        names = ", ".join(f"rank {rank['rank']} {rank['hostname']}" for rank in record["ranks"])
-        exposed = found["terms"]["exposed_comm"]["s_per_step"]
-        label = sweep_id if sweep_id == "unshaped" else f"shaped, {args.rate}"
-        megabytes = ", ".join(f"{count / 1e6:.1f}" for count in sent[sweep_id])
-        print(f"| {label} | {found['step_s'] * 1e3:.2f} | {exposed * 1e3:.2f} | {megabytes} | {names} |")
-    print(f"records and breakdowns: {work}")
+    except (RuntimeError, KeyError, OSError, ValueError) as exc:
+        return {"error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}
+    terms = found["terms"]
+    return {
+        "error": None,
+        "status": record.get("status"),
+        "step_s": found["step_s"],
+        "exposed": terms["exposed_comm"],
+        "window_vs_ladder": terms.get("window_vs_ladder") or {"s_per_step": None},
+        "blocks": (found.get("ladder") or {}).get("blocks"),
+        "hosts": ", ".join(f"rank {rank['rank']} {rank['hostname']}" for rank in record["ranks"]),
+        "loads": [(rank["hostname"], rank["machine_load"]) for rank in record["ranks"] if rank.get("machine_load")],
+    }
+
+
+def term_growth(unshaped: dict, shaped: dict) -> tuple[float | None, float | None]:
+    """A term's growth from the unshaped run to the shaped one, and its 95 % half-width (the two
+    runs' in quadrature; None where either has no interval)."""
+    if shaped["s_per_step"] is None or unshaped["s_per_step"] is None:
+        return None, None
+    widths = [half_width(shaped), half_width(unshaped)]
+    return shaped["s_per_step"] - unshaped["s_per_step"], None if None in widths else math.hypot(*widths)
+
+
+def growth(unshaped: dict, shaped: dict) -> dict:
+    """What the shaped link added, per step: the step, exposed communication and window_vs_ladder
+    (each ± its half-width), and the ladder's own DDP step (the step less window_vs_ladder)."""
+    grew = {"step_s": shaped["step_s"] - unshaped["step_s"]}
+    grew["exposed_s"], grew["exposed_hw"] = term_growth(unshaped["exposed"], shaped["exposed"])
+    grew["window_vs_ladder_s"], grew["window_vs_ladder_hw"] = term_growth(
+        unshaped["window_vs_ladder"], shaped["window_vs_ladder"]
+    )
+    grew["ladder_s"] = None if grew["window_vs_ladder_s"] is None else grew["step_s"] - grew["window_vs_ladder_s"]
+
+    def share(of: float | None) -> float | None:
+        return None if grew["exposed_s"] is None or of is None or of <= 0 else grew["exposed_s"] / of
+
+    grew["share_of_step"] = share(grew["step_s"])
+    grew["share_of_ladder"] = share(grew["ladder_s"])
+    return grew
+
+
+def exposed_cell(run: dict) -> str:
+    term = run["exposed"]
+    if term["ci_low_s"] is None or term["ci_high_s"] is None:
+        return ms(term["s_per_step"])
+    return f"{ms(term['s_per_step'])} [{ms(term['ci_low_s'])}, {ms(term['ci_high_s'])}]"
+
+
+def verdict(pair: dict, test: dict) -> str:
+    """The test's conditions on this pair's figures, one by one."""
+    grew, sent = pair["growth"], pair["sent"].get("unshaped") or []
+    parts = [
+        f"each node sent more than {test['sent_bytes'] / 1e6:.0f} MB unshaped: "
+        f"{yes(bool(sent) and min(sent) > test['sent_bytes'])}",
+        f"the step grew by more than {test['step_ms']:.0f} ms: {yes(grew['step_s'] * 1e3 > test['step_ms'])}",
+    ]
+    if grew["ladder_s"] is not None:
+        parts.append(
+            f"the ladder's DDP step by more than {test['ladder_ms']:.0f} ms: "
+            f"{yes(grew['ladder_s'] * 1e3 > test['ladder_ms'])}"
+        )
+        if grew["exposed_s"] is not None:
+            parts.append(
+                f"exposed communication by more than {pct(test['share'])} of that: "
+                f"{yes(grew['exposed_s'] > test['share'] * grew['ladder_s'])}"
+            )
+    return "; ".join(parts)
+
+
+def commit_of(sha: str | None, dirty: bool | None) -> str:
+    if not sha:
+        return "not recorded"
+    return sha[:7] + (" with uncommitted changes to tracked files" if dirty else "")
+
+
+def header(measured: dict, analysed: dict) -> list[str]:
+    runs = commit_of(measured.get("git_sha"), measured.get("git_dirty"))
+    analysis = commit_of(analysed["git_sha"], analysed["git_dirty"])
+    if runs == analysis and not analysed["analyse_only"]:
+        commit = f"{runs}, runs and analysis"
+    else:
+        commit = f"the runs: {runs}; the analysis: {analysis}" + (
+            " (`--analyse-only`)" if analysed["analyse_only"] else ""
+        )
+    waited = (
+        "" if measured["locked_by"] != "this script" else f" after {measured['waited_s'] / 60:.1f} minutes of waiting"
+    )
+    took = (
+        f"`{measured['command']}`, as root (measured in {measured['seconds'] / 60:.1f} minutes, holding "
+        f"`flock {LOCK}` throughout, taken by {measured['locked_by']}{waited})"
+    )
+    if analysed["analyse_only"]:
+        took += f"; this page: `{analysed['command']}`"
+    return [
+        f"- **Commit**: {commit}.",
+        f"- **Machine**: {measured['cores']} cores ({measured['cpu_model']}), {measured['kernel']}, no GPU "
+        f"used; 1-minute load average {measured['load_before']:.2f} before the runs (once the lock was "
+        f"held), {measured['load_after']:.2f} after them; the runs ran from {measured['started_at']} to "
+        f"{measured['ended_at']}; page written {analysed['date']}.",
+        f"- **Command**: {took}.",
+    ]
+
+
+def page(measured: dict, analysed: dict) -> str:
+    """The page, every figure from the runs `measured` names."""
+    pairs, failed = [], []
+    for index, pair in enumerate(measured["pairs"], 1):
+        runs = {sweep_id: read_run(folder) for sweep_id, folder in pair["folders"].items()}
+        problems = [f"{sweep_id}: {run['error']}" for sweep_id, run in runs.items() if run["error"]]
+        problems += [
+            f"{sweep_id}: status {run['status']}"
+            for sweep_id, run in runs.items()
+            if run.get("status") not in (None, "ok") and not run["error"]
+        ]
+        if pair.get("error"):
+            problems.insert(0, pair["error"])
+        if problems or set(runs) != {"unshaped", "shaped"}:
+            failed.append(f"run {index} ({pair['rate']}): " + ("; ".join(problems) or "a sweep is missing"))
+        usable = {k: r for k, r in runs.items() if not r["error"]}
+        grew = growth(usable["unshaped"], usable["shaped"]) if set(usable) == {"unshaped", "shaped"} else None
+        pairs.append({**pair, "index": index, "runs": usable, "growth": grew})
+    test = test_conditions()
+    lines = [
+        "# Two hosts in one machine: a 2-node run over a veth, unshaped and shaped",
+        "",
+        "Written by `benchmarks/two_hosts.py`, which ran the jobs below and analysed them; rerun it to",
+        "measure again. What each term is: [explain](../explain.md).",
+        "",
+        *(wrap(line) for line in header(measured, analysed)),
+        "",
+        wrap(
+            "The script writes the manifests with `ddpbench trainjob --nodes 2 --nproc-per-node 1 --suite smoke "
+            "--strategies local,ddp`. For each rate it runs the one-node job (the `local` reference) in `node-0`, "
+            "then the 2-node job's pods in `node-0` and `node-1` with the runtime's `PET_*` variables. It then "
+            f"shapes both ends of the veth with `tc qdisc ... tbf rate R burst {BURST} latency {LATENCY}` and runs the "
+            "2-node job again, against the same reference. The step and exposed communication columns are read "
+            "from `ddpbench explain --json`, exposed communication with its 95 % interval from the ladder's paired "
+            "blocks in brackets; the step, the timed window over its steps, has no interval in the breakdown."
+        ),
+        "",
+        "| run | link | step (ms) | exposed communication (ms per step) | MB sent by node-0, node-1 during the "
+        "2-node job | hosts of the ranks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pair in pairs:
+        for sweep_id, run in pair["runs"].items():
+            link = "unshaped veth" if sweep_id == "unshaped" else f"tbf {link_name(pair['rate'])}"
+            sent = ", ".join(f"{count / 1e6:.1f}" for count in pair["sent"].get(sweep_id, [])) or "n/a"
+            lines.append(
+                f"| {pair['index']} | {link} | {ms(run['step_s'])} | {exposed_cell(run)} | {sent} | {run['hosts']} |"
+            )
+    lines += ["", "What the shaped link added, per step:"]
+    for pair in pairs:
+        grew = pair["growth"]
+        if grew is None:
+            continue
+        unshaped, shaped = pair["runs"]["unshaped"], pair["runs"]["shaped"]
+        width = "" if grew["exposed_hw"] is None else f" ± {ms(grew['exposed_hw'])}"
+        line = (
+            f"- **{link_name(pair['rate'])}** (run {pair['index']}): the step grew by {ms(grew['step_s'])} ms "
+            f"({ms(unshaped['step_s'])} to {ms(shaped['step_s'])}), and exposed communication by "
+            f"{ms(grew['exposed_s'])}{width} ms, {pct(grew['share_of_step'])} of the step's growth."
+        )
+        if grew["ladder_s"] is not None:
+            width = "" if grew["window_vs_ladder_hw"] is None else f" ± {ms(grew['window_vs_ladder_hw'])}"
+            line += (
+                f" `window_vs_ladder` changed by {ms(grew['window_vs_ladder_s'])}{width} ms, so the ladder's own "
+                f"DDP step (the step less `window_vs_ladder`) grew by {ms(grew['ladder_s'])} ms, and exposed "
+                f"communication's growth is {pct(grew['share_of_ladder'])} of that."
+            )
+        else:
+            line += " `window_vs_ladder` was not measured in both runs: the ladder's own DDP step is not known."
+        if test is not None:
+            line += f" The test's conditions on these figures: {verdict(pair, test)}."
+        lines.append(wrap(line))
+    blocks = sorted({run["blocks"] for pair in pairs for run in pair["runs"].values() if run["blocks"]})
+    lines.append(
+        wrap(
+            "- **One run is one sample**: each pair ran once. The ± figures and the brackets are 95 % intervals "
+            + (
+                f"from each run's {'/'.join(str(b) for b in blocks)} ladder blocks"
+                if blocks
+                else "from its ladder blocks"
+            )
+            + " (a growth's: the two runs' in quadrature); they do not show how far another run would land."
+        )
+    )
+    lines.append("")
+    unshaped = [pair["runs"]["unshaped"] for pair in pairs if "unshaped" in pair["runs"]]
+    if unshaped:
+        steps = " and ".join(ms(run["step_s"]) for run in unshaped)
+        exposed = " and ".join(ms(run["exposed"]["s_per_step"]) for run in unshaped)
+        lines.append(
+            wrap(
+                f"On the unshaped veth the step was {steps} ms, with {exposed} ms of exposed communication: the two "
+                f"\"nodes\" share this machine's {measured['cores']} cores, which also copy every packet over the "
+                "veth. The byte counts include every phase of the 2-node job, not only its timed steps."
+            )
+        )
+        lines.append("")
+    loads = []
+    for pair in pairs:
+        for sweep_id, run in pair["runs"].items():
+            nodes = ", ".join(
+                f"{host} {load['others_cores']:.2f} of {load['cores']}" + (" (busy)" if load["busy"] else "")
+                for host, load in run["loads"]
+            )
+            if nodes:
+                link = "unshaped" if sweep_id == "unshaped" else f"tbf {link_name(pair['rate'])}"
+                loads.append(f"run {pair['index']} {link}: {nodes}")
+    if loads:
+        lines.append(
+            wrap(
+                "Cores that other processes used over each 2-node run's timed window, per node, as its record "
+                "measured them (the other node's rank counts as another process): " + "; ".join(loads) + "."
+            )
+        )
+        lines.append("")
+    if failed:
+        lines += [wrap("Not measured: " + "; ".join(failed) + "."), ""]
+    if test is None:
+        lines.append(
+            "`tests/test_two_hosts.py` could not be read as this page expects: its checks are not stated here."
+        )
+    else:
+        lines.append(
+            wrap(
+                f"`tests/test_two_hosts.py` runs one such pair at {test['rate']}. It checks that the unshaped 2-node "
+                "run (one rank per node) is ok with its replicas in sync, that its record names `node-0` and "
+                "`node-1` as its ranks' hosts, the rendezvous that the runtime's `PET_MASTER_ADDR` and "
+                "`PET_MASTER_PORT` name, and gloo on `eth0`, that each node sent more than "
+                f"{test['sent_bytes'] / 1e6:.0f} MB over the veth, and that the folder the pods share holds exactly "
+                "the two jobs' records; that the shaped run is ok, its step grew by more than "
+                f"{test['step_ms']:.0f} ms, the ladder's own DDP step by more than {test['ladder_ms']:.0f} ms, and "
+                f"exposed communication by more than {pct(test['share'])} of the ladder's growth; and that the "
+                "report groups the ranks by host."
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--rate",
+        action="append",
+        help="a shaped link's rate (tc tbf), one pair of runs each; repeat it or give a comma list (default 100mbit)",
+    )
+    parser.add_argument("--out", default=os.path.join(REPO, "results", "two-hosts"), help="where the runs go")
+    parser.add_argument("--analyse-only", action="store_true", help="write the page from the runs already in --out")
+    parser.add_argument("--page", default=PAGE, help="where to write the page (default docs/measurements/two-hosts.md)")
+    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "benchmarks/two_hosts.py", *(sys.argv[1:] if argv is None else argv)])
+    out = os.path.abspath(args.out)
+    kept = os.path.join(out, MEASUREMENT)
+    if args.analyse_only:
+        if args.rate:
+            parser.error("--analyse-only measures nothing: the rates are those of the runs in --out")
+        try:
+            with open(kept, encoding="utf-8") as handle:
+                measured = json.load(handle)
+        except OSError:
+            parser.error(f"no {MEASUREMENT} in {out}: nothing to analyse")
+    else:
+        if os.path.exists(out) and os.listdir(out):
+            parser.error(f"{out} already holds runs: use --analyse-only, or a new --out")
+        os.makedirs(out, exist_ok=True)
+        try:
+            measured = measure(out, rates_of(args.rate), command)
+        except Unavailable as exc:
+            print(f"two_hosts: cannot run here: {exc}", file=sys.stderr)
+            return 2
+        with open(kept, "w", encoding="utf-8") as handle:
+            json.dump(measured, handle, indent=1)
+    analysed = {
+        **project_git(),
+        "analyse_only": args.analyse_only,
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    text = page(measured, analysed)
+    print(text)
+    print(f"records and breakdowns: {out}", file=sys.stderr)
+    if not args.no_page:
+        with open(args.page, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {args.page}", file=sys.stderr)
     return 0
 
 
