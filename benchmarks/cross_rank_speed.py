@@ -24,7 +24,6 @@ import gzip
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 import synthetic  # noqa: E402
+from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 from ddpbench.host.facts import cpu_model, project_git  # noqa: E402
 
@@ -224,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=None, help="ddpbench's workers (default: its own choice)")
     parser.add_argument("--hta-python", default=os.path.join(REPO, ".venv-hta", "bin", "python"))
-    parser.add_argument("--page", default=PAGE, help="where to write the page (default %(default)s)")
-    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    add_page_options(parser, PAGE)
     args = parser.parse_args(argv)
     if not os.path.exists(args.hta_python):
         sys.exit(f"no HTA interpreter at {args.hta_python}; run `make hta-venv` or pass --hta-python")
@@ -233,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "commit": commit(),
         "machine": machine(),
-        "command": shlex.join(["python", "benchmarks/cross_rank_speed.py", *(sys.argv[1:] if argv is None else argv)]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command_line("cross_rank_speed.py", argv),
+        "date": utc_now(),
         "hta_version": hta_version(args.hta_python),
         "ranks": args.ranks,
         "jobs": jobs,
@@ -279,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"critical path's largest holder: {rounds[-1]['held']}\n")
     text = page(result)
     print(text)
-    if not args.no_page:
-        with open(args.page, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        print(f"wrote {args.page}", file=sys.stderr)
+    write_page(args, text)
     return 0
 
 

@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 from bench_lock import LOCK, bench_lock  # noqa: E402
+from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 from ddpbench.analysis.breakdown import TERM_NAMES, explain_sweep  # noqa: E402
 from ddpbench.host.facts import project_git  # noqa: E402
@@ -633,12 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--rate", default="200mbit", help="the shaped loopback's rate (tc tbf)")
     parser.add_argument("--analyse-only", action="store_true", help="use the sweeps already in --out")
-    parser.add_argument(
-        "--page", default=PAGE, help="where to write the page (default docs/measurements/planted-causes.md)"
-    )
-    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    add_page_options(parser, PAGE)
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/planted_causes.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line("planted_causes.py", argv)
     out = os.path.abspath(args.out)
     kept = os.path.join(out, MEASUREMENT)
     if args.analyse_only:
@@ -657,17 +654,14 @@ def main(argv: list[str] | None = None) -> int:
         **project_git(),
         "analyse_only": args.analyse_only,
         "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": utc_now(),
     }
     text, judged = page(out, measured, analysed)
     print(text)
     print(
         f"contention within {pct(CONTENTION_TOLERANCE)} of what two one-device runs at once lose: {criterion(judged)}"
     )
-    if not args.no_page:
-        with open(args.page, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        print(f"wrote {args.page}", file=sys.stderr)
+    write_page(args, text)
     return 0
 
 

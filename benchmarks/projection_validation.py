@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,10 @@ from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
+
+from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 from ddpbench.analysis.network import load_profile  # noqa: E402
 from ddpbench.analysis.projection_validation import validation_cases  # noqa: E402
@@ -603,10 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         help="profiled steps per run: the samples of each bucket's all-reduce in (c)",
     )
     parser.add_argument("--analyse-only", action="store_true", help="use the runs already in --out")
-    parser.add_argument(
-        "--page", default=PAGE, help="where to write the page (default docs/measurements/projection-validation.md)"
-    )
-    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    add_page_options(parser, PAGE)
     args = parser.parse_args(argv)
     commit = commit_of(git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no")))
     measured = None
@@ -627,10 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(result, handle, indent=1)
     header = {
         "commit": commit,
-        "command": shlex.join(
-            ["python", "benchmarks/projection_validation.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command_line("projection_validation.py", argv),
+        "date": utc_now(),
         "measured": measured,
     }
     text = page(result, header)
@@ -638,10 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every bucket of every run: too long for the page, the rows behind its (c) figures.
     print(f"\n### (c) every bucket (in {os.path.join(args.out, 'validation.json')}, not on the page)\n")
     print(trace_table(result))
-    if not args.no_page:
-        with open(args.page, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        print(f"wrote {args.page}", file=sys.stderr)
+    write_page(args, text)
     return 0
 
 

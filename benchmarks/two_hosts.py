@@ -32,7 +32,6 @@ import math
 import os
 import platform
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -49,6 +48,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 from bench_lock import LOCK, bench_lock  # noqa: E402
+from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 from ddpbench.host.facts import cpu_model, project_git, usable_cores  # noqa: E402
 
@@ -653,10 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=os.path.join(REPO, "results", "two-hosts"), help="where the runs go")
     parser.add_argument("--analyse-only", action="store_true", help="write the page from the runs already in --out")
-    parser.add_argument("--page", default=PAGE, help="where to write the page (default docs/measurements/two-hosts.md)")
-    parser.add_argument("--no-page", action="store_true", help="only print the page")
+    add_page_options(parser, PAGE)
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/two_hosts.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line("two_hosts.py", argv)
     out = os.path.abspath(args.out)
     kept = os.path.join(out, MEASUREMENT)
     if args.analyse_only:
@@ -682,15 +681,12 @@ def main(argv: list[str] | None = None) -> int:
         **project_git(),
         "analyse_only": args.analyse_only,
         "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": utc_now(),
     }
     text = page(measured, analysed)
     print(text)
     print(f"records and breakdowns: {out}", file=sys.stderr)
-    if not args.no_page:
-        with open(args.page, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        print(f"wrote {args.page}", file=sys.stderr)
+    write_page(args, text)
     return 0
 
 
