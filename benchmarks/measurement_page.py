@@ -9,6 +9,8 @@ import shlex
 import sys
 import time
 
+from ddpbench.host.facts import project_git  # the callers put the repository on sys.path first
+
 
 def add_page_options(parser: argparse.ArgumentParser, page: str) -> None:
     shown = os.path.relpath(page, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,6 +25,12 @@ def command_line(script: str, argv: list[str] | None) -> str:
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def analysis_facts(command: str, analyse_only: bool) -> dict:
+    """The analysis's commit (ddpbench.host.facts.project_git), command and time, for a page whose
+    runs may have been made by an earlier commit (`--analyse-only`)."""
+    return {**project_git(), "analyse_only": analyse_only, "command": command, "date": utc_now()}
 
 
 def write_page(args: argparse.Namespace, text: str) -> None:

@@ -47,10 +47,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 from bench_lock import LOCK, bench_lock  # noqa: E402
-from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
+from measurement_page import add_page_options, analysis_facts, command_line, write_page  # noqa: E402
 
 from ddpbench.analysis.breakdown import TERM_NAMES, explain_sweep  # noqa: E402
-from ddpbench.host.facts import project_git  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "planted-causes.md")
@@ -650,12 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = measure(out, args.steps, args.warmup, args.rate, command)
         with open(kept, "w", encoding="utf-8") as handle:
             json.dump(measured, handle, indent=1)
-    analysed = {
-        **project_git(),
-        "analyse_only": args.analyse_only,
-        "command": command,
-        "date": utc_now(),
-    }
+    analysed = analysis_facts(command, args.analyse_only)
     text, judged = page(out, measured, analysed)
     print(text)
     print(

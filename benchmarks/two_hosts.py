@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 from bench_lock import LOCK, bench_lock  # noqa: E402
-from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
+from measurement_page import add_page_options, analysis_facts, command_line, write_page  # noqa: E402
 
 from ddpbench.host.facts import cpu_model, project_git, usable_cores  # noqa: E402
 
@@ -677,12 +677,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with open(kept, "w", encoding="utf-8") as handle:
             json.dump(measured, handle, indent=1)
-    analysed = {
-        **project_git(),
-        "analyse_only": args.analyse_only,
-        "command": command,
-        "date": utc_now(),
-    }
+    analysed = analysis_facts(command, args.analyse_only)
     text = page(measured, analysed)
     print(text)
     print(f"records and breakdowns: {out}", file=sys.stderr)
