@@ -82,6 +82,7 @@ def test_replicas_in_sync_names_the_odd_rank_out():
     assert checks.replicas_in_sync(["a", "a", "a"])["ok"]
     result = checks.replicas_in_sync(["a", "a", "b", "a"])
     assert not result["ok"] and result["details"]["ranks_differing_from_rank0"] == [2]
+    assert result["reason"].startswith("rank(s) 2 hold parameters unlike rank 0's")
 
 
 def test_one_rank_has_nothing_to_compare():

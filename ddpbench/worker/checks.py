@@ -86,7 +86,13 @@ def replicas_in_sync(digests: Sequence[str]) -> dict:
         return one_rank()
     distinct = sorted(set(digests))
     out_of_sync = [rank for rank, digest in enumerate(digests) if digest != digests[0]]
-    return verdict(len(distinct) == 1, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
+    reason = None
+    if out_of_sync:  # a failed check says what it saw, as the others do
+        reason = (
+            f"rank(s) {', '.join(map(str, out_of_sync))} hold parameters unlike rank 0's after the window: the "
+            "replicas drifted apart (gradients not averaged alike, or parameters changed on some ranks only)"
+        )
+    return verdict(len(distinct) == 1, reason, distinct_digests=len(distinct), ranks_differing_from_rank0=out_of_sync)
 
 
 def shard_checks(
