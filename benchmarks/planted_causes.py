@@ -3,13 +3,13 @@ machine (2 ranks, gloo, CPU) of the planted workloads in tests/fixtures/planted_
 
 - baseline: steady_ranks, the model with nothing planted;
 - slow rank: slow_rank_one, rank 1's forward sleeps FORWARD_DELAY_S per training call (each sleep's
-  real length logged): the slowest_rank term should hold it, and no other term should grow against
-  the baseline;
+  real length logged): waiting for the slowest rank (`straggler_wait`) should hold it, the verdict
+  should name rank 1 and its forward, and no other cause should grow against the baseline;
 - slow __getitem__: slow_getitem, every sample sleeps GETITEM_DELAY_S on every rank: the step at N
   shows the data time, yet the `data` term stays near zero (the reference pays it too);
 - shaped network: steady_ranks again inside a network namespace whose loopback a tbf qdisc
-  limits to --rate: the communication terms (exposed_comm, overlap_slowdown, slowest_rank,
-  unexplained: the ladder's DDP step against its one-rank DDP step) should grow by as much as the
+  limits to --rate: the communication causes (exposed_comm, overlap_slowdown, straggler_wait,
+  forward_optimizer: the ablation's DDP step against DDP on one rank) should grow by as much as the
   step did against the baseline (skipped, with the reason, where `ip netns` does not work);
 - greedy forward: greedy_forward, whose forward runs a matrix product on more threads than the
   rank's share: `contention` should grow by what two one-device runs started at once lose against
@@ -49,7 +49,9 @@ sys.path.insert(0, REPO)
 from bench_lock import LOCK, bench_lock  # noqa: E402
 from measurement_page import add_page_options, analysis_facts, command_line, write_page  # noqa: E402
 
-from ddpbench.analysis.breakdown import TERM_NAMES, explain_sweep  # noqa: E402
+from ddpbench.analysis.ablation import CAUSE_NAMES  # noqa: E402
+from ddpbench.analysis.answers import answer_sweep  # noqa: E402
+from ddpbench.analysis.without_ablation import data_wait  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "planted-causes.md")
@@ -70,12 +72,12 @@ CASES = {
     "shaped": "steady_ranks",
     "greedy": "greedy_forward",
 }
-COMMUNICATION = ("exposed_comm", "overlap_slowdown", "slowest_rank", "unexplained")
+COMMUNICATION = ("exposed_comm", "overlap_slowdown", "straggler_wait", "forward_optimizer")
 TOLERANCE = 0.25
 """As tests/test_breakdown_runs.py judges the slow __getitem__ and the shaped network, and how far
 any other term may grow: a quarter of the planted amount."""
 SLOW_RANK_TOLERANCE = 0.20
-"""As tests/test_breakdown_runs.py judges it: what slowest_rank grew by against the baseline, within
+"""As tests/test_breakdown_runs.py judges it: what straggler_wait grew by against the baseline, within
 20 % of the sleep (the test also accepts a miss inside the growth's 95 % half-width)."""
 CONTENTION_TOLERANCE = 0.40
 """contention's growth within 40 % of what two one-device runs at once lose against one alone."""
@@ -206,13 +208,14 @@ def slept_s(out: str) -> float | None:
 
 
 def read_case(out: str, case: str):
-    """(the world-size-2 breakdown or None, the sweep's records)."""
+    """(the world-size-2 run's answer or None, the sweep's records)."""
     folder = os.path.join(out, case)
     if not os.path.isdir(folder):
         return None, []
     records, _ = read_records(folder)
-    breakdowns, _ = explain_sweep(records)
-    return next((b for b in breakdowns if b.world_size == 2), None), [record for _, record in records]
+    answers, _ = answer_sweep(records)
+    found = next((answer.runs[0] for answer in answers if answer.world_size == 2), None)
+    return found, [record for _, record in records]
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -222,40 +225,41 @@ def ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:.2f}"
 
 
-def term_s(breakdown, name: str) -> float | None:
-    return breakdown.terms[name].s_per_step
+def term_s(run, name: str) -> float | None:
+    seconds = run.causes[name].seconds
+    return None if seconds is None else seconds.value
 
 
-def half_width_s(breakdown, name: str) -> float | None:
-    term = breakdown.terms[name]
-    if term.ci_low_s is None or term.ci_high_s is None or term.ci_high_s == term.ci_low_s:
+def half_width_s(run, name: str) -> float | None:
+    seconds = run.causes[name].seconds
+    if seconds is None or not seconds.has_interval or seconds.half == 0:
         return None
-    return (term.ci_high_s - term.ci_low_s) / 2
+    return seconds.half
 
 
-def growth(breakdown, baseline, names) -> dict[str, float]:
+def growth(run, baseline, names) -> dict[str, float]:
     return {
-        name: term_s(breakdown, name) - term_s(baseline, name)
+        name: term_s(run, name) - term_s(baseline, name)
         for name in names
-        if term_s(breakdown, name) is not None and term_s(baseline, name) is not None
+        if term_s(run, name) is not None and term_s(baseline, name) is not None
     }
 
 
-def growth_half_width_s(breakdown, baseline, name: str) -> float | None:
+def growth_half_width_s(run, baseline, name: str) -> float | None:
     """The 95 % half-width of one term's growth: two independent runs' half-widths in quadrature."""
-    widths = [half_width_s(breakdown, name), half_width_s(baseline, name)]
+    widths = [half_width_s(run, name), half_width_s(baseline, name)]
     return None if None in widths else math.hypot(*widths)
 
 
-def largest_other(breakdown, baseline, planted_in) -> tuple[str, float] | None:
+def largest_other(run, baseline, planted_in) -> tuple[str, float] | None:
     """The term, of those that should not hold the cause, that grew most against the baseline."""
-    others = growth(breakdown, baseline, [n for n in TERM_NAMES if n not in planted_in])
+    others = growth(run, baseline, [n for n in CAUSE_NAMES if n not in planted_in])
     return max(others.items(), key=lambda item: item[1]) if others else None
 
 
-def others_over(breakdown, baseline, planted_in, limit: float) -> list[tuple[str, float]]:
+def others_over(run, baseline, planted_in, limit: float) -> list[tuple[str, float]]:
     """The terms, of those that should not hold the cause, that grew by more than `limit`, most first."""
-    others = growth(breakdown, baseline, [n for n in TERM_NAMES if n not in planted_in])
+    others = growth(run, baseline, [n for n in CAUSE_NAMES if n not in planted_in])
     return sorted(((n, v) for n, v in others.items() if v > limit), key=lambda item: -item[1])
 
 
@@ -278,10 +282,14 @@ def judge(found: dict, together: list[float], slept: float | None) -> dict:
     if baseline is None:
         return judged
     slow = found.get("slow_rank")
-    if slow is not None and term_s(slow, "slowest_rank") is not None and term_s(baseline, "slowest_rank") is not None:
+    if (
+        slow is not None
+        and term_s(slow, "straggler_wait") is not None
+        and term_s(baseline, "straggler_wait") is not None
+    ):
         planted = slept if slept is not None else FIXTURE["FORWARD_DELAY_S"]
-        grew = term_s(slow, "slowest_rank") - term_s(baseline, "slowest_rank")
-        width = growth_half_width_s(slow, baseline, "slowest_rank")
+        grew = term_s(slow, "straggler_wait") - term_s(baseline, "straggler_wait")
+        width = growth_half_width_s(slow, baseline, "straggler_wait")
         judged["slow_rank"] = {
             "planted": planted,
             "logged": slept is not None,
@@ -295,12 +303,15 @@ def judge(found: dict, together: list[float], slept: float | None) -> dict:
             and width <= 0.75 * planted
             and abs(grew - planted) <= max(SLOW_RANK_TOLERANCE * planted, width)
             and 0.5 * planted <= grew <= 1.5 * planted,
-            "other": largest_other(slow, baseline, ("slowest_rank",)),
-            "over": others_over(slow, baseline, ("slowest_rank",), TOLERANCE * (planted)),
+            "other": largest_other(slow, baseline, ("straggler_wait",)),
+            "over": others_over(slow, baseline, ("straggler_wait",), TOLERANCE * (planted)),
+            # The rank the straggler verdict names, and the phase it was in (rank 1's forward sleeps).
+            "named": slow.straggler.rank if slow.straggler.named else None,
+            "phase": slow.straggler.phase,
         }
     data = found.get("slow_getitem")
-    if data is not None and term_s(data, "data") is not None and data.phases.get("data") is not None:
-        seen = data.phases["data"]
+    if data is not None and term_s(data, "data") is not None and data_wait(data.record) is not None:
+        seen = data_wait(data.record)
         held = term_s(data, "data")
         judged["slow_getitem"] = {
             "planted": FIXTURE["GETITEM_DELAY_S"] * FIXTURE["GETITEM_BATCH_SIZE"],
@@ -355,18 +366,20 @@ def pm(value: float | None, width: float | None) -> str:
 
 def attribution_table(found: dict) -> list[str]:
     lines = [
-        "| case | step ms | reference ms | lost ms (points) | " + " | ".join(TERM_NAMES) + " |",
-        "|---" * (4 + len(TERM_NAMES)) + "|",
+        "| case | step ms | reference ms | lost ms (pp) | " + " | ".join(CAUSE_NAMES) + " |",
+        "|---" * (4 + len(CAUSE_NAMES)) + "|",
     ]
-    for case, breakdown in found.items():
-        lost = breakdown.step_s - breakdown.reference_step_s
+    for case, run in found.items():
+        lost = run.step_s - run.reference_step_s
         cells = [
-            f"{pm(t.s_per_step, half_width_s(breakdown, name))} ({t.points:.1f})" if t.s_per_step is not None else "n/a"
-            for name, t in ((name, breakdown.terms[name]) for name in TERM_NAMES)
+            f"{pm(term_s(run, name), half_width_s(run, name))} ({run.causes[name].points.value:.1f})"
+            if term_s(run, name) is not None
+            else "n/a"
+            for name in CAUSE_NAMES
         ]
         lines.append(
-            f"| {case} | {ms(breakdown.step_s)} | {ms(breakdown.reference_step_s)} | "
-            f"{ms(lost)} ({100 - 100 * breakdown.efficiency:.1f}) | " + " | ".join(cells) + " |"
+            f"| {case} | {ms(run.step_s)} | {ms(run.reference_step_s)} | "
+            f"{ms(lost)} ({100 - 100 * run.efficiency.value:.1f}) | " + " | ".join(cells) + " |"
         )
     return lines
 
@@ -395,7 +408,7 @@ def planted_table(judged: dict) -> list[str]:
         case = judged["slow_rank"]
         what = "rank 1's forward sleeps" + (" (logged)" if case["logged"] else " (as asked; not logged)")
         lines.append(
-            f"| slow_rank | {what} | {ms(case['planted'])} | slowest_rank, growth | "
+            f"| slow_rank | {what} | {ms(case['planted'])} | straggler_wait, growth | "
             f"{pm(case['held'], case['half_width'])} | {yes(case['ok'])} ({pct(case['tolerance'])}, "
             f"limit {ms(case['tolerance'] * case['planted'])}"
             + ("" if case["ok"] else f"; the test's rule: {yes(case['ok_or_in_interval'])}")
@@ -452,9 +465,14 @@ def findings(judged: dict, found: dict, skipped: str | None) -> list[str]:
             else f"sleeps {ms(case['planted'])} ms per call (asked; the real sleeps were not logged)"
         )
         width = "" if case["half_width"] is None else f" ± {ms(case['half_width'])}"
+        named = (
+            f"the verdict names rank {case['named']}" + (f", in its {case['phase']}" if case["phase"] else "")
+            if case.get("named") is not None
+            else "the verdict names no rank"
+        )
         line = (
-            f"**Slow rank**: rank 1's forward {sleep}; `slowest_rank` grew by {ms(case['held'])}{width} ms "
-            f"against the baseline. Within {pct(case['tolerance'])}: {yes(case['ok'])}."
+            f"**Slow rank**: rank 1's forward {sleep}; `straggler_wait` grew by {ms(case['held'])}{width} ms "
+            f"against the baseline, and {named}. Within {pct(case['tolerance'])}: {yes(case['ok'])}."
         )
         if not case["ok"]:
             line += (
@@ -506,11 +524,12 @@ def findings(judged: dict, found: dict, skipped: str | None) -> list[str]:
             + "; ".join(others)
             + "."
         )
-    blocks = sorted({b.ladder["blocks"] for b in found.values() if b.ladder.get("blocks")})
+    rounds = sorted({run.rounds for run in found.values() if run.rounds})
     said.append(
         "**One run is one sample**: each case ran once. The ± figures are 95 % intervals from "
-        + (f"that run's {'/'.join(str(b) for b in blocks)} ladder blocks" if blocks else "that run's ladder blocks")
-        + " (a growth's: two runs' in quadrature); they do not show how far another run of the same case would land."
+        + (f"that run's {'/'.join(str(r) for r in rounds)} rounds" if rounds else "that run's rounds")
+        + " of the in-process ablation (a growth's: two runs' in quadrature); they do not show how far another run "
+        "of the same case would land."
     )
     return said
 
@@ -580,10 +599,10 @@ def header(records: list, measured: dict | None, analysed: dict) -> list[str]:
 def page(out: str, measured: dict | None, analysed: dict) -> tuple[str, dict]:
     found, records = {}, []
     for case in CASES:
-        breakdown, case_records = read_case(out, case)
+        run, case_records = read_case(out, case)
         records += case_records
-        if breakdown is not None:
-            found[case] = breakdown
+        if run is not None:
+            found[case] = run
     if os.path.isdir(os.path.join(out, "greedy-together")):
         records += [record for _, record in read_records(os.path.join(out, "greedy-together"))[0]]
     together = together_steps(out)
@@ -600,7 +619,8 @@ def page(out: str, measured: dict | None, analysed: dict) -> tuple[str, dict]:
         "",
         *(wrap(line) for line in header(records, measured, analysed)),
         "",
-        f"### Attribution at world size 2 (ms per step, ± the 95 % interval, points in brackets; shaped: {rate})",
+        "### Attribution at world size 2 (ms per step, ± the 95 % interval, percentage points in brackets; "
+        f"shaped: {rate})",
         "",
         *attribution_table(found),
         "",
@@ -617,7 +637,7 @@ def page(out: str, measured: dict | None, analysed: dict) -> tuple[str, dict]:
                 "- **Not measured**: "
                 + "; ".join(
                     ([f"failed: {', '.join(failed)}"] if failed else [])
-                    + ([f"no breakdown at world size 2: {', '.join(missing)}"] if missing else [])
+                    + ([f"no answer at world size 2: {', '.join(missing)}"] if missing else [])
                 )
                 + "."
             )

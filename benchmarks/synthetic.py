@@ -102,6 +102,11 @@ def enlarge(
             ],
         )
         no_sync = overlap.no_sync and replayed(overlap.no_sync, times, rng, slow_rank, slow_factor)
+        if no_sync:
+            # Each rank's replayed steps around its median: the straggler's source without an ablation.
+            for rank, view in zip(record.ranks, no_sync.by_rank):
+                noise = rng.lognormal(0.0, 0.02, size=view.steps)
+                rank.no_sync_step_times_s = (view.no_sync_step_time_median_s * noise).tolist()
         reducer = overlap.reducer and msgspec.structs.replace(overlap.reducer, by_rank=repeat(overlap.reducer.by_rank))
         record.overlap = msgspec.structs.replace(overlap, trace=trace, no_sync=no_sync, reducer=reducer)
     return record

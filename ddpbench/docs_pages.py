@@ -1,6 +1,6 @@
 """The documentation's metrics reference, rendered from the definitions the code uses, so that every
 metric and term is defined once: the metrics registry (`ddpbench.analysis.registry.METRICS`), the
-scaling-loss terms of `ddpbench explain` (`ddpbench.analysis.breakdown_terms.TERMS`) and the HTML report's
+causes of lost scaling and the check of `ddpbench explain` (`ddpbench.analysis.causes`) and the HTML report's
 glossary (`GLOSSARY` in `ddpbench/report/html.py`).
 
 `python -m ddpbench.docs_pages` rewrites docs/metrics-reference.md; a test fails when the committed
@@ -13,7 +13,7 @@ import ast
 import os
 import sys
 
-from ddpbench.analysis.breakdown_terms import TERMS
+from ddpbench.analysis.causes import CAUSES, CHECKS
 from ddpbench.analysis.registry import METRICS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,15 +77,23 @@ def render() -> str:
         lines.append(f"| `{metric.name}` | {_cell(metric.label)} | {unit} | {better} | {table} |")
     lines += [
         "",
-        "## Where the scaling went",
+        "## Where the efficiency went",
         "",
-        "`ddpbench explain` and the report's breakdown split a DDP run's lost time per step into these",
-        "terms (`ddpbench/analysis/breakdown_terms.py`); they add up to the time lost against one device.",
+        "`ddpbench explain` and the report split a configuration's in-process loss into these causes",
+        "(`ddpbench/analysis/causes.py`); they add up to it by construction ([Concepts](concepts.md)).",
         "",
-        "| term | label | how it is measured |",
+        "| cause | label | how it is measured |",
         "|---|---|---|",
     ]
-    lines += [f"| `{term.name}` | {_cell(term.label)} | {_cell(term.method)} |" for term in TERMS]
+    lines += [f"| `{d.name}` | {_cell(d.label)} | {_cell(d.method)} |" for d in CAUSES]
+    lines += [
+        "",
+        "The check: E(N) against the in-process efficiency, split into what can make them differ.",
+        "",
+        "| part | label | what it measures |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{d.name}` | {_cell(d.label)} | {_cell(d.method)} |" for d in CHECKS]
     return "\n".join(lines) + "\n"
 
 

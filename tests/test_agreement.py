@@ -39,9 +39,9 @@ def test_an_estimate_far_from_the_others_is_named_with_a_reason(factor, words):
     middle = sorted(estimates_agreement(record).estimates_s.values())[1]
     changed = with_trace_exposed(record, middle * factor)
     found = estimates_agreement(changed)
-    # Said in measured terms (the breakdown's), not guessed.
+    # Said in measured causes (explain's), not guessed.
     assert found.agree is False and words in found.sentence and "likely" not in found.sentence
-    assert "in measured terms, trace" in found.sentence and "profiled steps of" in found.sentence
+    assert "in measured causes, trace" in found.sentence and "profiled steps of" in found.sentence
 
 
 def test_an_old_no_sync_estimate_is_explained_by_its_method():
@@ -57,7 +57,10 @@ def test_one_estimate_is_not_compared_with_itself():
     assert estimates_agreement(alone).agree is None
 
 
-def test_summary_and_report_say_it(tmp_path):
-    assert "exposed comm the estimates agree within 20%" in format_summary(fixture_record(), "r.json")
+def test_the_summary_shows_one_figure_and_the_reports_appendix_the_cross_checks(tmp_path):
+    summary = format_summary(fixture_record(), "r.json")
+    [line] = [line for line in summary.splitlines() if "exposed comm" in line]
+    assert line.startswith("  exposed comm 24.11 ms per step (trace: ") and "estimates" not in summary
     page = open(build_report(BASELINE, str(tmp_path / "index.html"))).read()
-    assert "Do the three estimates agree" in page and "data loading counted as communication" in page
+    appendix = page[page.index('<details class="appendix"') :]
+    assert "Do the three estimates agree" in appendix and "data loading counted as communication" in appendix

@@ -121,10 +121,10 @@ def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
 
 def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
     out, _, _ = slow_rank
-    done = ddpbench("explain", str(out), "--json", str(tmp_path / "why.json"))
+    done = ddpbench("explain", str(out), "--json-out", str(tmp_path / "why.json"))
     assert done.returncode == 0, done.stdout + done.stderr
-    (slow,) = json.load(open(tmp_path / "why.json"))
-    path = slow["critical_path"]
+    (slow,) = json.load(open(tmp_path / "why.json"))["configurations"]
+    path = slow["critical_path"]["slow"]
     assert path["steps"] == PROFILED_STEPS and len(path["by_step"]) == PROFILED_STEPS, path
     assert (path["held"][0]["rank"], path["held"][0]["phase"]) == (1, "forward"), path["held"]
     # The printed line says the same rank and phase first.
@@ -168,23 +168,46 @@ def test_a_shaped_network_grows_the_transfer_and_not_the_waits(shaped_pair):
     assert waits[1] - waits[0] < 0.25 * grown_ms, (plain, shaped)
 
 
-def test_explain_sets_the_critical_path_beside_the_ladder_and_says_where_they_disagree(slow_rank):
-    from ddpbench.analysis.breakdown_terms import Term
-    from ddpbench.analysis.critical_path_text import run_lines, waiting_ms_per_step
+def test_the_traces_name_the_same_straggler_as_the_ablation_with_its_phase(slow_rank):
+    """The one definition from its two sources: the collectives matched across the traces (the
+    median rank's waits beyond the slowest's, chosen on half the steps) and the in-process ablation."""
+    from ddpbench.analysis.answers import answer_run
+    from ddpbench.analysis.straggler import from_collectives
+    from ddpbench.records.store import load_record
 
-    _, job, slept_ms = slow_rank
-    # Rank 0 waits for the sleep at the step's one bucket; rank 1, last, waits for nobody.
-    assert within_sleep(waiting_ms_per_step(job), slept_ms), slept_ms
-    ladder = Term(slept_ms / 1000, None, "the ladder's blocks")
-    lines = run_lines(job, "slow x2", ladder, ladder_slowest=1)
-    assert lines[0].startswith("critical path  slow x2 (traces, 12 profiled steps): rank 1's forward held ")
-    assert "they agree; last to arrive: rank 1 at " in lines[1] and "disagree" not in "\n".join(lines)
-    # A ladder wait that is a finding (0.3 to 0.7 ms) on another rank: both disagree.
-    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0003, 0.0007), ladder_slowest=0)
-    assert lines[1].count("they disagree") == 2 and "the profiler slows" in lines[2]
-    # One within noise (0 to 1 ms): no rank is named, so only the wait can disagree.
-    lines = run_lines(job, "slow x2", Term(0.0005, None, "", 0.0, 0.001), ladder_slowest=0)
-    assert lines[1].count("they disagree") == 1 and "the ladder finds no slowest rank beyond its noise" in lines[1]
+    out, job, slept_ms = slow_rank
+    record = load_record(os.path.join(out, "runs", "slow.json"))
+    traced = from_collectives(record, job)
+    assert traced.named and traced.rank == 1 and traced.phase == "forward", traced.sentence()
+    assert within_sleep(traced.wait.value * 1000, slept_ms), (traced.wait, slept_ms)
+    ablation = answer_run(record, [("slow.json", record)]).straggler
+    assert ablation.source == "ablation" and ablation.rank == 1 and ablation.phase == "forward"
+
+
+@pytest.fixture(scope="module")
+def slow_backward(tmp_path_factory):
+    out = tmp_path_factory.mktemp("slow-backward")
+    paths = launch(out, "slow_backward_rank_one", "bwd")
+    with open(out / "bwd-slept.txt") as handle:
+        slept_ms = statistics.median(float(line) for line in handle) * 1000
+    return out, match_job(paths, jobs=2), slept_ms
+
+
+def test_a_sleep_inside_backward_is_on_rank_1s_backward_on_the_path_and_in_the_verdict(slow_backward):
+    """DDP's all-reduce makes both ranks' backward look as long: only the wait, followed across ranks,
+    finds it. Every profiled step's path is held most by rank 1's backward."""
+    from ddpbench.analysis.answers import answer_run
+    from ddpbench.records.store import load_record
+
+    out, job, slept_ms = slow_backward
+    summary = path_summary(job_paths(job))
+    tops = [(path["held"][0]["rank"], path["held"][0]["phase"]) for path in summary["by_step"]]
+    assert tops.count((1, "backward")) >= len(tops) - 1, (tops, summary["by_step"])
+    assert (summary["held"][0]["rank"], summary["held"][0]["phase"]) == (1, "backward")
+    record = load_record(os.path.join(out, "runs", "bwd.json"))
+    straggler = answer_run(record, [("bwd.json", record)]).straggler
+    assert straggler.named and straggler.rank == 1 and straggler.phase == "backward", straggler.sentence()
+    assert within_sleep(straggler.wait.value * 1000, slept_ms), (straggler.wait, slept_ms)
 
 
 def test_two_hosts_clocks_aligned_on_real_gloo_ends_contain_the_true_offset(slow_rank, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpbench import docs_pages
-from ddpbench.analysis.breakdown_terms import TERMS
+from ddpbench.analysis.causes import CAUSES, CHECKS
 from ddpbench.analysis.registry import METRICS
 
 
@@ -22,7 +22,7 @@ def test_every_metric_term_and_glossary_entry_is_on_the_page():
     page = docs_pages.render()
     for metric in METRICS:
         assert f"| `{metric.name}` | {metric.label} |" in page
-    for term in TERMS:
+    for term in (*CAUSES, *CHECKS):
         assert f"| `{term.name}` |" in page
     glossary = docs_pages.report_glossary()
     assert glossary, "the report's glossary was not found"

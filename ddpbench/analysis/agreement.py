@@ -8,7 +8,7 @@ The estimates measure different things on purpose (see the README's "Communicati
 - reducer: DDP's own timers, from the first bucket's all-reduce start to backward's end.
 When they agree within AGREEMENT (relative to their median), any of them can be quoted; when they
 do not, the sentence says which one stands out and what it holds in the measured terms of the
-breakdown (`ddpbench.analysis.breakdown`), with figures; a record without the measurements that
+causes (`ddpbench.analysis.causes`), with figures; a record without the measurements that
 split it says what the estimate contains by definition.
 """
 
@@ -17,8 +17,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ddpbench.analysis.breakdown import reconcile, terms_in_place
-from ddpbench.analysis.registry import exposed_comm_no_sync_s, exposed_comm_reducer_s, exposed_comm_trace_s
+from ddpbench.analysis.ablation import NoAblation, read_ablation
+from ddpbench.analysis.causes import answer_from_ablation
+from ddpbench.analysis.registry import (
+    exposed_comm_no_sync_s,
+    exposed_comm_reducer_s,
+    exposed_comm_trace_s,
+    iteration_p50_s,
+    profiled_step_p50_s,
+)
+from ddpbench.analysis.without_ablation import answer_without_ablation, bucket_copies
 from ddpbench.records.schema import Record
 
 AGREEMENT = 0.20
@@ -79,7 +87,7 @@ def estimates_agreement(record: Record) -> Agreement:
             "of batches already in memory, so data loading counted as communication"
         )
     elif measured:
-        reason = f"in measured terms, {measured}"
+        reason = f"in measured causes, {measured}"
     else:
         reason = (
             f"this record cannot split it into measured terms (no gradient timeline); by definition, "
@@ -93,9 +101,64 @@ def estimates_agreement(record: Record) -> Agreement:
     )
 
 
+def causes_in_place(record: Record) -> dict[str, float | None]:
+    """Seconds per step by cause, from this record alone: its ablation's, or else as the run
+    measured them elsewhere (`without_ablation`)."""
+    try:
+        found = answer_from_ablation(record, read_ablation(record), [], [])
+    except NoAblation as exc:
+        found = answer_without_ablation(record, [], [], str(exc))
+    return {name: cause.seconds.value if cause.seconds else None for name, cause in found.causes.items()}
+
+
+def reconcile(record: Record, seconds: dict[str, float | None]) -> list[str]:
+    """The three exposed-communication estimates, each said in the causes it holds, with figures
+    (`seconds`: cause -> seconds per step)."""
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value * 1e3:.2f} ms"
+
+    lines = []
+    value = seconds.get
+    trace = exposed_comm_trace_s(record)
+    if trace is not None and value("exposed_comm") is not None:
+        # The profiler slows the steps it records: say how far its steps are from the timed ones.
+        profiled, timed = profiled_step_p50_s(record), iteration_p50_s(record)
+        steps = f", in profiled steps of {ms(profiled)} against {ms(timed)} timed" if profiled and timed else ""
+        wait = f" and the wait for the slowest rank {ms(value('straggler_wait'))}" if value("straggler_wait") else ""
+        lines.append(
+            f"trace {ms(trace)} (the rank exposing most: the transfer and that rank's wait for its peers){steps}; "
+            f"beside it, exposed communication {ms(value('exposed_comm'))} (the transfer){wait}"
+        )
+    no_sync = exposed_comm_no_sync_s(record)
+    if no_sync is not None:
+        # no_sync() skips the all-reduce, the bucket copies and the wait for peers: the difference holds them all.
+        parts = {
+            "exposed communication": value("exposed_comm"),
+            "backward slowed": value("overlap_slowdown"),
+            "bucket copies": bucket_copies(record),
+            "the wait for the slowest rank": value("straggler_wait"),
+        }
+        known = {name: v for name, v in parts.items() if v is not None}
+        rest = no_sync - sum(known.values())
+        lines.append(
+            f"no_sync difference {ms(no_sync)} = "
+            + " + ".join(f"{name} {ms(v)}" for name, v in known.items())
+            + f" + {ms(rest)} not accounted for (the replay's steps are not the profiled ones)"
+        )
+    reducer = exposed_comm_reducer_s(record)
+    if reducer is not None:
+        lines.append(
+            f"reducer {ms(reducer)}: DDP's own timers over its sampled iterations (warm-up among them), from the "
+            "first all-reduce's start to backward's end; it counts compute in between as overlap, so it is not one "
+            f"of the causes (exposed communication is {ms(value('exposed_comm'))})"
+        )
+    return lines
+
+
 def _in_terms(record: Record, estimate: str) -> str | None:
-    """The breakdown's line for one estimate, where the record measured the terms it needs."""
-    measured = terms_in_place(record)
+    """The causes' line for one estimate, where the record measured the causes it needs."""
+    measured = causes_in_place(record)
     if estimate in ("no_sync", "reducer") and measured.get("overlap_slowdown") is None:
         return None
     lines = reconcile(record, measured)

@@ -5,6 +5,8 @@ Definitions (also in the README):
 - speedup S(N) = X(N) / X(1), where X(1) is the `local` run (one device, no wrapper).
 - scaling efficiency E(N) = X(N) / (N * X(1)). With weak scaling (the default) every device keeps
   its batch; with strong scaling the global batch is fixed and split over the devices.
+A configuration run several times shows once: X(N) is the mean of its runs, E(N) and the
+in-process efficiency are pooled over them with their 95 % intervals (`configurations` says how).
 """
 
 from __future__ import annotations
@@ -17,8 +19,19 @@ import numpy as np
 import pandas as pd
 
 from ddpbench.analysis import registry
+from ddpbench.analysis.ablation import NoAblation, read_ablation
+from ddpbench.analysis.configurations import (
+    SCRIPT_REFERENCE,
+    efficiency_against,
+    is_script,
+    reference_runs,
+    round_references,
+)
+from ddpbench.analysis.configurations import (
+    is_reference as is_reference_spec,
+)
+from ddpbench.analysis.estimates import Estimate, pool
 from ddpbench.analysis.labels import strategy_label
-from ddpbench.analysis.ladder import in_run_efficiency
 from ddpbench.analysis.probes import probe_flags
 from ddpbench.config.spec import TORCHRUN_STRATEGIES, strategy_order
 from ddpbench.config.workloads import SCRIPT_PREFIX, short_workload_name
@@ -54,8 +67,11 @@ RUN_COLUMNS = [
     "oversubscribed",
     "busy",
     "peak_memory_kind",
-    "in_run_efficiency",
-    "in_run_efficiency_half",
+    "repeat",
+    "in_process_efficiency",
+    "in_process_low",
+    "in_process_high",
+    "in_process_se",
     "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
@@ -68,7 +84,7 @@ def runs_columns() -> list[str]:
 
 def record_row(record: Record, path: str | None = None) -> dict:
     spec, metrics = record.spec, record.metrics
-    in_run = in_run_efficiency(record) if spec.strategy == "ddp" else None
+    in_process = in_process_efficiency(record)
     batch = spec.batch_size
     threads = spec.threads_per_rank
     row = {
@@ -105,14 +121,27 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "busy": bool(record.machine_load and record.machine_load.busy),
         # what the memory peaks measure: CUDA memory allocated, or the process's resident set
         "peak_memory_kind": next((rank.peak_memory_kind for rank in record.ranks if rank.peak_memory_kind), None),
-        # A rank alone and unwrapped against full DDP in the run's own processes (the ladder), and
-        # the half-width of its 95 % interval: the efficiency no other process's speed can move.
-        "in_run_efficiency": in_run[0] if in_run else None,
-        "in_run_efficiency_half": in_run[1] if in_run else None,
+        "repeat": spec.repeat,
+        # One rank alone against DDP inside the run's own processes (the in-process ablation), with
+        # its 95 % interval over the rounds: the efficiency no other process's speed can move.
+        "in_process_efficiency": in_process.value if in_process else None,
+        "in_process_low": in_process.low if in_process else None,
+        "in_process_high": in_process.high if in_process else None,
+        "in_process_se": in_process.se if in_process else None,
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
     return row
+
+
+def in_process_efficiency(record: Record) -> Estimate | None:
+    """One ok DDP run's in-process efficiency over its rounds; None without the ablation."""
+    if record.status != "ok" or record.spec.strategy != "ddp":
+        return None
+    try:
+        return Estimate.of_rounds(list(read_ablation(record).rounds["efficiency"].values()))
+    except NoAblation:
+        return None
 
 
 def load(sweep_dir: str) -> pd.DataFrame:
@@ -128,10 +157,21 @@ def load(sweep_dir: str) -> pd.DataFrame:
 
 def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     frame = pd.DataFrame([record_row(record, path) for path, record in records], columns=runs_columns())
-    # Runs whose processes ran at another speed than the sweep's others on the fixed probe: the
-    # sentence that says so, or empty.
+    # Runs whose processes ran at another speed than the sweep's others on the fixed speed check:
+    # the sentence that says so, or empty.
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     frame["probe_flag"] = [flags.get(run_id, "") for run_id in frame["run_id"]]
+    # Each run's E(N) against the reference run of its own round (`configurations`), to be pooled.
+    found = {}
+    for _, record in records:
+        if record.status == "ok" and record.metrics is not None and is_reference_spec(record.spec):
+            found[record.run_id] = Estimate.exact(1.0)  # X(1) against itself, by definition
+        elif record.status == "ok" and record.metrics is not None:
+            candidates, _ = reference_runs(record, records)
+            found[record.run_id] = efficiency_against(record, round_references(record, candidates, set(flags)))[1]
+    for column, read in (("value", "value"), ("low", "low"), ("high", "high"), ("se", "se")):
+        name = "run_efficiency" if column == "value" else f"run_efficiency_{column}"
+        frame[name] = [getattr(found[r], read) if found.get(r) is not None else None for r in frame["run_id"]]
     return frame
 
 
@@ -141,13 +181,6 @@ def _reference_batch(row: pd.Series) -> float:
     return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
 
 
-SCRIPT_REFERENCE = "X(1) is the script's DDP run at world size 1 (a script has no run without DDP)"
-
-
-def is_script(workload: str) -> bool:
-    return str(workload).startswith(SCRIPT_PREFIX)
-
-
 def is_reference(rows: pd.DataFrame) -> pd.Series:
     """The rows that are X(1): a workload's local run; a script's DDP run at world size 1."""
     scripts = rows["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
@@ -155,71 +188,59 @@ def is_reference(rows: pd.DataFrame) -> pd.Series:
     return (~scripts & (rows["strategy"] == "local")) | (scripts & ddp_one)
 
 
-def is_reference_row(row: dict) -> bool:
-    if is_script(row["workload"]):
-        return row["strategy"] == "ddp" and row["world_size"] == 1
-    return row["strategy"] == "local"
-
-
-def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[list[Record], str]:
-    """The sweep's ok `local` runs that are X(1) for one run, as the scaling table matches them
-    (same configuration and reference batch); an empty list with the reason without one."""
-    row = record_row(record)
-    batch = _reference_batch(row)
+def _estimates(rows: pd.DataFrame, prefix: str, value: str) -> list[Estimate]:
+    """The rows' per-run estimates (value, low, high, se columns) that have a value."""
     found = []
-    for _, other in records:
-        candidate = record_row(other)
-        if (
-            other.status == "ok"
-            and is_reference_row(candidate)
-            and candidate["batch_size"] == batch
-            and all(candidate[column] == row[column] for column in CONFIGURATION)
-        ):
-            found.append(other)
-    if not found:
-        reason = (
-            f"no {'DDP x1' if is_script(row['workload']) else 'local'} run with batch {batch:.0f} and "
-            f"{row['threads_per_device']} thread(s) per device in the sweep"
-        )
-        if is_script(row["workload"]):
-            others = sorted(
-                {
-                    record_row(other)["batch_size"]
-                    for _, other in records
-                    if other.status == "ok"
-                    and is_reference_row(record_row(other))
-                    and all(record_row(other)[column] == row[column] for column in CONFIGURATION)
-                }
+    for _, row in rows.iterrows():
+        if pd.isna(row[value]):
+            continue
+        low, high, se = (row[f"{prefix}_{part}"] for part in ("low", "high", "se"))
+        has = not (pd.isna(low) or pd.isna(high))
+        found.append(
+            Estimate(
+                float(row[value]),
+                float(low) if has else None,
+                float(high) if has else None,
+                1,
+                "rounds",
+                None if pd.isna(se) else float(se),
             )
-            if others:
-                # A script sweep has no local run to add: the batch itself differs.
-                reason += (
-                    f": the script's DDP x1 run stepped {', '.join(f'{b:.0f}' for b in others)} samples per "
-                    "device, so the script changes its per-device batch with the world size (it keeps its "
-                    "global batch, as nanoGPT does by dividing gradient accumulation): strong scaling, "
-                    "which weak-scaling efficiency does not cover"
-                )
-        return [], reason
-    kind = "DDP x1" if is_script(row["workload"]) else "local"
-    return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
+        )
+    return found
 
 
-def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
-    """X(1) for one run, as the scaling table takes it: the median throughput of its reference
-    runs (`reference_runs`). None, with the reason, without one."""
-    found, basis = reference_runs(record, records)
-    values = [run.metrics.throughput_units_per_s for run in found if run.metrics]
-    return (float(np.median(values)) if values else None), basis
+def _pooled_columns(rows: pd.DataFrame) -> pd.Series:
+    """A configuration's E(N) and in-process efficiency pooled over its runs (runs the speed check
+    flagged left out, unless all were), with their intervals."""
+    kept = rows[rows["probe_flag"] == ""] if (rows["probe_flag"] == "").any() else rows
+    found = {}
+    for name, prefix, value in (
+        ("efficiency", "run_efficiency", "run_efficiency"),
+        ("in_process_efficiency", "in_process", "in_process_efficiency"),
+    ):
+        estimates = _estimates(kept, prefix, value)
+        estimate = pool(estimates) if estimates else None
+        found[name] = estimate.value if estimate else np.nan
+        found[f"{name}_low"] = estimate.low if estimate and estimate.low is not None else np.nan
+        found[f"{name}_high"] = estimate.high if estimate and estimate.high is not None else np.nan
+        found[f"{name}_runs"] = len(estimates)
+    found["runs_left_out"] = len(rows) - len(kept)
+    return pd.Series(found)
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration, strategy and world size (ok runs only): the table's metrics,
-    speedup and efficiency against X(1), the local run of the same configuration. Runs that differ
-    in size, precision, device, batch, threads per device, scaling mode or DDP options are never
-    combined; a configuration run several times (--repeat) counts with the median of its runs.
-    Without a matching local run, speedup and efficiency stay empty and `reference` says why."""
+    """One row per configuration, strategy and world size (ok runs only): the table's metrics (the
+    median of its runs), E(N) against X(1), the local run of the same configuration, and the
+    in-process efficiency, both pooled over the configuration's runs with their 95 % intervals, and
+    speedup = E(N) x N. Runs that differ in size, precision, device, batch, threads per device,
+    scaling mode or DDP options are never combined. Without a matching local run, speedup and
+    efficiency stay empty and `reference` says why. `in_run_efficiency` and its half-width are the
+    in-process efficiency under the names scaling.csv had before 0.2."""
     numeric = [metric.name for metric in registry.METRICS if metric.in_scaling_table]
     keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
+    pooled = [
+        f"{name}{part}" for name in ("efficiency", "in_process_efficiency") for part in ("", "_low", "_high", "_runs")
+    ]
     columns = [
         "workload",
         "strategy",
@@ -234,10 +255,11 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         "sample_unit",
         *numeric,
         "speedup",
-        "efficiency",
+        *pooled,
         "in_run_efficiency",
         "in_run_efficiency_half",
         "runs",
+        "runs_left_out",
         "reference",
         "oversubscribed",
         "busy",
@@ -247,30 +269,34 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     grouped = ok.groupby(keys, as_index=False, dropna=False).agg(
         **{name: (name, "median") for name in numeric},
-        in_run_efficiency=("in_run_efficiency", "median"),
-        in_run_efficiency_half=("in_run_efficiency_half", "median"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
         oversubscribed=("oversubscribed", "any"),
         busy=("busy", "any"),
     )
-    local = grouped[is_reference(grouped)].set_index(CONFIGURATION + ["batch_size"])["throughput"]
-    local = local[~local.index.duplicated()]
-    references, notes = [], []
+    figures = ok.groupby(keys, dropna=False)[list(ok.columns)].apply(_pooled_columns).reset_index()
+    grouped = grouped.merge(figures, on=keys, how="left")
+    has_reference = set()
+    for _, row in grouped[is_reference(grouped)].iterrows():
+        has_reference.add(tuple(row[c] for c in CONFIGURATION) + (row["batch_size"],))
+    notes = []
     for _, row in grouped.iterrows():
         key = tuple(row[c] for c in CONFIGURATION) + (_reference_batch(row),)
-        found = local.get(key) if key in local.index else None
-        references.append(found)
+        script = is_script(row["workload"])
         notes.append(
-            (SCRIPT_REFERENCE if is_script(row["workload"]) else "")
-            if found is not None
-            else f"no {'DDP x1' if is_script(row['workload']) else 'local'} run with batch "
-            f"{_reference_batch(row):.0f} and {row['threads_per_device']} thread(s) per device"
+            (SCRIPT_REFERENCE if script else "")
+            if key in has_reference
+            else f"no {'DDP x1' if script else 'local'} run with batch {_reference_batch(row):.0f} and "
+            f"{row['threads_per_device']} thread(s) per device"
         )
     table = grouped.assign(reference=notes)
-    table["speedup"] = table["throughput"] / pd.Series(references, index=table.index, dtype=float)
-    table["efficiency"] = table["speedup"] / table["world_size"]
+    without = table["reference"].str.startswith("no ")
+    for column in ("efficiency", "efficiency_low", "efficiency_high"):
+        table.loc[without, column] = np.nan
+    table["speedup"] = table["efficiency"] * table["world_size"]
+    table["in_run_efficiency"] = table["in_process_efficiency"]
+    table["in_run_efficiency_half"] = (table["in_process_efficiency_high"] - table["in_process_efficiency_low"]) / 2
     table = table.sort_values(
         ["workload", "size", "precision", "batch_size", "world_size", "strategy"],
         key=lambda c: c.map(strategy_order) if c.name == "strategy" else c,
@@ -299,34 +325,53 @@ def configuration_label(table: pd.DataFrame) -> pd.Series:
     )
 
 
+def figure_cell(value: float, low: float | None, high: float | None) -> str:
+    """An efficiency as `59.6%±1.1`, or `59.6%` without an interval; empty without a value."""
+    if value is None or value != value:
+        return ""
+    if low is None or high is None or low != low or high != high or low == high:
+        return f"{value:.1%}"
+    return f"{value:.1%}±{100 * (high - low) / 2:.1f}"
+
+
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
-    """The scaling table with DDP and DataParallel next to each other, one row per workload and
-    world size: what a person reads at the end of a sweep. Where one workload was run in more
-    than one configuration, each configuration gets its own rows."""
+    """The scaling table with the strategies next to each other, one row per workload and world
+    size: what a person reads at the end of a sweep. E(N) and the in-process efficiency carry their
+    95 % intervals over the configuration's runs. Where one workload was run in more than one
+    configuration, each configuration gets its own rows."""
     if table.empty:
         return table
-    table = table.assign(configuration=configuration_label(table))
+    table = table.assign(
+        configuration=configuration_label(table),
+        efficiency_cell=[
+            figure_cell(r["efficiency"], r["efficiency_low"], r["efficiency_high"]) for _, r in table.iterrows()
+        ],
+        in_process_cell=[
+            figure_cell(r["in_process_efficiency"], r["in_process_efficiency_low"], r["in_process_efficiency_high"])
+            for _, r in table.iterrows()
+        ],
+    )
     mixed = table.groupby("workload")["configuration"].nunique().max() > 1
     index = ["workload", "configuration", "world_size"] if mixed else ["workload", "world_size"]
     wide = table.pivot_table(
-        index=index, columns="strategy", values=["throughput", "efficiency"], aggfunc="first", dropna=False
+        index=index, columns="strategy", values=["throughput", "efficiency_cell"], aggfunc="first", dropna=False
     )
     wide.columns = [f"{strategy} {'X' if metric == 'throughput' else 'E'}" for metric, strategy in wide.columns]
     names = sorted(table["strategy"].unique(), key=strategy_order)
     ordered = [c for s in names for c in (f"{s} X", f"{s} E") if c in wide.columns]
     wide = wide[ordered].dropna(how="all")
-    measured = table[table["in_run_efficiency"].notna()]
+    measured = table[table["in_process_cell"] != ""]
     for strategy in sorted(measured["strategy"].unique(), key=strategy_order):
-        # Beside E(N), which divides two processes' throughputs, the ladder's in-run efficiency.
+        # Beside E(N), which divides two processes' throughputs, the in-process efficiency.
         rows = measured[measured["strategy"] == strategy].set_index(index)
-        cells = {
-            point: _with_half(row["in_run_efficiency"], row["in_run_efficiency_half"]) for point, row in rows.iterrows()
-        }
+        cells = dict(zip(rows.index, rows["in_process_cell"]))
         wide.insert(
             list(wide.columns).index(f"{strategy} E") + 1,
-            f"{strategy} E in-run",
+            f"{strategy} E in-process",
             [cells.get(p, "") for p in wide.index],
         )
+    runs = table.groupby(index)["runs"].max()
+    wide.insert(0, "runs", [int(runs.get(point, 0)) for point in wide.index])
     units = table.groupby("workload")["sample_unit"].first()
     wide.insert(0, "unit", [f"{units[key[0]]}/s" for key in wide.index])
     if table["oversubscribed"].any():
@@ -338,16 +383,12 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
-def _with_half(value: float, half: float | None) -> str:
-    return f"{value:.1%}" if half is None or half != half else f"{value:.1%}±{100 * half:.1f}"
-
-
 def format_side_by_side(table: pd.DataFrame) -> str:
     wide = side_by_side(table)
     if wide.empty:
         return "(no successful runs to tabulate)"
-    formatters = {c: "{:6.1%}".format for c in wide.columns if c.endswith(" E")}
-    formatters.update({c: "{:,.1f}".format for c in wide.columns if c.endswith(" X")})
+    formatters = {c: "{:,.1f}".format for c in wide.columns if c.endswith(" X")}
+    formatters.update({c: str for c in wide.columns if c.endswith(" E") or c.endswith(" E in-process")})
     scripts = table["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
     against = (
         "DDP x1 (a script's reference)"
@@ -356,14 +397,22 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         if not scripts.any()
         else ("local (a script's: DDP x1)")
     )
-    note = f"X = throughput, E = efficiency X(N) / (N * X(1)) against {against}."
-    if any(column.endswith(" E in-run") for column in wide.columns):
+    most = int(table["runs"].max())
+    pooled = (
+        f" Each configuration ran {most} times: X is their median, E ± its 95 % interval over the runs."
+        if most > 1
+        else " One run per configuration: each ± covers that run's steps only, not the next run."
+    )
+    note = f"X = throughput, E = efficiency X(N) / (N * X(1)) against {against}.{pooled}"
+    if any(column.endswith(" E in-process") for column in wide.columns):
         note += (
-            " E in-run = a rank alone and unwrapped against full DDP inside the run's own processes (the ladder), "
-            "± its 95 % interval: no other process's speed moves it."
+            " E in-process = one rank alone against DDP inside the run's own processes: no other process's speed "
+            "moves it."
         )
     if (table["strategy_label"].str.startswith("DataParallel on CPU")).any():
-        note += " dp on CPU = one process with N x the threads: nothing is replicated."
+        note += " dp on CPU = one process with N x the threads: nothing is replicated, not comparable with DDP."
+    if (table["runs_left_out"] > 0).any():
+        note += " Runs the speed check flagged (!! below) are left out of E."
     if "oversubscribed" in wide:
         note += (
             "\noversubscribed: those strategies ran more threads than usable cores;"
@@ -375,6 +424,15 @@ def format_side_by_side(table: pd.DataFrame) -> str:
             " (the records' machine_load); their X and E are slower than this machine can give."
         )
     return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
+
+
+SAME_MEMORY = ("local", "ddp", "dp")
+"""Strategies that hold the same model state per rank: a memory table of only these says nothing."""
+
+
+def changes_memory(runs: pd.DataFrame) -> bool:
+    """Whether a strategy of the sweep is one that changes memory per rank (fsdp2, compiled, ...)."""
+    return bool((~runs["strategy"].astype(str).isin(SAME_MEMORY)).any())
 
 
 MEMORY_COLUMNS = {
@@ -564,37 +622,3 @@ def breakdown_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         row.update({part: sum(getattr(step, part) for step in steps) / len(steps) for part in BREAKDOWN_PARTS})
         rows.append(row)
     return pd.DataFrame(rows, columns=["run_id", "workload", "strategy", "world_size", *BREAKDOWN_PARTS])
-
-
-def headlines(runs: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
-    """One sentence per workload: efficiency at the largest world size, DDP against DataParallel,
-    and how much of the all-reduce hides behind backward."""
-    sentences = {}
-    for workload, rows in table.groupby("workload"):
-        parts = []
-        ddp = rows[rows["strategy"] == "ddp"].sort_values("world_size")
-        dp = rows[rows["strategy"] == "dp"].sort_values("world_size")
-        device = runs[runs["workload"] == workload]["device"].iloc[0]
-        devices = "GPUs" if device == "cuda" else "CPU processes"
-        if not ddp.empty and ddp["efficiency"].notna().any():
-            last = ddp.iloc[-1]
-            parts.append(f"DDP reaches {last['efficiency']:.0%} scaling efficiency at {last['world_size']} {devices}")
-            same = dp[dp["world_size"] == last["world_size"]]
-            if not same.empty and pd.notna(same["efficiency"].iloc[0]):
-                note = " (on CPU: one process, nothing replicated)" if device == "cpu" else ""
-                parts.append(f"DataParallel {same['efficiency'].iloc[0]:.0%}{note}")
-        elif not ddp.empty:
-            parts.append(
-                f"DDP runs at {ddp.iloc[-1]['world_size']} {devices}, but without a local run there is no efficiency"
-            )
-        overlap = runs[(runs["workload"] == workload) & (runs["strategy"] == "ddp") & (runs["status"] == "ok")]
-        overlap = overlap.sort_values("world_size")
-        overlap = overlap[overlap["world_size"] > 1] if (overlap["world_size"] > 1).any() else overlap
-        if not overlap.empty and pd.notna(overlap["overlap_pct"].iloc[-1]):
-            parts.append(
-                f"all-reduce {overlap['overlap_pct'].iloc[-1]:.0f} % hidden behind computation "
-                f"at {overlap['world_size'].iloc[-1]} {devices}"
-            )
-        if parts:
-            sentences[workload] = "; ".join(parts) + "."
-    return sentences

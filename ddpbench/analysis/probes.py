@@ -9,9 +9,12 @@ reads as a scaling result or a regression. The probe sees it: the same fixed wor
 each process.
 
 A run's probe speed is its slowest process's (the slowest rank sets the pace), the geometric mean
-of its before and after readings, per kind of work. Runs are compared within a sweep, on the same device
-kind and thread count: a run is flagged when its speed lies further from the median of the other
-runs than FLAG_FACTOR times their spread and more than MIN_RATIO away.
+of its before and after readings, per kind of work. It is compared with every process of the
+sweep's other runs on the same device kind and thread count, whatever their strategy or world size
+(the memory copy only with processes that shared their host alike, since ranks probe at once):
+a run is flagged when its speed lies further from their median than FLAG_FACTOR times their spread
+and more than MIN_RATIO away. (A sweep of `local` and `ddp` alone has three other processes to
+compare its `local` run with; comparing runs only with runs like them left it none.)
 """
 
 from __future__ import annotations
@@ -34,20 +37,25 @@ FLAG_FACTOR = 3.0
 """... and further from them than this many times their spread (1.4826 MAD, in log)."""
 
 
-def run_speed(record: Record) -> dict[str, float] | None:
-    """Per kind of work, the slowest process's speed: the geometric mean of its readings before the
+def process_speeds(record: Record) -> list[dict[str, float]]:
+    """Per process, per kind of work, its speed: the geometric mean of its readings before the
     warm-up and after the window (one reading moved up to 1.9x within a process on a quiet sweep
-    here; the mean of the two halves that); None without probes."""
-    per_process = []
+    here; the mean of the two halves that)."""
+    found = []
     for rank in record.ranks:
         readings = [r for r in ((rank.probe.before, rank.probe.after) if rank.probe else ()) if r is not None]
         if readings:
-            per_process.append(
+            found.append(
                 {kind: math.exp(statistics.fmean(math.log(getattr(r, kind)) for r in readings)) for kind in KINDS}
             )
-    if not per_process:
-        return None
-    return {kind: min(process[kind] for process in per_process) for kind in KINDS}
+    return found
+
+
+def run_speed(record: Record) -> dict[str, float] | None:
+    """Per kind of work, the run's slowest process's speed (the slowest rank sets the pace); None
+    without probes."""
+    found = process_speeds(record)
+    return {kind: min(process[kind] for process in found) for kind in KINDS} if found else None
 
 
 def run_label(record: Record) -> str:
@@ -81,27 +89,46 @@ class ProbeFlag:
 
 
 def _group(record: Record) -> tuple:
-    """Runs whose probes compare: the same device kind, threads per process and processes per host
-    (the ranks of one host probe at the same moment and share its memory bandwidth)."""
-    spec = record.spec
-    return spec.device, spec.threads_per_rank, spec.nproc if spec.launched_by_torchrun else 1
+    """Processes whose probes compare: the same device kind and threads per process."""
+    return record.spec.device, record.spec.threads_per_rank
+
+
+def _per_host(record: Record) -> int:
+    return record.spec.nproc if record.spec.launched_by_torchrun else 1
+
+
+def _peers(other: Record, record: Record, kind: str) -> bool:
+    """Whether `other`'s processes are a fair comparison for `record`'s on this kind of work: the
+    same device kind and threads; for the memory copy also as many processes per host, which probe at
+    the same moment and share its memory bandwidth (two at once read up to 1.3x slower here)."""
+    if _group(other) != _group(record):
+        return False
+    return kind != "copy_gbps" or _per_host(other) == _per_host(record)
 
 
 def probe_flags(records: list[Record]) -> list[ProbeFlag]:
-    """The ok runs whose probe ran further from the rest of their sweep than its noise allows."""
+    """The ok runs whose slowest process ran further from every other process of the sweep (of the
+    same device kind and threads) than their spread allows: whatever else the sweep holds, a run is
+    compared with all the other runs' processes, not only with runs like it."""
     speeds = {
-        record.run_id: (record, speed) for record in records if record.status == "ok" if (speed := run_speed(record))
+        record.run_id: (record, process_speeds(record), speed)
+        for record in records
+        if record.status == "ok"
+        if (speed := run_speed(record))
     }
     flags = []
-    for run_id, (record, speed) in speeds.items():
-        others = [
-            s for other_id, (other, s) in speeds.items() if other_id != run_id and _group(other) == _group(record)
-        ]
-        if len(others) < 2:
-            continue  # one other run cannot say which of the two is off
+    for run_id, (record, _, speed) in speeds.items():
         worst = None
         for kind in KINDS:
-            logs = [math.log(other[kind]) for other in others]
+            others = [
+                process[kind]
+                for other_id, (other, processes, _) in speeds.items()
+                if other_id != run_id and _peers(other, record, kind)
+                for process in processes
+            ]
+            if len(others) < 2:
+                continue  # one other process cannot say which of the two is off
+            logs = [math.log(value) for value in others]
             middle = statistics.median(logs)
             spread = 1.4826 * statistics.median(abs(value - middle) for value in logs)
             distance = middle - math.log(speed[kind])

@@ -3,28 +3,26 @@
 Everything here works on the run's (ranks x steps) step-time matrix with numpy; no per-step
 Python objects are built, so a 1,024-rank x 5,000-step run is summarised in milliseconds.
 
-Which figure says a rank is slow: under DDP every rank waits for the slowest at each all-reduce,
-so step times even out across ranks and the straggler hides in everyone's step time. The
-ladder's one-rank DDP steps and the no_sync() replay have no waiting in them: each rank's own
-speed. The straggler verdict uses the first of them the run has, else each rank's step less its
-exposed communication in the trace (a script's run), else the step times, and says which it used.
+Which figure shows a rank's own speed: under DDP every rank waits for the slowest at each
+all-reduce, so step times even out across ranks and the straggler hides in everyone's step time.
+Steps of DDP on one rank (the in-process ablation) and the no_sync() replay have no waiting in
+them. The per-rank table measures each rank by the first of them the run has, else by its step less
+its exposed communication in the trace (a script's run), else by its step times, and says which.
+Whether a rank held the others back is `straggler`'s, the one definition every view uses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
+from ddpbench.analysis.ablation import own_steps_by_rank
 from ddpbench.records.schema import Record
 from ddpbench.records.sidecar import step_time_matrix
 
 RANK_DETAIL_LIMIT = 8
 """Up to this many ranks a run is drawn rank by rank (a box per rank stays readable); beyond it,
 summaries: heat map, percentile bands, the slowest ranks and nodes by name."""
-STRAGGLER_THRESHOLD = 0.10
-"""A rank (or node) whose median is this much above the median rank's is called a straggler."""
 SLOWEST_SHOWN = 5
 RANK_COLUMNS = [
     "rank",
@@ -73,7 +71,7 @@ def rank_frame(record: Record) -> pd.DataFrame:
     replay = record.overlap.no_sync if record.overlap else None
     has_replay = bool(replay) and len(replay.by_rank) == len(frame)
     frame["no_sync_p50_s"] = [r.no_sync_step_time_median_s for r in replay.by_rank] if has_replay else np.nan
-    own = _ladder_own_steps(record)
+    own = own_steps_by_rank(record)
     traced = _trace_own_steps(record)
     if own is not None and len(own) == len(frame):
         frame["measure_s"], frame["measure"] = own, LADDER_MEASURE
@@ -89,25 +87,10 @@ def rank_frame(record: Record) -> pd.DataFrame:
     return frame[RANK_COLUMNS]
 
 
-LADDER_MEASURE = "own step in the ladder (one-rank DDP, mean over blocks)"
+LADDER_MEASURE = "own step on DDP on one rank (in-process ablation, mean over rounds)"
 REPLAY_MEASURE = "no_sync replay median"
 TRACE_MEASURE = "profiled step less its exposed communication (trace)"
 STEP_MEASURE = "median step time"
-
-
-def _ladder_own_steps(record: Record) -> list[float] | None:
-    """Per rank, its mean step through DDP over a group of itself alone in the ladder: its own
-    speed with no rank to wait for. None without a ladder."""
-    timeline = record.timeline
-    if timeline is None or timeline.ladder is None:
-        return None
-    found = []
-    for rank in sorted(timeline.by_rank, key=lambda r: r.rank):
-        steps = [step.step_s for step in (rank.solo or [])]
-        if not steps:
-            return None
-        found.append(float(np.mean(steps)))
-    return found
 
 
 def _trace_own_steps(record: Record) -> list[float] | None:
@@ -136,53 +119,6 @@ def node_frame(ranks: pd.DataFrame) -> pd.DataFrame:
     nodes["above_median_pct"] = 100.0 * (nodes["measure_s"] / ranks["measure_s"].median() - 1)
     nodes["slowest_rank"] = worst
     return nodes.reset_index().sort_values("measure_s", ascending=False).reset_index(drop=True)
-
-
-@dataclass
-class Verdict:
-    straggler: bool
-    text: str
-    basis: str = ""
-    """What the verdict measured, in words (the same for every run of a report)."""
-
-
-def straggler_verdict(ranks: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD) -> Verdict:
-    """The straggler verdict in words: which rank or node is slow, by how much, and on what evidence."""
-    if len(ranks) < 2:
-        return Verdict(False, "One rank: nothing to compare.")
-    measure = measure_name(ranks)
-    limit = 100 * threshold
-    basis = (
-        f"A rank is a straggler when its {measure} is {limit:.0f} % or more above the median rank's; "
-        "every DDP step waits for the slowest rank."
-    )
-    slow = ranks[ranks["above_median_pct"] >= limit].sort_values("measure_s", ascending=False)
-    nodes = node_frame(ranks)
-    if slow.empty:
-        top = ranks.loc[ranks["measure_s"].idxmax()]
-        return Verdict(
-            False,
-            f"No straggler: every rank's {measure} is within {limit:.0f} % of the median rank's "
-            f"(slowest: rank {top['rank']} on {top['host']}, {top['above_median_pct']:+.1f} %).",
-            basis,
-        )
-    slow_nodes = nodes[(nodes["above_median_pct"] >= limit) & (nodes["ranks"] > 1)] if len(nodes) > 1 else nodes[:0]
-    parts = []
-    if not slow_nodes.empty:
-        names = ", ".join(
-            f"{row.host} ({row.above_median_pct:+.0f} %)" for row in slow_nodes.head(SLOWEST_SHOWN).itertuples()
-        )
-        parts.append(f"{len(slow_nodes)} slow node(s), every rank on them slow: {names}")
-        slow = slow[~slow["host"].isin(slow_nodes["host"])]
-    if not slow.empty:
-        named = ", ".join(
-            f"rank {row.rank} on {row.host} ({row.above_median_pct:+.0f} %, slowest in "
-            f"{row.slowest_steps_pct:.0f} % of steps)"
-            for row in slow.head(SLOWEST_SHOWN).itertuples()
-        )
-        more = f" and {len(slow) - SLOWEST_SHOWN} more" if len(slow) > SLOWEST_SHOWN else ""
-        parts.append(f"{len(slow)} straggler rank(s): {named}{more}")
-    return Verdict(True, "; ".join(parts) + ".", basis)
 
 
 def step_bands(matrix: np.ndarray) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""`ddpbench explain SWEEP_DIR`: where each DDP run's scaling went, term by term. No torch."""
+"""`ddpbench explain SWEEP_DIR`: where each configuration's scaling went, cause by cause, pooled over
+its runs. No torch."""
 
 from __future__ import annotations
 
@@ -12,15 +13,24 @@ from ddpbench.config.errors import SpecError
 def add_explain_parser(commands) -> None:
     explain = commands.add_parser(
         "explain",
-        help="where each DDP run's efficiency went: the lost time per step split " "into measured terms, with advice",
+        help="where each configuration's efficiency went: the causes of lost scaling, pooled over its runs, "
+        "with advice",
     )
     explain.add_argument("sweep_dir")
+    explain.add_argument(
+        "--json-out",
+        dest="json_out",
+        metavar="PATH",
+        default=None,
+        help="also write the answers as JSON: one object per configuration, pooled over its runs",
+    )
     explain.add_argument(
         "--json",
         dest="json_path",
         metavar="PATH",
         default=None,
-        help="also write the breakdowns as JSON, a list with one object per DDP run",
+        help="deprecated: the JSON of before 0.2, one object per run with the causes under their old names "
+        "(use --json-out)",
     )
     explain.add_argument(
         "--profile",
@@ -32,15 +42,16 @@ def add_explain_parser(commands) -> None:
     explain.add_argument(
         "--detail",
         action="store_true",
-        help="also print each run's terms with how each was measured, its step by phase, the three "
-        "exposed-communication estimates and all its advice",
+        help="also print each configuration's causes with how each was measured, its check and all its advice",
     )
     explain.set_defaults(handler=command_explain)
 
 
-def sweep_breakdowns(sweep_dir: str, profile: dict | None = None):
-    """(breakdowns, lines for runs that could not be explained); ExplainError where nothing can be."""
-    from ddpbench.analysis.breakdown import explain_sweep
+def sweep_answers(sweep_dir: str, with_traces: bool = True):
+    """(answers, lines for runs that could not be answered, matched traces, traces not read);
+    ExplainError where nothing can be."""
+    from ddpbench.analysis.answers import answer_sweep
+    from ddpbench.analysis.critical_path_text import read_jobs
     from ddpbench.records.store import read_records
 
     records, unreadable = read_records(sweep_dir)
@@ -49,92 +60,80 @@ def sweep_breakdowns(sweep_dir: str, profile: dict | None = None):
         raise SpecError(f"{sweep_dir!r} holds no readable run record ({len(unreadable)} unreadable; {path}: {reason})")
     if not records:
         raise SpecError(f"{sweep_dir!r} holds no run records (SWEEP_DIR/runs/*.json): run `ddpbench sweep` first")
-    return explain_sweep(records, profile)
+    jobs, not_read = read_jobs(records) if with_traces else ({}, {})
+    answers, problems = answer_sweep(records, jobs)
+    return answers, problems, jobs, not_read
 
 
 def command_explain(args: argparse.Namespace) -> int:
-    from ddpbench.analysis.breakdown_terms import ExplainError
-    from ddpbench.analysis.breakdown_text import (
-        closing_line,
-        disagreement,
-        format_breakdown,
-        format_sweep_table,
-        run_name,
-        top_advice,
-    )
+    from ddpbench.analysis.answer_text import check_line, detail, sentence, table, top_advice
+    from ddpbench.analysis.causes import ExplainError
+    from ddpbench.analysis.critical_path_text import path_lines
+    from ddpbench.analysis.network import ProfileError, load_profile
 
     if not os.path.isdir(args.sweep_dir):
         raise SpecError(f"{args.sweep_dir!r} is not a sweep folder")
-    from ddpbench.analysis.network import ProfileError, load_profile
-
     try:
         profile = load_profile(args.profile) if args.profile else None
-        breakdowns, problems = sweep_breakdowns(args.sweep_dir, profile)
+        answers, problems, jobs, not_read = sweep_answers(args.sweep_dir)
     except (ExplainError, ProfileError) as exc:
         raise SpecError(str(exc)) from None
-    if not breakdowns:
+    if not answers:
         raise SpecError("no run could be explained: " + "; ".join(problems))
-    print(format_sweep_table(breakdowns))
+    print(table(answers))
     print()
-    for breakdown in breakdowns:
-        print(f"run  {closing_line(breakdown)}")
-        for said in filter(None, [disagreement(breakdown), *breakdown.notes]):
-            print(f"     {said}")
-    advised = [breakdown for breakdown in breakdowns if breakdown.advice]
-    if advised:
-        print()
-    for breakdown in advised:
-        print(f"advice  {run_name(breakdown)}: {top_advice(breakdown)}")
-    # Beside the ladder's terms: who held each step on the critical path across ranks, from the
-    # runs' traces (analysis/critical_path_text.py).
-    from ddpbench.analysis.critical_path_text import sweep_lines
-
+    for answer in answers:
+        print(sentence(answer))
+        check = check_line(answer)
+        if check:
+            print(f"  check: {check}")
+        if answer.left_out:
+            print(f"  left out of the pooled figures: {', '.join(answer.left_out)} (the speed check flagged them)")
+    print()
+    for answer in answers:
+        print(f"try  {answer.name}: {top_advice(answer, profile)}")
     paths: dict = {}
-    path_lines = sweep_lines(args.sweep_dir, breakdowns, paths)
-    if path_lines:
+    lines = path_lines(answers, jobs, not_read, paths)
+    if lines:
         print()
-        print("\n".join(path_lines))
+        print("\n".join(lines))
     if args.detail:
         print()
-        print("\n\n".join(format_breakdown(breakdown) for breakdown in breakdowns))
+        print("\n\n".join(detail(answer, profile) for answer in answers))
     for line in problems:
         print(f"not explained: {line}")
-    if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            # critical_path: null where the run has no traces of two ranks or more.
-            json.dump(
-                [dict(breakdown.as_dict(), critical_path=paths.get(breakdown.run_id)) for breakdown in breakdowns],
-                handle,
-                indent=1,
+    if args.json_out or args.json_path:
+        from ddpbench.analysis.explain_json import answers_json, legacy_runs_json
+
+        for path, found in ((args.json_out, answers_json), (args.json_path, legacy_runs_json)):
+            if path:
+                with open(path, "w", encoding="utf-8") as handle:
+                    json.dump(found(answers, paths), handle, indent=1)
+                print(f"json: {path}")
+        if args.json_path:
+            args.deprecations.append(
+                "explain --json writes the JSON of before 0.2 (one object per run, old cause names); "
+                "--json-out writes one object per configuration, pooled over its runs"
             )
-        print(f"json: {args.json_path}")
     return 0
 
 
 def closing_lines(sweep_dir: str) -> list[str]:
-    """The sweep's last words: one line per run that has a finding (a term beyond its noise);
-    runs without one say nothing here."""
-    from ddpbench.analysis.breakdown_terms import ExplainError
-    from ddpbench.analysis.breakdown_text import finding, verdict
+    """The sweep's answer in sentences, one per configuration of DDP runs, with the check where the
+    two efficiencies differ beyond noise."""
+    from ddpbench.analysis.answer_text import check_line, sentence
+    from ddpbench.analysis.causes import ExplainError
 
     try:
-        breakdowns, _ = sweep_breakdowns(sweep_dir)
+        answers, _, _, _ = sweep_answers(sweep_dir, with_traces=False)
     except (ExplainError, SpecError):
         return []
-    lines = [f"finding  {said}" for said in map(finding, breakdowns) if said is not None]
-    if breakdowns:
-        # Runs without a finding: with a ladder their terms are within noise; without one (fsdp2,
-        # compiled, scripts, --no-profile) their terms were not measured in place.
-        quiet = sum(1 for b in breakdowns if b.ladder and finding(b) is None and verdict(b).startswith("no loss"))
-        spread = sum(1 for b in breakdowns if b.ladder and finding(b) is None) - quiet
-        unmeasured = sum(1 for b in breakdowns if not b.ladder)
-        rest = "".join(
-            (
-                f"; {quiet} run(s) lost nothing beyond their noise" if quiet else "",
-                f"; {spread} run(s) lost scaling that no single term holds beyond its noise" if spread else "",
-                f"; {unmeasured} run(s) without a ladder, whose terms were not measured in place" if unmeasured else "",
-            )
-        )
-        none = "no DDP run lost scaling beyond its noise; " if not lines and not unmeasured and not spread else ""
-        lines.append(f"({none}ddpbench explain {sweep_dir} breaks every loss down{rest})")
+    lines = []
+    for answer in answers:
+        lines.append(sentence(answer))
+        check = check_line(answer)
+        if check:
+            lines.append(f"  check: {check}")
+    if answers:
+        lines.append(f"(ddpbench explain {sweep_dir} gives every cause, and what to try)")
     return lines

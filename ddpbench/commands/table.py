@@ -16,7 +16,7 @@ def add_table_parser(commands) -> None:
 
 
 def print_table(sweep_dir: str, save: bool = False) -> int:
-    from ddpbench.analysis.frames import format_memory, format_side_by_side, load, scaling_table
+    from ddpbench.analysis.frames import changes_memory, format_memory, format_side_by_side, load, scaling_table
     from ddpbench.records.store import write_atomic
 
     if not os.path.isdir(sweep_dir):
@@ -54,14 +54,6 @@ def print_table(sweep_dir: str, save: bool = False) -> int:
         write_atomic(csv_path, table.to_csv(index=False))
         print(f"scaling table: {csv_path}")
     return 1 if len(problems) or (runs["checks_failed"] != "").any() else 0
-
-
-SAME_MEMORY = ("local", "ddp", "dp")
-"""Strategies that hold the same model state per rank: a memory table of only these says nothing."""
-
-
-def changes_memory(runs) -> bool:
-    return bool((~runs["strategy"].astype(str).isin(SAME_MEMORY)).any())
 
 
 def command_table(args: argparse.Namespace) -> int:

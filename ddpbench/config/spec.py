@@ -353,6 +353,10 @@ class RunSpec:
     script: ScriptSpec | None = None
     """A user's training script measured as it is, in place of a workload (whose name is then
     `script:<file name>`); None for workloads."""
+    repeat: int = 1
+    """Which run of its configuration this is (1, 2, ...): a sweep runs every configuration several
+    times, one round of every configuration after another, and pairs each DDP run with its round's
+    reference run. 1 in records made before repeats were numbered."""
     world_size: int = field(init=False, default=1)
     """Devices in the run, nproc * nnodes (for dp too, although it is one process). Derived;
     stored so that a record says it without arithmetic."""
@@ -383,6 +387,7 @@ class RunSpec:
         if self.size is not None:
             _one_of("size", self.size, SIZES)
         _at_least("nproc", self.nproc, 1)
+        _at_least("repeat", self.repeat, 1)
         _at_least("nnodes", self.nnodes, 1)
         if self.batch_size is not None:
             _at_least("batch_size", self.batch_size, 1)

@@ -5,7 +5,7 @@ PNG data URIs, and notes."""
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from markupsafe import Markup, escape
@@ -26,6 +26,10 @@ class ReportData:
     report_dir: str
     profile: dict | None = None
     """Network profile for the projection sections (ddpbench report --profile)."""
+    answers: list = field(default_factory=list)
+    """One answer per configuration of DDP runs, pooled over its runs (`ddpbench.analysis.answers`)."""
+    problems: list[str] = field(default_factory=list)
+    """Runs that could not be answered, and why."""
 
 
 def metric_columns(frame: pd.DataFrame, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:

@@ -1,11 +1,16 @@
 """The HTML scaling report: one self-contained file built only from a sweep's stored records.
 
+The page answers first: its first screen is the verdict per workload (`verdict`); below it, what
+the verdict rests on (where the efficiency went, E(N) against world size, the ranks); everything
+else is in an appendix that opens on a click (the cross-checks, the whole tables, memory when the
+sweep changes none, collectives, projections, runs, environment, the glossary).
+
 The page is `templates/report.html.j2` (Jinja2, autoescaped) filled with a list of sections, each
 built by a function in a `sections_*` module (or `breakdown_section`, `projection_sections`) from
 the blocks of `blocks`: tables are pandas Stylers with their cells and headings HTML-escaped.
 Images are embedded as PNG data URIs and there is no script and no external resource, so the page
-opens from file:// with no network. Adding a section is one entry in `SECTIONS`; a metric added to
-`ddpbench.analysis.registry` appears in the scaling and runs tables by itself.
+opens from file:// with no network. Adding a section is one entry in `BODY` or `APPENDIX`; a metric
+added to `ddpbench.analysis.registry` appears in the scaling and runs tables by itself.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from datetime import datetime, timezone
 import jinja2
 from markupsafe import Markup
 
-from ddpbench.analysis.frames import headlines, runs_frame, scaling_table
+from ddpbench.analysis.answers import answer_sweep
+from ddpbench.analysis.causes import ExplainError
+from ddpbench.analysis.frames import changes_memory, runs_frame, scaling_table
 from ddpbench.config.errors import SpecError
 from ddpbench.records.store import read_records, write_atomic
 from ddpbench.report import breakdown_section, projection_sections
@@ -27,7 +34,8 @@ from ddpbench.report.collectives_section import collectives_section
 from ddpbench.report.sections_communication import communication_section
 from ddpbench.report.sections_memory import memory_section
 from ddpbench.report.sections_runs import environment_section, history_section, runs_section, traces_section
-from ddpbench.report.sections_scaling import scaling_section, step_times_section, stragglers_section
+from ddpbench.report.sections_scaling import iterations_section, ranks_section, scaling_section, scaling_table_section
+from ddpbench.report.verdict import verdict_section
 
 GLOSSARY = [
     (
@@ -106,36 +114,60 @@ class Section:
     """Shown even when empty (with a note), so a reader knows it was looked for."""
 
 
-SECTIONS = [
+BLOCKS = projection_sections.Blocks(table_html, figure_html, note)
+
+
+def _where_it_went(data: ReportData) -> list[Markup]:
+    found = breakdown_section.where_the_efficiency_went(data.answers, BLOCKS)
+    if found:
+        found.append(Markup("<p>What to try:</p>") + breakdown_section.what_to_try(data.answers, data.profile))
+    if data.problems:
+        found.append(note("Not explained: " + "; ".join(data.problems)))
+    return found
+
+
+def _memory_in_body(data: ReportData) -> list[Markup]:
+    return memory_section(data) if not data.runs.empty and changes_memory(data.runs) else []
+
+
+def _memory_in_appendix(data: ReportData) -> list[Markup]:
+    return memory_section(data) if data.runs.empty or not changes_memory(data.runs) else []
+
+
+BODY = [
+    Section("Where the efficiency went", _where_it_went),
     Section("Scaling", scaling_section),
-    Section("Memory and compiling", memory_section),
-    Section("Step times", step_times_section),
-    Section("Stragglers", stragglers_section),
-    Section("Communication", communication_section),
+    Section("Ranks", ranks_section),
+    Section("Memory and compiling", _memory_in_body),
+]
+APPENDIX = [
+    Section("Exposed communication and its cross-checks", communication_section),
     Section("Collectives across ranks", collectives_section),
-    Section(
-        "Where the scaling went",
-        lambda data: breakdown_section.where_the_scaling_went_section(
-            data, projection_sections.Blocks(table_html, figure_html, note)
-        ),
-    ),
+    Section("Throughput and the scaling table", scaling_table_section),
+    Section("Iteration time over the run", iterations_section),
+    Section("Memory and compiling", _memory_in_appendix),
     Section(
         "Projection vs measurement",
-        lambda data: projection_sections.projection_vs_measurement_section(
-            data, projection_sections.Blocks(table_html, figure_html, note)
-        ),
+        lambda data: projection_sections.projection_vs_measurement_section(data, BLOCKS),
     ),
     Section(
         "Beyond this machine (projection)",
-        lambda data: projection_sections.beyond_this_machine_section(
-            data, projection_sections.Blocks(table_html, figure_html, note)
-        ),
+        lambda data: projection_sections.beyond_this_machine_section(data, BLOCKS),
     ),
     Section("History", history_section),
     Section("Runs", runs_section, always=True),
     Section("Traces", traces_section, always=True),
     Section("Environment", environment_section, always=True),
 ]
+
+
+def _built(sections: list[Section], data: ReportData) -> list[dict]:
+    found = []
+    for section in sections:
+        blocks = section.build(data)
+        if blocks or section.always:
+            found.append({"title": section.title, "blocks": blocks})
+    return found
 
 
 def build_report(sweep_dir: str, out_path: str | None = None, profile: str | None = None) -> str:
@@ -146,6 +178,10 @@ def build_report(sweep_dir: str, out_path: str | None = None, profile: str | Non
     out_path = out_path or default_report_path(sweep_dir)
     runs = runs_frame(records)
     table = scaling_table(runs)
+    try:
+        answers, problems = answer_sweep(records)
+    except ExplainError as exc:
+        answers, problems = [], [str(exc)]
     data = ReportData(
         records,
         unreadable,
@@ -153,12 +189,9 @@ def build_report(sweep_dir: str, out_path: str | None = None, profile: str | Non
         table,
         os.path.dirname(os.path.abspath(out_path)),
         projection_sections.report_profile(sweep_dir, profile),
+        answers,
+        problems if answers else [],
     )
-    sections = []
-    for section in SECTIONS:
-        blocks = section.build(data)
-        if blocks or section.always:
-            sections.append({"title": section.title, "blocks": blocks})
     counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
     page = _TEMPLATES.get_template("report.html.j2").render(
         sweep_id=os.path.basename(os.path.normpath(sweep_dir)),
@@ -166,9 +199,10 @@ def build_report(sweep_dir: str, out_path: str | None = None, profile: str | Non
         run_count=len(runs),
         status_counts=", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
         made=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        headlines=headlines(runs, table) if not table.empty else {},
+        verdict=verdict_section(answers, table, BLOCKS),
         nothing_ok=runs.empty or not (runs["status"] == "ok").any(),
-        sections=sections,
+        body=_built(BODY, data),
+        appendix=_built(APPENDIX, data),
         glossary=GLOSSARY,
     )
     write_atomic(out_path, page)

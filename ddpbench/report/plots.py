@@ -79,6 +79,17 @@ def panels(workloads: list[str]):
     return figure, dict(zip(workloads, flat))
 
 
+def row_panels(workloads: list[str]):
+    """Small panels, up to four across: the report's body keeps to a few screens."""
+    columns = min(4, max(1, len(workloads)))
+    rows = math.ceil(len(workloads) / columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.7 * rows), squeeze=False)
+    flat = list(grid.flat)
+    for unused in flat[len(workloads) :]:
+        unused.set_visible(False)
+    return figure, dict(zip(workloads, flat))
+
+
 def _world_size_axis(axis, sizes) -> None:
     sizes = sorted(set(int(s) for s in sizes))
     axis.set_xscale("log", base=2)
@@ -128,23 +139,40 @@ def _finish_scaling_axis(axis, rows: pd.DataFrame, workload: str, ylabel: str) -
         axis.legend(fontsize="small")
 
 
+def comparable(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows without DataParallel on CPU: one process with N times the threads replicates nothing,
+    so its efficiency is no rival to DDP's and is not drawn as one."""
+    return rows[~rows["strategy_label"].astype(str).str.startswith("DataParallel on CPU")]
+
+
 def efficiency(table: pd.DataFrame) -> plt.Figure:
-    figure, axes = panels(sorted(table["workload"].unique()))
+    """E(N) against world size, one panel per workload in a row, each point with its 95 % interval
+    over the configuration's runs."""
+    figure, axes = row_panels(sorted(table["workload"].unique()))
     for workload, axis in axes.items():
-        rows = table[table["workload"] == workload]
+        rows = comparable(table[table["workload"] == workload])
         for strategy in scaled_strategies(rows):
             line = rows[rows["strategy"] == strategy].dropna(subset=["efficiency"]).sort_values("world_size")
-            if not line.empty:
-                axis.plot(
-                    line["world_size"],
-                    100 * line["efficiency"],
-                    marker="o",
-                    color=colour(strategy),
-                    linestyle=line_style(strategy),
-                    label=display_name(strategy),
-                )
+            if line.empty:
+                continue
+            low = (line["efficiency"] - line["efficiency_low"]).fillna(0).clip(lower=0)
+            high = (line["efficiency_high"] - line["efficiency"]).fillna(0).clip(lower=0)
+            axis.errorbar(
+                line["world_size"],
+                100 * line["efficiency"],
+                yerr=[100 * low, 100 * high],
+                marker="o",
+                capsize=3,
+                color=colour(strategy),
+                linestyle=line_style(strategy),
+                label=display_name(strategy),
+            )
         axis.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
-        _finish_scaling_axis(axis, rows, workload, "scaling efficiency (%)")
+        _world_size_axis(axis, table[table["workload"] == workload]["world_size"])
+        axis.set_ylabel("E(N) (%)")
+        axis.set_ylim(0, max(110, axis.get_ylim()[1]))
+        axis.set_title(workload)
+        axis.legend(fontsize="x-small")
     figure.tight_layout()
     return figure
 
@@ -152,7 +180,7 @@ def efficiency(table: pd.DataFrame) -> plt.Figure:
 def step_time_by_rank(step_times: pd.DataFrame) -> plt.Figure:
     """DDP runs: each rank's step-time distribution at each world size, so a slow rank stands out."""
     ddp = step_times[step_times["strategy"] == "ddp"].assign(step_time_ms=lambda f: f["step_time_s"] * 1000)
-    figure, axes = panels(sorted(ddp["workload"].unique()))
+    figure, axes = row_panels(sorted(ddp["workload"].unique()))
     for workload, axis in axes.items():
         rows = ddp[ddp["workload"] == workload]
         ranks = rows["rank"].nunique()
@@ -171,7 +199,9 @@ def step_time_by_rank(step_times: pd.DataFrame) -> plt.Figure:
             )
         axis.set_xlabel("world size (devices)")
         axis.set_ylabel("step time (ms)")
-        axis.set_title(f"{workload}: DDP step time per rank")
+        axis.set_title(f"{workload}: step time per rank")
+        if axis.get_legend() is not None:
+            axis.legend(title="rank", fontsize="x-small", title_fontsize="x-small")
     figure.tight_layout()
     return figure
 
@@ -273,50 +303,6 @@ def iteration_over_steps(iterations: pd.DataFrame) -> plt.Figure:
         axis.set_ylim(bottom=0)
         axis.set_title(workload)
         axis.legend(fontsize="x-small", ncol=2)
-    figure.tight_layout()
-    return figure
-
-
-def ladder_and_overlap(rungs: pd.DataFrame, overlap: pd.DataFrame) -> plt.Figure:
-    """Per workload: the ladder's rungs per world size (mean step over blocks, whiskers the 95 %
-    interval), and the share of the all-reduce hidden behind computation from the traces."""
-    if "workload" not in overlap:
-        overlap = pd.DataFrame(columns=["workload", "world_size", "overlap_pct"])
-    workloads = sorted(set(rungs["workload"]) | set(overlap["workload"]))
-    figure, axes = plt.subplots(
-        len(workloads), 2, figsize=(2 * PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)), squeeze=False
-    )
-    for row_axes, workload in zip(axes, workloads):
-        rows = rungs[rungs["workload"] == workload].sort_values(["world_size", "rung"])
-        axis = row_axes[0]
-        if not rows.empty:
-            sizes = sorted(rows["world_size"].unique())
-            names = sorted(rows["rung"].unique())
-            width = 0.8 / len(names)
-            for index, name in enumerate(names):
-                # Two runs of one world size (two user workloads of one name, --repeat): their mean.
-                kind = rows[rows["rung"] == name].groupby("world_size")[["step_s", "ci_half_s"]].mean().reindex(sizes)
-                axis.bar(
-                    [i - 0.4 + width * (index + 0.5) for i in range(len(sizes))],
-                    kind["step_s"] * 1000,
-                    width=width,
-                    yerr=kind["ci_half_s"] * 1000,
-                    capsize=3,
-                    color=PALETTE[index],
-                    label=name,
-                )
-            axis.set_xticks(range(len(sizes)), [str(size) for size in sizes])
-            axis.legend(fontsize="x-small")
-        axis.set_xlabel("world size (devices)")
-        axis.set_ylabel("compute step, mean over blocks (ms)")
-        axis.set_title(f"{workload}: the ladder's rungs")
-        with_overlap = overlap[overlap["workload"] == workload].dropna(subset=["overlap_pct"])
-        if not with_overlap.empty:
-            sns.barplot(data=with_overlap, x="world_size", y="overlap_pct", ax=row_axes[1], color=PALETTE[0])
-        row_axes[1].set_ylim(0, 100)
-        row_axes[1].set_xlabel("world size (devices)")
-        row_axes[1].set_ylabel("all-reduce hidden behind computation (%)")
-        row_axes[1].set_title(f"{workload}: overlap from the profiler trace")
     figure.tight_layout()
     return figure
 

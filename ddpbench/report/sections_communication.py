@@ -1,6 +1,7 @@
-"""The report's communication section: the ladder's rungs, exposed communication estimated three
-ways (a table), its overlap with computation, its spread across ranks, whether the estimates agree, and where a profiled
-step's time goes."""
+"""The report's appendix on communication: exposed communication as the causes measure it beside
+its three cross-checks (trace, no_sync, reducer), each saying what it measures, the overlap the
+traces show, its spread across ranks, whether the estimates agree, and where a profiled step's time
+goes. Runs of one rank send nothing and are left out."""
 
 from __future__ import annotations
 
@@ -9,71 +10,51 @@ from markupsafe import Markup
 
 from ddpbench.analysis import ranks
 from ddpbench.analysis.agreement import AGREEMENT, estimates_agreement
-from ddpbench.analysis.breakdown import explain
-from ddpbench.analysis.breakdown_terms import ExplainError
 from ddpbench.analysis.frames import breakdown_frame, overlap_table
-from ddpbench.analysis.ladder import ladder_frame
 from ddpbench.records.schema import Record
 from ddpbench.report import plots
 from ddpbench.report.blocks import ReportData, figure_html, metric_columns, note, table_html
 
 CROSS_CHECKS = (
-    "Exposed communication is the breakdown's (ddpbench explain): the slowest rank's waits in DDP's "
-    "collectives, DDP's steps against one-rank DDP's in the ladder, ± its 95 % interval; 'not in place' "
-    "where a run has no ladder. The cross-checks measure other things: the trace, time inside the "
-    "collectives' own profiler events that no computation overlaps, over the profiled steps, on the rank "
-    "exposing most (it holds that rank's wait for its peers); no_sync, a step with DDP against the same "
-    "batches under no_sync() (it holds DDP's bucket copies and the waits too); the reducer, DDP's own "
-    "timers from the first all-reduce's start to backward's end (it counts the compute in between)."
+    "Exposed communication is the causes' (ddpbench explain): the slowest rank's waits in DDP's collectives, DDP "
+    "against DDP on one rank in the in-process ablation, ± its 95 % interval over the runs; 'not in place' where a "
+    "run has no ablation. The cross-checks measure other things: the trace, time inside the collectives' own "
+    "profiler events that no computation overlaps, over the profiled steps, on the rank exposing most (it holds "
+    "that rank's wait for its peers); no_sync, a step with DDP against the same batches under no_sync() (it holds "
+    "DDP's bucket copies and the waits too); the reducer, DDP's own timers from the first all-reduce's start to "
+    "backward's end (it counts the compute in between)."
 )
 
 
-def exposed_cell(record: Record | None, records) -> str:
-    """The breakdown's exposed communication of one run, in ms with its interval (its sweep's
-    records: a run without a ladder needs its local reference)."""
-    if record is None:
-        return ""
-    try:
-        term = explain(record, records).terms["exposed_comm"]
-    except ExplainError:
-        return ""
-    if term.s_per_step is None:
-        return "n/a"
-    if term.ci_low_s is None or term.exact:
-        return f"{term.s_per_step * 1e3:.2f}" + ("" if term.exact else " (not in place)")
-    return f"{term.s_per_step * 1e3:.2f} ± {(term.ci_high_s - term.ci_low_s) / 2 * 1e3:.2f}"
+def exposed_cells(data: ReportData) -> dict[str, str]:
+    """Run id -> its configuration's exposed communication in ms with its interval over the runs."""
+    found = {}
+    for answer in data.answers:
+        cause = answer.causes.get("exposed_comm")
+        if cause is None or cause.seconds is None:
+            cell = "n/a"
+        elif not cause.seconds.has_interval:
+            cell = f"{cause.seconds.value * 1e3:.2f} (not in place)"
+        else:
+            cell = f"{cause.seconds.value * 1e3:.2f} ± {cause.seconds.half * 1e3:.2f}"
+        found.update({run_id: cell for run_id in answer.run_ids})
+    return found
 
 
 def communication_section(data: ReportData) -> list[Markup]:
-    overlap = overlap_table(data.runs) if not data.runs.empty else pd.DataFrame()
-    breakdown = breakdown_frame(data.records)
-    rungs = ladder_frame(data.records)
+    runs = data.runs[data.runs["world_size"] > 1] if not data.runs.empty else data.runs
+    overlap = overlap_table(runs) if not runs.empty else pd.DataFrame()
+    breakdown = breakdown_frame([(p, r) for p, r in data.records if r.spec.world_size > 1])
     blocks = []
-    if not overlap.empty or not rungs.empty:
-        blocks.append(
-            figure_html(
-                plots.ladder_and_overlap(rungs, overlap),
-                "Grouped bar charts of the ladder's rungs (the compute step of the module alone, "
-                "unwrapped with every rank, through a one-rank DDP and through DDP, in milliseconds "
-                "with 95 % interval whiskers), and bar charts of overlap percent, per world size "
-                "and workload.",
-                "The ladder's rungs, measured in turns inside each DDP run: each step up adds one "
-                "thing (other ranks computing, DDP's own work, the network), and the breakdown's "
-                "terms are the differences. Beside them, the share of the all-reduce hidden behind "
-                "computation in the profiler's trace.",
-            )
-        )
     if not overlap.empty:
         shown, formats = metric_columns(overlap, list(overlap.columns))
-        # One exposed-communication figure, the breakdown's; the three estimates beside it are
+        # One exposed-communication figure, the causes'; the three estimates beside it are
         # cross-checks, each measuring something else (the note says what).
         cross = {heading: f"cross-check: {heading}" for heading in shown.columns if heading.startswith("exposed, ")}
         shown = shown.rename(columns={"run_id": "run", "world_size": "world size", **cross})
         formats = {cross.get(column, column): fmt for column, fmt in formats.items()}
-        by_run = {record.run_id: record for _, record in data.records}
-        shown.insert(
-            4, "exposed communication (ms)", [exposed_cell(by_run.get(run), data.records) for run in shown["run"]]
-        )
+        cells = exposed_cells(data)
+        shown.insert(4, "exposed communication (ms)", [cells.get(run, "") for run in shown["run"]])
         blocks.append(table_html(shown, formats, text_columns=("run", "workload", "exposed communication (ms)")))
         blocks.append(note(CROSS_CHECKS))
     spread = exposed_spread_frame(data.records)

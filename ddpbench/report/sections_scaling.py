@@ -1,6 +1,7 @@
-"""The report's sections on scaling and its ranks: throughput and efficiency against world size,
-step times rank by rank (summaries beyond a few dozen ranks: heat map, bands, the slowest ranks
-and nodes), and a straggler verdict per DDP run."""
+"""The report's sections on scaling and its ranks. In the body: E(N) against world size with its
+intervals, and the ranks (each rank's step times, summaries beyond a few ranks: heat map, bands,
+the slowest ranks and nodes; whether a rank held the others back). In the appendix: throughput and
+the whole scaling table, and iteration time over the run."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pandas as pd
 from markupsafe import Markup
 
 from ddpbench.analysis import ranks, registry
-from ddpbench.analysis.breakdown import ladder_straggler
-from ddpbench.analysis.frames import iteration_frame, step_time_frame
+from ddpbench.analysis.frames import figure_cell, iteration_frame, step_time_frame
+from ddpbench.analysis.straggler import SOURCES, run_straggler
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
 from ddpbench.report import plots
@@ -17,6 +18,24 @@ from ddpbench.report.blocks import ReportData, figure_html, metric_columns, note
 
 
 def scaling_section(data: ReportData) -> list[Markup]:
+    """The body's scaling figure: E(N) against world size, with its interval over the runs."""
+    if data.table.empty or data.table["efficiency"].isna().all():
+        return []
+    caption = "Scaling efficiency E(N) = X(N) / (N x X(1)) against world size, ± its 95 % interval over the runs."
+    if data.table["strategy_label"].astype(str).str.startswith("DataParallel on CPU").any():
+        caption += " DataParallel on CPU is not drawn: one process with N x the threads replicates nothing."
+    return [
+        figure_html(
+            plots.efficiency(data.table),
+            "Line charts of scaling efficiency in percent against world size for each strategy, one per workload, "
+            "with interval whiskers and a dashed line at 100 percent.",
+            caption,
+        )
+    ]
+
+
+def scaling_table_section(data: ReportData) -> list[Markup]:
+    """The appendix: throughput against world size and the whole scaling table."""
     if data.table.empty:
         return []
     table = data.table
@@ -27,12 +46,6 @@ def scaling_section(data: ReportData) -> list[Markup]:
             "the ideal linear line from the local run.",
             "Throughput against world size; the grey dashed line is perfect linear scaling of the local run "
             "(compiled runs are dashed, or dotted under compiled autograd, in their strategy's colour).",
-        ),
-        figure_html(
-            plots.efficiency(table),
-            "Line charts of scaling efficiency in percent against world size for each strategy, one "
-            "per workload, with a dashed line at 100 percent.",
-            "Scaling efficiency E(N) = X(N) / (N x X(1)); 100 % is perfect.",
         ),
     ]
     # memory has a section of its own
@@ -48,6 +61,9 @@ def scaling_section(data: ReportData) -> list[Markup]:
             *metrics,
             "speedup",
             "efficiency",
+            "efficiency_low",
+            "efficiency_high",
+            "runs",
             "reference",
             "oversubscribed",
             "busy",
@@ -67,9 +83,17 @@ def scaling_section(data: ReportData) -> list[Markup]:
     shown["X(1)"] = shown["X(1)"].replace("", "local run")
     shown["oversubscribed"] = shown["oversubscribed"].map({True: "yes", False: ""})
     shown["busy"] = shown["busy"].map({True: "busy", False: ""})
-    formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x", "efficiency": "{:.1%}"})
+    shown["efficiency"] = [
+        figure_cell(value, low, high)
+        for value, low, high in zip(shown.pop("efficiency"), shown.pop("efficiency_low"), shown.pop("efficiency_high"))
+    ]
+    formats.update({"batch / device": "{:.0f}", "global batch": "{:.0f}", "speedup": "{:.2f}x"})
     blocks.append(
-        table_html(shown, formats, text_columns=("workload", "strategy", "unit", "X(1)", "oversubscribed", "busy"))
+        table_html(
+            shown,
+            formats,
+            text_columns=("workload", "strategy", "unit", "efficiency", "X(1)", "oversubscribed", "busy"),
+        )
     )
     if (shown["oversubscribed"] == "yes").any():
         blocks.append(
@@ -89,34 +113,50 @@ def scaling_section(data: ReportData) -> list[Markup]:
     return blocks
 
 
-def step_times_section(data: ReportData) -> list[Markup]:
+def ranks_section(data: ReportData) -> list[Markup]:
+    """The body's ranks: each rank's step times in the DDP runs at each workload's largest world size
+    (summaries beyond a few ranks), and whether a rank held the others back, per configuration."""
     ok = [(path, record) for path, record in data.records if record.status == "ok" and record.ranks]
-    if not ok:
-        return []
+    largest = {}
+    for _, record in ok:
+        if record.spec.strategy == "ddp" and record.spec.world_size > 1:
+            workload = short_workload_name(record.spec.workload)
+            if record.spec.world_size >= largest.get(workload, 0):
+                largest[workload] = record.spec.world_size
+    shown = [
+        (p, r)
+        for p, r in ok
+        if r.spec.strategy == "ddp"
+        and largest.get(short_workload_name(r.spec.workload)) == r.spec.world_size
+        and len(r.ranks) <= ranks.RANK_DETAIL_LIMIT
+    ]
     blocks = []
-    # Rank by rank only while a box per rank can still be told apart.
-    detailed = [(p, r) for p, r in ok if len(r.ranks) <= ranks.RANK_DETAIL_LIMIT]
-    step_times = step_time_frame([(p, r) for p, r in detailed if r.spec.strategy == "ddp"])
+    step_times = step_time_frame(shown)
     if not step_times.empty:
         blocks.append(
             figure_html(
                 plots.step_time_by_rank(step_times),
-                "Box plots of DDP step time in milliseconds for each rank at each world size, "
-                "one chart per workload.",
-                f"Each rank's step-time distribution (DDP runs of up to {ranks.RANK_DETAIL_LIMIT} "
-                "ranks): a rank whose box sits higher is slow.",
+                "Box plots of DDP step time in milliseconds for each rank, one chart per workload at its largest "
+                "world size.",
+                "Each rank's step times (every run of the configuration): under DDP the ranks wait for each other, "
+                "so their boxes sit level even when one is slow; whether one held the others back is below.",
             )
         )
     blocks += large_runs_blocks([r for _, r in ok])
-    blocks.append(
+    return blocks + stragglers_blocks(data) + ranks_by_host_blocks(data)
+
+
+def iterations_section(data: ReportData) -> list[Markup]:
+    ok = [(path, record) for path, record in data.records if record.status == "ok" and record.ranks]
+    if not ok:
+        return []
+    return [
         figure_html(
             plots.iteration_over_steps(iteration_frame(ok)),
-            "Line charts of iteration time in milliseconds over the timed steps of every run, "
-            "one chart per workload.",
+            "Line charts of iteration time in milliseconds over the timed steps of every run, one chart per workload.",
             "Iteration time (slowest rank) over the timed steps of each run.",
         )
-    )
-    return blocks
+    ]
 
 
 def largest_ddp_runs(records: list[Record]) -> list[Record]:
@@ -155,11 +195,11 @@ def large_runs_blocks(records: list[Record]) -> list[Markup]:
         title = f"{short_workload_name(record.spec.workload)}, {record.run_id}: {record.spec.world_size} ranks"
         binned, width = ranks.heat_map_bins(matrix)
         per_rank = ranks.rank_frame(record)
-        verdict = ranks.straggler_verdict(per_rank)
+        found = run_straggler(record)
         blocks.append(Markup("<h3>{}</h3>").format(title))
         blocks.append(
             Markup('<p><strong>Stragglers:</strong> <span class="{}">{}</span> {}</p>').format(
-                "status-failed" if verdict.straggler else "status-ok", verdict.text, verdict.basis
+                "status-failed" if found.named else "status-ok", found.sentence(), _basis(found)
             )
         )
         blocks.append(
@@ -222,25 +262,30 @@ def slowest_nodes_table(per_rank: pd.DataFrame) -> Markup:
     ) + table_html(shown, {shown.columns[2]: "{:,.2f}", shown.columns[3]: "{:+.1f}"}, text_columns=("host",))
 
 
-def stragglers_section(data: ReportData) -> list[Markup]:
-    """One sentence per run of two or more ranks (ddp, fsdp2, replicate)."""
-    items, bases = [], []
-    for _, record in data.records:
-        if record.status != "ok" or not record.spec.launched_by_torchrun or len(record.ranks) < 2:
-            continue
-        # One definition of the slowest rank: the ladder's where the run has one (explain's), else
-        # each rank's own speed from the replay, the traces or the step times.
-        verdict = ladder_straggler(record) or ranks.straggler_verdict(ranks.rank_frame(record))
-        bases.append(verdict.basis)
-        items.append(
-            Markup('<li><code>{}</code> ({} ranks): <span class="{}">{}</span></li>').format(
-                record.run_id, len(record.ranks), "status-failed" if verdict.straggler else "", verdict.text
-            )
-        )
-    if not items:
+def stragglers_blocks(data: ReportData) -> list[Markup]:
+    """One sentence per configuration of two or more ranks: whether a rank held the others back,
+    pooled over its runs (the one definition, `ddpbench.analysis.straggler`)."""
+    found = [answer for answer in data.answers if answer.world_size > 1 and answer.straggler is not None]
+    if not found:
         return []
-    blocks = [note(" ".join(sorted(set(bases)))), Markup("<ul>") + Markup("").join(items) + Markup("</ul>")]
-    return blocks + ranks_by_host_blocks(data)
+    items = [
+        Markup('<li><strong>{}</strong>: <span class="{}">{}</span></li>').format(
+            answer.name, "status-failed" if answer.straggler.named else "", answer.straggler.sentence()
+        )
+        for answer in found
+    ]
+    bases = sorted({_basis(answer.straggler) for answer in found} - {""})
+    return [Markup("<ul>") + Markup("").join(items) + Markup("</ul>"), *(note(basis) for basis in bases)]
+
+
+def _basis(found) -> str:
+    source = SOURCES.get(found.source)
+    if source is None:
+        return ""
+    return (
+        f"From {source}; the two ranks chosen on one half of the rounds (or steps) and the wait read on the other, "
+        "a rank held the others back where the wait's 95 % interval excludes zero."
+    )
 
 
 def ranks_by_host_blocks(data: ReportData) -> list[Markup]:

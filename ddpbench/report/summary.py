@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 
-from ddpbench.analysis.agreement import estimates_agreement
-from ddpbench.analysis.breakdown import in_run_summary
+from ddpbench.analysis.ablation import NoAblation, read_ablation
+from ddpbench.analysis.answer_text import cause_figure, cause_value, percent
+from ddpbench.analysis.answers import pool_runs
+from ddpbench.analysis.causes import answer_from_ablation
 from ddpbench.analysis.labels import strategy_label
+from ddpbench.analysis.without_ablation import exposed_comm
 from ddpbench.records.schema import Metrics, Record, RunError
 
 TAIL_LINES = 10
@@ -66,24 +69,72 @@ def _host_sync_notes(record: Record) -> list[str]:
     return notes
 
 
-def _script_lines(record: Record) -> list[str]:
-    """A script's run has only the trace's view of overlap (no replay): say what it saw."""
+def _in_process_lines(record: Record) -> list[str]:
+    """A DDP run's own answer from its in-process ablation (the same engine and figures as
+    `ddpbench explain`): the in-process efficiency, its largest cause, and at two ranks or more the
+    one figure of exposed communication."""
+    try:
+        run = answer_from_ablation(record, read_ablation(record), [], [])
+    except NoAblation:
+        if record.spec.script or not record.spec.launched_by_torchrun or record.spec.world_size < 2:
+            return []
+        seconds, basis = exposed_comm(record)  # the labelled path: measured once, elsewhere in the run
+        return [] if seconds is None else [f"  exposed comm {seconds * 1e3:.2f} ms per step ({basis})"]
+    answer = pool_runs([run], {})
+    largest = answer.largest()
+    if largest:
+        said = f"largest cause {cause_figure(answer, largest[0])}"
+    elif answer.loss_within_noise():
+        said = "no loss beyond this run's noise"
+    else:
+        said = "no single cause beyond this run's noise (ddpbench explain --detail lists them)"
+    lines = [
+        f"  in-process   efficiency {percent(answer.in_process, runs=False)} (one rank alone against DDP, in "
+        f"these processes); {said}"
+    ]
+    if record.spec.world_size > 1:
+        lines.append(
+            f"  exposed comm {cause_value(answer, 'exposed_comm')}, the slowest rank's waits in DDP's collectives"
+        )
+    return lines
+
+
+def _script_lines(record: Record, path: str) -> list[str]:
+    """A script's run has only its traces: the exposed communication of the rank that waits least,
+    and the wait for the slowest rank as every view reads it (`straggler`), from the collectives
+    matched across the ranks' traces."""
     if record.script is None:
         return []
     lines = []
     trace = record.overlap.trace if record.overlap else None
     summaries = [s for s in (trace.by_rank if trace else []) if s.exposed_comm_us_per_step is not None]
     if summaries:
-        # The rank that waits least shows the transfer alone; the others' extra is their wait for it.
+        # The rank that waits least shows the transfer alone.
         least = min(summaries, key=lambda s: s.exposed_comm_us_per_step)
-        wait_ms = (max(s.exposed_comm_us_per_step for s in summaries) - least.exposed_comm_us_per_step) / 1e3
-        waits = f"; the rank that waits most waits {wait_ms:.2f} ms more for its peers" if len(summaries) > 1 else ""
         lines.append(
             f"  exposed comm {least.exposed_comm_us_per_step / 1e3:.2f} ms/step on the rank that waits least, "
-            f"{least.overlap_pct or 0.0:.0f} % of its all-reduce hidden (from the profiled steps' traces){waits}"
+            f"{least.overlap_pct or 0.0:.0f} % of its all-reduce hidden (from the profiled steps' traces)"
         )
+    if record.spec.world_size > 1:
+        lines.append(f"  straggler    {_script_straggler(record, path).sentence()}")
     lines += [f"  script       {note}" for note in record.script.notes]
     return lines
+
+
+def _script_straggler(record: Record, path: str):
+    from ddpbench.analysis.collectives import match_job
+    from ddpbench.analysis.rank_clocks import run_traces
+    from ddpbench.analysis.straggler import without_ablation
+    from ddpbench.analysis.traces import TraceError
+
+    traces = run_traces(path, record)
+    job, why = None, "the run has no traces of two ranks or more (profiling off?)"
+    if len(traces) >= 2:
+        try:
+            job = match_job(traces)
+        except (TraceError, OSError) as exc:
+            why = f"its traces could not be matched: {exc}"
+    return without_ablation(record, job, why)
 
 
 def format_summary(record: Record, path: str) -> str:
@@ -123,14 +174,8 @@ def format_summary(record: Record, path: str) -> str:
             f"p99 {_ms(iteration.p99)}  mean {_ms(iteration.mean)} ± {_ms(iteration.std)}"
             f"  over {metrics.timed_steps} timed steps"
         )
-        in_run = in_run_summary(record)
-        if in_run:
-            lines.append(f"  in-run       {in_run}")
-        if spec.strategy == "ddp" and spec.world_size > 1:
-            agreement = estimates_agreement(record)
-            if agreement.agree is not None:
-                lines.append(f"  exposed comm {agreement.sentence}")
-        lines += _script_lines(record)
+        lines += _in_process_lines(record)
+        lines += _script_lines(record, path)
         marks = [f"{name} {CHECK_WORDS[check.ok]}" for name, check in record.checks.items()]
         lines.append("  checks       " + ", ".join(marks))
         for name in record.failed_checks():

@@ -1,6 +1,7 @@
-"""The ladder: step kinds that differ by one thing each, taken in turns inside the DDP run, so that
-the breakdown's terms are differences measured in one process, in the same minutes, on the same
-kind of batches and thread settings (`ddpbench.analysis.ladder` turns them into terms).
+"""The in-process ablation: step kinds that differ by one thing each, taken in turns inside the DDP
+run, so that the causes of lost scaling are differences measured in one process, in the same
+minutes, on the same kind of batches and thread settings (`ddpbench.analysis.ablation` reads them).
+In the record they are the gradient timeline's kinds and its `ladder` of blocks (rounds).
 
 The rungs, from the bottom:
 - 0 `alone`: the module unwrapped, this rank alone (the other ranks wait at a barrier): the in-run

@@ -1,0 +1,151 @@
+"""What a configuration is, which run is its X(1), and E(N) pooled over a configuration's runs. No
+torch.
+
+A configuration is everything that defines what a run measures: workload, size, precision, device,
+scaling mode, threads per device, strategy, world size, batch and DDP options. Its runs (a sweep's
+repeats) are samples of the same thing, in separate processes at separate times.
+
+E(N) is pooled as per-run ratios: each run of a configuration is divided by the reference run of
+its own round (the sweep runs one round of every configuration after another, so the two ran
+minutes apart), or, where that round has none, by the median of the reference runs; the
+configuration's E(N) is the mean of those ratios with a t interval over the runs
+(`estimates.pool`). A run the speed check flags (`probes`) enters no pooled figure, unless every
+run of the configuration is flagged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+
+from ddpbench.analysis.estimates import Estimate, pool, standard_error
+from ddpbench.analysis.registry import record_iteration_times_s
+from ddpbench.config.spec import RunSpec
+from ddpbench.config.workloads import SCRIPT_PREFIX
+from ddpbench.records.schema import Record
+
+SCRIPT_REFERENCE = "X(1) is the script's DDP run at world size 1 (a script has no run without DDP)"
+
+
+def threads_per_device(spec: RunSpec) -> int | None:
+    """DataParallel's one process drives N devices with N slices of cores."""
+    threads = spec.threads_per_rank
+    return threads // spec.nproc if threads and spec.strategy == "dp" else threads
+
+
+def setting_key(spec: RunSpec) -> tuple:
+    """What X(1) must share with a run: workload, size, precision, device, scaling, threads per device."""
+    return (spec.workload, spec.size, spec.precision, spec.device, spec.scaling, threads_per_device(spec))
+
+
+def reference_batch(spec: RunSpec) -> int | None:
+    """The batch of the run that is this run's X(1): the per-device batch (weak scaling), or the
+    global batch (strong scaling: one device takes it all)."""
+    if spec.batch_size is None:
+        return None
+    return spec.batch_size if spec.scaling == "weak" else spec.batch_size * spec.world_size
+
+
+def configuration_key(spec: RunSpec) -> tuple:
+    ddp = json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else ""
+    return (*setting_key(spec), spec.strategy_name, spec.world_size, spec.batch_size, ddp)
+
+
+def is_script(workload: str) -> bool:
+    return str(workload).startswith(SCRIPT_PREFIX)
+
+
+def is_reference(spec: RunSpec) -> bool:
+    """X(1): a workload's local run; a script's DDP run at world size 1."""
+    if is_script(spec.workload):
+        return spec.strategy == "ddp" and spec.world_size == 1
+    return spec.strategy == "local"
+
+
+def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[list[Record], str]:
+    """The sweep's ok runs that are X(1) for one run (same setting and reference batch); an empty
+    list with the reason without one."""
+    spec = record.spec
+    batch = reference_batch(spec)
+    matching = [
+        other
+        for _, other in records
+        if other.status == "ok" and is_reference(other.spec) and setting_key(other.spec) == setting_key(spec)
+    ]
+    found = [other for other in matching if other.spec.batch_size == batch]
+    script = is_script(spec.workload)
+    if not found:
+        reason = (
+            f"no {'DDP x1' if script else 'local'} run with batch {batch} and {threads_per_device(spec)} thread(s) "
+            "per device in the sweep"
+        )
+        others = sorted({other.spec.batch_size for other in matching if other.spec.batch_size is not None})
+        if script and others:
+            # A script sweep has no local run to add: the batch itself differs.
+            reason += (
+                f": the script's DDP x1 run stepped {', '.join(map(str, others))} samples per device, so the "
+                "script changes its per-device batch with the world size (it keeps its global batch, as nanoGPT "
+                "does by dividing gradient accumulation): strong scaling, which weak-scaling efficiency does not "
+                "cover"
+            )
+        return [], reason
+    kind = "DDP x1" if script else "local"
+    return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
+
+
+def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
+    """X(1) for one run: the median throughput of its reference runs; None, with the reason, without one."""
+    found, basis = reference_runs(record, records)
+    values = [run.metrics.throughput_units_per_s for run in found if run.metrics]
+    return (statistics.median(values) if values else None), basis
+
+
+def round_references(record: Record, candidates: list[Record], flagged: set[str]) -> list[Record]:
+    """The reference runs one run is divided by: its own round's where there is one, else all of
+    them; runs the speed check flagged are left out while others remain."""
+    usable = [run for run in candidates if run.metrics]
+    kept = [run for run in usable if run.run_id not in flagged] or usable
+    same_round = [run for run in kept if run.spec.repeat == record.spec.repeat]
+    return same_round or kept
+
+
+def efficiency_against(record: Record, references: list[Record]) -> tuple[float | None, Estimate | None]:
+    """(t(1), E(N) = t(1) / t(N) with its interval) against the reference runs given (their median
+    throughput); (None, None) without one. One run's interval holds only its steps' spread and the
+    reference's, not the spread from one run to the next."""
+    found = [run for run in references if run.metrics]
+    if not found or record.metrics is None:
+        return None, None
+    spec, units = record.spec, record.metrics.units_per_sample
+    x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
+    batch = reference_batch(spec) or 1
+    reference_step = batch * units / x1
+    step = batch * spec.world_size * units / record.metrics.throughput_units_per_s
+    value = reference_step / step
+    own = record_iteration_times_s(record)
+    theirs = [t for run in found for t in record_iteration_times_s(run)]
+    relative = [standard_error(t) / statistics.fmean(t) if t else math.inf for t in (own, theirs)]
+    df = min(len(own), len(theirs)) - 1
+    return reference_step, Estimate.combined(value, *(value * r for r in relative), df=df)
+
+
+def pooled_efficiencies(records: list[tuple[str, Record]], flagged: set[str]) -> dict[tuple, Estimate]:
+    """Configuration key -> E(N) pooled over its ok runs (see the module's docstring)."""
+    runs: dict[tuple, list[Record]] = {}
+    for _, record in records:
+        if record.status == "ok" and record.metrics is not None and not is_reference(record.spec):
+            runs.setdefault(configuration_key(record.spec), []).append(record)
+    found = {}
+    for key, members in runs.items():
+        kept = [run for run in members if run.run_id not in flagged] or members
+        estimates = []
+        for run in kept:
+            candidates, _ = reference_runs(run, records)
+            _, efficiency = efficiency_against(run, round_references(run, candidates, flagged))
+            if efficiency is not None:
+                estimates.append(efficiency)
+        if estimates:
+            found[key] = pool(estimates)
+    return found

@@ -1,0 +1,150 @@
+"""A figure with its 95 % interval, from the rounds of one run or pooled over a configuration's
+runs. No torch.
+
+One run is one sample of the machine: the same configuration's figures move from one process to
+the next by more than one run's rounds can see (8-20 % of a step on this VM). So a configuration's
+figure is pooled over its runs (`pool`): the mean of the runs' figures, with a Student's t
+interval over the runs (K - 1 degrees of freedom), whose spread is never taken as smaller than the
+runs' own rounds allow (the mean of their squared standard errors over K). A configuration
+measured once keeps its run's interval, which covers that run's rounds only (`over == "rounds"`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables); beyond 30, the
+# normal's 1.96 is within 4 %.
+T_975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+}
+
+
+def t_975(df: int) -> float:
+    return T_975.get(df, 1.96) if df >= 1 else math.inf
+
+
+def standard_error(values: list[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its 95 % interval (low, high; None where there is none)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    samples: int
+    """Rounds of one run (`over == "rounds"`), or runs pooled (`over == "runs"`); 0 when exact."""
+    over: str
+    """rounds: one run's rounds; runs: pooled over runs; exact: zero by construction."""
+    se: float | None = None
+
+    @classmethod
+    def of_rounds(cls, values: list[float]) -> Estimate:
+        """The mean of one run's per-round values, with a t interval over the rounds."""
+        mean = statistics.fmean(values)
+        se = standard_error(values)
+        if not math.isfinite(se):
+            return cls(mean, None, None, len(values), "rounds", None)
+        half = t_975(len(values) - 1) * se
+        return cls(mean, mean - half, mean + half, len(values), "rounds", se)
+
+    @classmethod
+    def exact(cls, value: float) -> Estimate:
+        """Zero (or any value) by construction: one rank shares nothing and sends nothing."""
+        return cls(value, value, value, 0, "exact", 0.0)
+
+    @classmethod
+    def combined(cls, value: float, *errors: float, df: int) -> Estimate:
+        """A difference of independent figures, with an interval from their standard errors."""
+        se = math.sqrt(sum(error * error for error in errors))
+        if not math.isfinite(se) or df < 1:
+            return cls(value, None, None, df + 1, "rounds", None)
+        half = t_975(df) * se
+        return cls(value, value - half, value + half, df + 1, "rounds", se)
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    @property
+    def half(self) -> float | None:
+        return (self.high - self.low) / 2 if self.has_interval else None
+
+    @property
+    def significant(self) -> bool:
+        """Beyond noise: measured, with a 95 % interval that excludes zero. Exact zeros and figures
+        without an interval never are."""
+        if self.over == "exact" or not self.has_interval:
+            return False
+        return self.low > 0 or self.high < 0
+
+    def scaled(self, factor: float) -> Estimate:
+        """The same estimate in other units (factor > 0)."""
+        low = None if self.low is None else self.low * factor
+        high = None if self.high is None else self.high * factor
+        se = None if self.se is None else self.se * factor
+        return Estimate(self.value * factor, low, high, self.samples, self.over, se)
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "samples": self.samples, "over": self.over}
+
+
+def pool(estimates: list[Estimate]) -> Estimate:
+    """A configuration's figure from its runs' (see the module's docstring). Exact figures stay
+    exact; one run keeps its own interval."""
+    if not estimates:
+        raise ValueError("nothing to pool")
+    if all(estimate.over == "exact" for estimate in estimates):
+        return Estimate.exact(statistics.fmean(e.value for e in estimates))
+    if len(estimates) == 1:
+        return estimates[0]
+    runs = len(estimates)
+    mean = statistics.fmean(e.value for e in estimates)
+    spread = statistics.variance([e.value for e in estimates]) / runs
+    within = [e.se**2 for e in estimates if e.se is not None and math.isfinite(e.se)]
+    floor = statistics.fmean(within) / runs if within else 0.0
+    se = math.sqrt(max(spread, floor))
+    half = t_975(runs - 1) * se
+    return Estimate(mean, mean - half, mean + half, runs, "runs", se)
+
+
+def points_lost(efficiency: Estimate) -> Estimate:
+    """An efficiency (a fraction) as the percentage points it lost, 100 x (1 - efficiency)."""
+    low = None if efficiency.high is None else 100 * (1 - efficiency.high)
+    high = None if efficiency.low is None else 100 * (1 - efficiency.low)
+    se = None if efficiency.se is None else 100 * efficiency.se
+    return Estimate(100 * (1 - efficiency.value), low, high, efficiency.samples, efficiency.over, se)
