@@ -515,6 +515,8 @@ class Checker:
             "sweep",
             "--gpus",
             "1",
+            "--repeat",
+            "1",
             "--workloads",
             "mlp",
             "--steps",

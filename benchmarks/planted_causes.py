@@ -108,6 +108,8 @@ def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str], extra
         f"{PLANTED}:{CASES[case]}",
         "--strategies",
         "local,ddp",
+        "--repeat",
+        "1",
         "--steps",
         str(steps),
         "--warmup",

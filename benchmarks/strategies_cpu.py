@@ -33,6 +33,8 @@ OPTIONS = [
     "off,default",
     "--steps",
     "30",
+    "--repeat",
+    "1",
 ]
 
 

@@ -206,7 +206,8 @@ def manifests(folder: str, sweep_id: str, out: str) -> dict[int, dict]:
     done = subprocess.run(
         [
             sys.executable, "-m", "ddpbench", "trainjob", "--nodes", "2", "--nproc-per-node", "1",
-            "--suite", "smoke", "--strategies", "local,ddp", "--image", "ddpbench:local", "--python", sys.executable,
+            "--suite", "smoke", "--strategies", "local,ddp", "--repeat", "1", "--image", "ddpbench:local",
+            "--python", sys.executable,
             "--mount-path", out, "--sweep-id", sweep_id, "--env", f"GLOO_SOCKET_IFNAME={INTERFACE}",
             "--run-timeout", "240", "--manifests", folder,
         ],

@@ -194,7 +194,9 @@ def test_the_rank_that_sleeps_is_the_slowest_its_sleep_the_wait_and_forward_its_
     waited_ms = found.causes["straggler_wait"].seconds.value * 1e3
     assert 8.5 <= waited_ms <= 11.5, waited_ms  # 10 ms planted, within 15 %
     said = sentence(pool_runs([found], {}))
-    assert said.startswith("slow_rank_one x2: E(2) 7.1 % ± 0.3 (1 run: the interval covers that run only)"), said
+    assert said.startswith(
+        "planted_causes.slow_rank_one x2: E(2) 7.1 % ± 0.3 (1 run: the interval covers that run only)"
+    ), said
     assert (
         "largest cause waiting for the slowest rank" in said
         and "rank 1 on vm held the others back in its forward" in said

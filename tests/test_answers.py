@@ -164,9 +164,14 @@ def test_explain_prints_one_row_per_configuration_and_writes_both_jsons(sweep, t
     printed = captured.out.splitlines()
     head = printed[0].split()
     assert head[:5] == ["configuration", "runs", "E(N)", "in-process", "lost"]
-    assert [line.split()[0] for line in printed[1:3]] == ["slow_rank_one", "slow_rank_one"]
-    assert any(line.startswith("slow_rank_one x2: E(2) 7.1 %") for line in printed)
-    assert any(line.startswith("try  slow_rank_one x2: waiting for the slowest rank") for line in printed)
+    assert [line.split()[0] for line in printed[1:3]] == [
+        "planted_causes.slow_rank_one",
+        "planted_causes.slow_rank_one",
+    ]
+    assert any(line.startswith("planted_causes.slow_rank_one x2: E(2) 7.1 %") for line in printed)
+    assert any(
+        line.startswith("try  planted_causes.slow_rank_one x2: waiting for the slowest rank") for line in printed
+    )
     # The JSON of before keeps its shape and its names, with a deprecation notice.
     legacy = json.loads(old.read_text())
     assert [entry["run_id"] for entry in legacy] == ["ddp1", "slow2"]
@@ -176,7 +181,7 @@ def test_explain_prints_one_row_per_configuration_and_writes_both_jsons(sweep, t
     written = json.loads(new.read_text())
     assert written["version"] == 2
     two = written["configurations"][1]
-    assert two["configuration"] == "slow_rank_one x2" and two["runs"] == ["slow2"]
+    assert two["configuration"] == "planted_causes.slow_rank_one x2" and two["runs"] == ["slow2"]
     assert set(two["causes"]) == {d.name for d in CAUSES} and two["largest"] == ["straggler_wait"]
     assert two["straggler"]["rank"] == 1 and two["straggler"]["phase"] == "forward" and two["straggler"]["named"]
     assert two["by_run"][0]["run_id"] == "slow2" and two["by_run"][0]["rounds"] == 4

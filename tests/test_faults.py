@@ -74,6 +74,10 @@ def test_fault_option_is_checked_before_anything_starts(tmp_path):
 def test_a_rank_that_raises_is_named_with_its_traceback_and_the_sweep_goes_on(tmp_path):
     done = ddpbench_process(
         "sweep",
+        "--suite",
+        "smoke",
+        "--repeat",
+        "1",
         "--workloads",
         "mlp",
         "--strategies",
@@ -263,6 +267,8 @@ def test_sigterm_ends_the_sweep_cleanly_and_resume_finishes_it(tmp_path):
         "-m",
         "ddpbench",
         "sweep",
+        "--repeat",
+        "1",
         "--workloads",
         "mlp",
         "--strategies",

@@ -12,7 +12,8 @@ def test_world_sizes_are_powers_of_two_plus_the_largest(largest, sizes):
 
 
 def options(**changes):
-    return SweepOptions(**{"device": "cpu", "max_world_size": 4, "cores": 8, "suite": "cpu", **changes})
+    """A one-round sweep of the smoke suite's settings, every strategy from world size 1."""
+    return SweepOptions(**{"device": "cpu", "max_world_size": 4, "cores": 8, "suite": "smoke", "repeat": 1, **changes})
 
 
 def test_plan_has_one_local_reference_then_ddp_and_dp_at_every_size():
@@ -45,10 +46,43 @@ def test_a_sweeps_slowdown_reaches_every_run():
     assert all(spec.slowdown == 0.0 for spec in plan_sweep(options(workloads=("mlp",)), "out"))
 
 
-def test_default_cpu_suite_and_strategy_subset():
-    plan = plan_sweep(options(max_world_size=2, strategies=("ddp",)), "out")
-    assert {s.workload for s in plan} == {"mlp", "gpt2", "vit_b_16", "resnet50"}
-    assert {s.strategy for s in plan} == {"ddp"} and len(plan) == 8
+def test_the_cpu_suite_is_local_and_ddp_from_two_processes_in_three_rounds():
+    plan = plan_sweep(SweepOptions(device="cpu", max_world_size=2, cores=2, suite="cpu"), "out")
+    assert {s.workload for s in plan} == {"mlp", "gpt2", "resnet50"}
+    assert {(s.strategy, s.world_size) for s in plan} == {("local", 1), ("ddp", 2)}
+    # Rounds: every configuration once, then again; each run knows its round.
+    assert [s.run_id for s in plan[:6]] == [
+        f"{w}-{k}-r1" for w in ("mlp", "gpt2", "resnet50") for k in ("local-n1", "ddp-n2")
+    ]
+    assert [s.repeat for s in plan] == [1] * 6 + [2] * 6 + [3] * 6
+    assert [s.run_id for s in plan[6:]] == [s.run_id.replace("-r1", f"-r{r}") for r in (2, 3) for s in plan[:6]]
+
+
+def test_a_strategy_subset_and_one_round():
+    plan = plan_sweep(
+        SweepOptions(device="cpu", max_world_size=2, cores=2, suite="cpu", strategies=("ddp",), repeat=1), "out"
+    )
+    assert {s.strategy for s in plan} == {"ddp"} and [s.run_id for s in plan] == [
+        "mlp-ddp-n2",
+        "gpt2-ddp-n2",
+        "resnet50-ddp-n2",
+    ]
+
+
+def test_workload_files_whose_factories_share_a_name_are_told_apart(tmp_path):
+    files = []
+    for stem in ("a", "b", "c"):
+        (tmp_path / f"{stem}.py").write_text("def factory(size, data_dir=None):\n    pass\n")
+        files.append(f"{tmp_path / stem}.py:factory")
+    plan = plan_sweep(options(workloads=tuple(files), strategies=("local", "ddp"), max_world_size=2), "out")
+    assert len(plan) == 3 * len(
+        plan_sweep(options(workloads=files[:1], strategies=("local", "ddp"), max_world_size=2), "out")
+    )
+    assert {s.run_id for s in plan} >= {"a.factory-local-n1", "b.factory-ddp-n2", "c.factory-ddp-n1"}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.py").write_text("def factory(size, data_dir=None):\n    pass\n")
+    with pytest.raises(SpecError, match="would both be named 'a.factory'"):
+        plan_sweep(options(workloads=(files[0], f"{tmp_path / 'other' / 'a'}.py:factory")), "out")
 
 
 def test_strong_scaling_splits_a_fixed_global_batch():

@@ -48,10 +48,10 @@ def test_one_chart_and_a_table_for_the_configurations_of_two_ranks_or_more(page)
     images = re.findall(r"<img [^>]*>", section)
     assert len(images) == 1
     alt = html.unescape(re.search(r'alt="([^"]*)"', images[0]).group(1))
-    assert "slow_rank_one x2: in-process 9.7 % ± 5.3, largest cause waiting for the slowest rank" in alt
+    assert "planted_causes.slow_rank_one x2: in-process 9.7 % ± 5.3, largest cause waiting for the slowest rank" in alt
     assert "x1" not in alt  # one rank shows where there is nothing of two
     [row] = table_rows(section)[:1]
-    assert row[:4] == ["slow_rank_one x2", "1", "7.1 % ± 0.3", "9.7 % ± 5.3"]
+    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "7.1 % ± 0.3", "9.7 % ± 5.3"]
     heads = [html.unescape(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", section)]
     assert [f"{d.label} (pp)" for d in CAUSES] == [h for h in heads if h.endswith("(pp)") and "check" not in h]
     assert "76.2±3.7" in row and "(2.9±4.4)" in row  # a finding; within noise in parentheses
@@ -96,7 +96,7 @@ def test_without_a_local_run_the_causes_stand_without_e_n(tmp_path):
     os.remove(copy / "runs" / "loc.json")
     section = html.unescape(section_of(open(build_report(str(copy), str(tmp_path / "r.html"))).read()))
     [row] = table_rows(section)[:1]
-    assert row[:4] == ["slow_rank_one x2", "1", "n/a", "9.7 % ± 5.3"]
+    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "n/a", "9.7 % ± 5.3"]
 
 
 def test_the_communication_appendix_has_one_exposed_figure_and_nothing_at_one_rank(page):

@@ -268,7 +268,7 @@ def slow_rank_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("script-sweep")
     done = ddpbench(
         "sweep", "--script", os.path.join(SCRIPTS, "slow_rank_in_forward.py"), "--device", "cpu", "--nproc", "2",
-        "--steps", "30", "--out", str(out), "--sweep-id", "s",
+        "--suite", "smoke", "--repeat", "1", "--steps", "30", "--out", str(out), "--sweep-id", "s",
         cwd=str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -292,10 +292,11 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     one, two = (table[table["world_size"] == n].iloc[0] for n in (1, 2))
     assert one["efficiency"] == pytest.approx(1.0)
     assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]))
-    # the reference is not broken down against itself; the x2 run is
-    # The reference is not broken down against itself; the x2 run's terms were not measured in place
-    # (a script has no ladder), so no line of the closing screen calls one of them a finding.
-    assert "slow_rank_in_forward x1" not in printed and "finding  " not in printed and "ddpbench explain" in printed
+    # The reference is not explained against itself; the x2 run's causes were not measured in place
+    # (a script has no in-process ablation), but its straggler is, from its traces.
+    closing = [line for line in printed.splitlines() if line.startswith("slow_rank_in_forward x")]
+    assert [line.split(":")[0] for line in closing] == ["slow_rank_in_forward x2"], printed
+    assert "rank 1 on " in closing[0] and "held the others back in its forward" in closing[0], closing
 
 
 @pytest.mark.launches
@@ -303,18 +304,18 @@ def test_explain_names_the_rank_whose_forward_sleeps_in_a_scripts_sweep(slow_ran
     """DDP evens a script's ranks' steps out; the traces' waits inside the collectives still say
     which rank is slow, and by how much."""
     folder, _ = slow_rank_sweep
-    explained = ddpbench("explain", str(folder), "--json", str(tmp_path / "why.json"))
+    explained = ddpbench("explain", str(folder), "--json-out", str(tmp_path / "why.json"))
     assert explained.returncode == 0, explained.stdout + explained.stderr
-    (breakdown,) = json.load(open(tmp_path / "why.json"))
-    assert breakdown["world_size"] == 2
-    assert "no ladder in slow_rank_in_forward x2 (a script's run" in explained.stdout
-    # Without a ladder the terms have no interval: the wait is measured, named in its basis, and
-    # is no finding (the report's straggler verdict names the rank from the traces).
-    assert breakdown["largest_loss"] is None and "slowest_rank" not in breakdown["advice_terms"]
-    assert breakdown["terms"]["slowest_rank"]["basis"].startswith("not measured in place")
+    (answer,) = json.load(open(tmp_path / "why.json"))["configurations"]
+    assert answer["world_size"] == 2 and not answer["measured_in_place"]
+    assert "no in-process ablation in slow_rank_in_forward x2" in explained.stdout
+    # Without the ablation the other causes have no interval; the wait for the slowest rank is the
+    # one definition's, from the collectives matched across the traces, and names rank 1's forward.
+    straggler = answer["straggler"]
+    assert straggler["source"] == "collectives" and straggler["rank"] == 1 and straggler["phase"] == "forward"
     # The wait holds at least the sleep (less a quarter for the traces' few, profiled steps); it
     # can hold more: the profiled steps of a run sharing the machine run slower.
-    waited_ms = breakdown["terms"]["slowest_rank"]["s_per_step"] * 1e3
+    waited_ms = answer["causes"]["straggler_wait"]["seconds"]["value"] * 1e3
     assert waited_ms >= 7.5, explained.stdout
 
 

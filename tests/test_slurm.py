@@ -67,6 +67,7 @@ def test_sweep_over_nodes_keeps_one_node_sizes_then_whole_nodes():
         launcher="slurm",
         nodes=(1, 2, 4),
         strategies=("local", "ddp", "dp"),
+        repeat=1,
     )
     plan = plan_sweep(options, "/tmp/x")
     shape = [(s.strategy, s.nnodes, s.nproc) for s in plan]
@@ -268,6 +269,8 @@ def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster
         "smoke",
         "--strategies",
         "ddp",
+        "--repeat",
+        "1",
         "--no-profile",
         "--out",
         str(tmp_path / "results"),

@@ -140,13 +140,16 @@ def test_a_sweep_runs_each_strategy_in_each_compile_mode_it_supports():
         workloads=("mlp",),
         strategies=("local", "ddp", "dp", "fsdp2", "replicate"),
         compile=("off", "default", "compiled-autograd"),
+        repeat=1,
     )
     names = {spec.run_id for spec in plan_sweep(options, "/tmp/unused")}
     assert "mlp-dp-n2" in names and not any(n.startswith("mlp-dp-compile") for n in names)  # dp: eager only
     assert "mlp-fsdp2-compile-n2" in names and "mlp-fsdp2-compiled-autograd-n2" not in names
     assert {"mlp-ddp-compiled-autograd-n2", "mlp-replicate-compile-n2", "mlp-local-compile-n1"} <= names
-    default = SweepOptions(device="cpu", max_world_size=2, cores=2, suite="cpu", workloads=("mlp",))
+    default = SweepOptions(device="cpu", max_world_size=2, cores=2, suite="smoke", workloads=("mlp",))
     assert {spec.strategy for spec in plan_sweep(default, "/tmp/unused")} == {"local", "ddp", "dp"}
+    cpu = SweepOptions(device="cpu", max_world_size=2, cores=2, suite="cpu", workloads=("mlp",))
+    assert {spec.strategy for spec in plan_sweep(cpu, "/tmp/unused")} == {"local", "ddp"}
     with pytest.raises(SpecError, match="does not apply to dp"):
         SweepOptions(device="cpu", max_world_size=2, cores=2, suite="cpu", strategies=("dp",), compile=("default",))
 

@@ -20,6 +20,10 @@ def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweeps")
     done = run_cli(
         "sweep",
+        "--suite",
+        "smoke",
+        "--repeat",
+        "1",
         "--workloads",
         "mlp",
         "--nproc",
@@ -99,7 +103,20 @@ def test_an_existing_sweep_is_not_rewritten_without_resume(sweep):
     folder, _ = sweep
     before = sorted(os.listdir(folder / "runs"))
     done = run_cli(
-        "sweep", "--workloads", "mlp", "--nproc", "2", "--out", str(folder.parent), "--sweep-id", "s", cwd=folder.parent
+        "sweep",
+        "--suite",
+        "smoke",
+        "--repeat",
+        "1",
+        "--workloads",
+        "mlp",
+        "--nproc",
+        "2",
+        "--out",
+        str(folder.parent),
+        "--sweep-id",
+        "s",
+        cwd=folder.parent,
     )
     assert done.returncode == 2 and "already exists; add --resume" in done.stderr
     assert sorted(os.listdir(folder / "runs")) == before
@@ -128,6 +145,8 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
     failing = f"{REPO}/tests/fixtures/failing_workload.py:broken"
     done = run_cli(
         "sweep",
+        "--repeat",
+        "1",
         "--workloads",
         f"{failing},mlp",
         "--strategies",
@@ -145,17 +164,19 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_finishes(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 1  # the sweep finished, and says that not everything is ok
-    broken = load_json(tmp_path / "f" / "runs" / "broken-local-n1.json")
+    broken = load_json(tmp_path / "f" / "runs" / "failing_workload.broken-local-n1.json")
     assert broken["status"] == "failed" and "broken on purpose" in broken["error"]["message"]
     assert load_json(tmp_path / "f" / "runs" / "mlp-local-n1.json")["status"] == "ok"
     assert load_json(tmp_path / "f" / "manifest.json")["state"] == "finished"
-    assert "FAILED: broken-local-n1" in done.stdout
+    assert "FAILED: failing_workload.broken-local-n1" in done.stdout
     assert f"logs: {broken['launch']['logs']}" in done.stderr  # where the full output is
 
 
 def test_a_run_past_its_timeout_is_ended_and_recorded(tmp_path):
     done = run_cli(
         "sweep",
+        "--repeat",
+        "1",
         "--workloads",
         "mlp",
         "--strategies",

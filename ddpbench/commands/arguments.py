@@ -40,7 +40,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
         default=None,
         help="seconds before the run is ended and recorded as timeout (default: none)",
     )
-    add_arguments(parser, RunSpec, ("run_id",))
+    add_arguments(parser, RunSpec, ("run_id", "repeat"))
     add_verbose_argument(parser)
     add_arguments(parser, RunSpec, MEASUREMENT_FIELDS)
     ddp = parser.add_argument_group("DDP options (recorded in the spec)")

@@ -125,7 +125,7 @@ def closing_lines(sweep_dir: str) -> list[str]:
     from ddpbench.analysis.causes import ExplainError
 
     try:
-        answers, _, _, _ = sweep_answers(sweep_dir, with_traces=False)
+        answers, _, _, _ = sweep_answers(sweep_dir)
     except (ExplainError, SpecError):
         return []
     lines = []

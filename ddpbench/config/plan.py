@@ -1,9 +1,11 @@
 """Sweep plans: which runs a scaling study is made of. No torch.
 
-A plan is a list of RunSpec: for every workload, `local` once (the X(1) reference), then `ddp`
-and `dp` (and fsdp2, replicate where asked) at world sizes 1, 2, 4, ... up to N (and N itself when
-it is not a power of two), each in every compile mode asked that it supports.
-Run ids are stable names inside a sweep (`mlp-ddp-n2`), which is what `--resume` matches on.
+A plan is a list of RunSpec: for every workload, `local` (the X(1) reference), then `ddp` and `dp`
+(and fsdp2, replicate where asked) at world sizes 1, 2, 4, ... up to N (and N itself when it is not
+a power of two; the CPU suite starts at 2), each in every compile mode asked that it supports. The
+whole list runs `--repeat` times (3 unless told), in rounds: one run of every configuration, then
+the next round. Run ids are stable names inside a sweep (`mlp-ddp-n2-r1`), which is what `--resume`
+matches on.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ddpbench.config.spec import (
     strategy_name,
     threads_per_process,
 )
-from ddpbench.config.workloads import check_workload_name, short_workload_name
+from ddpbench.config.workloads import check_names_apart, check_workload_name, short_workload_name
 
 
 @dataclass(frozen=True)
@@ -47,16 +49,30 @@ class Suite:
     steps: int
     warmup: int
     description: str
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    """What --strategies means when not given."""
+    smallest_world_size: int = 1
+    """The smallest world size of the strategies other than `local` (whose one device is X(1))."""
 
+
+DEFAULT_REPEATS = 3
+"""Runs of every configuration a sweep makes unless told otherwise: one run is one sample."""
 
 SUITES: dict[str, Suite] = {
+    # On CPU the suite holds what teaches something there, repeated: a communication-bound MLP, a
+    # transformer and a convolutional network with BatchNorm's buffers, each as the one-device
+    # reference and as DDP at 2 processes and up. DDP at one process measures only DDP's overhead,
+    # which the in-process ablation at two measures too; DataParallel on CPU is one process with N
+    # times the threads, nothing replicated (`--strategies local,ddp,dp` adds it back).
     "cpu": Suite(
-        workloads={"mlp": 8, "gpt2": 8, "vit_b_16": 8, "resnet50": 8},
+        workloads={"mlp": 8, "gpt2": 8, "resnet50": 8},
         size="tiny",
         precision="fp32",
-        steps=80,
+        steps=60,
         warmup=5,
-        description="tiny workloads on CPU processes over gloo",
+        description="tiny workloads on CPU processes over gloo: local, and ddp at 2 processes and up",
+        strategies=("local", "ddp"),
+        smallest_world_size=2,
     ),
     # warm-up 11: DDP host-synchronises its first 10 iterations on GPUs (runtime logging).
     "gpu": Suite(
@@ -103,10 +119,11 @@ class SweepOptions:
     workloads: tuple[str, ...] = flag("comma-separated workloads instead of the suite's", type=comma_list, default=())
     """Overrides the suite's workloads when given."""
     strategies: tuple[str, ...] = flag(
-        f"subset of {','.join(STRATEGIES)} (default {','.join(DEFAULT_STRATEGIES)})",
+        f"subset of {','.join(STRATEGIES)} (default: the suite's; gpu {','.join(DEFAULT_STRATEGIES)}, cpu local,ddp)",
         type=comma_list,
-        default=DEFAULT_STRATEGIES,
+        default=(),
     )
+    """Empty: the suite's strategies."""
     compile: tuple[str, ...] = flag(
         f"comma-separated compile modes, each strategy run in each it supports: {','.join(COMPILE_MODES)} "
         "(default off)",
@@ -134,11 +151,12 @@ class SweepOptions:
     """Testing aid: real extra work in every timed step of every run (the sweep took the option and
     dropped it before)."""
     repeat: int = flag(
-        "run every configuration K times (the gate then measures the run-to-run noise from them)",
+        f"run every configuration K times, one round of every configuration after another (default {DEFAULT_REPEATS}): "
+        "each figure is pooled over them, with an interval that holds the run-to-run spread",
         type=positive_int,
-        default=1,
+        default=DEFAULT_REPEATS,
     )
-    """Runs of every configuration (run ids end in -r1, -r2, ... when above 1)."""
+    """Runs of every configuration, in rounds (run ids end in -r1, -r2, ... when above 1)."""
     launcher: Launcher = same_flag(RunSpec, "launcher")
     """local: every run on this machine; slurm: every run started with srun in an allocation."""
     nodes: tuple[int, ...] = flag(
@@ -157,11 +175,11 @@ class SweepOptions:
             raise SpecError(f"unknown suite {self.suite!r}; valid: {', '.join(SUITES)}")
         if not isinstance(self.max_world_size, int) or self.max_world_size < 1:
             raise SpecError(f"the largest world size must be an integer >= 1; got {self.max_world_size!r}")
+        if not self.strategies:
+            object.__setattr__(self, "strategies", SUITES[self.suite].strategies)
         for strategy in self.strategies:
             if strategy not in STRATEGIES:
                 raise SpecError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
-        if not self.strategies:
-            raise SpecError("strategies must name at least one of: " + ", ".join(STRATEGIES))
         for mode in self.compile:
             if mode not in COMPILE_MODES:
                 raise SpecError(f"unknown compile mode {mode!r}; valid: {', '.join(COMPILE_MODES)}")
@@ -195,11 +213,13 @@ class SweepOptions:
 
 
 def layouts(options: SweepOptions, strategy: str) -> list[tuple[int, int]]:
-    """(nodes, devices per node) of a strategy's runs: world sizes 1, 2, 4, ... on one node, then
-    whole nodes for every node count above 1 (ddp only: DataParallel is one process)."""
+    """(nodes, devices per node) of a strategy's runs: world sizes 1, 2, 4, ... on one node (from
+    the suite's smallest, and never above the largest), then whole nodes for every node count above 1
+    (ddp only: DataParallel is one process)."""
     if strategy == "local":
         return [(1, 1)]
-    one_node = [(1, size) for size in world_sizes(options.max_world_size)]
+    smallest = min(SUITES[options.suite].smallest_world_size, options.max_world_size)
+    one_node = [(1, size) for size in world_sizes(options.max_world_size) if size >= smallest]
     if not options.nodes:
         return one_node
     across = [(nodes, options.max_world_size) for nodes in sorted(set(options.nodes)) if nodes > 1]
@@ -246,6 +266,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     """Every run of the sweep, in the order they run: per workload, the local reference first."""
     suite = SUITES[options.suite]
     workloads = {name: suite.workloads.get(name) for name in options.workloads} or dict(suite.workloads)
+    check_names_apart(workloads)
     strategies = options.strategies
     if options.script is not None:  # the script's own batch; DDP only (DataParallel is measured with workloads)
         workloads, strategies = {options.script.workload_name: None}, ("ddp",)
@@ -264,7 +285,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         script=options.script,
         slowdown=options.slowdown,
     )
-    plan: list[RunSpec] = []
+    configurations: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = short_workload_name(workload)
         # local is the reference X(1): eager always, compiled too where asked
@@ -286,25 +307,28 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                     and fault_applies(options.fault, processes, common["steps"], strategy, compile_mode)
                     else None
                 )
-                for repeat in range(1, options.repeat + 1):
-                    suffix = f"-r{repeat}" if options.repeat > 1 else ""
-                    plan.append(
-                        RunSpec(
-                            fault=fault,
-                            scaling=options.scaling,
-                            workload=workload,
-                            strategy=strategy,
-                            compile=compile_mode,
-                            nproc=per_node,
-                            nnodes=nodes,
-                            batch_size=_per_device_batch(options, default_batch, world_size),
-                            threads_per_rank=threads_per_process(
-                                strategy, per_node, options.cores, options.max_world_size
-                            ),
-                            run_id=f"{name}-{label}-n{world_size}{suffix}",
-                            **{**common, "script": script_for(options.script, per_node, world_size, nodes)},
-                        )
+                configurations.append(
+                    RunSpec(
+                        fault=fault,
+                        scaling=options.scaling,
+                        workload=workload,
+                        strategy=strategy,
+                        compile=compile_mode,
+                        nproc=per_node,
+                        nnodes=nodes,
+                        batch_size=_per_device_batch(options, default_batch, world_size),
+                        threads_per_rank=threads_per_process(strategy, per_node, options.cores, options.max_world_size),
+                        run_id=f"{name}-{label}-n{world_size}",
+                        **{**common, "script": script_for(options.script, per_node, world_size, nodes)},
                     )
+                )
+    # Rounds: every configuration once, then every configuration again, so that a slow stretch of
+    # the machine falls on all of them alike and each DDP run has a reference run of its own round.
+    plan = [
+        spec.replace(repeat=repeat, run_id=f"{spec.run_id}-r{repeat}" if options.repeat > 1 else spec.run_id)
+        for repeat in range(1, options.repeat + 1)
+        for spec in configurations
+    ]
     for spec in plan:
         check_launchable(spec)  # before any run starts, not as one failed run after another
     return plan

@@ -353,7 +353,12 @@ class RunSpec:
     script: ScriptSpec | None = None
     """A user's training script measured as it is, in place of a workload (whose name is then
     `script:<file name>`); None for workloads."""
-    repeat: int = 1
+    repeat: int = flag(
+        "which round of its sweep this run is (sweeps and TrainJobs set it; default 1)",
+        flags=("--round",),
+        metavar="N",
+        default=1,
+    )
     """Which run of its configuration this is (1, 2, ...): a sweep runs every configuration several
     times, one round of every configuration after another, and pairs each DDP run with its round's
     reference run. 1 in records made before repeats were numbered."""

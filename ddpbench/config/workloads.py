@@ -30,11 +30,28 @@ SCRIPT_PREFIX = "script:"
 
 
 def short_workload_name(workload: str) -> str:
-    """How a workload is named in run ids and tables: a user's file by its factory's name, a
-    script by its file's stem."""
+    """How a workload is named in run ids and tables: a user's file by its file's stem and its
+    factory (`models.factory`: two files whose factories share a name stay apart), a script by its
+    file's stem."""
     if workload.startswith(SCRIPT_PREFIX):
         return os.path.splitext(workload[len(SCRIPT_PREFIX) :])[0]
-    return workload.rpartition(":")[2] if is_user_workload(workload) else workload
+    if is_user_workload(workload):
+        path, _, factory = workload.rpartition(":")
+        return f"{os.path.splitext(os.path.basename(path))[0]}.{factory}"
+    return workload
+
+
+def check_names_apart(workloads) -> None:
+    """Every workload of a sweep needs a name of its own: its run ids and table rows are named by it."""
+    seen: dict[str, str] = {}
+    for workload in workloads:
+        name = short_workload_name(workload)
+        if name in seen and seen[name] != workload:
+            raise SpecError(
+                f"workloads {seen[name]!r} and {workload!r} would both be named {name!r} in run ids and tables: "
+                "rename one of the files or factories"
+            )
+        seen[name] = workload
 
 
 def check_script(path: str) -> None:

@@ -48,10 +48,10 @@ threads go quiet first (OpenMP's threads spin for milliseconds after a parallel 
 
 
 def ladder_blocks(timed_steps: int) -> int:
-    """Blocks in the ladder: a tenth of the timed steps, between 4 and 8 (a block costs
-    LEAD_IN_PER_SEGMENT + MARKED_PER_SEGMENT steps of each of its five kinds; with 8 blocks the
-    default CPU suite's resnet50 x2 spent 26 % of its wall time in the ladder)."""
-    return max(4, min(8, timed_steps // 10))
+    """Rounds of the ablation: an eighth of the timed steps, between 4 and 8 (a round costs
+    LEAD_IN_PER_SEGMENT + MARKED_PER_SEGMENT steps of each of its five kinds; the default CPU suite's
+    55 timed steps get 6 rounds, 3 for each half that the slowest rank is chosen and read on)."""
+    return max(4, min(8, timed_steps // 8))
 
 
 @dataclass(frozen=True)
