@@ -2,7 +2,8 @@
 docs/measurements/cpu-suite.md (commit, machine, command, everything the sweep printed) and the
 README's first screen (the sweep's closing screen, between its markers) from that one run.
 
-    python benchmarks/cpu_suite.py            # runs `make bench`, about 10 minutes on 2 cores
+    python benchmarks/cpu_suite.py --fresh    # `make clean`, then `make bench`: the install is timed too
+    python benchmarks/cpu_suite.py            # runs `make bench` with the .venv as it is
     python benchmarks/cpu_suite.py --check    # only says whether the README's block is the page's
 
 Run it on a quiet machine, at the commit to be published: the page says the commit (and whether
@@ -68,6 +69,7 @@ def write_readme(block: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare the README's block with the page")
+    parser.add_argument("--fresh", action="store_true", help="`make clean` first, so that the install is timed too")
     args = parser.parse_args(argv)
     if args.check:
         page = open(PAGE, encoding="utf-8").read()
@@ -78,20 +80,24 @@ def main(argv: list[str] | None = None) -> int:
     commit = git("rev-parse", "--short", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     before, started, date = load_average(), time.time(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.fresh:
+        subprocess.run(["make", "clean"], cwd=REPO, check=True, capture_output=True)
     done = subprocess.run(COMMAND, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     took, after = time.time() - started, load_average()
     output = done.stdout
     sys.stdout.write(output)
     page = f"""# `make bench` on the CPU suite
 
-Without a GPU, `make bench` runs the CPU suite: 20 runs (4 tiny workloads x `local`, `ddp` and
-`dp` at world sizes 1 and 2 on 2 cores). What the sweep prints: [Sweeps](../sweeps.md). Written by
-`benchmarks/cpu_suite.py`, which ran it once; the README's first screen is this run's closing screen.
+Without a GPU, `make bench` runs the CPU suite: 18 runs (3 tiny workloads, mlp, gpt2 and
+resnet50, each as `local` and as `ddp` at 2 processes on 2 cores, in 3 rounds). What the sweep
+prints: [Sweeps](../sweeps.md). Written by `benchmarks/cpu_suite.py`, which ran it once; the
+README's first screen is this run's closing screen.
 
 - **Commit**: {commit}{" with uncommitted changes to tracked files" if dirty else ""}.
 - **Machine**: {machine()}; 1-minute load average {before} before the sweep, {after} after it;
   {date}.
-- **Command**: `{" ".join(COMMAND)}` (exit code {done.returncode}, {took / 60:.1f} minutes).
+- **Command**: `{"make clean && " if args.fresh else ""}{" ".join(COMMAND)}` (exit code {done.returncode},
+  {took / 60:.1f} minutes{", the install included" if args.fresh else ", the .venv already installed"}).
 
 ```text
 {output.rstrip()}

@@ -42,9 +42,10 @@ def test_a_figure_pooled_over_runs_is_their_mean_with_a_t_interval_over_them():
 
 def test_runs_that_agree_by_chance_keep_at_least_their_own_rounds_noise():
     # Three runs with the same value: their spread is zero, but each one's rounds say otherwise.
+    # The rounds' variance then holds, with the rounds' degrees of freedom (3 runs of 8 rounds: 21).
     runs = [Estimate(0.6, 0.5, 0.7, 8, "rounds", 0.04) for _ in range(3)]
     found = pool(runs)
-    assert found.half == pytest.approx(t_975(2) * 0.04 / math.sqrt(3))
+    assert found.half == pytest.approx(t_975(21) * 0.04 / math.sqrt(3))
 
 
 def test_one_run_keeps_its_own_interval_and_says_so():

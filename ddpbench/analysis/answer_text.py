@@ -104,6 +104,22 @@ def sentence(answer: Answer) -> str:
     return text
 
 
+def closing_sentence(answer: Answer) -> str:
+    """One workload's answer at the end of a sweep: how DDP scales there, why not better, and a
+    rank that held the others back."""
+    spec = answer.record.spec
+    devices = "GPUs" if spec.device == "cuda" else "processes"
+    if answer.efficiency is not None:
+        said = f"{answer.workload}: DDP at {spec.world_size} {devices} keeps {percent(answer.efficiency)} of linear scaling"
+    else:
+        said = f"{answer.workload}: DDP at {spec.world_size} {devices}, in-process {percent(answer.in_process)}"
+    said += f"; {largest_words(answer)}"
+    straggler = answer.straggler
+    if straggler is not None and straggler.named:
+        said += f"; {straggler.who()} held the others back" + (f" in its {straggler.phase}" if straggler.phase else "")
+    return said + "."
+
+
 def check_line(answer: Answer) -> str | None:
     """Where E(N) and the in-process efficiency differ beyond noise: by how much, and which of the
     two measurements' differences holds it."""

@@ -4,9 +4,10 @@ runs. No torch.
 One run is one sample of the machine: the same configuration's figures move from one process to
 the next by more than one run's rounds can see (8-20 % of a step on this VM). So a configuration's
 figure is pooled over its runs (`pool`): the mean of the runs' figures, with a Student's t
-interval over the runs (K - 1 degrees of freedom), whose spread is never taken as smaller than the
-runs' own rounds allow (the mean of their squared standard errors over K). A configuration
-measured once keeps its run's interval, which covers that run's rounds only (`over == "rounds"`).
+interval over the runs (K - 1 degrees of freedom). Where the runs happen to agree more closely than
+their own rounds allow, the rounds' variance holds instead (the mean of the runs' squared standard
+errors over K, with the rounds' degrees of freedom). A configuration measured once keeps its run's
+interval, which covers that run's rounds only (`over == "rounds"`).
 """
 
 from __future__ import annotations
@@ -134,11 +135,18 @@ def pool(estimates: list[Estimate]) -> Estimate:
         return estimates[0]
     runs = len(estimates)
     mean = statistics.fmean(e.value for e in estimates)
+    # Two estimates of the mean's variance, each with its own degrees of freedom: the runs' spread
+    # (K - 1) and, where that spread is smaller than the runs' own rounds allow, their rounds'
+    # (the rounds of all runs together, pooled). The larger one holds.
     spread = statistics.variance([e.value for e in estimates]) / runs
-    within = [e.se**2 for e in estimates if e.se is not None and math.isfinite(e.se)]
-    floor = statistics.fmean(within) / runs if within else 0.0
-    se = math.sqrt(max(spread, floor))
-    half = t_975(runs - 1) * se
+    within = [e for e in estimates if e.se is not None and math.isfinite(e.se)]
+    floor = statistics.fmean(e.se**2 for e in within) / runs if within else 0.0
+    if spread >= floor:
+        variance, df = spread, runs - 1
+    else:
+        variance, df = floor, sum(max(e.samples - 1, 1) for e in within)
+    se = math.sqrt(variance)
+    half = t_975(df) * se
     return Estimate(mean, mean - half, mean + half, runs, "runs", se)
 
 

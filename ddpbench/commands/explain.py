@@ -119,21 +119,23 @@ def command_explain(args: argparse.Namespace) -> int:
 
 
 def closing_lines(sweep_dir: str) -> list[str]:
-    """The sweep's answer in sentences, one per configuration of DDP runs, with the check where the
-    two efficiencies differ beyond noise."""
-    from ddpbench.analysis.answer_text import check_line, sentence
+    """The sweep's answer in sentences: one per workload at its largest world size of DDP (its
+    efficiency with its spread over the runs, its largest cause, a rank that held the others back),
+    the check where the two efficiencies differ beyond noise, and on CPU what that can tell."""
+    from ddpbench.analysis.answer_text import check_line, closing_sentence
     from ddpbench.analysis.causes import ExplainError
+    from ddpbench.report.verdict import CPU_NOTE, headline_answers
 
     try:
         answers, _, _, _ = sweep_answers(sweep_dir)
     except (ExplainError, SpecError):
         return []
     lines = []
-    for answer in answers:
-        lines.append(sentence(answer))
+    for answer in headline_answers(answers).values():
+        lines.append(closing_sentence(answer))
         check = check_line(answer)
         if check:
             lines.append(f"  check: {check}")
-    if answers:
-        lines.append(f"(ddpbench explain {sweep_dir} gives every cause, and what to try)")
+    if answers and answers[0].record.spec.device == "cpu":
+        lines.append(CPU_NOTE.format(ranks=max(answer.world_size for answer in answers)))
     return lines

@@ -167,8 +167,9 @@ def command_sweep(args: argparse.Namespace) -> int:
         fixed_pg_timeout_s=args.pg_timeout_s,
         verbose=args.verbose,
     )
-    status = print_table(sweep_dir, save=True)
+    # The answer in sentences first, then the table it rests on, then where everything else is.
     for line in closing_lines(sweep_dir):
         print(line)
-    print(f"report: {build_report(sweep_dir)}")
+    status = print_table(sweep_dir, save=True)
+    print(f"report: {build_report(sweep_dir)}  (ddpbench explain {sweep_dir}: every cause, and what to try)")
     return status

@@ -23,8 +23,8 @@ SHORT_ADVICE = {
     "data": "more DataLoader workers (--num-workers)",
 }
 CPU_NOTE = (
-    "On CPU: {ranks} gloo processes time-share this machine's cores. This tells how DDP's machinery behaves and "
-    "where a step's time goes on this host; it says nothing of NCCL, GPU kernels or a real network's speed."
+    "On CPU: {ranks} gloo processes share this machine's cores. This shows how DDP's machinery behaves and where a "
+    "step goes on this host; it tells nothing of NCCL, GPU kernels or a real network."
 )
 
 

@@ -164,7 +164,9 @@ def _clock(seconds: float) -> str:
 
 @dataclass
 class Progress:
-    """One status line per run (with done/total, elapsed and ETA), plus a live bar on terminals."""
+    """How far the sweep is. On a terminal, one line that updates in place (done/total, the last run,
+    elapsed and ETA), with a run that did not end ok kept above it; in a log without a terminal (CI),
+    one line per run."""
 
     total: int
     started: float
@@ -174,11 +176,18 @@ class Progress:
 
         self.done = 0
         self.run_seconds: list[float] = []
+        self.live = sys.stderr.isatty()
         self.bar = tqdm(
-            total=self.total, unit="run", desc="sweep", file=sys.stderr, leave=False, disable=not sys.stderr.isatty()
+            total=self.total,
+            unit="run",
+            desc="sweep",
+            file=sys.stderr,
+            leave=False,
+            disable=not self.live,
+            bar_format="{desc} {n_fmt}/{total_fmt} [{elapsed}<{remaining}]",
         )
 
-    def finished(self, line: str, wall_s: float | None) -> None:
+    def finished(self, line: str, wall_s: float | None, ok: bool = True) -> None:
         self.done += 1
         if wall_s is not None:
             self.run_seconds.append(wall_s)
@@ -186,11 +195,14 @@ class Progress:
         remaining = self.total - self.done
         mean = sum(self.run_seconds) / len(self.run_seconds) if self.run_seconds else 0.0
         eta = f"ETA {_clock(mean * remaining)}" if remaining and self.run_seconds else ""
+        said = f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})"
+        if not self.live:
+            print(said, file=sys.stderr, flush=True)
+            return
+        if not ok:
+            self.bar.write(said, file=sys.stderr)  # stays on the screen above the live line
+        self.bar.set_description_str(" ".join(line.split())[:70], refresh=False)
         self.bar.update()
-        self.bar.write(
-            f"[{self.done}/{self.total}] {line}  (elapsed {_clock(elapsed)}{', ' + eta if eta else ''})",
-            file=sys.stderr,
-        )
 
     def close(self) -> None:
         self.bar.close()
@@ -265,7 +277,7 @@ def run_sweep(
                     spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff, verbose
                 )
                 manifest["runs"][spec.run_id] = done.status
-                progress.finished(_status_line(done, wall_s), wall_s)
+                progress.finished(_status_line(done, wall_s), wall_s, ok=done.status == "ok" and not done.failed_checks())
             # the workload's local run, or a script's DDP x1 (a script has no run without DDP)
             if done.status == "ok" and (
                 done.spec.strategy == "local" or (done.spec.script and done.spec.world_size == 1)

@@ -1,0 +1,292 @@
+"""Do the answers hold from one sweep to the next? Independent sweeps of the default CPU suite (the
+sweep `make bench` runs, each with its default repeats), in pairs, written as
+docs/measurements/coverage.md.
+
+For each pair and each (configuration, figure) with an interval in both sweeps (E(N), the
+in-process efficiency, each cause, the check, the wait for the slowest rank), the two estimates
+agree when they differ by less than the 95 % interval of their difference, built from both
+intervals (their half-widths in quadrature). Calibrated intervals agree about 95 % of the time;
+below 90 % they understate the spread from one sweep to the next. The same count for single runs
+(each run's own rounds, repeat r of one sweep against repeat r of the other) stands beside it for
+contrast. Then: whether each configuration's largest cause is the same in both sweeps (tied
+causes, and "within noise" on both sides, count as the same answer), the width of the in-process
+efficiency at two ranks, and how many runs named a straggler among identical ranks.
+
+The sweeps run one after another under the benchmark lock; --analyse-only reads them again.
+
+    python benchmarks/coverage.py --pairs 3 --out /tmp/coverage
+    python benchmarks/coverage.py --out /tmp/coverage --analyse-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+
+from bench_lock import LOCK, bench_lock  # noqa: E402
+from measurement_page import add_page_options, analysis_facts, command_line, write_page  # noqa: E402
+
+from ddpbench.analysis.answers import Answer, answer_sweep  # noqa: E402
+from ddpbench.analysis.causes import LABELS  # noqa: E402
+from ddpbench.analysis.configurations import configuration_key  # noqa: E402
+from ddpbench.analysis.estimates import Estimate  # noqa: E402
+from ddpbench.host.facts import host_facts  # noqa: E402
+from ddpbench.records.store import read_records  # noqa: E402
+
+PAGE = os.path.join(REPO, "docs", "measurements", "coverage.md")
+MEASUREMENT = "measurement.json"
+TARGET = 0.90
+WIDTH_TARGET_PP = 10.0
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+def sweep(out: str, sweep_id: str, extra: list[str]) -> dict:
+    command = [sys.executable, "-m", "ddpbench", "sweep", "--device", "cpu", "--out", out, "--sweep-id", sweep_id]
+    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    load = os.getloadavg()[0]
+    started = time.time()
+    done = subprocess.run([*command, *extra], env=env, cwd=out, capture_output=True, text=True)
+    seconds = time.time() - started
+    print(f"  [{seconds:5.0f} s] {sweep_id}: exit {done.returncode}", file=sys.stderr)
+    return {"sweep": sweep_id, "exit": done.returncode, "seconds": seconds, "load_before": load}
+
+
+def measure(out: str, pairs: int, extra: list[str], command: str) -> dict:
+    started = time.time()
+    with bench_lock() as locked_by:
+        sweeps = [sweep(out, f"sweep-{i + 1}", extra) for i in range(2 * pairs)]
+    return {
+        "command": command,
+        "seconds": time.time() - started,
+        "locked_by": locked_by,
+        "sweeps": sweeps,
+        "machine": host_facts(),
+    }
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+
+def figures(answer: Answer) -> dict[str, Estimate]:
+    """Every figure of a configuration that users read, by name."""
+    found = {"E(N)": answer.efficiency, "in-process efficiency": answer.in_process, "check": answer.gap}
+    found.update({LABELS[name]: cause.points for name, cause in answer.causes.items()})
+    if answer.straggler is not None and answer.straggler.wait is not None and answer.world_size > 1:
+        found["wait for the slowest rank (ms)"] = answer.straggler.wait.scaled(1e3)
+    return {name: value for name, value in found.items() if value is not None and value.over != "exact"}
+
+
+def agree(a: Estimate, b: Estimate) -> bool | None:
+    """Whether two estimates differ by less than the 95 % interval of their difference; None where
+    either has no interval."""
+    if not (a.has_interval and b.has_interval):
+        return None
+    return abs(a.value - b.value) <= math.hypot(a.half, b.half)
+
+
+def same_answer(a: Answer, b: Answer) -> bool:
+    """The same largest cause: both within noise, or the two sweeps' largest (with the causes tied
+    with it) share a cause."""
+    left, right = set(a.largest()), set(b.largest())
+    return (not left and not right) or bool(left & right)
+
+
+def by_key(answers: list[Answer]) -> dict:
+    return {configuration_key(answer.record.spec): answer for answer in answers}
+
+
+def single(answer: Answer, repeat: int) -> Answer | None:
+    """One run of the configuration as if it were the only one (its rounds' intervals only)."""
+    from ddpbench.analysis.answers import pool_runs
+
+    run = next((r for r in answer.every_run if r.record.spec.repeat == repeat), None)
+    return None if run is None else pool_runs([run], {})
+
+
+def compare(out: str, names: list[str]) -> dict:
+    answers = {}
+    for name in names:
+        folder = os.path.join(out, name)
+        if os.path.isdir(os.path.join(folder, "runs")):
+            answers[name] = by_key(answer_sweep(read_records(folder)[0])[0])
+    rows, single_rows, same, widths, stragglers = [], [], [], [], []
+    for first, second in zip(names[0::2], names[1::2]):
+        if first not in answers or second not in answers:
+            continue
+        for key in sorted(set(answers[first]) & set(answers[second]), key=str):
+            a, b = answers[first][key], answers[second][key]
+            for figure, value in figures(a).items():
+                other = figures(b).get(figure)
+                found = None if other is None else agree(value, other)
+                if found is not None:
+                    rows.append(
+                        {"pair": f"{first}/{second}", "configuration": a.name, "figure": figure, "agree": found}
+                    )
+            same.append({"pair": f"{first}/{second}", "configuration": a.name, "same": same_answer(a, b),
+                         "left": a.largest(), "right": b.largest()})  # fmt: skip
+            for repeat in (1, 2, 3):
+                one, two = single(a, repeat), single(b, repeat)
+                if one is None or two is None:
+                    continue
+                for figure, value in figures(one).items():
+                    other = figures(two).get(figure)
+                    found = None if other is None else agree(value, other)
+                    if found is not None:
+                        single_rows.append({"figure": figure, "agree": found})
+    for name, configurations in answers.items():
+        for answer in configurations.values():
+            if answer.world_size == 2 and answer.in_process is not None and answer.in_process.has_interval:
+                widths.append({"sweep": name, "configuration": answer.name, "half_pp": 100 * answer.in_process.half,
+                               "runs": len(answer.runs)})  # fmt: skip
+            for run in answer.every_run:
+                if run.record.spec.world_size > 1:
+                    stragglers.append({"run": f"{name}/{run.run_id}", "named": run.straggler.named,
+                                       "sentence": run.straggler.sentence()})  # fmt: skip
+    return {"rows": rows, "single": single_rows, "same": same, "widths": widths, "stragglers": stragglers}
+
+
+# --- the page -------------------------------------------------------------------------------------
+
+
+def share(rows: list[dict], key: str = "agree") -> str:
+    if not rows:
+        return "n/a (none)"
+    count = sum(1 for row in rows if row[key])
+    return f"{count} of {len(rows)} ({100 * count / len(rows):.0f} %)"
+
+
+def by_figure(rows: list[dict]) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for row in rows:
+        found.setdefault(row["figure"], []).append(row)
+    return found
+
+
+def durations(sweeps: list[dict]) -> str:
+    return ", ".join(f"{entry['sweep']} {entry['seconds'] / 60:.1f} min" for entry in sweeps)
+
+
+def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -> str:
+    rows, single_rows = found["rows"], found["single"]
+    machine = (measured or {}).get("machine") or {}
+    sweeps = (measured or {}).get("sweeps") or []
+    took = (
+        f"`{measured['command']}`, {measured['seconds'] / 60:.0f} minutes under `flock {LOCK}`"
+        if measured
+        else f"`{analysed['command']}` (the sweeps' command was not kept)"
+    )
+    loads = ", ".join(f"{s['load_before']:.2f}" for s in sweeps) or "not recorded"
+    lines = [
+        "# Do the answers hold from one sweep to the next?",
+        "",
+        "Written by `benchmarks/coverage.py`, which ran the default CPU suite's sweep (`make bench`'s, with its",
+        "default repeats) as independent sweeps, in pairs, and compared each pair. What the figures are:",
+        "[Concepts](../concepts.md).",
+        "",
+        f"- **Commit**: {analysed.get('git_sha', 'not recorded')[:7]}"
+        + (" with uncommitted changes" if analysed.get("git_dirty") else "")
+        + (" (analysis only: `--analyse-only`)" if analysed.get("analyse_only") else "")
+        + ".",
+        f"- **Machine**: {machine.get('cpu_cores', '?')} cores ({machine.get('cpu_model', 'not recorded')}); "
+        f"1-minute load average before each sweep: {loads}; page written {analysed['date']}.",
+        f"- **Command**: {took}.",
+        f"- **Sweeps**: {', '.join(names)}" + (f" ({durations(sweeps)})" if sweeps else "") + ".",
+        "",
+        "## Agreement between sweeps",
+        "",
+        "Two estimates agree when they differ by less than the 95 % interval of their difference (the two",
+        f"half-widths in quadrature). Target: at least {100 * TARGET:.0f} %; calibrated intervals give about 95 %.",
+        "",
+        "| figure | configurations pooled over their runs | single runs (for contrast) |",
+        "|---|---|---|",
+    ]
+    singles = by_figure(single_rows)
+    for figure, figure_rows in sorted(by_figure(rows).items()):
+        lines.append(f"| {figure} | {share(figure_rows)} | {share(singles.get(figure, []))} |")
+    lines.append(f"| **all** | **{share(rows)}** | **{share(single_rows)}** |")
+    lines += [
+        "",
+        "## The same answer twice",
+        "",
+        "Each configuration's largest cause in both sweeps of a pair: the same cause, a cause tied with it, or",
+        f"within noise on both sides. {share(found['same'], 'same')}.",
+        "",
+        "| pair | configuration | same | first sweep | second sweep |",
+        "|---|---|---|---|---|",
+    ]
+    for row in found["same"]:
+        names_of = lambda causes: ", ".join(LABELS[c] for c in causes) or "within noise"  # noqa: E731
+        lines.append(
+            f"| {row['pair']} | {row['configuration']} | {'yes' if row['same'] else 'no'} | "
+            f"{names_of(row['left'])} | {names_of(row['right'])} |"
+        )
+    widest = max((row["half_pp"] for row in found["widths"]), default=None)
+    within = sum(1 for row in found["widths"] if row["half_pp"] <= WIDTH_TARGET_PP)
+    lines += [
+        "",
+        "## The in-process efficiency at two ranks",
+        "",
+        f"Its 95 % half-width, pooled over each configuration's runs: within ± {WIDTH_TARGET_PP:.0f} pp in "
+        f"{within} of {len(found['widths'])} (the widest ± {widest:.1f} pp)."
+        if widest is not None
+        else "No configuration at two ranks had an in-process efficiency.",
+        "",
+        "| sweep | configuration | runs | ± pp |",
+        "|---|---|---|---|",
+        *(
+            f"| {row['sweep']} | {row['configuration']} | {row['runs']} | {row['half_pp']:.1f} |"
+            for row in found["widths"]
+        ),
+        "",
+        "## Identical ranks",
+        "",
+        "The default suite's ranks are the same model on the same host: a run that names a rank as holding the",
+        "others back is a false alarm. Runs that named none: "
+        f"{sum(1 for r in found['stragglers'] if not r['named'])} of {len(found['stragglers'])}.",
+    ]
+    named = [row for row in found["stragglers"] if row["named"]]
+    lines += [f"- {row['run']}: {row['sentence']}" for row in named]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/coverage")
+    parser.add_argument("--pairs", type=int, default=3, help="pairs of sweeps (default 3)")
+    parser.add_argument("--analyse-only", action="store_true", help="use the sweeps already in --out")
+    parser.add_argument("sweep_args", nargs="*", help="more options for every `ddpbench sweep` (after --)")
+    add_page_options(parser, PAGE)
+    args = parser.parse_args(argv)
+    command = command_line("coverage.py", argv)
+    out = os.path.abspath(args.out)
+    kept = os.path.join(out, MEASUREMENT)
+    if args.analyse_only:
+        measured = json.load(open(kept, encoding="utf-8")) if os.path.exists(kept) else None
+    else:
+        if os.path.exists(kept):
+            parser.error(f"{out} already holds sweeps: use --analyse-only, or a new --out")
+        os.makedirs(out, exist_ok=True)
+        measured = measure(out, args.pairs, args.sweep_args, command)
+        with open(kept, "w", encoding="utf-8") as handle:
+            json.dump(measured, handle, indent=1)
+    names = sorted((name for name in os.listdir(out) if name.startswith("sweep-")), key=lambda n: int(n.split("-")[1]))
+    text = page(compare(out, names), measured, analysis_facts(command, args.analyse_only), names)
+    print(text)
+    write_page(args, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
