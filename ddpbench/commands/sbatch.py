@@ -9,6 +9,7 @@ import time
 
 from ddpbench.commands.sweep import add_sweep_arguments, sweep_options_from_args
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 
 
 def add_sbatch_parser(commands) -> None:
@@ -66,6 +67,8 @@ def command_sbatch(args: argparse.Namespace) -> int:
             continue
         sweep_argv.append(arg)
     args.launcher = "slurm"
+    if args.sweep_id is not None:  # before anything is written: the batch script goes in its folder
+        check_id("--sweep-id", args.sweep_id, f"--out ({args.out!r})", nested=True)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-slurm"
     sweep_argv += [] if args.sweep_id else ["--sweep-id", sweep_id]
     sweep_dir = os.path.abspath(os.path.join(args.out, sweep_id))

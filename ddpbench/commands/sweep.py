@@ -18,6 +18,7 @@ from ddpbench.commands.arguments import (
 )
 from ddpbench.commands.explain import closing_lines
 from ddpbench.commands.table import print_table
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args
 from ddpbench.config.plan import SUITES, SweepOptions
 from ddpbench.config.spec import DEVICES, DDPKnobs, SpecError, resolve_device
@@ -144,10 +145,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     if args.resume and not args.sweep_id:
         raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
     options = None if args.resume else sweep_options_from_args(args)
-    if args.sweep_id is not None and (os.path.isabs(args.sweep_id) or ".." in args.sweep_id.split(os.sep)):
-        raise SpecError(
-            f"--sweep-id {args.sweep_id!r} must be a name inside --out ({args.out!r}), not a path that leaves it"
-        )
+    if args.sweep_id is not None:
+        check_id("--sweep-id", args.sweep_id, f"--out ({args.out!r})", nested=True)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{options.suite}"
     sweep_dir = os.path.join(args.out, sweep_id)
     plan = None if args.resume else plan_sweep(options, sweep_dir)

@@ -11,6 +11,7 @@ import time
 
 from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, positive_int
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args, node_counts
 from ddpbench.config.plan import SUITES, SweepOptions
 from ddpbench.config.spec import DDPKnobs, RunSpec
@@ -161,8 +162,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
     out = args.out or args.mount_path
     trainjob.check_out_on_volume(out, args.mount_path)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-k8s"
-    if "/" in sweep_id or sweep_id in (".", ".."):
-        raise SpecError(f"--sweep-id {sweep_id!r} must be a folder name inside --out")
+    check_id("--sweep-id", sweep_id, "--out on the volume", nested=True)
     sweep_dir = posixpath.join(out, sweep_id)
     device = "cuda" if args.gpus else "cpu"
     per_node = args.gpus or args.nproc or 1

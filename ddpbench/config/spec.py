@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 from ddpbench.config.errors import SpecError
 from ddpbench.config.faults import USAGE as FAULT_USAGE
 from ddpbench.config.faults import Fault, check_fault_fits, parse_fault
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import flag
 
 Strategy = Literal["local", "ddp", "dp", "fsdp2", "replicate"]
@@ -147,10 +148,8 @@ def check_plain_name(name: str, value: str) -> None:
     """A name that becomes one file or folder inside the output folder (`runs/<run_id>.json`,
     `logs/<run_id>/`): one path component, so no value can reach outside it (a run removes its
     old record before it starts). Empty means "choose one"."""
-    if value and (any(sep in value for sep in ("/", "\\", "\0")) or value in (".", "..") or value != value.strip()):
-        raise SpecError(
-            f"{name} must be a plain name, one file inside the output folder (no '/', '\\' or '..'); " f"got {value!r}"
-        )
+    if value:
+        check_id(name, value, "the output folder")
 
 
 def _at_least(name: str, value: Any, minimum: int) -> None:
