@@ -38,7 +38,7 @@ QUICK = ["--workload", "mlp", "--nproc", "2", "--device", "cpu", "--steps", "6",
 
 
 def tune_argv(tmp_path, profile: str) -> list[str]:
-    return ["tune", *QUICK, "--repeat", "2", "--out", str(tmp_path / "tune"), "--profile", profile]
+    return ["tune", *QUICK, "--repeat", "2", "--out", str(tmp_path / "tune"), "--network", profile]
 
 
 def write_json(path, data) -> str:

@@ -6,24 +6,31 @@ import argparse
 import json
 import os
 
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes
 from ddpbench.config.errors import SpecError
 
 
 def add_explain_parser(commands) -> None:
     explain = commands.add_parser(
         "explain",
-        help="where each DDP run's efficiency went: the lost time per step split " "into measured terms, with advice",
+        help="print where each DDP run's lost scaling went, with advice",
+        description="Print where each DDP run's efficiency went: the lost time per step split into measured "
+        "terms, with advice. table prints the scaling itself; report writes it all as one file.",
     )
-    explain.add_argument("sweep_dir")
+    explain.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's folder (results/<sweep-id>)")
+    exit_codes(explain, "0 explained (runs that could not be are listed as such)")
     explain.add_argument(
-        "--json",
+        "--json-file",
         dest="json_path",
-        metavar="PATH",
+        metavar="FILE",
         default=None,
         help="also write the breakdowns as JSON, a list with one object per DDP run",
     )
+    add_deprecated_option(explain, "--json", dest="json_path", instead="--json-file FILE")
+    add_deprecated_option(explain, "--profile", dest="profile", instead="--network FILE|PRESET")
     explain.add_argument(
-        "--profile",
+        "--network",
+        dest="profile",
         default=None,
         metavar="FILE|PRESET",
         help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from ddpbench.commands.arguments import exit_codes
 from ddpbench.commands.sweep import add_sweep_arguments, sweep_options_from_args
 from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id
@@ -16,9 +17,16 @@ def add_sbatch_parser(commands) -> None:
     sbatch = commands.add_parser(
         "sbatch",
         allow_abbrev=False,  # its options are told apart from the sweep's by name
-        help="submit a whole sweep as one SLURM job (--launcher slurm inside), report at the end",
+        help="submit a whole sweep as one SLURM job, its report at the end",
+        description="Submit a whole sweep as one SLURM job (the sweep runs with --launcher slurm inside it, one srun "
+        "step per run), the report written when it ends. Every option but the job's goes to the sweep as typed.",
     )
     add_sbatch_arguments(sbatch)
+    exit_codes(
+        sbatch,
+        "0 submitted (with --print: the batch script written, nothing submitted)",
+        "with --wait, the job's own exit code (the sweep's: 1 a run failed)",
+    )
     sbatch.set_defaults(handler=command_sbatch)
 
 

@@ -10,9 +10,14 @@ import sys
 import time
 
 from ddpbench.commands.arguments import (
+    BAD_INPUT,
+    INTERRUPTED,
+    add_deprecated_option,
     add_reliability_arguments,
     add_script_arguments,
     add_verbose_argument,
+    exit_codes,
+    node_counts,
     positive_int,
     script_from_args,
 )
@@ -25,8 +30,15 @@ from ddpbench.config.spec import DEVICES, DDPKnobs, SpecError, resolve_device
 
 
 def add_sweep_parser(commands) -> None:
-    sweep = commands.add_parser("sweep", help="run a scaling sweep: local, ddp and dp over world sizes 1, 2, 4, ...")
+    sweep = commands.add_parser("sweep", help="a scaling sweep: local, ddp, dp over world sizes 1, 2, 4, ...")
     add_sweep_arguments(sweep)
+    exit_codes(
+        sweep,
+        "0 every run is ok",
+        "1 a run failed, timed out or failed a correctness check (the others still ran; --resume reruns it)",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
     sweep.set_defaults(handler=command_sweep)
 
 
@@ -34,21 +46,29 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """The sweep's options: SweepOptions' fields, and what decides the device and world sizes."""
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument(
-        "--gpus",
         "--gpus-per-node",
+        "--gpus",
         dest="gpus",
         type=positive_int,
-        help="GPUs per node: the largest world size on one node (implies --device cuda)",
+        metavar="G",
+        help="GPUs per node: at most G processes on a node (implies --device cuda)",
     )
     devices.add_argument(
-        "--nproc",
-        "--nproc-per-node",
+        "--max-nproc",
         dest="nproc",
         type=positive_int,
-        help="processes per node: the largest world size on one node " "(default: every GPU, or every CPU core)",
+        metavar="N",
+        help="processes per node at most: one-node runs take world sizes 1, 2, 4, ... N, runs over several nodes "
+        "N per node (default: every GPU, or every CPU core)",
+    )
+    add_deprecated_option(
+        devices, "--nproc", "--nproc-per-node", dest="nproc", type=positive_int, instead="--max-nproc N"
     )
     add_arguments(parser, SweepOptions, ("launcher", "nodes"))
-    parser.add_argument("--device", choices=DEVICES, default="auto")
+    add_deprecated_option(parser, "--nodes", dest="nodes", type=node_counts, instead="--node-counts 1,2,4")
+    parser.add_argument(
+        "--device", choices=DEVICES, default="auto", help="auto (default) picks cuda when a GPU is visible"
+    )
     parser.add_argument(
         "--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)"
     )

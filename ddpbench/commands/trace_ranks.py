@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 
-from ddpbench.commands.arguments import positive_int
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes, positive_int
 from ddpbench.config.errors import SpecError
 
 MERGED_SUFFIX = ".merged.json.gz"
@@ -24,19 +24,24 @@ def add_cross_rank_parsers(trace_commands) -> None:
         help="collectives matched across ranks: arrival spread, transfer, waits, who held each step",
     )
     _inputs(collectives)
-    collectives.add_argument("--json", action="store_true", help="machine-readable output")
+    collectives.add_argument("--json", action="store_true", help="print JSON instead of the text")
+    exit_codes(collectives, "0 analysed")
     collectives.set_defaults(handler=command_trace_collectives)
     merge = trace_commands.add_parser(
         "merge", help="every rank's trace in one timeline on one clock (a gzipped Chrome trace for Perfetto)"
     )
     _inputs(merge)
     merge.add_argument(
-        "--out",
+        "-o",
+        "--output",
+        dest="out",
         default=None,
         metavar="FILE",
         help=f"where to write it (default: NAME{MERGED_SUFFIX} in this folder, NAME the run or the traces' folder)",
     )
-    merge.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_deprecated_option(merge, "--out", dest="out", instead="-o/--output FILE")
+    merge.add_argument("--json", action="store_true", help="print what was written as JSON instead of the text")
+    exit_codes(merge, "0 written")
     merge.set_defaults(handler=command_trace_merge)
 
 

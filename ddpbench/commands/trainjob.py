@@ -9,7 +9,13 @@ import os
 import posixpath
 import time
 
-from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, positive_int
+from ddpbench.commands.arguments import (
+    OneLineErrorParser,
+    add_deprecated_option,
+    add_run_arguments,
+    exit_codes,
+    positive_int,
+)
 from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args, node_counts
@@ -20,9 +26,12 @@ from ddpbench.config.spec import DDPKnobs, RunSpec
 def add_trainjob_parser(commands) -> None:
     parser = commands.add_parser(
         "trainjob",
-        help="write a sweep as Kubeflow TrainJob manifests (one per node count) for Kubernetes",
+        help="write a sweep as Kubeflow TrainJob manifests, one per node count",
+        description="Write a sweep as Kubeflow TrainJob manifests for Kubernetes, one per node count; the pods "
+        "run its runs in turn and write the records to a shared volume.",
     )
     add_trainjob_arguments(parser)
+    exit_codes(parser, "0 the manifests are written (nothing is submitted)")
     parser.set_defaults(handler=command_trainjob)
 
 
@@ -30,21 +39,33 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     shape = parser.add_argument_group("the sweep (as ddpbench sweep plans it, on nodes of this shape)")
     devices = shape.add_mutually_exclusive_group()
     devices.add_argument(
-        "--gpus-per-node", "--gpus", dest="gpus", type=positive_int, help="GPUs per node (a GPU sweep; NCCL)"
+        "--gpus-per-node",
+        "--gpus",
+        dest="gpus",
+        type=positive_int,
+        metavar="G",
+        help="GPUs per node (a GPU sweep; NCCL): at most G processes per pod",
     )
     devices.add_argument(
-        "--nproc-per-node",
-        "--nproc",
+        "--max-nproc",
         dest="nproc",
         type=positive_int,
-        help="CPU processes per node (a CPU sweep; gloo)",
+        metavar="N",
+        help="CPU processes per node at most (a CPU sweep; gloo): one-node runs take 1, 2, 4, ... N, runs over "
+        "several nodes N per pod (default 1)",
+    )
+    add_deprecated_option(
+        devices, "--nproc-per-node", "--nproc", dest="nproc", type=positive_int, instead="--max-nproc N"
     )
     shape.add_argument(
-        "--nodes",
+        "--node-counts",
+        dest="nodes",
         type=node_counts,
         default=(1,),
+        metavar="COUNTS",
         help="node counts to sweep, e.g. 1,2,4: one TrainJob each (default 1)",
     )
+    add_deprecated_option(shape, "--nodes", dest="nodes", type=node_counts, instead="--node-counts 1,2,4")
     shape.add_argument(
         "--cpus-per-node",
         type=positive_int,
@@ -187,7 +208,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
     folder = args.manifests or os.path.join("trainjobs", sweep_id)
     report_command = f"{cluster.python} -m ddpbench report {sweep_dir}"
     written = []
-    # Every node count of the plan: with --nodes 2,4 the local reference and DataParallel still run on one node.
+    # Every node count of the plan: with --node-counts 2,4 the local reference and DataParallel still run on one node.
     for nodes in sorted({spec.nnodes for spec in plan}):
         runs = [spec for spec in plan if spec.nnodes == nodes]
         name = trainjob.job_name(sweep_id, nodes)
