@@ -52,7 +52,7 @@ def test_a_suite_name_from_a_stored_manifest_is_one_folder_or_custom(tmp_path):
 
 
 SWEEP_ARGS = ["--suite", "smoke", "--strategies", "local", "--device", "cpu"]
-TRAINJOB_ARGS = ["--nproc-per-node", "1", "--image", "registry.example/ddpbench:1", "--manifests", "m"]
+TRAINJOB_ARGS = ["--max-nproc", "1", "--image", "registry.example/ddpbench:1", "--manifests", "m"]
 COMMANDS = {
     "run --run-id": lambda bad: ["run", "--workload", "mlp", "--device", "cpu", "--out", "out", "--run-id", bad],
     "tune --run-id": lambda bad: ["tune", "--workload", "mlp", "--device", "cpu", "--nproc", "2", "--run-id", bad],

@@ -84,7 +84,9 @@ def command_sbatch(args: argparse.Namespace) -> int:
     if not args.resume:  # what the job would refuse inside its allocation, refused here already
         if args.device == "cuda" and not args.gpus:
             raise SpecError("a GPU sweep needs --gpus-per-node G: the job must ask SLURM for its GPUs")
-        plan_sweep(sweep_options_from_args(args, (args.gpus or 0, args.nproc or 1, args.nodes, "a node")), sweep_dir)
+        # The node's cores are known inside the allocation; here, as many as the threads asked for.
+        cores = (args.nproc or 1) * (args.threads_per_rank or 1)
+        plan_sweep(sweep_options_from_args(args, (args.gpus or 0, cores, args.nodes, "a node")), sweep_dir)
     if args.partition and nodes > (total := slurm.check_partition(args.partition)):
         raise SpecError(f"asked for {nodes} nodes; partition {args.partition!r} has {total}")
     options = [

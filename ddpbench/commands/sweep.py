@@ -88,8 +88,18 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             "precision",
         ),
     )
-    add_arguments(parser, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
-    parser.add_argument("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")
+    add_arguments(parser, SweepOptions, ("num_workers",))
+    parser.add_argument(
+        "--threads-per-rank",
+        type=positive_int,
+        default=None,
+        metavar="T",
+        help="CPU threads of every rank, the reference's too (N x T for dp at world size N); default: usable "
+        "cores // the largest world size, so that every device is the same slice of the machine",
+    )
+    parser.add_argument(
+        "--out", default="results", metavar="DIR", help="sweeps go to DIR/<sweep-id>/ (default results)"
+    )
     parser.add_argument("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
     parser.add_argument("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
     add_arguments(parser, SweepOptions, ("profile",))
@@ -108,8 +118,16 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)",
     )
     add_verbose_argument(parser)
+    add_ddp_arguments(parser)
     add_reliability_arguments(parser)  # --inject-fault fills SweepOptions.fault: the same flag as a run's
     add_script_arguments(parser, with_path=True)
+
+
+def add_ddp_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every DDP option a run takes, for every ddp and replicate run of the sweep: whatever explain or
+    tune advises can be tried on the whole sweep again."""
+    ddp = parser.add_argument_group("DDP options (every ddp and replicate run; recorded in the spec)")
+    add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
 
 
 def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
@@ -144,6 +162,15 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
                 f"asked for {largest} CPU processes; {machine} has {cores} usable cores "
                 "(a CPU device is a slice of cores, so at most one process per core)"
             )
+    threads = getattr(args, "threads_per_rank", None)
+    if threads is not None:
+        # Every device the same slice still, only a smaller one: the sweep uses that many cores.
+        if threads * largest > cores:
+            raise SpecError(
+                f"--threads-per-rank {threads} for {largest} processes needs {threads * largest} cores; {machine} "
+                f"has {cores} usable"
+            )
+        cores = threads * largest
     return from_args(
         SweepOptions,
         args,

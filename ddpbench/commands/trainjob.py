@@ -79,7 +79,9 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
         SweepOptions,
         ("workloads", "size", "strategies", "compile", "steps", "warmup", "batch_size", "precision"),
     )
-    add_arguments(shape, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
+    add_arguments(shape, SweepOptions, ("num_workers",))
+    ddp = parser.add_argument_group("DDP options (every ddp and replicate run; recorded in the spec)")
+    add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
     add_arguments(shape, SweepOptions, ("profile", "repeat"))
     shape.add_argument("--run-timeout", type=float, default=None, help="seconds before a run is ended as timeout")
     shape.add_argument(

@@ -126,6 +126,8 @@ class SweepOptions:
     """Strong scaling's fixed global batch; default: per-device batch x max_world_size."""
     precision: Precision | None = flag("fp32, or autocast to bf16 or fp16 (default: the suite's)", default=None)
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
+    num_workers: int = same_flag(RunSpec, "num_workers")
+    """DataLoader workers per rank, in every run (what explain's advice on data loading names)."""
     profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
     fault: dict | None = same_flag(RunSpec, "fault")
@@ -260,6 +262,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         warmup=options.warmup if options.warmup is not None else suite.warmup,
         precision=options.precision or suite.precision,
         ddp=options.ddp,
+        num_workers=options.num_workers,
         profile=options.profile,
         out_dir=out_dir,
         launcher=options.launcher,
