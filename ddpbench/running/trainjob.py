@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "torch-distributed"
@@ -143,7 +144,7 @@ def job_name(sweep_id: str, nodes: int) -> str:
     """`ddpbench-<sweep-id>-n<nodes>`, lower case, as the CRD's name rule wants, short enough for
     the pod names JobSet makes from it, or SpecError."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"ddpbench-{sweep_id}-n{nodes}".lower())
-    name = re.sub(r"-+", "-", name)
+    name = check_id("the TrainJob name", re.sub(r"-+", "-", name), "--manifests")  # its manifest's file name
     pod = longest_pod_name(name, nodes)
     if len(pod) > NAME_LIMIT:
         room = len(sweep_id) - (len(pod) - NAME_LIMIT)
