@@ -245,7 +245,7 @@ def run_job(hosts: TwoHosts, manifest: dict, timeout: float = 420) -> list:
 def breakdown(sweep_dir: str) -> dict:
     path = os.path.join(sweep_dir, "explain.json")
     done = subprocess.run(
-        [sys.executable, "-m", "ddpbench", "explain", sweep_dir, "--json", path],
+        [sys.executable, "-m", "ddpbench", "explain", sweep_dir, "--json-file", path],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": REPO},

@@ -79,7 +79,7 @@ def record(folder: str, run_id: str) -> dict:
 
 def explained(folder: str, tmp_path) -> dict[str, dict]:
     path = tmp_path / f"{os.path.basename(folder)}.json"
-    done = ddpbench("explain", folder, "--json", str(path))
+    done = ddpbench("explain", folder, "--json-file", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path) as handle:
         return {item["run_id"]: item for item in json.load(handle)}
