@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_baseline_parser(commands)
     parser.description = "Benchmark PyTorch DDP training and its scaling.\n\n" + command_groups(commands)
     parser.epilog = (
-        "COMMAND --help gives a command's options and its exit codes; docs/commands.md the conventions\n"
-        "every command shares. exit codes: 2 bad input, refused before anything starts."
+        "ddpbench COMMAND --help gives a command's options and its exit codes; the\n"
+        "conventions every command shares are in docs/commands.md.\n"
+        "exit codes: 2 bad input, refused before anything starts."
     )
     return parser
 
