@@ -373,7 +373,7 @@ class Checker:
         elif probe is not None:
             problems.append("a one-rank run has a contention probe")
         code, output = self.ddpbench(
-            "project", self.record_path("resnet50-ddp"), "--world", "8", "--profile", "h200-nvswitch", timeout_s=60
+            "project", self.record_path("resnet50-ddp"), "--world", "8", "--network", "h200-nvswitch", timeout_s=60
         )
         figures["project"] = tail(output, 12)
         if code != 0 or "contention" not in output:
@@ -557,7 +557,7 @@ class Checker:
         # loading (no communication, no other rank); both must be measured on the GPU's clock,
         # from the ladder's rungs (CUDA events), with their intervals.
         explained = os.path.join(self.out_dir, "explain.json")
-        explain_code, explain_text = self.ddpbench("explain", folder, "--json", explained, timeout_s=120)
+        explain_code, explain_text = self.ddpbench("explain", folder, "--json-file", explained, timeout_s=120)
         figures["explain"] = explain_text.strip().splitlines()[:10]
         terms = {}
         if explain_code != 0 or not os.path.exists(explained):

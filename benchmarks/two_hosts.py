@@ -199,17 +199,17 @@ def start(tag: str) -> TwoHosts:
 # --- the benchmark ------------------------------------------------------------------------------
 
 
-def manifests(folder: str, sweep_id: str, out: str) -> dict[int, dict]:
+def manifests(folder: str, sweep_id: str, out: str, *extra: str) -> dict[int, dict]:
     """`ddpbench trainjob` for a 2-node smoke sweep of one rank per node (its 1-node job is the
     local reference), in the pods of this machine (this Python, the records under `out`), by node
-    count."""
+    count; `extra` options go last (`--strategies ddp --repeat 2`: one 2-node job of two runs)."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "ddpbench", "trainjob", "--nodes", "2", "--nproc-per-node", "1",
+            sys.executable, "-m", "ddpbench", "trainjob", "--node-counts", "2", "--max-nproc", "1",
             "--suite", "smoke", "--strategies", "local,ddp", "--repeat", "1", "--image", "ddpbench:local",
             "--python", sys.executable,
             "--mount-path", out, "--sweep-id", sweep_id, "--env", f"GLOO_SOCKET_IFNAME={INTERFACE}",
-            "--run-timeout", "240", "--manifests", folder,
+            "--run-timeout", "240", "--manifests", folder, *extra,
         ],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=folder,
     )  # fmt: skip
@@ -246,7 +246,7 @@ def run_job(hosts: TwoHosts, manifest: dict, timeout: float = 420) -> list:
 def breakdown(sweep_dir: str) -> dict:
     path = os.path.join(sweep_dir, "explain.json")
     done = subprocess.run(
-        [sys.executable, "-m", "ddpbench", "explain", sweep_dir, "--json", path],
+        [sys.executable, "-m", "ddpbench", "explain", sweep_dir, "--json-file", path],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": REPO},

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from ddpbench.commands.arguments import USAGE_ERROR, OneLineErrorParser
+from ddpbench.commands.arguments import DEPRECATED_DEST, USAGE_ERROR, OneLineErrorParser
 from ddpbench.commands.canary import add_canary_parser
 from ddpbench.commands.comm import add_comm_parser
 from ddpbench.commands.explain import add_explain_parser
@@ -25,28 +25,65 @@ from ddpbench.commands.trainjob import add_trainjob_parser
 from ddpbench.commands.tune import add_tune_parser
 from ddpbench.config.spec import SpecError
 
+GROUPS = (
+    ("measure (starts processes, writes records)", ("run", "sweep", "tune")),
+    ("read a sweep (from its records; starts nothing)", ("table", "explain", "report")),
+    ("compare (the CI gate, and what it compares with)", ("gate", "ab", "history")),
+    ("cluster (a sweep on many nodes)", ("sbatch", "trainjob")),
+    ("tools", ("comm", "project", "trace", "canary")),
+)
+"""`ddpbench --help` lists the commands by what people do with them; every listed command is in
+one group (tests/test_cli_surface.py), old names are not listed."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="ddpbench", description="Benchmark PyTorch DDP training and its scaling.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineErrorParser)
+    parser = OneLineErrorParser(
+        prog="ddpbench",
+        usage="ddpbench [-h] COMMAND ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        parser_class=OneLineErrorParser,
+        prog="ddpbench",  # not the usage line below: each command's help starts `usage: ddpbench COMMAND`
+        help=argparse.SUPPRESS,
+    )
     add_run_parser(commands)
     add_sweep_parser(commands)
-    add_sbatch_parser(commands)
-    add_trainjob_parser(commands)
+    add_tune_parser(commands)
     add_table_parser(commands)
     add_explain_parser(commands)
     add_report_parser(commands)
     add_gate_parser(commands)
-    add_history_parser(commands)
     add_ab_parser(commands)
-    add_baseline_parser(commands)
-    add_export_parser(commands)
+    add_history_parser(commands)
+    add_sbatch_parser(commands)
+    add_trainjob_parser(commands)
     add_comm_parser(commands)
     add_project_parser(commands)
-    add_tune_parser(commands)
     add_trace_parser(commands)
     add_canary_parser(commands)
+    add_export_parser(commands)  # old names, not listed: each says what replaces it
+    add_baseline_parser(commands)
+    parser.description = "Benchmark PyTorch DDP training and its scaling.\n\n" + command_groups(commands)
+    parser.epilog = (
+        "ddpbench COMMAND --help gives a command's options and its exit codes; the\n"
+        "conventions every command shares are in docs/commands.md.\n"
+        "exit codes: 2 bad input, refused before anything starts."
+    )
     return parser
+
+
+def command_groups(commands) -> str:
+    """The listed commands under their groups, one line each."""
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    width = max(map(len, helps)) + 2
+    blocks = []
+    for title, names in GROUPS:
+        blocks.append("\n".join([f"{title}:", *(f"  {name:<{width}}{helps[name]}" for name in names)]))
+    return "\n\n".join(blocks)
 
 
 class Terminated(KeyboardInterrupt):
@@ -71,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_terminated)
     # Deprecated options a command used: said after its output, and not after a usage error,
     # which stays one line.
-    args.deprecations = []
+    args.deprecations = list(getattr(args, DEPRECATED_DEST, None) or [])
     try:
         code = args.handler(args)
         for line in args.deprecations:

@@ -160,7 +160,7 @@ def sweep(tmp_path):
 
 def test_explain_prints_one_row_per_configuration_and_writes_both_jsons(sweep, tmp_path, capsys):
     new, old = tmp_path / "answers.json", tmp_path / "legacy.json"
-    assert main(["explain", str(sweep), "--json-out", str(new), "--json", str(old)]) == 0
+    assert main(["explain", str(sweep), "--json-file", str(new), "--json", str(old)]) == 0
     captured = capsys.readouterr()
     printed = captured.out.splitlines()
     head = printed[0].split()
@@ -178,7 +178,7 @@ def test_explain_prints_one_row_per_configuration_and_writes_both_jsons(sweep, t
     assert [entry["run_id"] for entry in legacy] == ["ddp1", "slow2"]
     assert set(legacy[1]["terms"]) >= {"ddp_work", "slowest_rank", "unexplained", "window_vs_ladder"}
     assert legacy[1]["largest_loss"] == "slowest_rank"
-    assert "explain --json writes the JSON of before 0.2" in captured.err
+    assert "--json still writes the per-run JSON of before 0.2" in captured.err
     written = json.loads(new.read_text())
     assert written["version"] == 2
     two = written["configurations"][1]
@@ -222,7 +222,7 @@ def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
 
 def test_with_a_profile_the_advice_projects_each_knob_and_says_it_is_a_projection(capsys):
     profile = os.path.join(FIXTURES, "projection", "gloo-profile.json")
-    assert main(["explain", LADDER, "--profile", profile, "--detail"]) == 0
+    assert main(["explain", LADDER, "--network", profile, "--detail"]) == 0
     [line] = [
         line for line in capsys.readouterr().out.splitlines() if "advice" in line and "exposed communication" in line
     ]

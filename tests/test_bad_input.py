@@ -63,10 +63,10 @@ CASES = [
     (["report", RUN, "-o", "{out}/r.html"], "is not a sweep folder"),
     (["report", "{empty}", "-o", "{out}/r.html"], "holds no run records"),
     (["report", "{truncated}", "-o", "{out}/r.html"], "is not a sweep folder"),
-    (["report", SWEEP, "-o", "{out}/r.html", "--profile", RUN], "is not a network profile"),
-    (["report", SWEEP, "-o", "{out}/r.html", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
+    (["report", SWEEP, "-o", "{out}/r.html", "--network", RUN], "is not a network profile"),
+    (["report", SWEEP, "-o", "{out}/r.html", "--network", "{no fabric field}"], "the fabric lacks intra_busbw"),
     (
-        ["report", SWEEP, "-o", "{out}/r.html", "--profile", "{fractional world size}"],
+        ["report", SWEEP, "-o", "{out}/r.html", "--network", "{fractional world size}"],
         "world_size must be a whole number",
     ),
     (["gate", "--baseline", "auto", "--candidate", RUN], "--baseline auto needs a sweep folder as --candidate"),
@@ -80,27 +80,30 @@ CASES = [
     (["history", "changes", SWEEP], "scaling.csv: not a ddpbench history file"),
     (["history", "changes", "{empty}"], "holds no history series"),
     (["history", "changes", "{truncated}"], "not a ddpbench history file"),
-    (["baseline", "save", RUN, "--baselines", "{out}/b"], "is not a sweep folder"),
-    (["baseline", "save", "{empty}", "--baselines", "{out}/b"], "holds no successful run records"),
-    (["baseline", "save", "{truncated sweep}", "--baselines", "{out}/b"], "holds no successful run records"),
-    (["export", RUN, "-o", "{out}/e.json"], "is not a sweep folder"),
-    (["export", "{empty}", "-o", "{out}/e.json"], "holds no successful run records"),
-    (["export", "{truncated sweep}", "-o", "{out}/e.json"], "holds no successful run records"),
-    (["project", SWEEP, "--world", "4", "--profile", "ib-100g"], "holds 10 records; name one record file"),
-    (["project", "{empty}", "--world", "4", "--profile", "ib-100g"], "holds 0 records"),
-    (["project", "{truncated}", "--world", "4", "--profile", "ib-100g"], "not JSON"),
-    (["project", DDP_RUN, "--world", "4", "--profile", RUN], "is not a network profile"),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{empty}"], "neither a file nor a preset"),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{truncated}"], "is not readable JSON"),
+    (["history", "baseline", RUN, "--baselines", "{out}/b"], "is not a sweep folder"),
+    (["history", "baseline", "{empty}", "--baselines", "{out}/b"], "holds no successful run records"),
+    (["history", "baseline", "{truncated sweep}", "--baselines", "{out}/b"], "holds no successful run records"),
+    (["report", RUN, "--format", "pytest-benchmark", "-o", "{out}/e.json"], "is not a sweep folder"),
+    (["report", "{empty}", "--format", "pytest-benchmark", "-o", "{out}/e.json"], "holds no successful run records"),
     (
-        ["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"],
+        ["report", "{truncated sweep}", "--format", "pytest-benchmark", "-o", "{out}/e.json"],
+        "holds no successful run records",
+    ),
+    (["project", SWEEP, "--world", "4", "--network", "ib-100g"], "holds 10 records; name one record file"),
+    (["project", "{empty}", "--world", "4", "--network", "ib-100g"], "holds 0 records"),
+    (["project", "{truncated}", "--world", "4", "--network", "ib-100g"], "not JSON"),
+    (["project", DDP_RUN, "--world", "4", "--network", RUN], "is not a network profile"),
+    (["project", DDP_RUN, "--world", "4", "--network", "{empty}"], "neither a file nor a preset"),
+    (["project", DDP_RUN, "--world", "4", "--network", "{truncated}"], "is not readable JSON"),
+    (
+        ["project", DDP_RUN, "--world", "4", "--network", "{no fabric field}"],
         "the fabric lacks intra_busbw; a fabric needs intra_busbw (bytes/s > 0)",
     ),
     (
-        ["project", DDP_RUN, "--world", "4", "--profile", "{fractional world size}"],
+        ["project", DDP_RUN, "--world", "4", "--network", "{fractional world size}"],
         "fit 1 (all_reduce): world_size must be a whole number >= 1; got 2.5",
     ),
-    (["project", DDP_RUN, "--world", "4", "--profile", "{world size as text}"], "world_size must be a whole number"),
+    (["project", DDP_RUN, "--world", "4", "--network", "{world size as text}"], "world_size must be a whole number"),
     (["trace", "analyze", RUN], "not a torch.profiler chrome trace"),
     (["trace", "analyze", "{empty}"], "no trace files in this folder"),
     (["trace", "analyze", "{truncated}"], "not a JSON chrome trace"),
@@ -108,18 +111,20 @@ CASES = [
     (["trace", "collectives", "{empty}"], "no trace files in this folder"),
     (["trace", "collectives", "{truncated}"], "not JSON"),
     (["trace", "collectives", os.path.join(SWEEP, "runs", "broken-ddp-n2.json")], "has no traces (it ended before"),
-    (["trace", "merge", os.path.join(SWEEP, "runs"), "--out", "{out}/m.json.gz"], "not a torch.profiler chrome trace"),
-    (
-        ["trace", "merge", os.path.join(SWEEP, "traces", "mlp-ddp-n2", "rank-0.pt.trace.json.gz"), "--out", "{out}/m"],
-        "rank 1: no trace among the 1 given for world size 2",
-    ),
+    (["trace", "merge", os.path.join(SWEEP, "runs"), "-o", "{out}/m.json.gz"], "not a torch.profiler chrome trace"),
+]
+# Old spellings refuse bad input alike (tests/test_deprecated_spellings.py runs each on good input).
+CASES += [
+    (["export", "{truncated sweep}", "-o", "{out}/e.json"], "holds no successful run records"),
+    (["baseline", "save", "{empty}", "--baselines", "{out}/b"], "holds no successful run records"),
+    (["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
 ]
 TUNE = ["tune", "--workload", "mlp", "--nproc", "2", "--device", "cpu", "--repeat", "1", "--out", "{out}/t"]
 CASES += [
-    (TUNE + ["--profile", RUN], "is not a network profile"),
-    (TUNE + ["--profile", "{truncated}"], "is not readable JSON"),
-    (TUNE + ["--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
-    (TUNE + ["--profile", "{fractional world size}"], "world_size must be a whole number"),
+    (TUNE + ["--network", RUN], "is not a network profile"),
+    (TUNE + ["--network", "{truncated}"], "is not readable JSON"),
+    (TUNE + ["--network", "{no fabric field}"], "the fabric lacks intra_busbw"),
+    (TUNE + ["--network", "{fractional world size}"], "world_size must be a whole number"),
 ]
 
 
@@ -154,7 +159,7 @@ def test_bad_stored_data_is_one_line_and_exit_2(argv, message, bad, tmp_path, mo
     "argv, message",
     [
         (["gate", "--baseline", "auto", "--candidate", RUN], "--baseline auto needs a sweep folder"),
-        (["project", DDP_RUN, "--world", "4", "--profile", "{no fabric field}"], "the fabric lacks intra_busbw"),
+        (["project", DDP_RUN, "--world", "4", "--network", "{no fabric field}"], "the fabric lacks intra_busbw"),
     ],
 )
 def test_no_traceback_reaches_the_terminal(argv, message, bad, tmp_path):

@@ -85,10 +85,10 @@ def launch(out, factory: str, strategy: str, run_id: str, prefix: tuple = (), ex
 
 
 def explained(folder, tmp_path) -> dict[str, dict]:
-    """Each run's own figures as `ddpbench explain --json-out` writes them, by run id (the runs of one
+    """Each run's own figures as `ddpbench explain --json-file` writes them, by run id (the runs of one
     configuration here are different experiments, so each is read on its own, not pooled)."""
     path = tmp_path / f"{os.path.basename(folder)}-explain.json"
-    done = ddpbench("explain", str(folder), "--json-out", str(path))
+    done = ddpbench("explain", str(folder), "--json-file", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path) as handle:
         return {run["run_id"]: run for answer in json.load(handle)["configurations"] for run in answer["by_run"]}

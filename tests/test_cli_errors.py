@@ -98,7 +98,7 @@ def test_a_nearly_full_disk_is_refused_before_any_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["sweep", "--gpus", "0"], "--gpus/--gpus-per-node: must be a whole number >= 1; got '0'"),
+        (["sweep", "--gpus", "0"], "--gpus-per-node/--gpus: must be a whole number >= 1; got '0'"),
         (["sweep", "--gpus", "eight"], "must be a whole number >= 1; got 'eight'"),
         (["sweep", "--suite", "nightly"], "unknown suite 'nightly'"),
         (["sweep", "--strategies", "ddp,fsdp"], "unknown strategy 'fsdp'"),

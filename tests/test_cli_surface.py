@@ -112,6 +112,56 @@ def test_help_matches_its_snapshot(path, same_python):
         pytest.fail(f"`{name} --help` changed (if meant: {UPDATE}):\n{''.join(diff)}", pytrace=False)
 
 
+def parser_at(path: tuple[str, ...]) -> argparse.ArgumentParser:
+    parser = build_parser()
+    for name in path:
+        (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = commands.choices[name]
+    return parser
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: " ".join(("ddpbench", *path)))
+def test_every_option_says_what_it_is(path):
+    """Every argument a --help shows has a help text; what it hides is an old spelling that says
+    what replaces it (or the top level's command list, which its description gives by group)."""
+    from ddpbench.commands.arguments import DeprecatedSpelling
+
+    missing, hidden = [], []
+    for action in parser_at(path)._actions:
+        name = "/".join(action.option_strings) or action.metavar or action.dest
+        if action.help == argparse.SUPPRESS:
+            if not isinstance(action, DeprecatedSpelling) and not (path == () and action.dest == "command"):
+                hidden.append(name)
+        elif not (action.help or "").strip():
+            missing.append(name)
+    assert not missing, f"ddpbench {' '.join(path)}: no help text for {', '.join(missing)}"
+    assert not hidden, f"ddpbench {' '.join(path)}: hidden without being an old spelling: {', '.join(hidden)}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: " ".join(("ddpbench", *path)))
+def test_every_help_ends_with_its_exit_codes(path):
+    text = help_text(path)
+    last = " ".join(text.strip().split("\n\n")[-1].split())
+    assert "exit codes:" in last and "2 bad input" in last, f"ddpbench {' '.join(path)} --help ends: {last!r}"
+
+
+def test_the_top_level_help_is_one_screen_of_commands_grouped_by_what_people_do():
+    from ddpbench.cli import GROUPS
+
+    text = help_text(())
+    assert len(text.splitlines()) <= 45, text
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = {choice.dest for choice in commands._choices_actions}
+    grouped = [name for _, names in GROUPS for name in names]
+    assert sorted(grouped) == sorted(listed), "every listed command in exactly one group, and only those"
+    for title, names in GROUPS:
+        block = text[text.index(f"\n{title}:\n") + 1 :].split("\n\n")[0].splitlines()[1:]
+        assert [line.split()[0] for line in block] == list(names), block
+    # Old names still parse, and are not listed.
+    assert {"export", "baseline"} <= set(commands.choices) - listed
+    assert not any(line.split()[:1] in (["export"], ["baseline"]) for line in text.splitlines())
+
+
 def test_every_snapshot_belongs_to_a_command():
     known = {os.path.basename(snapshot_path(path)) for path in PATHS}
     stale = sorted(set(os.listdir(SNAPSHOTS)) - known - {os.path.basename(VERSION_FILE)})
@@ -140,6 +190,11 @@ def test_every_snapshot_belongs_to_a_command():
         ),
         (["sweep", "--bogus"], "ddpbench: error: unrecognized arguments: --bogus (see ddpbench --help)"),
         (
+            ["sweep", "--max-nproc", "0"],
+            "ddpbench sweep: error: argument --max-nproc: must be a whole number >= 1; got '0' "
+            "(see ddpbench sweep --help)",
+        ),
+        (
             ["sweep", "--nproc", "0"],
             "ddpbench sweep: error: argument --nproc/--nproc-per-node: must be a whole number >= 1; got '0' "
             "(see ddpbench sweep --help)",
@@ -150,9 +205,14 @@ def test_every_snapshot_belongs_to_a_command():
             "(see ddpbench sweep --help)",
         ),
         (
-            ["sweep", "--gpus", "2", "--nproc", "2"],
+            ["sweep", "--gpus", "2", "--max-nproc", "2"],
+            "ddpbench sweep: error: argument --max-nproc: not allowed with argument "
+            "--gpus-per-node/--gpus (see ddpbench sweep --help)",
+        ),
+        (
+            ["sweep", "--gpus-per-node", "2", "--nproc", "2"],
             "ddpbench sweep: error: argument --nproc/--nproc-per-node: not allowed with argument "
-            "--gpus/--gpus-per-node (see ddpbench sweep --help)",
+            "--gpus-per-node/--gpus (see ddpbench sweep --help)",
         ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",

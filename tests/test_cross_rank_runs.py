@@ -121,7 +121,7 @@ def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
 
 def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
     out, _, _ = slow_rank
-    done = ddpbench("explain", str(out), "--json-out", str(tmp_path / "why.json"))
+    done = ddpbench("explain", str(out), "--json-file", str(tmp_path / "why.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     (slow,) = json.load(open(tmp_path / "why.json"))["configurations"]
     path = slow["critical_path"]["slow"]

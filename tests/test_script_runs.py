@@ -304,7 +304,7 @@ def test_explain_names_the_rank_whose_forward_sleeps_in_a_scripts_sweep(slow_ran
     """DDP evens a script's ranks' steps out; the traces' waits inside the collectives still say
     which rank is slow, and by how much."""
     folder, _ = slow_rank_sweep
-    explained = ddpbench("explain", str(folder), "--json-out", str(tmp_path / "why.json"))
+    explained = ddpbench("explain", str(folder), "--json-file", str(tmp_path / "why.json"))
     assert explained.returncode == 0, explained.stdout + explained.stderr
     (answer,) = json.load(open(tmp_path / "why.json"))["configurations"]
     assert answer["world_size"] == 2 and not answer["measured_in_place"]

@@ -124,7 +124,7 @@ def test_a_lost_store_after_a_rank_raised_is_not_a_rendezvous_failure(tmp_path):
 
 def test_sbatch_script_resumes_when_submitted_again():
     script = slurm.sbatch_script(
-        ["--nodes", "1,2", "--sweep-id", "s1"],
+        ["--node-counts", "1,2", "--sweep-id", "s1"],
         "/shared/results/s1",
         2,
         8,
@@ -135,7 +135,7 @@ def test_sbatch_script_resumes_when_submitted_again():
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --gpus-per-node=8\n" in script
     assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --exclusive\n" in script
     assert "if [ -e /shared/results/s1/manifest.json ]" in script
-    assert "--launcher slurm --nodes 1,2 --sweep-id s1 --resume" in script
+    assert "--launcher slurm --node-counts 1,2 --sweep-id s1 --resume" in script
 
 
 def test_a_batch_script_reads_the_scripts_secrets_from_the_jobs_environment(tmp_path):
@@ -203,7 +203,7 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
             "sweep",
             "--launcher",
             "slurm",
-            "--nodes",
+            "--node-counts",
             "1,2",
             "--suite",
             "smoke",
@@ -234,7 +234,7 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
     assert no_partition.stderr.strip().endswith("partition 'nope' does not exist on this cluster; valid: debug")
     too_many = ddpbench_process(
         "sbatch",
-        "--nodes",
+        "--node-counts",
         "1,3",
         "--suite",
         "smoke",
@@ -261,9 +261,9 @@ def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster
         "--wait",
         "--device",
         "cpu",
-        "--nodes",
+        "--node-counts",
         "1,2",
-        "--nproc-per-node",
+        "--max-nproc",
         "1",
         "--suite",
         "smoke",

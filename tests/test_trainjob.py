@@ -1,13 +1,18 @@
 """`ddpbench trainjob`: the manifests against Kubeflow Trainer's own TrainJob CRD and runtime
 (../shared/k8s beside the checkout; skipped, with the reason, where they are absent), what the
-pods run, and bad input. The pods' command run for real on two hosts is tests/test_two_hosts.py."""
+pods run, the barrier that keeps the pods on one run, what keeps them on a real cluster (one pod
+per node, requests, a run timeout, names JobSet can build on), and bad input. The pods' command
+run for real on two hosts is tests/test_two_hosts.py."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import socket
 import subprocess
+import sys
+import time
 
 import pytest
 import yaml
@@ -46,7 +51,7 @@ def write_manifests(tmp_path, *extra: str) -> dict[int, dict]:
     folder = tmp_path / "manifests"
     done = ddpbench(
         "trainjob",
-        "--nodes",
+        "--node-counts",
         "1,2,4",
         "--gpus-per-node",
         "8",
@@ -96,16 +101,35 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
         assert spec["runtimeRef"]["kind"] == runtime["kind"]
         trainer = spec["trainer"]
         assert trainer["numProcPerNode"] == 8 and trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 8}
+        # Requests by default, one CPU and 4Gi per rank: the scheduler places a pod where its ranks fit.
+        assert trainer["resourcesPerNode"]["requests"] == {"cpu": 8, "memory": "32Gi"}
         assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and spec["suspend"] is True
         # The reserved variables are the controller's: nowhere set, only read.
         patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
         pod = patch["template"]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         assert patch["name"] == runtime_container["name"] and container["name"] == "node"
+        # One pod per machine for a job of several nodes: a required anti-affinity to the job's own label.
+        labels = patch["template"]["spec"]["template"]["metadata"]["labels"]
+        assert labels == {"ddpbench/trainjob": name}
+        if nodes == 1:
+            assert "affinity" not in pod
+        else:
+            (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert term == {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+        # JobSet names the pods <name>-node-0-<index>-<5 random>: a DNS label too.
+        longest = f"{name}-node-0-{nodes - 1}-abcde"
+        assert re.fullmatch(pattern, longest) and len(longest) <= limit
         set_names = {item["name"] for item in trainer.get("env", []) + container.get("env", [])}
         assert set_names == {"NCCL_SOCKET_IFNAME"} and not set_names & set(trainjob.RESERVED_VARIABLES)
         script = trainer["command"][2]
         assert not re.search(r"(?m)(^|;|&&|\benv)\s*(export\s+)?PET_\w+=", script), "the script assigns a PET_ variable"
+        # Every run has a timeout by default, and the barrier waits that long and 10 minutes more.
+        assert script.count("--run-timeout 1800.0 ") == script.count(" -m ddpbench run ")
+        runs = script.count(" -m ddpbench run ")
+        assert re.findall(r"(?m)^barrier (\d+)$", script) == (
+            [] if nodes == 1 else [str(k) for k in range(1, runs + 1)]
+        )
         # The shared volume holds the sweep's folder.
         assert {"name": "results", "mountPath": "/results"} in container["volumeMounts"]
         assert {"name": "results", "persistentVolumeClaim": {"claimName": "ddpbench-results"}} in pod["volumes"]
@@ -117,6 +141,11 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
     broken = manifests[2]
     broken["spec"]["trainer"]["numNodes"] = "two"
     assert any("'two' is not of type 'integer'" in error.message for error in check.iter_errors(broken))
+    pod = broken["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    pod["template"]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] = "x"
+    assert any("'x' is not of type 'array'" in error.message for error in check.iter_errors(broken))
 
 
 def pod_runs(script: str, pet: dict[str, str]) -> list[list[str]]:
@@ -124,7 +153,7 @@ def pod_runs(script: str, pet: dict[str, str]) -> list[list[str]]:
     shell expands them."""
     runs = []
     for line in script.splitlines():
-        if " -m ddpbench run " not in line:
+        if " -m ddpbench run " not in line or line.startswith(" "):
             continue
         words = shlex.split(line.removesuffix(" || failed=1"))
         words = [re.sub(r"\$(\w+)", lambda match: pet[match[1]], word) for word in words]
@@ -165,7 +194,8 @@ def test_the_pods_run_the_planned_runs_with_the_runtimes_variables(tmp_path):
 
 
 def test_a_pod_of_another_shape_refuses_to_start(tmp_path):
-    script = write_manifests(tmp_path, "--python", "false")[2]["spec"]["trainer"]["command"][2]
+    manifests = write_manifests(tmp_path, "--python", "false")
+    script = manifests[2]["spec"]["trainer"]["command"][2]
     done = subprocess.run(
         ["sh", "-c", script],
         capture_output=True,
@@ -175,7 +205,8 @@ def test_a_pod_of_another_shape_refuses_to_start(tmp_path):
     assert done.returncode == 2
     assert "planned for 2 node(s) x 8 process(es); the runtime set PET_NNODES=3 PET_NPROC_PER_NODE=8" in done.stderr
     # The right shape runs every run, and a failed one makes the pod fail after the others ran.
-    ran = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PET_NNODES": "2", **pet8()})
+    one_node = manifests[1]["spec"]["trainer"]["command"][2]
+    ran = subprocess.run(["sh", "-c", one_node], capture_output=True, text=True, env={"PET_NNODES": "1", **pet8()})
     assert ran.returncode == 1 and ran.stderr == ""
 
 
@@ -192,10 +223,10 @@ def pet8() -> dict[str, str]:
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["--nodes", "0"], "must be a whole number >= 1; got '0'"),
-        (["--nodes", "1,-2"], "must be a whole number >= 1; got '-2'"),
-        (["--nodes", "1.5"], "must be a whole number >= 1; got '1.5'"),
-        (["--nodes", "two"], "must be a whole number >= 1; got 'two'"),
+        (["--node-counts", "0"], "must be a whole number >= 1; got '0'"),
+        (["--node-counts", "1,-2"], "must be a whole number >= 1; got '-2'"),
+        (["--node-counts", "1.5"], "must be a whole number >= 1; got '1.5'"),
+        (["--node-counts", "two"], "must be a whole number >= 1; got 'two'"),
         (["--image", ""], "--image is needed"),
         ([None], "--image is needed"),
         (["--out", "results"], "--out 'results' is not on the shared volume"),
@@ -203,6 +234,10 @@ def pet8() -> dict[str, str]:
         (["--out", "/results/../etc"], "is not on the shared volume"),
         (["--env", "PET_NODE_RANK=0"], "the TrainJob controller sets PET_NODE_RANK itself"),
         (["--sweep-id", "x" * 60], "Kubernetes allows 63"),
+        # The TrainJob name would fit its own 63 characters; the pods JobSet names after it would not.
+        (["--sweep-id", "x" * 35, "--node-counts", "1,16"], "give a --sweep-id of at most 34 characters"),
+        (["--memory-per-node", "lots"], "--memory-per-node takes a Kubernetes quantity"),
+        (["--run-timeout", "0"], "--run-timeout must be a number of seconds > 0"),
         (["--cpus-per-node", "4"], "--cpus-per-node 4 is fewer than the 8 ranks of a node"),
     ],
 )
@@ -228,3 +263,108 @@ def test_the_manifest_on_the_kubernetes_page_is_the_one_its_command_writes(tmp_p
     shown = page.split("```yaml\n", 1)[1].split("```", 1)[0]
     name = yaml.safe_load(shown)["metadata"]["name"]
     assert (tmp_path / f"{name}.yaml").read_text() == shown
+
+
+STUB = """#!/bin/sh
+# The pods' `python`: the barrier is the real module; a run is faked, timed into $RUN_LOG.
+if [ "$2" != ddpbench ]; then exec "$REAL_PYTHON" "$@"; fi
+shift 3
+id=
+while [ $# -gt 0 ]; do
+  if [ "$1" = --run-id ]; then id=$2; fi
+  shift
+done
+echo "start $PET_NODE_RANK $id $(date +%s.%N)" >> "$RUN_LOG"
+if [ "$PET_NODE_RANK" = 1 ] && [ "$id" = mlp-ddp-n2-r1 ]; then
+  echo "end $PET_NODE_RANK $id $(date +%s.%N)" >> "$RUN_LOG"
+  exit 1  # rank 1's pod fails its first run at once
+fi
+if [ "$PET_NODE_RANK" = 0 ] && [ "$id" = mlp-ddp-n2-r1 ]; then sleep 2; fi  # pod 0 notices late
+echo "end $PET_NODE_RANK $id $(date +%s.%N)" >> "$RUN_LOG"
+"""
+
+
+def barrier_port() -> int:
+    """A master port whose next port (the barrier's) is free."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1] - 1
+
+
+def run_two_pods(tmp_path, script: str) -> dict[tuple[str, int, str], float]:
+    """The job's two pods on this machine, at once, with the runtime's variables; what each run
+    did and when, by (start|end, pod, run id)."""
+    log = tmp_path / "runs.log"
+    log.unlink(missing_ok=True)
+    port = barrier_port()
+    pods = [
+        subprocess.Popen(
+            ["sh", "-c", script],
+            env={
+                "PATH": os.environ["PATH"],
+                "REAL_PYTHON": sys.executable,
+                "RUN_LOG": str(log),
+                "PYTHONPATH": REPO,
+                "PET_NNODES": "2",
+                "PET_NPROC_PER_NODE": "1",
+                "PET_NODE_RANK": str(rank),
+                "PET_MASTER_ADDR": "127.0.0.1",
+                "PET_MASTER_PORT": str(port),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (1, 0)  # the failing pod first: it must wait for pod 0 all the same
+    ]
+    for rank, pod in zip((1, 0), pods):
+        _, err = pod.communicate(timeout=60)
+        # Every run ran on both; pod 1 ends failed, as one of its runs did.
+        assert (pod.returncode, err) == (1 if rank == 1 else 0, ""), err
+    events = {}
+    for line in log.read_text().splitlines():
+        what, rank, run_id, at = line.split()
+        events[(what, int(rank), run_id)] = float(at)
+    return events
+
+
+def test_a_failed_run_on_one_pod_does_not_put_the_pods_a_run_apart(tmp_path):
+    """Pod 1's first run fails at once while pod 0's goes on for 2 s: pod 1 starts the second run
+    only once pod 0 has finished the first, and both run it. Without the barrier (its lines taken
+    out of the same script) pod 1 starts the second run while pod 0 is still in the first: the
+    desynchronisation the barrier prevents, so the check can fail."""
+    stub = tmp_path / "python"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    folder = tmp_path / "m"
+    done = ddpbench(
+        "trainjob", "--node-counts", "2", "--max-nproc", "1", "--suite", "smoke", "--strategies", "ddp",
+        "--repeat", "2", "--image", "i", "--sweep-id", "sync", "--python", str(stub), "--manifests", str(folder),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    script = load(folder / "ddpbench-sync-n2.yaml")["spec"]["trainer"]["command"][2]
+    started = time.monotonic()
+    events = run_two_pods(tmp_path, script)
+    assert time.monotonic() - started < 30
+    assert events[("start", 1, "mlp-ddp-n2-r2")] >= events[("end", 0, "mlp-ddp-n2-r1")]
+    assert events[("start", 0, "mlp-ddp-n2-r2")] >= events[("end", 1, "mlp-ddp-n2-r1")]
+    assert {("end", 0, "mlp-ddp-n2-r2"), ("end", 1, "mlp-ddp-n2-r2")} <= set(events)
+    unguarded = "\n".join(line for line in script.splitlines() if not re.fullmatch(r"barrier \d+", line))
+    events = run_two_pods(tmp_path, unguarded)
+    assert events[("start", 1, "mlp-ddp-n2-r2")] < events[("end", 0, "mlp-ddp-n2-r1")]
+
+
+def test_a_pod_that_never_arrives_stops_the_others_with_why(capsys):
+    from ddpbench.running import pod_barrier
+
+    port = barrier_port() + 1
+    common = ["--job", "j", "--barrier", "3", "--nodes", "3", "--host", "127.0.0.1", "--port", str(port)]
+    assert pod_barrier.main([*common, "--node-rank", "0", "--timeout", "1"]) == 1
+    assert capsys.readouterr().err == (
+        "ddpbench: pods 1, 2 of j did not reach run 3 within 1 s; the remaining runs are not started\n"
+    )
+    assert pod_barrier.main([*common, "--node-rank", "2", "--timeout", "1"]) == 1
+    assert capsys.readouterr().err == (
+        f"ddpbench: pod 0 of j (127.0.0.1:{port}) did not start run 3 within 1 s; the remaining runs are not "
+        "started\n"
+    )

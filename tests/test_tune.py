@@ -38,7 +38,7 @@ QUICK = ["--workload", "mlp", "--nproc", "2", "--device", "cpu", "--steps", "6",
 
 
 def tune_argv(tmp_path, profile: str) -> list[str]:
-    return ["tune", *QUICK, "--repeat", "2", "--out", str(tmp_path / "tune"), "--profile", profile]
+    return ["tune", *QUICK, "--repeat", "2", "--out", str(tmp_path / "tune"), "--network", profile]
 
 
 def write_json(path, data) -> str:
@@ -218,7 +218,18 @@ def test_tune_advice_names_a_knob_only_when_its_gain_is_real():
     # Faster in every round (+5.7 to +9.6 %), but 3 rounds at a 5 % family-wise rate over 6
     # variants cannot call it.
     assert text.startswith("advice: keep the settings as given") and "gradient_as_bucket_view measured +9.5%" in text
-    clear = Variant("gradient_as_bucket_view", DDPKnobs(), {r: v * 1.2 for r, v in base.items()})
-    assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
-        "advice: use gradient_as_bucket_view: +20.0% throughput"
+    clear = Variant(
+        "gradient_as_bucket_view", DDPKnobs(gradient_as_bucket_view=True), {r: v * 1.2 for r, v in base.items()}
     )
+    # The advice names the option that sets it, as run and sweep spell it.
+    assert advice([Variant("as given", DDPKnobs(), base), clear, *others]).startswith(
+        "advice: use gradient_as_bucket_view (--gradient-as-bucket-view on run, sweep or trainjob): +20.0% throughput"
+    )
+    given = DDPKnobs(static_graph=True, comm_hook="bf16_compress")
+    bucket = Variant("bucket cap 5 MB", DDPKnobs(bucket_cap_mb=5.0, static_graph=True, comm_hook="bf16_compress"))
+    bucket.by_round = {r: v * 1.2 for r, v in base.items()}
+    assert "(--bucket-cap-mb 5 on run, sweep or trainjob)" in advice(
+        [Variant("as given", given, base), bucket, *others]
+    )
+    plain = Variant("allreduce", DDPKnobs(static_graph=True), {r: v * 1.2 for r, v in base.items()})
+    assert "(--comm-hook allreduce on run" in advice([Variant("as given", given, base), plain, *others])

@@ -1,7 +1,8 @@
 """Two hosts in one machine: the exact command of `ddpbench trainjob`'s pods, run as two "nodes"
 (network and UTS namespaces node-0 and node-1 joined by a veth pair, benchmarks/two_hosts.py) with
 the variables the torch-distributed runtime injects, writing to one shared folder. One unshaped
-2-node x 1-rank gloo run and the same run over a tbf-shaped link serve every assertion.
+2-node x 1-rank gloo run and the same run over a tbf-shaped link serve most assertions; a 2-node
+job of two runs whose first run loses rank 1 shows that the pods stay on one run.
 
 Needs root and iproute2; skipped with the reason elsewhere, and where CI says it can run
 (DDPBENCH_REQUIRE_NETNS) a failure to make the namespaces fails the test instead."""
@@ -47,6 +48,30 @@ def sweeps(hosts, tmp_path_factory):
     return folders, sent
 
 
+KILLED_STEP = 5
+"""A timed step of the smoke suite (12 steps, 2 of warm-up): rank 1 is killed inside the run."""
+
+
+@pytest.fixture(scope="module")
+def killed_then_next(hosts, tmp_path_factory):
+    """A 2-node job of two runs, rank 1 killed in the first (as a pod's rank dies on a real
+    cluster), the pods run as they are written otherwise: (the records' folder, each pod's exit code
+    and output)."""
+    work = str(tmp_path_factory.mktemp("killed-then-next"))
+    out = os.path.join(work, "volume")
+    os.makedirs(os.path.join(work, "manifests"))
+    (manifest,) = two_hosts.manifests(
+        os.path.join(work, "manifests"), "sync", out, "--strategies", "ddp", "--repeat", "2"
+    ).values()
+    trainer = manifest["spec"]["trainer"]
+    script = trainer["command"][2]
+    first = "--run-id mlp-ddp-n2-r1 "
+    assert script.count(first) == 1 and "--run-id mlp-ddp-n2-r2 " in script
+    trainer["command"][2] = script.replace(first, f"{first}--inject-fault rank=1,kind=kill,step={KILLED_STEP} ")
+    results = hosts.run_pods(trainer["command"], two_hosts.pod_environment(manifest), 2, 1, timeout=600)
+    return os.path.join(out, "sync"), results
+
+
 def record(folder: str, run_id: str) -> dict:
     with open(os.path.join(folder, "runs", f"{run_id}.json")) as handle:
         return json.load(handle)
@@ -54,7 +79,7 @@ def record(folder: str, run_id: str) -> dict:
 
 def explained(folder: str, tmp_path) -> dict[str, dict]:
     path = tmp_path / f"{os.path.basename(folder)}.json"
-    done = ddpbench("explain", folder, "--json", str(path))
+    done = ddpbench("explain", folder, "--json-file", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path) as handle:
         return {item["run_id"]: item for item in json.load(handle)}
@@ -115,3 +140,18 @@ def test_the_report_groups_the_ranks_by_host(sweeps, tmp_path):
     table = page[page.index("mlp-ddp-n2: ranks by host") :]
     table = table[: table.index("</table>")]
     assert table.count("<tr") == 3 and "node-0" in table and "node-1" in table
+
+
+def test_a_rank_killed_in_one_run_does_not_desynchronise_the_next(killed_then_next):
+    folder, results = killed_then_next
+    # Each pod ran both runs and ended failed, for the first; neither gave up at a barrier.
+    for code, output in results:
+        assert code == 1, output[-3000:]
+        assert "did not reach run" not in output and "did not start run" not in output, output[-3000:]
+    killed = record(folder, "mlp-ddp-n2-r1")
+    assert killed["status"] != "ok", killed["status"]
+    # The second run met both pods: ok, one rank on each host, in sync.
+    second = record(folder, "mlp-ddp-n2-r2")
+    assert second["status"] == "ok" and second["checks"]["replicas_in_sync"]["ok"], second.get("error")
+    assert {rank["rank"]: rank["hostname"] for rank in second["ranks"]} == {0: "node-0", 1: "node-1"}
+    assert second["spec"]["fault"] is None and killed["spec"]["fault"]["rank"] == 1

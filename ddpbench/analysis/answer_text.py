@@ -110,7 +110,8 @@ def closing_sentence(answer: Answer) -> str:
     spec = answer.record.spec
     devices = "GPUs" if spec.device == "cuda" else "processes"
     if answer.efficiency is not None:
-        said = f"{answer.workload}: DDP at {spec.world_size} {devices} keeps {percent(answer.efficiency)} of linear scaling"
+        kept = percent(answer.efficiency)
+        said = f"{answer.workload}: DDP at {spec.world_size} {devices} keeps {kept} of linear scaling"
     else:
         said = f"{answer.workload}: DDP at {spec.world_size} {devices}, in-process {percent(answer.in_process)}"
     said += f"; {largest_words(answer)}"
@@ -222,7 +223,8 @@ def _advice_for(name: str, answer: Answer, profile: dict | None) -> str:
         return (
             f"{lost}: the ranks slow each other's compute on the shared host (memory bandwidth, caches, cores). "
             f"A sweep gives each rank the host's cores over its largest world size ({spec.threads_per_rank} "
-            "here); try `ddpbench run --threads-per-rank T` with fewer, ranks pinned apart, or fewer ranks per host."
+            "thread(s) here); try fewer with --threads-per-rank T (run and sweep take it), ranks pinned apart, or "
+            "fewer ranks per host."
         )
     if name == "overlap_slowdown":
         return (

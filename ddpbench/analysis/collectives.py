@@ -15,6 +15,12 @@ For one collective, on the job's one clock (`rank_clocks`):
 
 Per bucket (a collective's place in its group within a step: DDP's buckets all-reduce in the same
 order every step) the run's table gives medians over steps and each rank's share of last arrivals.
+
+Some of a job's ranks (`match_job(..., subset=True)`, people profile a few ranks of a large job):
+the ranks at hand are still matched collective by collective, which puts them on one clock, but a
+collective's transfer, waits and last rank need every rank of its process group, so only the
+collectives of groups whose every rank is here are analysed; the others are named, with why, in
+`CrossRankJob.unmatched`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ddpbench.analysis.rank_clocks import (
     check_job,
     clock_of,
     format_offsets,
+    job_ranks,
     read_timelines,
 )
 from ddpbench.analysis.rank_timeline import RankTimeline
@@ -98,6 +105,12 @@ class CrossRankJob:
     offsets: dict[str, ClockOffset]
     shifts_us: list[float] = field(default_factory=list)
     """Per rank: what its trace's `ts` needs added to read on the job's clock (base and offset)."""
+    world_size: int = 0
+    """The job's ranks, given or not (0: as many as given)."""
+    missing: list[int] = field(default_factory=list)
+    """The job's ranks with no trace among those given (a subset of the job)."""
+    unmatched: list[str] = field(default_factory=list)
+    """Per process group whose collectives were not analysed: which, and why."""
 
     @property
     def ranks(self) -> int:
@@ -155,10 +168,12 @@ def _by_sequence(timelines, lists, step, group):
     return ordered
 
 
-def match_job(paths: list[str], jobs: int | None = None) -> CrossRankJob:
-    """Read, check, match and align a job's rank traces (JobError or TraceError on bad input)."""
+def match_job(paths: list[str], jobs: int | None = None, subset: bool = False) -> CrossRankJob:
+    """Read, check, match and align a job's rank traces (JobError or TraceError on bad input).
+    With `subset`, ranks of the job may be missing: see the module's docstring."""
     timelines = read_timelines(paths, jobs)
-    steps = check_job(timelines)
+    steps = check_job(timelines, subset)
+    world_size, missing = job_ranks(timelines)
     origin_ns = timelines[0].base_ns
     bases = [base_shift_us(timeline, origin_ns) for timeline in timelines]
     rows = []
@@ -170,11 +185,54 @@ def match_job(paths: list[str], jobs: int | None = None) -> CrossRankJob:
     ends_by_rank = {timeline.rank: [row[6][i] for row in rows] for i, timeline in enumerate(timelines)}
     offsets = align_clocks(timelines, ends_by_rank)
     shifts = np.array([bases[i] + offsets[clock_of(t)].offset_us for i, t in enumerate(timelines)])
+    incomplete = _incomplete_groups(timelines, world_size, {row[1] for row in rows}) if missing else {}
     collectives = [
         MatchedCollective(step, group, index, name, elements, starts - bases + shifts, ends - bases + shifts)
         for step, group, index, name, elements, starts, ends in rows
+        if group not in incomplete
     ]
-    return CrossRankJob(timelines, steps, collectives, offsets, shifts.tolist())
+    unmatched = [
+        f"group {group}: {sum(1 for row in rows if row[1] == group)} collectives over {len(steps)} steps: " f"{why}"
+        for group, why in sorted(incomplete.items())
+    ]
+    return CrossRankJob(timelines, steps, collectives, offsets, shifts.tolist(), world_size, missing, unmatched)
+
+
+def _incomplete_groups(timelines: list[RankTimeline], world_size: int, groups: set[str]) -> dict[str, str]:
+    """The groups some of whose ranks have no trace here, each with why its collectives cannot be
+    analysed. A group whose ranks the traces do not list spans the job (gloo's annotations name no
+    group at all)."""
+    given = {timeline.rank for timeline in timelines}
+    known = {}
+    for timeline in timelines:
+        known.update(timeline.group_ranks)
+    found = {}
+    for group in groups:
+        members = known.get(group) or list(range(world_size))
+        absent = sorted(set(members) - given)
+        if absent:
+            found[group] = (
+                f"its {len(members)} ranks' traces are needed (a collective's transfer is its shortest duration "
+                f"over all of them, the waits and the last to arrive are read against it); missing: "
+                f"{ranks_named(absent)}"
+            )
+    return found
+
+
+def ranks_named(ranks: list[int]) -> str:
+    """`rank 1`, or `126 ranks, 2-127`."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks, {rank_ranges(ranks)}"
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """`0-3, 7, 9-127`: sorted ranks as runs of consecutive numbers."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def bucket_table(job: CrossRankJob) -> list[dict]:
@@ -235,6 +293,15 @@ def _size(elements: int | None) -> str:
 def format_bucket_table(job: CrossRankJob) -> str:
     """What `ddpbench trace collectives` prints about the collectives."""
     table = bucket_table(job)
+    if not table and job.unmatched:
+        return "\n".join(
+            [
+                f"{job.ranks} rank trace{'s' if job.ranks != 1 else ''} of a job of {job.world_size}, "
+                f"{len(job.steps)} profiled steps: no collective could be analysed",
+                *format_offsets(job.offsets),
+                *(f"not analysed: {line}" for line in job.unmatched),
+            ]
+        )
     if not table:
         return f"{job.ranks} rank traces, {len(job.steps)} profiled steps: no collectives in them"
     lines = [
@@ -270,6 +337,7 @@ def format_bucket_table(job: CrossRankJob) -> str:
         "medians over steps; transfer = shortest duration across ranks, wait = a rank's duration minus it; "
         "spread = last arrival minus first"
     )
+    lines += [f"not analysed: {line}" for line in job.unmatched]
     return "\n".join(lines)
 
 
@@ -285,4 +353,7 @@ def job_summary(job: CrossRankJob) -> dict:
         "buckets": bucket_table(job),
         "last_arrivals": rank_summary(job),
         "collectives": [c.as_dict() for c in job.collectives],
+        "world_size": job.world_size,
+        "missing_ranks": job.missing,
+        "not_analysed": job.unmatched,
     }

@@ -11,7 +11,9 @@ this way carry milliseconds of uncertainty, where NCCL kernels carry microsecond
 names no host gets a clock of its own (it may or may not share one: aligning is the safe guess).
 
 Bad input is refused in one line naming the rank and step (`JobError`, a `TraceError`): traces of
-different jobs, a missing or repeated rank, steps that do not match.
+different jobs, a missing or repeated rank, steps that do not match. A subset of a job's ranks is
+refused unless the caller takes one (`check_job(..., subset=True)`): merging ranks for viewing
+needs only the ranks at hand, and their clocks align on the collectives they share.
 """
 
 from __future__ import annotations
@@ -93,8 +95,17 @@ def read_timelines(paths: list[str], jobs: int | None = None) -> list[RankTimeli
     return sorted(results, key=lambda timeline: timeline.rank)
 
 
-def check_job(timelines: list[RankTimeline]) -> list[int]:
-    """Refuse traces that are not one job's; returns the profiled steps every rank has."""
+def job_ranks(timelines: list[RankTimeline]) -> tuple[int, list[int]]:
+    """The job's world size (as the traces say, else the highest rank + 1) and the ranks with no trace."""
+    first = timelines[0]
+    given = {timeline.rank for timeline in timelines}
+    world_size = first.world_size if first.world_size is not None else max(given) + 1
+    return world_size, sorted(set(range(world_size)) - given)
+
+
+def check_job(timelines: list[RankTimeline], subset: bool = False) -> list[int]:
+    """Refuse traces that are not one job's; returns the profiled steps every rank has. With
+    `subset`, ranks of the job may be missing (`job_ranks` names them)."""
     if not timelines:
         raise JobError("no rank traces given")
     seen: dict[int, str] = {}
@@ -110,9 +121,8 @@ def check_job(timelines: list[RankTimeline]) -> list[int]:
                     f"rank {timeline.rank}: {what.replace('_', ' ')} {getattr(timeline, what)} where rank "
                     f"{first.rank} has {getattr(first, what)}: traces of different jobs"
                 )
-    world_size = first.world_size if first.world_size is not None else max(seen) + 1
-    missing = sorted(set(range(world_size)) - set(seen))
-    if missing:
+    world_size, missing = job_ranks(timelines)
+    if missing and not subset:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise JobError(
             f"rank {missing[0]}{more}: no trace among the {len(timelines)} given for world size {world_size}"

@@ -101,6 +101,8 @@ class RankTimeline(msgspec.Struct):
     """Step number -> phase -> merged (starts, ends): when that phase kept this rank busy."""
     groups: list[str] = []
     """The process groups of distributedInfo's pg_config, as the trace lists them."""
+    group_ranks: dict[str, list[int]] = {}
+    """The ranks of each process group whose pg_config lists them; a group not here spans the job."""
 
 
 @dataclass
@@ -192,6 +194,11 @@ def read_rank_timeline(path: str) -> RankTimeline:
         collectives={},
         phases={},
         groups=[str(g.get("pg_name")) for g in info.get("pg_config") or [] if isinstance(g, dict)],
+        group_ranks={
+            str(g.get("pg_name")): [int(r) for r in g["ranks"]]
+            for g in info.get("pg_config") or []
+            if isinstance(g, dict) and isinstance(g.get("ranks"), list) and all(isinstance(r, int) for r in g["ranks"])
+        },
     )
     if kind == "cpu":
         _reduce_cpu(timeline, steps, numbers, starts, spans, cpu_collectives)

@@ -124,6 +124,8 @@ def write_merged(job: CrossRankJob, paths: list[StepPath], out_path: str) -> dic
         "merged_by": "ddpbench trace merge",
         "clock": f"rank {first.rank}'s trace ({first.path})",
         "clocks": [offset.as_dict() for offset in job.offsets.values()],
+        "world_size": job.world_size or job.ranks,
+        "missing_ranks": job.missing,
         "ranks": [
             {"rank": t.rank, "host": t.host, "path": t.path, "shift_us": shift}
             for t, shift in zip(job.timelines, job.shifts_us)
@@ -136,7 +138,9 @@ def write_merged(job: CrossRankJob, paths: list[StepPath], out_path: str) -> dic
         separator = b""
         for timeline, shift in zip(job.timelines, job.shifts_us):
             trace = read_trace(timeline.path, _ANY)
-            events = _rank_events(trace, timeline.rank, timeline.host, shift, job.ranks, by_rank[timeline.rank])
+            # Flow ids made unique over the whole job's ranks, the ones not given too.
+            world = max(job.world_size, max(t.rank for t in job.timelines) + 1)
+            events = _rank_events(trace, timeline.rank, timeline.host, shift, world, by_rank[timeline.rank])
             del trace
             counts[timeline.rank] = len(events)
             # In slices: the encoded text of a whole trace would be a second trace's worth of memory.

@@ -22,6 +22,69 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+BAD_INPUT = "2 bad input, one line on stderr, refused before anything starts or is written"
+INTERRUPTED = "130 interrupted (Ctrl-C), 143 terminated: runs in progress ended, finished records kept"
+
+
+def exit_codes(parser: argparse.ArgumentParser, *codes: str) -> argparse.ArgumentParser:
+    """End the parser's --help with its exit codes, each as `N what it means`; bad input's 2 is
+    every command's and is added here."""
+    given = codes if BAD_INPUT in codes else (*codes, BAD_INPUT)
+    ordered, key = [], -1
+    for text in given:  # in numeric order; a line without a code of its own stays after the one before it
+        first = text.split()[0]
+        key = int(first) if first.isdigit() else key
+        ordered.append((key, text))
+    parser.epilog = "exit codes: " + "; ".join(text for _, text in sorted(ordered, key=lambda item: item[0]))
+    return parser
+
+
+DEPRECATED_DEST = "deprecated_spellings"
+"""Where the old spellings a command line used are noted (cli.main prints them after the output)."""
+
+
+def note_deprecated(namespace: argparse.Namespace, old: str, instead: str) -> None:
+    """One line for `cli.main` to print after the command's output; the old spelling still works."""
+    line = f"{old} is deprecated and will be removed: use {instead}"
+    noted = getattr(namespace, DEPRECATED_DEST, None)
+    if noted is None:
+        noted = []
+        setattr(namespace, DEPRECATED_DEST, noted)
+    if line not in noted:
+        noted.append(line)
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old option spelling that keeps its old meaning (its value goes where it always went) and
+    notes one deprecation line naming what replaces it. Hidden from --help, which shows the new
+    spelling; docs/commands.md lists every old one."""
+
+    def __init__(self, option_strings, dest, instead: str, nargs=None, const=None, **kwargs):
+        self.instead = instead
+        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        note_deprecated(namespace, option_string, self.instead)
+
+
+def add_deprecated_option(parser, *old: str, instead: str, **keywords) -> None:
+    """`old` spellings that keep their meaning, with a deprecation line naming `instead`. A switch
+    is given `nargs=0` and `const` (the value it stores)."""
+    parser.add_argument(*old, action=DeprecatedSpelling, instead=instead, help=argparse.SUPPRESS, **keywords)
+
+
+def deprecated_command(handler, old: str, instead: str):
+    """A handler for an old command name that still runs `handler`, then says what replaces it."""
+
+    def run_and_say(args: argparse.Namespace) -> int:
+        # cli.main has taken the notes already: this one goes straight to what it prints.
+        args.deprecations.append(f"{old} is deprecated and will be removed: use {instead}")
+        return handler(args)
+
+    return run_and_say
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> None:
     """The options of one run: the fields of RunSpec (and its DDP knobs) and how the run is launched.
     With `script`, a user's training script may stand where the workload does."""
@@ -113,4 +176,10 @@ def on_sweep_folder(sweep_dir: str, action):
 
 def subcommands(parser: argparse.ArgumentParser, dest: str):
     """A command's own subcommands (`ddpbench history add`), with the same one-line usage errors."""
-    return parser.add_subparsers(dest=dest, required=True, metavar=dest.upper(), parser_class=OneLineErrorParser)
+    return parser.add_subparsers(
+        dest=dest,
+        required=True,
+        metavar=dest.upper(),
+        parser_class=OneLineErrorParser,
+        help="one of these, each with its own --help:",
+    )

@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes
+
 
 def add_canary_parser(commands) -> None:
     canary = commands.add_parser(
         "canary",
-        help="probe this machine once (matrix product, memory copy, Python loop, gloo and NCCL all-reduce): "
-        "what every sweep keeps at its start and end, so that the gate can tell a slower machine from slower code",
+        help="this machine's own speed, as every sweep records it",
+        description="Probe this machine once (matrix product, memory copy, Python loop, gloo and NCCL all-reduce): "
+        "what every sweep keeps at its start and end, so that the gate can tell a slower machine from slower code.",
     )
-    canary.add_argument("--json", default=None, metavar="PATH", help="also write the run as JSON")
+    canary.add_argument("--json-file", dest="json", default=None, metavar="FILE", help="also write the probes as JSON")
+    add_deprecated_option(canary, "--json", dest="json", instead="--json-file FILE")
+    exit_codes(canary, "0 every probe ran", "1 a probe failed (the others are printed)")
     canary.set_defaults(handler=command_canary)
 
 

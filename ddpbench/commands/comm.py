@@ -1,18 +1,23 @@
 """`ddpbench comm`: the collective microbenchmark (nccl-tests style) and the network profile it
-writes, which `project`, `tune --profile`, `explain --profile` and the report replay. No torch here."""
+writes, which `project`, `tune --network`, `explain --network` and the report replay. No torch here."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ddpbench.commands.arguments import comma_list, positive_int
+from ddpbench.commands.arguments import BAD_INPUT, INTERRUPTED, comma_list, exit_codes, positive_int
 from ddpbench.config.errors import SpecError
 from ddpbench.config.spec import DEVICES
 
 
 def add_comm_parser(commands) -> None:
-    comm = commands.add_parser("comm", help="collective microbenchmark (nccl-tests style) and its network profile")
+    comm = commands.add_parser(
+        "comm",
+        help="collective bandwidth (nccl-tests style) and its network profile",
+        description="Measure collectives over message sizes (nccl-tests style) and fit the network profile that "
+        "project, tune --network, explain --network and the report replay.",
+    )
     comm.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo")
     comm.add_argument(
         "--device",
@@ -24,7 +29,10 @@ def add_comm_parser(commands) -> None:
         "--nproc", type=positive_int, default=None, help="processes, one per device (default: every GPU, or 2)"
     )
     comm.add_argument(
-        "--collectives", type=comma_list, default=("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+        "--collectives",
+        type=comma_list,
+        default=("all_reduce", "reduce_scatter", "all_gather", "broadcast"),
+        help="comma-separated, any of all_reduce, reduce_scatter, all_gather, broadcast (default: all four)",
     )
     comm.add_argument(
         "--dtypes",
@@ -43,8 +51,14 @@ def add_comm_parser(commands) -> None:
     comm.add_argument("--min-iters", type=int, default=10, help="timed calls per size, at least (default 10)")
     comm.add_argument("--max-iters", type=int, default=200, help="timed calls per size, at most (default 200)")
     comm.add_argument("--seconds-per-size", type=float, default=0.5, help="time budget per size (default 0.5)")
-    comm.add_argument("--out", default="results/comm", help="folder for results.json, profile.json, bandwidth.png")
-    comm.add_argument("--name", default="", help="profile name (default backend-device-nN-host)")
+    comm.add_argument(
+        "--out",
+        default="results/comm",
+        metavar="DIR",
+        help="folder for results.json, profile.json, bandwidth.png (default results/comm)",
+    )
+    comm.add_argument("--name", default="", help="profile name, inside profile.json (default backend-device-nN-host)")
+    exit_codes(comm, "0 measured", "1 the benchmark failed (its processes' output says why)", BAD_INPUT, INTERRUPTED)
     comm.set_defaults(handler=command_comm)
 
 

@@ -7,33 +7,39 @@ import argparse
 import json
 import os
 
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes
 from ddpbench.config.errors import SpecError
 
 
 def add_explain_parser(commands) -> None:
     explain = commands.add_parser(
         "explain",
-        help="where each configuration's efficiency went: the causes of lost scaling, pooled over its runs, "
-        "with advice",
+        help="print where each configuration's efficiency went, and what to try",
+        description="Print where each configuration's efficiency went: the causes of lost scaling from the "
+        "in-process ablation, pooled over its runs with their 95 % intervals, and what to try. table prints the "
+        "scaling itself; report writes it all as one file.",
     )
-    explain.add_argument("sweep_dir")
+    explain.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's folder (results/<sweep-id>)")
+    exit_codes(explain, "0 explained (runs that could not be are listed as such)")
     explain.add_argument(
-        "--json-out",
+        "--json-file",
         dest="json_out",
-        metavar="PATH",
+        metavar="FILE",
         default=None,
         help="also write the answers as JSON: one object per configuration, pooled over its runs",
     )
-    explain.add_argument(
+    # The old spelling keeps its old meaning: a list with one object per run, its causes under their
+    # names of before 0.2.
+    add_deprecated_option(
+        explain,
         "--json",
         dest="json_path",
-        metavar="PATH",
-        default=None,
-        help="deprecated: the JSON of before 0.2, one object per run with the causes under their old names "
-        "(use --json-out)",
+        instead="--json-file FILE (one object per configuration; --json still writes the per-run JSON of before 0.2)",
     )
+    add_deprecated_option(explain, "--profile", dest="profile", instead="--network FILE|PRESET")
     explain.add_argument(
-        "--profile",
+        "--network",
+        dest="profile",
         default=None,
         metavar="FILE|PRESET",
         help="network profile (ddpbench comm's profile.json or a preset): the advice on exposed "
@@ -44,7 +50,7 @@ def add_explain_parser(commands) -> None:
         action="store_true",
         help="also print each configuration's causes with how each was measured, its check and all its advice",
     )
-    explain.set_defaults(handler=command_explain)
+    explain.set_defaults(handler=command_explain, json_path=None)
 
 
 def sweep_answers(sweep_dir: str, with_traces: bool = True):
@@ -110,11 +116,6 @@ def command_explain(args: argparse.Namespace) -> int:
                 with open(path, "w", encoding="utf-8") as handle:
                     json.dump(found(answers, paths), handle, indent=1)
                 print(f"json: {path}")
-        if args.json_path:
-            args.deprecations.append(
-                "explain --json writes the JSON of before 0.2 (one object per run, old cause names); "
-                "--json-out writes one object per configuration, pooled over its runs"
-            )
     return 0
 
 

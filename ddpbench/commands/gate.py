@@ -9,16 +9,26 @@ import sys
 import time
 
 from ddpbench.commands.arguments import (
+    BAD_INPUT,
+    INTERRUPTED,
     OneLineErrorParser,
+    add_deprecated_option,
     add_run_arguments,
     comma_list,
-    on_sweep_folder,
+    deprecated_command,
+    exit_codes,
     spec_from_args,
     subcommands,
 )
 
 # The history commands live in ddpbench.commands.history; importable from here as they were.
-from ddpbench.commands.history import add_store_argument, command_history_add, command_history_changes  # noqa: F401
+from ddpbench.commands.history import (  # noqa: F401
+    add_baseline_save_arguments,
+    add_store_argument,
+    command_baseline_save,
+    command_history_add,
+    command_history_changes,
+)
 from ddpbench.config.errors import SpecError
 
 # 4: a regression that the machine's canary accounts for (ddpbench.gate.drift): still a failure,
@@ -27,7 +37,13 @@ EXIT_FAIL, EXIT_UNDERPOWERED, EXIT_DRIFT = 1, 3, 4
 
 
 def add_gate_parser(commands) -> None:
-    gate = commands.add_parser("gate", help="compare a candidate sweep with a baseline; exit 1 on a regression")
+    gate = commands.add_parser(
+        "gate",
+        help="a sweep against a baseline or the history; exit 1 on a regression",
+        description="Compare a candidate sweep (or record) with a baseline, the stored baseline of its machine "
+        "class, or the history; exit 1 on a regression. --confirm-with reruns what it flags as a same-job A/B "
+        "(what ab does for a configuration you name).",
+    )
     gate.add_argument(
         "--baseline",
         required=True,
@@ -77,14 +93,28 @@ def add_gate_parser(commands) -> None:
     )
     add_verdict_arguments(gate)
     add_store_argument(gate)
+    exit_codes(
+        gate,
+        "0 pass",
+        "1 a regression (confirmed, with --confirm-with) or something not comparable (a failed run, a missing "
+        "configuration, other machines)",
+        f"{EXIT_UNDERPOWERED} with --fail-underpowered: a comparison too weak to see its target",
+        f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy) or a run the probe "
+        "flags: rerun, or confirm with --confirm-with",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
     gate.set_defaults(handler=command_gate)
 
 
 def add_ab_parser(commands) -> None:
     ab = commands.add_parser(
         "ab",
-        help="run one configuration in two environments, A B A B ..., and gate B against A with a paired test",
+        help="one configuration in two code trees, A B A B ..., B gated against A",
         usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp --nproc 2)",
+        description="Run one configuration in two environments (code trees or Pythons), A B A B ..., and gate B "
+        "against A with a paired test: what gate --confirm-with does for the configurations a comparison flags, "
+        "for one you name. make gate BASE=<ref> runs it against a git ref's code.",
     )
     ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
     ab.add_argument("b", help="environment B, the candidate")
@@ -92,16 +122,34 @@ def add_ab_parser(commands) -> None:
     ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
     ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
     add_verdict_arguments(ab)
+    exit_codes(
+        ab,
+        "0 pass: B no slower than A",
+        "1 B regressed against A, or a round failed",
+        f"{EXIT_UNDERPOWERED} with --fail-underpowered: too few or too noisy rounds to see the target",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
     ab.set_defaults(handler=command_ab)
 
 
 def add_baseline_parser(commands) -> None:
-    baseline = commands.add_parser("baseline", help="store a sweep as the baseline of its machine class")
+    """`baseline save`, the old name of `history baseline`: not listed, and it says so when used."""
+    baseline = commands.add_parser(
+        "baseline", description="Deprecated: ddpbench history baseline SWEEP_DIR saves a sweep as the baseline."
+    )
+    exit_codes(baseline, "those of its subcommand")
     baseline_commands = subcommands(baseline, "baseline_command")
-    save = baseline_commands.add_parser("save", help="copy a sweep's records to results/baselines/<class>/<suite>/")
-    save.add_argument("sweep_dir")
-    save.add_argument("--baselines", default="results/baselines", help="where baselines live")
-    save.set_defaults(handler=command_baseline_save)
+    save = baseline_commands.add_parser(
+        "save",
+        help="deprecated: ddpbench history baseline SWEEP_DIR",
+        description="Deprecated: use ddpbench history baseline SWEEP_DIR, which does the same.",
+    )
+    add_baseline_save_arguments(save)
+    exit_codes(save, "0 saved")
+    save.set_defaults(
+        handler=deprecated_command(command_baseline_save, "baseline save", "ddpbench history baseline SWEEP_DIR")
+    )
 
 
 def gate_settings(args: argparse.Namespace):
@@ -365,7 +413,7 @@ def command_gate(args: argparse.Namespace) -> int:
             if args.baseline == "auto" and not os.path.isdir(baseline_path):
                 raise GateError(
                     f"no stored baseline for this machine class and suite at {baseline_path}; "
-                    f"save one with: ddpbench baseline save SWEEP_DIR"
+                    f"save one with: ddpbench history baseline SWEEP_DIR"
                 )
             baseline = baseline_records = load_side(baseline_path)
             env_notes = env_differences(baseline, candidate)
@@ -460,14 +508,6 @@ def command_ab(args: argparse.Namespace) -> int:
     )
 
 
-def command_baseline_save(args: argparse.Namespace) -> int:
-    from ddpbench.gate.baselines import save_baseline
-
-    saved = on_sweep_folder(args.sweep_dir, lambda: save_baseline(args.sweep_dir, args.baselines))
-    print(f"baseline saved: {saved}")
-    return 0
-
-
 def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--max-regression", default="5%", help="allowed slowdown: 5, 5%% or 0.05 (default 5%%)")
@@ -490,5 +530,6 @@ def add_verdict_arguments(parser: argparse.ArgumentParser) -> None:
         "(9.75%% for 5%%), caught 80%% of the time (a slowdown at the threshold itself is caught at most half "
         "the time)",
     )
-    add("--summary-md", default=None, help="write a Markdown summary (for a CI job summary)")
-    add("--json", default=None, help="write the verdicts as JSON")
+    add("--summary-md", default=None, metavar="FILE", help="also write a Markdown summary (for a CI job summary)")
+    add("--json-file", dest="json", default=None, metavar="FILE", help="also write the verdicts as JSON")
+    add_deprecated_option(parser, "--json", dest="json", instead="--json-file FILE")

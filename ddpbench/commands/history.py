@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ddpbench.commands.arguments import subcommands
+from ddpbench.commands.arguments import exit_codes, on_sweep_folder, subcommands
 from ddpbench.config.errors import SpecError
 
 STORE_HELP = (
@@ -28,12 +28,29 @@ def add_store_argument(parser: argparse.ArgumentParser, help_text: str = STORE_H
 
 def add_history_parser(commands) -> None:
     """The `history` command group, under the top-level subcommands `commands`."""
-    history = commands.add_parser("history", help="nightly results over time: add sweeps, find change points")
-    history_commands = subcommands(history, "history_command")
-    add = history_commands.add_parser(
-        "add", help="add a sweep's ok runs to the history store (default results/history.sqlite)"
+    history = commands.add_parser(
+        "history",
+        help="what the gate compares with: a baseline, nightly sweeps over time",
+        description="What the gate compares a sweep with: the saved baseline of each machine class and suite "
+        "(gate --baseline auto), and the history store of nightly sweeps (gate --baseline history, and the noise "
+        "of every comparison).",
     )
-    add.add_argument("sweep_dir")
+    exit_codes(history, "those of each subcommand (ddpbench history SUBCOMMAND --help)")
+    history_commands = subcommands(history, "history_command")
+    baseline = history_commands.add_parser(
+        "baseline",
+        help="save a sweep as the baseline of its machine class and suite (results/baselines/<class>/<suite>/), "
+        "what gate --baseline auto compares with",
+    )
+    add_baseline_save_arguments(baseline)
+    exit_codes(baseline, "0 saved")
+    baseline.set_defaults(handler=command_baseline_save)
+    add = history_commands.add_parser(
+        "add",
+        help="add a sweep's ok runs to the history store (default results/history.sqlite), what gate --baseline "
+        "history reads",
+    )
+    add.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's folder (results/<sweep-id>)")
     # default None: a --history given on the command line means the CSV folder, even the default one.
     add.add_argument(
         "--history",
@@ -45,21 +62,31 @@ def add_history_parser(commands) -> None:
         STORE_HELP + " (where that file exists, or no CSV history is at results/history); one transaction, and "
         "runs already stored are skipped",
     )
+    exit_codes(add, "0 added (runs already stored are skipped)")
     add.set_defaults(handler=command_history_add)
     changes = history_commands.add_parser("changes", help="change points of history series (Apache Otava)")
-    changes.add_argument("paths", nargs="*", metavar="PATH", help="history folders or series files (*.csv)")
+    changes.add_argument(
+        "paths", nargs="*", metavar="PATH", help="deprecated: history folders or series files (*.csv); use --store"
+    )
     add_store_argument(changes)
+    exit_codes(changes, "0 every series read (with or without change points)")
     changes.set_defaults(handler=command_history_changes)
     into = history_commands.add_parser("import", help="add CSV history series (a history folder) to the store")
     into.add_argument("folder", metavar="DIR", help="a history root (results/history) or one <class>/<suite> folder")
     add_store_argument(into)
+    exit_codes(into, "0 imported (runs already stored are skipped)")
     into.set_defaults(handler=command_history_import)
-    out = history_commands.add_parser("export", help="write the store's series as CSV files, as history add does")
+    out = history_commands.add_parser(
+        "export", help="write the history store as CSV files, one per series (not a sweep: see report)"
+    )
     out.add_argument("folder", metavar="DIR", help="written as DIR/<class>/<suite>/<series>.csv")
     add_store_argument(out)
+    exit_codes(out, "0 written")
     out.set_defaults(handler=command_history_export)
     page = history_commands.add_parser(
-        "report", help="an HTML page of the store's history: a chart per configuration, then a table"
+        "report",
+        help="the history store's HTML page: a chart per configuration over time, then a table (a sweep's own "
+        "report: ddpbench report)",
     )
     add_store_argument(page)
     page.add_argument(
@@ -68,7 +95,26 @@ def add_history_parser(commands) -> None:
         metavar="DIR",
         help="folder for the page, DIR/index.html (default reports/history)",
     )
+    exit_codes(page, "0 written")
     page.set_defaults(handler=command_history_report)
+
+
+def add_baseline_save_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's folder (results/<sweep-id>)")
+    parser.add_argument(
+        "--baselines",
+        default="results/baselines",
+        metavar="DIR",
+        help="where baselines live: DIR/<machine class>/<suite>/ (default results/baselines)",
+    )
+
+
+def command_baseline_save(args: argparse.Namespace) -> int:
+    from ddpbench.gate.baselines import save_baseline
+
+    saved = on_sweep_folder(args.sweep_dir, lambda: save_baseline(args.sweep_dir, args.baselines))
+    print(f"baseline saved: {saved}")
+    return 0
 
 
 def warn_deprecated(args: argparse.Namespace, option: str, instead: str) -> None:

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes
 from ddpbench.config.errors import SpecError
 from ddpbench.config.spec import COMM_HOOKS
 
@@ -14,17 +15,21 @@ from ddpbench.config.spec import COMM_HOOKS
 def add_project_parser(commands) -> None:
     project = commands.add_parser(
         "project",
-        help="replay a measured DDP step for another world size, network, "
-        "bucket size or compression (a projection, not a measurement)",
+        help="replay a measured DDP step at another world size or network",
+        description="Replay a measured DDP step for another world size, network, bucket size or compression: a "
+        "projection, not a measurement.",
     )
     project.add_argument("run", metavar="RUN", help="a DDP run's record (RUN.json), or a folder with one record")
     project.add_argument("--world", type=int, required=True, help="world size to project to (>= 1)")
     project.add_argument(
-        "--profile",
-        required=True,
-        help="network profile JSON from ddpbench comm, or a preset: "
-        "h100-nvswitch, h200-nvswitch, pcie4-8gpu, ib-100g, ib-400g",
+        "--network",
+        dest="profile",
+        default=None,
+        metavar="FILE|PRESET",
+        help="network profile (ddpbench comm's profile.json), or a preset: "
+        "h100-nvswitch, h200-nvswitch, pcie4-8gpu, ib-100g, ib-400g (required)",
     )
+    add_deprecated_option(project, "--profile", dest="profile", instead="--network FILE|PRESET")
     project.add_argument("--bucket-cap-mb", type=float, default=None, help="what-if bucket cap (default: the run's)")
     project.add_argument(
         "--comm-hook",
@@ -32,8 +37,11 @@ def add_project_parser(commands) -> None:
         default=None,
         help="what-if gradient compression (default: the run's)",
     )
-    project.add_argument("--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth")
-    project.add_argument("--json", action="store_true", help="machine-readable output")
+    project.add_argument(
+        "--bandwidth-scale", type=float, default=1.0, help="what-if: k times the bandwidth (default 1)"
+    )
+    project.add_argument("--json", action="store_true", help="print JSON instead of the text")
+    exit_codes(project, "0 projected")
     project.set_defaults(handler=command_project)
 
 
@@ -73,6 +81,8 @@ def command_project(args: argparse.Namespace) -> int:
     from ddpbench.analysis.projection import ProjectionError, WhatIf, project
     from ddpbench.analysis.projection_text import format_projection
 
+    if args.profile is None:
+        raise SpecError("the following arguments are required: --network FILE|PRESET")
     record = load_run_record(args.run)
     try:
         profile = load_profile(args.profile)

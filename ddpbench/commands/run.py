@@ -5,12 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ddpbench.commands.arguments import add_run_arguments, spec_from_args
+from ddpbench.commands.arguments import BAD_INPUT, INTERRUPTED, add_run_arguments, exit_codes, spec_from_args
 
 
 def add_run_parser(commands) -> None:
-    run = commands.add_parser("run", help="run one benchmark (ddp under torchrun, or local) and write its record")
+    run = commands.add_parser("run", help="one benchmark run (ddp under torchrun, or local) and its record")
     add_run_arguments(run, script=True)
+    exit_codes(
+        run,
+        "0 the run is ok",
+        "1 it failed, timed out or failed a correctness check (on a node other than global rank 0's: this node "
+        "failed)",
+        f"{NOT_MEASURABLE_EXIT} a script that is not DDP training ddpbench can measure",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
     run.set_defaults(handler=command_run)
 
 

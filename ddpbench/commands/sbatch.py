@@ -7,17 +7,26 @@ import os
 import sys
 import time
 
+from ddpbench.commands.arguments import exit_codes
 from ddpbench.commands.sweep import add_sweep_arguments, sweep_options_from_args
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 
 
 def add_sbatch_parser(commands) -> None:
     sbatch = commands.add_parser(
         "sbatch",
         allow_abbrev=False,  # its options are told apart from the sweep's by name
-        help="submit a whole sweep as one SLURM job (--launcher slurm inside), report at the end",
+        help="submit a whole sweep as one SLURM job, its report at the end",
+        description="Submit a whole sweep as one SLURM job (the sweep runs with --launcher slurm inside it, one srun "
+        "step per run), the report written when it ends. Every option but the job's goes to the sweep as typed.",
     )
     add_sbatch_arguments(sbatch)
+    exit_codes(
+        sbatch,
+        "0 submitted (with --print: the batch script written, nothing submitted)",
+        "with --wait, the job's own exit code (the sweep's: 1 a run failed)",
+    )
     sbatch.set_defaults(handler=command_sbatch)
 
 
@@ -66,6 +75,8 @@ def command_sbatch(args: argparse.Namespace) -> int:
             continue
         sweep_argv.append(arg)
     args.launcher = "slurm"
+    if args.sweep_id is not None:  # before anything is written: the batch script goes in its folder
+        check_id("--sweep-id", args.sweep_id, f"--out ({args.out!r})", nested=True)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-slurm"
     sweep_argv += [] if args.sweep_id else ["--sweep-id", sweep_id]
     sweep_dir = os.path.abspath(os.path.join(args.out, sweep_id))
@@ -73,7 +84,9 @@ def command_sbatch(args: argparse.Namespace) -> int:
     if not args.resume:  # what the job would refuse inside its allocation, refused here already
         if args.device == "cuda" and not args.gpus:
             raise SpecError("a GPU sweep needs --gpus-per-node G: the job must ask SLURM for its GPUs")
-        plan_sweep(sweep_options_from_args(args, (args.gpus or 0, args.nproc or 1, args.nodes, "a node")), sweep_dir)
+        # The node's cores are known inside the allocation; here, as many as the threads asked for.
+        cores = (args.nproc or 1) * (args.threads_per_rank or 1)
+        plan_sweep(sweep_options_from_args(args, (args.gpus or 0, cores, args.nodes, "a node")), sweep_dir)
     if args.partition and nodes > (total := slurm.check_partition(args.partition)):
         raise SpecError(f"asked for {nodes} nodes; partition {args.partition!r} has {total}")
     options = [

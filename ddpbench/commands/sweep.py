@@ -10,22 +10,35 @@ import sys
 import time
 
 from ddpbench.commands.arguments import (
+    BAD_INPUT,
+    INTERRUPTED,
+    add_deprecated_option,
     add_reliability_arguments,
     add_script_arguments,
     add_verbose_argument,
+    exit_codes,
+    node_counts,
     positive_int,
     script_from_args,
 )
 from ddpbench.commands.explain import closing_lines
 from ddpbench.commands.table import print_table
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args
 from ddpbench.config.plan import SUITES, SweepOptions
 from ddpbench.config.spec import DEVICES, DDPKnobs, SpecError, resolve_device
 
 
 def add_sweep_parser(commands) -> None:
-    sweep = commands.add_parser("sweep", help="run a scaling sweep: local, ddp and dp over world sizes 1, 2, 4, ...")
+    sweep = commands.add_parser("sweep", help="a scaling sweep: local, ddp, dp over world sizes 1, 2, 4, ...")
     add_sweep_arguments(sweep)
+    exit_codes(
+        sweep,
+        "0 every run is ok",
+        "1 a run failed, timed out or failed a correctness check (the others still ran; --resume reruns it)",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
     sweep.set_defaults(handler=command_sweep)
 
 
@@ -33,21 +46,29 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """The sweep's options: SweepOptions' fields, and what decides the device and world sizes."""
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument(
-        "--gpus",
         "--gpus-per-node",
+        "--gpus",
         dest="gpus",
         type=positive_int,
-        help="GPUs per node: the largest world size on one node (implies --device cuda)",
+        metavar="G",
+        help="GPUs per node: at most G processes on a node (implies --device cuda)",
     )
     devices.add_argument(
-        "--nproc",
-        "--nproc-per-node",
+        "--max-nproc",
         dest="nproc",
         type=positive_int,
-        help="processes per node: the largest world size on one node " "(default: every GPU, or every CPU core)",
+        metavar="N",
+        help="processes per node at most: one-node runs take world sizes 1, 2, 4, ... N, runs over several nodes "
+        "N per node (default: every GPU, or every CPU core)",
+    )
+    add_deprecated_option(
+        devices, "--nproc", "--nproc-per-node", dest="nproc", type=positive_int, instead="--max-nproc N"
     )
     add_arguments(parser, SweepOptions, ("launcher", "nodes"))
-    parser.add_argument("--device", choices=DEVICES, default="auto")
+    add_deprecated_option(parser, "--nodes", dest="nodes", type=node_counts, instead="--node-counts 1,2,4")
+    parser.add_argument(
+        "--device", choices=DEVICES, default="auto", help="auto (default) picks cuda when a GPU is visible"
+    )
     parser.add_argument(
         "--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, cpu without)"
     )
@@ -67,8 +88,18 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             "precision",
         ),
     )
-    add_arguments(parser, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
-    parser.add_argument("--out", default="results", help="sweeps go to OUT/<sweep-id>/ (default results)")
+    add_arguments(parser, SweepOptions, ("num_workers",))
+    parser.add_argument(
+        "--threads-per-rank",
+        type=positive_int,
+        default=None,
+        metavar="T",
+        help="CPU threads of every rank, the reference's too (N x T for dp at world size N); default: usable "
+        "cores // the largest world size, so that every device is the same slice of the machine",
+    )
+    parser.add_argument(
+        "--out", default="results", metavar="DIR", help="sweeps go to DIR/<sweep-id>/ (default results)"
+    )
     parser.add_argument("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
     parser.add_argument("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
     add_arguments(parser, SweepOptions, ("profile",))
@@ -87,8 +118,16 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a collective may wait before a hang is declared (default: 50 expected steps, at least 60)",
     )
     add_verbose_argument(parser)
+    add_ddp_arguments(parser)
     add_reliability_arguments(parser)  # --inject-fault fills SweepOptions.fault: the same flag as a run's
     add_script_arguments(parser, with_path=True)
+
+
+def add_ddp_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every DDP option a run takes, for every ddp and replicate run of the sweep: whatever explain or
+    tune advises can be tried on the whole sweep again."""
+    ddp = parser.add_argument_group("DDP options (every ddp and replicate run; recorded in the spec)")
+    add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
 
 
 def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str]:
@@ -123,6 +162,15 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
                 f"asked for {largest} CPU processes; {machine} has {cores} usable cores "
                 "(a CPU device is a slice of cores, so at most one process per core)"
             )
+    threads = getattr(args, "threads_per_rank", None)
+    if threads is not None:
+        # Every device the same slice still, only a smaller one: the sweep uses that many cores.
+        if threads * largest > cores:
+            raise SpecError(
+                f"--threads-per-rank {threads} for {largest} processes needs {threads * largest} cores; {machine} "
+                f"has {cores} usable"
+            )
+        cores = threads * largest
     return from_args(
         SweepOptions,
         args,
@@ -144,10 +192,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     if args.resume and not args.sweep_id:
         raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
     options = None if args.resume else sweep_options_from_args(args)
-    if args.sweep_id is not None and (os.path.isabs(args.sweep_id) or ".." in args.sweep_id.split(os.sep)):
-        raise SpecError(
-            f"--sweep-id {args.sweep_id!r} must be a name inside --out ({args.out!r}), not a path that leaves it"
-        )
+    if args.sweep_id is not None:
+        check_id("--sweep-id", args.sweep_id, f"--out ({args.out!r})", nested=True)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{options.suite}"
     sweep_dir = os.path.join(args.out, sweep_id)
     plan = None if args.resume else plan_sweep(options, sweep_dir)

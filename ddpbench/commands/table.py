@@ -6,12 +6,20 @@ import argparse
 import os
 import warnings
 
+from ddpbench.commands.arguments import exit_codes
 from ddpbench.config.errors import SpecError
 
 
 def add_table_parser(commands) -> None:
-    table = commands.add_parser("table", help="print a sweep's scaling table again from its records")
-    table.add_argument("sweep_dir")
+    table = commands.add_parser(
+        "table",
+        help="print a sweep's scaling table again: throughput and efficiency",
+        description="Print a sweep's scaling table again, from its records, as the sweep printed it: throughput "
+        "and efficiency of every strategy at every world size. explain says where the lost scaling went; report "
+        "writes it all as one file.",
+    )
+    table.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's folder (results/<sweep-id>)")
+    exit_codes(table, "0 printed, every run ok", "1 printed, and a run failed or failed a correctness check")
     table.set_defaults(handler=command_table)
 
 

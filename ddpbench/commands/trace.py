@@ -6,13 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from ddpbench.commands.arguments import positive_int, subcommands
+from ddpbench.commands.arguments import exit_codes, positive_int, subcommands
 from ddpbench.commands.trace_ranks import add_cross_rank_parsers
 from ddpbench.config.errors import SpecError
 
 
 def add_trace_parser(commands) -> None:
-    trace = commands.add_parser("trace", help="analyse torch.profiler traces")
+    trace = commands.add_parser(
+        "trace",
+        help="profiler traces: overlap per rank, collectives, one timeline",
+        description="Analyse torch.profiler traces, any job's or a run's: communication/computation overlap per "
+        "rank, collectives matched across ranks, and every rank in one merged timeline.",
+    )
+    exit_codes(trace, "those of each subcommand (ddpbench trace SUBCOMMAND --help)")
     trace_commands = subcommands(trace, "trace_command")
     analyze = trace_commands.add_parser(
         "analyze", help="communication/computation overlap per rank, any torch.profiler trace"
@@ -23,7 +29,7 @@ def add_trace_parser(commands) -> None:
         metavar="PATH",
         help="chrome trace files (.json or .json.gz), one per rank, or folders holding them",
     )
-    analyze.add_argument("--json", action="store_true", help="machine-readable output")
+    analyze.add_argument("--json", action="store_true", help="print JSON instead of the text")
     analyze.add_argument(
         "--jobs",
         type=positive_int,
@@ -41,6 +47,7 @@ def add_trace_parser(commands) -> None:
         default="ddpbench",
         help="hta: reproduce HolisticTraceAnalysis 0.5.0's selection and rounding (GPU traces)",
     )
+    exit_codes(analyze, "0 every trace analysed", "1 some traces could not be read (the others are analysed)")
     analyze.set_defaults(handler=command_trace_analyze)
     add_cross_rank_parsers(trace_commands)
 

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 
-from ddpbench.commands.arguments import positive_int
+from ddpbench.commands.arguments import add_deprecated_option, exit_codes, positive_int
 from ddpbench.config.errors import SpecError
 
 MERGED_SUFFIX = ".merged.json.gz"
@@ -24,19 +24,24 @@ def add_cross_rank_parsers(trace_commands) -> None:
         help="collectives matched across ranks: arrival spread, transfer, waits, who held each step",
     )
     _inputs(collectives)
-    collectives.add_argument("--json", action="store_true", help="machine-readable output")
+    collectives.add_argument("--json", action="store_true", help="print JSON instead of the text")
+    exit_codes(collectives, "0 analysed")
     collectives.set_defaults(handler=command_trace_collectives)
     merge = trace_commands.add_parser(
         "merge", help="every rank's trace in one timeline on one clock (a gzipped Chrome trace for Perfetto)"
     )
     _inputs(merge)
     merge.add_argument(
-        "--out",
+        "-o",
+        "--output",
+        dest="out",
         default=None,
         metavar="FILE",
         help=f"where to write it (default: NAME{MERGED_SUFFIX} in this folder, NAME the run or the traces' folder)",
     )
-    merge.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_deprecated_option(merge, "--out", dest="out", instead="-o/--output FILE")
+    merge.add_argument("--json", action="store_true", help="print what was written as JSON instead of the text")
+    exit_codes(merge, "0 written")
     merge.set_defaults(handler=command_trace_merge)
 
 
@@ -100,39 +105,62 @@ def resolve_inputs(given: list[str]) -> tuple[str, list[str]]:
 
 
 def _job(args):
+    """The job's rank traces matched and on one clock: any subset of its ranks (people profile a few
+    ranks of a large job); what needs the missing ones says so."""
     from ddpbench.analysis.collectives import match_job
     from ddpbench.analysis.traces import TraceError
 
     name, paths = resolve_inputs(args.paths)
     try:
-        return name, match_job(paths, jobs=args.jobs)
+        return name, match_job(paths, jobs=args.jobs, subset=True)
     except TraceError as exc:
         raise SpecError(str(exc)) from None
 
 
+def missing_line(job) -> str | None:
+    """One line naming the job's ranks that have no trace here, or None."""
+    from ddpbench.analysis.collectives import rank_ranges
+
+    if not job.missing:
+        return None
+    return (
+        f"missing: {len(job.missing)} of the job's {job.world_size} ranks have no trace here "
+        f"(rank{'s' if len(job.missing) > 1 else ''} {rank_ranges(job.missing)}); the {job.ranks} at hand are merged"
+    )
+
+
+def job_critical_paths(job) -> list:
+    """The critical path crosses to whichever rank a step waited for: it needs every rank."""
+    from ddpbench.analysis.critical_path import job_paths
+
+    return [] if job.missing else job_paths(job)
+
+
 def command_trace_collectives(args: argparse.Namespace) -> int:
     from ddpbench.analysis.collectives import format_bucket_table, job_summary
-    from ddpbench.analysis.critical_path import format_path, job_paths, path_summary
+    from ddpbench.analysis.critical_path import format_path, path_summary
 
     _, job = _job(args)
-    path = path_summary(job_paths(job))
+    path = path_summary(job_critical_paths(job)) if not job.missing else None
     if args.json:
         print(json.dumps({**job_summary(job), "critical_path": path}, indent=1))
         return 0
+    if missing_line(job):
+        print(missing_line(job).replace("are merged", "are matched"))
     print(format_bucket_table(job))
     print()
-    print("\n".join(format_path(path)))
+    print("\n".join(format_path(path)) if path else "critical path: not read, it needs every rank's trace")
     return 0
 
 
 def command_trace_merge(args: argparse.Namespace) -> int:
-    from ddpbench.analysis.critical_path import held_sentence, job_paths, path_summary
+    from ddpbench.analysis.critical_path import held_sentence, path_summary
     from ddpbench.analysis.rank_clocks import format_offsets
     from ddpbench.analysis.trace_merge import write_merged
 
     name, job = _job(args)
     out = args.out or f"{name}{MERGED_SUFFIX}"
-    paths = job_paths(job)
+    paths = job_critical_paths(job)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         written = write_merged(job, paths, out)
@@ -143,9 +171,13 @@ def command_trace_merge(args: argparse.Namespace) -> int:
         return 0
     events = sum(written["events_by_rank"].values())
     print(f"wrote {out}: {job.ranks} ranks, {events} events, on rank {job.timelines[0].rank}'s clock")
+    if missing_line(job):
+        print(missing_line(job))
     print("\n".join(format_offsets(job.offsets)))
-    sentence = held_sentence(path_summary(paths))
+    sentence = held_sentence(path_summary(paths)) if paths else None
     if sentence:
         print(f"critical path: {sentence} (each rank's `critical path` track shows it)")
+    elif job.missing:
+        print("critical path: not drawn, it needs every rank's trace")
     print("open it in Perfetto (ui.perfetto.dev)")
     return 0

@@ -9,19 +9,30 @@ import os
 import posixpath
 import time
 
-from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, positive_int
+from ddpbench.commands.arguments import (
+    OneLineErrorParser,
+    add_deprecated_option,
+    add_run_arguments,
+    exit_codes,
+    positive_int,
+)
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args, node_counts
 from ddpbench.config.plan import SUITES, SweepOptions
 from ddpbench.config.spec import DDPKnobs, RunSpec
+from ddpbench.running.trainjob import DEFAULT_RUN_TIMEOUT_S, MEMORY_PER_RANK_GI
 
 
 def add_trainjob_parser(commands) -> None:
     parser = commands.add_parser(
         "trainjob",
-        help="write a sweep as Kubeflow TrainJob manifests (one per node count) for Kubernetes",
+        help="write a sweep as Kubeflow TrainJob manifests, one per node count",
+        description="Write a sweep as Kubeflow TrainJob manifests for Kubernetes, one per node count; the pods "
+        "run its runs in turn and write the records to a shared volume.",
     )
     add_trainjob_arguments(parser)
+    exit_codes(parser, "0 the manifests are written (nothing is submitted)")
     parser.set_defaults(handler=command_trainjob)
 
 
@@ -29,27 +40,38 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     shape = parser.add_argument_group("the sweep (as ddpbench sweep plans it, on nodes of this shape)")
     devices = shape.add_mutually_exclusive_group()
     devices.add_argument(
-        "--gpus-per-node", "--gpus", dest="gpus", type=positive_int, help="GPUs per node (a GPU sweep; NCCL)"
+        "--gpus-per-node",
+        "--gpus",
+        dest="gpus",
+        type=positive_int,
+        metavar="G",
+        help="GPUs per node (a GPU sweep; NCCL): at most G processes per pod",
     )
     devices.add_argument(
-        "--nproc-per-node",
-        "--nproc",
+        "--max-nproc",
         dest="nproc",
         type=positive_int,
-        help="CPU processes per node (a CPU sweep; gloo)",
+        metavar="N",
+        help="CPU processes per node at most (a CPU sweep; gloo): one-node runs take 1, 2, 4, ... N, runs over "
+        "several nodes N per pod (default 1)",
+    )
+    add_deprecated_option(
+        devices, "--nproc-per-node", "--nproc", dest="nproc", type=positive_int, instead="--max-nproc N"
     )
     shape.add_argument(
-        "--nodes",
+        "--node-counts",
+        dest="nodes",
         type=node_counts,
         default=(1,),
+        metavar="COUNTS",
         help="node counts to sweep, e.g. 1,2,4: one TrainJob each (default 1)",
     )
+    add_deprecated_option(shape, "--nodes", dest="nodes", type=node_counts, instead="--node-counts 1,2,4")
     shape.add_argument(
         "--cpus-per-node",
         type=positive_int,
         default=None,
-        help="CPUs each pod asks for; each rank gets an equal share as threads (default: ask for none, "
-        "one thread per rank)",
+        help="CPUs each pod asks for; each rank gets an equal share as threads (default: one per rank)",
     )
     shape.add_argument("--suite", default=None, help=f"one of {', '.join(SUITES)} (default: gpu with GPUs, else cpu)")
     add_arguments(
@@ -57,9 +79,18 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
         SweepOptions,
         ("workloads", "size", "strategies", "compile", "steps", "warmup", "batch_size", "precision"),
     )
-    add_arguments(shape, DDPKnobs, ("comm_hook", "bucket_cap_mb"))
+    add_arguments(shape, SweepOptions, ("num_workers",))
+    ddp = parser.add_argument_group("DDP options (every ddp and replicate run; recorded in the spec)")
+    add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
     add_arguments(shape, SweepOptions, ("profile", "repeat"))
-    shape.add_argument("--run-timeout", type=float, default=None, help="seconds before a run is ended as timeout")
+    shape.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"seconds before a run is ended as timeout on every pod (default {DEFAULT_RUN_TIMEOUT_S:g}); the pods "
+        "wait for each other between runs at most this long and 10 minutes more",
+    )
     shape.add_argument(
         "--pg-timeout", type=float, default=None, dest="pg_timeout_s", help="seconds a collective may wait"
     )
@@ -76,6 +107,12 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pods.add_argument("--sweep-id", default=None, help="folder name of the sweep (default: date-time-k8s)")
     pods.add_argument("--gpu-resource", default="nvidia.com/gpu", help="GPU resource name (default nvidia.com/gpu)")
+    pods.add_argument(
+        "--memory-per-node",
+        default=None,
+        metavar="QUANTITY",
+        help=f"memory each pod asks for, e.g. 64Gi (default {MEMORY_PER_RANK_GI}Gi per rank)",
+    )
     pods.add_argument(
         "--env",
         action="append",
@@ -145,13 +182,19 @@ def command_trainjob(args: argparse.Namespace) -> int:
 
     if args.image is None:
         raise SpecError("--image is needed: the container image the pods run, with ddpbench installed")
+    per_node = args.gpus or args.nproc or 1
+    run_timeout = DEFAULT_RUN_TIMEOUT_S if args.run_timeout is None else args.run_timeout
+    if not run_timeout > 0:
+        raise SpecError(f"--run-timeout must be a number of seconds > 0; got {args.run_timeout:g}")
+    # Requests by default: the scheduler then puts a pod where its ranks fit, not beside another.
     cluster = trainjob.ClusterOptions(
         image=args.image,
         volume_claim=args.volume_claim,
         mount_path=args.mount_path,
         gpus_per_node=args.gpus,
         gpu_resource=args.gpu_resource,
-        cpus_per_node=args.cpus_per_node,
+        cpus_per_node=args.cpus_per_node or per_node,
+        memory_per_node=args.memory_per_node or f"{MEMORY_PER_RANK_GI * per_node}Gi",
         queue=args.queue,
         suspend=args.suspend,
         namespace=args.namespace,
@@ -161,11 +204,9 @@ def command_trainjob(args: argparse.Namespace) -> int:
     out = args.out or args.mount_path
     trainjob.check_out_on_volume(out, args.mount_path)
     sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-k8s"
-    if "/" in sweep_id or sweep_id in (".", ".."):
-        raise SpecError(f"--sweep-id {sweep_id!r} must be a folder name inside --out")
+    check_id("--sweep-id", sweep_id, "--out on the volume", nested=True)
     sweep_dir = posixpath.join(out, sweep_id)
     device = "cuda" if args.gpus else "cpu"
-    per_node = args.gpus or args.nproc or 1
     if args.cpus_per_node is not None and args.cpus_per_node < per_node:
         raise SpecError(
             f"--cpus-per-node {args.cpus_per_node} is fewer than the {per_node} ranks of a node: one CPU each at least"
@@ -186,23 +227,30 @@ def command_trainjob(args: argparse.Namespace) -> int:
         plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
     folder = args.manifests or os.path.join("trainjobs", sweep_id)
     report_command = f"{cluster.python} -m ddpbench report {sweep_dir}"
-    written = []
-    # Every node count of the plan: with --nodes 2,4 the local reference and DataParallel still run on one node.
-    for nodes in sorted({spec.nnodes for spec in plan}):
+    # Every node count of the plan: with --node-counts 2,4 the local reference and DataParallel still run on one
+    # node. Every job's name is checked before the first manifest is written.
+    counts = sorted({spec.nnodes for spec in plan})
+    names = {nodes: trainjob.job_name(sweep_id, nodes) for nodes in counts}
+    manifests = []
+    for nodes in counts:
         runs = [spec for spec in plan if spec.nnodes == nodes]
-        name = trainjob.job_name(sweep_id, nodes)
+        name = names[nodes]
         lines = [
             (
-                run_arguments(spec, args.run_timeout) + ([] if nodes > 1 else ["--nproc", str(spec.nproc)]),
+                run_arguments(spec, run_timeout) + ([] if nodes > 1 else ["--nproc", str(spec.nproc)]),
                 f"{name}-{spec.run_id}" if nodes > 1 else None,
             )
             for spec in runs
         ]
-        script = trainjob.node_script(lines, nodes, per_node, cluster.python)
+        script = trainjob.node_script(
+            lines, nodes, per_node, cluster.python, name, run_timeout + trainjob.BARRIER_SLACK_S
+        )
         manifest = trainjob.trainjob_manifest(name, sweep_id, nodes, per_node, script, cluster, report_command)
-        path = trainjob.manifest_file(folder, name)
+        manifests.append((trainjob.manifest_file(folder, name), nodes, len(runs), manifest))
+    written = []
+    for path, nodes, count, manifest in manifests:
         write_atomic(path, trainjob.manifest_yaml(manifest))
-        written.append((path, nodes, len(runs)))
+        written.append((path, nodes, count))
     for path, nodes, count in written:
         print(f"{path}: {nodes} node(s) x {per_node}, {count} run(s)")
     print(f"submit: kubectl apply -f {folder}")

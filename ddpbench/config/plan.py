@@ -132,17 +132,19 @@ class SweepOptions:
     )
     """torch.compile modes; every strategy runs in each mode it supports (dp only eager, fsdp2
     not under compiled autograd). The local reference always runs eager too: it is X(1)."""
-    size: Size | None = flag(default=None)
+    size: Size | None = flag("workload size for every workload (default: the suite's)", default=None)
     steps: int | None = flag("steps per run, warm-up included (default: the suite's)", default=None)
-    warmup: int | None = flag(default=None)
+    warmup: int | None = flag("leading steps of every run never timed (default: the suite's)", default=None)
     batch_size: int | None = flag("per-device batch for every workload (weak scaling)", default=None)
     """Per-device batch (weak scaling) for every workload, overriding the suite's."""
     scaling: ScalingMode = flag("weak: fixed per-device batch (default); strong: fixed global batch", default="weak")
     """weak: fixed per-device batch; strong: fixed global batch split over the devices."""
     global_batch: int | None = flag("strong scaling's global batch", default=None)
     """Strong scaling's fixed global batch; default: per-device batch x max_world_size."""
-    precision: Precision | None = flag(default=None)
+    precision: Precision | None = flag("fp32, or autocast to bf16 or fp16 (default: the suite's)", default=None)
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
+    num_workers: int = same_flag(RunSpec, "num_workers")
+    """DataLoader workers per rank, in every run (what explain's advice on data loading names)."""
     profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
     fault: dict | None = same_flag(RunSpec, "fault")
@@ -162,6 +164,8 @@ class SweepOptions:
     nodes: tuple[int, ...] = flag(
         "with --launcher slurm: node counts to sweep, e.g. 1,2,4 (whole nodes above 1; default 1, 2, 4, ... up to "
         "the allocation's nodes)",
+        flags=("--node-counts",),
+        metavar="COUNTS",
         type=node_counts,
         default=(),
     )
@@ -279,6 +283,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         warmup=options.warmup if options.warmup is not None else suite.warmup,
         precision=options.precision or suite.precision,
         ddp=options.ddp,
+        num_workers=options.num_workers,
         profile=options.profile,
         out_dir=out_dir,
         launcher=options.launcher,

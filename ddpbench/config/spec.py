@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 from ddpbench.config.errors import SpecError
 from ddpbench.config.faults import USAGE as FAULT_USAGE
 from ddpbench.config.faults import Fault, check_fault_fits, parse_fault
+from ddpbench.config.ids import check_id
 from ddpbench.config.options import flag
 
 Strategy = Literal["local", "ddp", "dp", "fsdp2", "replicate"]
@@ -147,10 +148,8 @@ def check_plain_name(name: str, value: str) -> None:
     """A name that becomes one file or folder inside the output folder (`runs/<run_id>.json`,
     `logs/<run_id>/`): one path component, so no value can reach outside it (a run removes its
     old record before it starts). Empty means "choose one"."""
-    if value and (any(sep in value for sep in ("/", "\\", "\0")) or value in (".", "..") or value != value.strip()):
-        raise SpecError(
-            f"{name} must be a plain name, one file inside the output folder (no '/', '\\' or '..'); " f"got {value!r}"
-        )
+    if value:
+        check_id(name, value, "the output folder")
 
 
 def _at_least(name: str, value: Any, minimum: int) -> None:
@@ -211,17 +210,41 @@ class ScriptSpec:
 class DDPKnobs:
     """DistributedDataParallel constructor options and the gradient communication hook."""
 
-    bucket_cap_mb: float = flag(default=DEFAULT_BUCKET_CAP_MB)
+    bucket_cap_mb: float = flag(
+        f"gradient bucket size in MiB: DDP all-reduces one bucket at a time during backward (default "
+        f"{DEFAULT_BUCKET_CAP_MB:g})",
+        default=DEFAULT_BUCKET_CAP_MB,
+    )
     """Size of a gradient bucket in MiB; DDP all-reduces one bucket at a time during backward."""
-    gradient_as_bucket_view: bool = flag(negatable=True, default=False)
+    gradient_as_bucket_view: bool = flag(
+        "let .grad alias DDP's bucket memory: one copy less per step, and less memory (default off)",
+        negatable=True,
+        default=False,
+    )
     """Let .grad alias the bucket memory, saving one copy and the memory of the gradients."""
-    static_graph: bool = flag(negatable=True, default=False)
+    static_graph: bool = flag(
+        "promise DDP that the parameters used never change from step to step, which saves its per-step "
+        "bookkeeping (default off)",
+        negatable=True,
+        default=False,
+    )
     """Promise DDP the set of used parameters never changes, enabling its static-graph optimisations."""
-    find_unused_parameters: bool = flag(negatable=True, default=False)
+    find_unused_parameters: bool = flag(
+        "walk the autograd graph every step for parameters that got no gradient (default off)",
+        negatable=True,
+        default=False,
+    )
     """Walk the autograd graph each step to find parameters that got no gradient."""
-    broadcast_buffers: bool = flag(negatable=True, default=True)
+    broadcast_buffers: bool = flag(
+        "broadcast buffers (BatchNorm statistics) from rank 0 at every forward (default on)",
+        negatable=True,
+        default=True,
+    )
     """Broadcast buffers (BatchNorm statistics) from rank 0 at every forward."""
-    comm_hook: CommHook = flag(default="allreduce")
+    comm_hook: CommHook = flag(
+        "gradient communication: plain all-reduce (default), or all-reduce compressed to fp16 or bf16",
+        default="allreduce",
+    )
     """Gradient communication: plain all-reduce, or all-reduce compressed to fp16/bf16."""
 
     def __post_init__(self) -> None:
@@ -253,7 +276,7 @@ class RunSpec:
     tracing the all-reduces into it (`optimize_ddp = "python_reducer"`)."""
     nproc: int = flag("processes per node, one per device (default 1)", default=1)
     """Devices per node: one process each for ddp, all in one process for dp."""
-    nnodes: int = flag(default=1)
+    nnodes: int = flag("nodes of the run: start the same command on each (default 1)", default=1)
     """Nodes in the job; world_size = nproc * nnodes."""
     device: Device = flag("auto picks cuda when a GPU is visible", default="auto")
     """`cuda`, `cpu`, or `auto` (cuda when a GPU is visible)."""
@@ -277,7 +300,9 @@ class RunSpec:
     """DataLoader worker processes per rank."""
     data_dir: str | None = flag("an ImageFolder tree for the image workloads instead of synthetic data", default=None)
     """An image folder (torchvision ImageFolder layout) instead of synthetic data."""
-    seed: int = flag(default=0)
+    seed: int = flag(
+        "seed of the model's initialisation and of synthetic data, alike on every rank (default 0)", default=0
+    )
     """Seed for model initialisation and synthetic data; the same on every rank."""
     pg_timeout_s: float = flag(
         "seconds a collective may wait before the run fails (default 300)", flags=("--pg-timeout",), default=300.0
@@ -309,7 +334,7 @@ class RunSpec:
     )
     """Timed steps replayed under DDP's no_sync() to estimate exposed communication; 0 skips
     it; None replays min(10, timed steps)."""
-    node_rank: int = flag(default=0)
+    node_rank: int = flag("this node's place in a run of several nodes, 0 to nnodes - 1 (default 0)", default=0)
     """This node's rank, for multi-node jobs."""
     rdzv_endpoint: str | None = flag("host:port reachable from every node", default=None)
     """host:port of torchrun's c10d rendezvous; None runs single-node (standalone, localhost)."""

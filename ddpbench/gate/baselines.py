@@ -11,12 +11,11 @@ import os
 import re
 import shutil
 
+from ddpbench.config.ids import is_plain_id
 from ddpbench.records.schema import Record
 from ddpbench.records.store import read_records
 
 DEFAULT_BASELINES = os.path.join("results", "baselines")
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-"""A name that is one folder: no separator, and never "." or ".." (it cannot start with a dot)."""
 
 
 def slug(text: str) -> str:
@@ -38,7 +37,7 @@ def suite_of(sweep_dir: str) -> str:
         return "custom"
     suite = options.get("suite", "custom") if not options.get("workloads") else "custom"
     # The name becomes a folder under the baselines: only a plain name, never a path.
-    return suite if isinstance(suite, str) and SAFE_NAME.fullmatch(suite) else "custom"
+    return suite if is_plain_id(suite) else "custom"
 
 
 def baseline_dir(sweep_dir: str, root: str = DEFAULT_BASELINES) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ddpbench.config.ids import check_id
 from ddpbench.gate.history import HistoryError, Series, format_series, read_history
 from ddpbench.gate.values import MEASURE_NAMES, series_name
 from ddpbench.history.store import Added, HistoryRun, Store
@@ -57,8 +58,12 @@ def import_folder(store: Store, root: str) -> tuple[Added, int]:
 def export_folder(store: Store, root: str) -> list[str]:
     """Write every series of the store as a CSV file under `root` (replacing files of the same
     name); returns their paths."""
+    places = store.places()
+    for machine, suite in places:  # a shared store's names become folders here: checked before any is written
+        check_id("a stored machine class", machine, root)
+        check_id("a stored suite", suite, root)
     written = []
-    for machine, suite in store.places():
+    for machine, suite in places:
         folder = os.path.join(root, machine, suite)
         for stored in store.series(machine, suite):
             path = os.path.join(folder, series_name(tuple(stored.key)) + ".csv")

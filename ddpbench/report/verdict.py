@@ -19,7 +19,7 @@ SHORT_ADVICE = {
     "overlap_slowdown": "fewer, larger buckets (--bucket-cap-mb) or compression (--comm-hook bf16_compress)",
     "ddp_overhead": "--static-graph and --gradient-as-bucket-view",
     "forward_optimizer": "--gradient-as-bucket-view",
-    "contention": "fewer threads or ranks per host (ddpbench run --threads-per-rank)",
+    "contention": "fewer threads or ranks per host (--threads-per-rank)",
     "data": "more DataLoader workers (--num-workers)",
 }
 CPU_NOTE = (

@@ -277,7 +277,9 @@ def run_sweep(
                     spec, run_timeout_s(spec, reference_step_s, fixed_timeout_s), oom_backoff, verbose
                 )
                 manifest["runs"][spec.run_id] = done.status
-                progress.finished(_status_line(done, wall_s), wall_s, ok=done.status == "ok" and not done.failed_checks())
+                progress.finished(
+                    _status_line(done, wall_s), wall_s, ok=done.status == "ok" and not done.failed_checks()
+                )
             # the workload's local run, or a script's DDP x1 (a script has no run without DDP)
             if done.status == "ok" and (
                 done.spec.strategy == "local" or (done.spec.script and done.spec.world_size == 1)

@@ -7,6 +7,17 @@ the job's runs, one `ddpbench run` each, in the same order, each meeting its pee
 rendezvous on PET_MASTER_ADDR:PET_MASTER_PORT (pod 0). Global rank 0 writes each record to a
 volume every pod mounts; the report is written from that volume once the jobs have ended.
 
+What keeps a multi-node figure honest on a real cluster:
+- one pod per node: a required pod anti-affinity on the job's own pod label, so two pods of a
+  2-node job never share a machine (its figure would be measured on one host), and CPU and memory
+  requests by default, so the scheduler places each pod where its ranks fit;
+- a barrier before every run (`pod_barrier`): no pod starts run K before every pod has finished
+  run K-1, failed or not, so one pod's failed run never leaves the pods a run apart;
+- a run timeout by default, so every run ends on every pod and the barrier's wait is bounded;
+- names checked against what JobSet makes from them: its pods are named
+  `<name>-node-0-<pod index>-<5 random characters>`, and a pod name is a DNS label of 63
+  characters at most.
+
 Why one job per node count, not one job whose pods run the whole sweep: a TrainJob's node count is
 fixed and Kueue admits all its pods at once, so one job sized for the largest count would hold
 every node's GPUs while the one-node runs use one; pods of a smaller run would have to sit out
@@ -16,6 +27,7 @@ whole sweep's job instead of one node count's.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -23,9 +35,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import yaml
-
 from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "torch-distributed"
@@ -41,7 +52,22 @@ RESULTS_VOLUME = "results"
 SHM_VOLUME = "dshm"
 """A memory-backed /dev/shm: a container gets 64 MB by default, too little for NCCL and loaders."""
 NAME_LIMIT = 63
-"""A TrainJob's name is an RFC 1035 label (the CRD's own rule): at most 63 characters."""
+"""A TrainJob's name is an RFC 1035 label (the CRD's own rule): at most 63 characters, and so are
+the names JobSet gives its pods (and their host names), which it makes from it."""
+POD_NAME_SUFFIX = "-abcde"
+"""The random suffix of a pod's name; JobSet's own webhook checks the longest pod name with it."""
+JOB_LABEL = "ddpbench/trainjob"
+"""The pods' own label, the TrainJob's name: the anti-affinity keeps two pods of one job apart."""
+HOST_TOPOLOGY = "kubernetes.io/hostname"
+DEFAULT_RUN_TIMEOUT_S = 1800.0
+"""A run of the GPU suite takes minutes; a run still going after 30 is hung, and the pods move on."""
+BARRIER_SLACK_S = 600.0
+"""Beyond the run timeout, how long a pod waits for the others at the barrier: their own timeout
+ends their run, then the launcher's teardown, the record, a slow pod start (the first barrier)."""
+MEMORY_PER_RANK_GI = 4
+"""The default memory request per rank: a torch process with its CUDA context and data loader."""
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?")
+"""A Kubernetes quantity, as a memory request takes it (512Mi, 16Gi, 2G)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,8 @@ class ClusterOptions:
     """The device plugin's resource name (amd.com/gpu on AMD)."""
     cpus_per_node: int | None = None
     """CPUs each pod asks for; None asks for none."""
+    memory_per_node: str | None = None
+    """Memory each pod asks for, a Kubernetes quantity (16Gi); None asks for none."""
     queue: str | None = None
     """Kueue LocalQueue that admits the jobs (the `kueue.x-k8s.io/queue-name` label)."""
     suspend: bool = False
@@ -77,6 +105,10 @@ class ClusterOptions:
             raise SpecError("--volume-claim is needed: the PersistentVolumeClaim the pods share for the records")
         if not posixpath.isabs(self.mount_path):
             raise SpecError(f"--mount-path must be an absolute path in the pods; got {self.mount_path!r}")
+        if self.memory_per_node is not None and not QUANTITY.fullmatch(self.memory_per_node):
+            raise SpecError(
+                f"--memory-per-node takes a Kubernetes quantity such as 16Gi or 512Mi; got {self.memory_per_node!r}"
+            )
         for name, _ in self.env:
             if name in RESERVED_VARIABLES:
                 raise SpecError(f"--env {name}: the TrainJob controller sets {name} itself (reserved)")
@@ -103,14 +135,22 @@ def check_out_on_volume(out: str, mount_path: str) -> None:
         )
 
 
+def longest_pod_name(name: str, nodes: int) -> str:
+    """The longest name JobSet gives a pod of the job: `<name>-node-0-<last pod index>-<random>`."""
+    return f"{name}-{CONTAINER}-0-{nodes - 1}{POD_NAME_SUFFIX}"
+
+
 def job_name(sweep_id: str, nodes: int) -> str:
-    """`ddpbench-<sweep-id>-n<nodes>`, lower case, as the CRD's name rule wants, or SpecError."""
+    """`ddpbench-<sweep-id>-n<nodes>`, lower case, as the CRD's name rule wants, short enough for
+    the pod names JobSet makes from it, or SpecError."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"ddpbench-{sweep_id}-n{nodes}".lower())
-    name = re.sub(r"-+", "-", name)
-    if len(name) > NAME_LIMIT:
+    name = check_id("the TrainJob name", re.sub(r"-+", "-", name), "--manifests")  # its manifest's file name
+    pod = longest_pod_name(name, nodes)
+    if len(pod) > NAME_LIMIT:
+        room = len(sweep_id) - (len(pod) - NAME_LIMIT)
         raise SpecError(
-            f"the TrainJob name {name!r} is {len(name)} characters; Kubernetes allows {NAME_LIMIT}: "
-            "give a shorter --sweep-id"
+            f"the TrainJob name {name!r} is too long: JobSet names its pods after it ({pod!r}, {len(pod)} "
+            f"characters) and Kubernetes allows {NAME_LIMIT}; give a --sweep-id of at most {max(room, 1)} characters"
         )
     return name
 
@@ -128,12 +168,31 @@ def multi_node_arguments(rdzv_id: str) -> list[str]:
     ]
 
 
-def node_script(runs: Sequence[tuple[list[str], str | None]], nodes: int, nproc_per_node: int, python: str) -> str:
+def barrier_lines(job: str, nodes: int, python: str, timeout_s: float) -> list[str]:
+    """The script's `barrier K` (before run K): every pod waits there until all have arrived; a pod
+    that is not there within the timeout stops the script (`pod_barrier` says which)."""
+    command = (
+        f'{shlex.quote(python)} -m ddpbench.running.pod_barrier --job {shlex.quote(job)} --barrier "$1" '
+        f'--nodes {nodes} --node-rank "$PET_NODE_RANK" --host "$PET_MASTER_ADDR" '
+        f'--port "$((PET_MASTER_PORT + 1))" --timeout {timeout_s:g}'
+    )
+    return ["barrier() {", f"  {command} || exit 1", "}"]
+
+
+def node_script(
+    runs: Sequence[tuple[list[str], str | None]],
+    nodes: int,
+    nproc_per_node: int,
+    python: str,
+    job: str = "",
+    barrier_timeout_s: float = DEFAULT_RUN_TIMEOUT_S + BARRIER_SLACK_S,
+) -> str:
     """The shell script every pod of the job runs. `runs`: each run's `ddpbench run` arguments and,
     for a run of several nodes, its rendezvous id (None: a one-node run, its process count in the
     arguments). It refuses to start when the runtime's variables are not the job it was written
-    for, and runs every run even after one failed (the other pods go on to the next run too),
-    ending with exit code 1 if any did."""
+    for, and runs every run even after one failed, ending with exit code 1 if any did. With
+    several nodes, every run starts after a barrier (`pod_barrier`): no pod begins run K until
+    every pod has finished run K-1, failed or not."""
     ddpbench = f"{shlex.quote(python)} -m ddpbench run"
     lines = [
         "set -u",
@@ -144,7 +203,11 @@ def node_script(runs: Sequence[tuple[list[str], str | None]], nodes: int, nproc_
         "fi",
         "failed=0",
     ]
-    for arguments, rdzv_id in runs:
+    if nodes > 1:
+        lines += barrier_lines(job, nodes, python, barrier_timeout_s)
+    for number, (arguments, rdzv_id) in enumerate(runs, 1):
+        if nodes > 1:
+            lines.append(f"barrier {number}")
         words = [ddpbench, shlex.join(arguments), *(multi_node_arguments(rdzv_id) if rdzv_id else [])]
         lines.append(" ".join(words) + " || failed=1")
     lines.append('exit "$failed"')
@@ -158,12 +221,24 @@ def resources(cluster: ClusterOptions) -> dict:
         limits[cluster.gpu_resource] = cluster.gpus_per_node  # extended resources: the request equals the limit
     if cluster.cpus_per_node:
         requests["cpu"] = cluster.cpus_per_node
+    if cluster.memory_per_node:
+        requests["memory"] = cluster.memory_per_node
     return {key: value for key, value in (("limits", limits), ("requests", requests)) if value}
 
 
-def volumes_patch(cluster: ClusterOptions) -> dict:
-    """The runtime patch that gives the `node` pods the shared results volume and a larger /dev/shm."""
-    pod_spec = {
+def one_pod_per_node(name: str) -> dict:
+    """A required anti-affinity to the job's own pods: no two on one machine."""
+    term = {"labelSelector": {"matchLabels": {JOB_LABEL: name}}, "topologyKey": HOST_TOPOLOGY}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def pods_patch(cluster: ClusterOptions, name: str, nodes: int) -> dict:
+    """The runtime patch of the `node` pods: the shared results volume, a larger /dev/shm, the
+    job's own label, and with several nodes one pod per machine."""
+    pod_spec: dict = {}
+    if nodes > 1:
+        pod_spec["affinity"] = one_pod_per_node(name)
+    pod_spec |= {
         "volumes": [
             {"name": RESULTS_VOLUME, "persistentVolumeClaim": {"claimName": cluster.volume_claim}},
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
@@ -178,7 +253,8 @@ def volumes_patch(cluster: ClusterOptions) -> dict:
             }
         ],
     }
-    job = {"name": CONTAINER, "template": {"spec": {"template": {"spec": pod_spec}}}}
+    pod = {"metadata": {"labels": {JOB_LABEL: name}}, "spec": pod_spec}
+    job = {"name": CONTAINER, "template": {"spec": {"template": pod}}}
     return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
 
 
@@ -214,23 +290,29 @@ def trainjob_manifest(
         spec["suspend"] = True
     spec["runtimeRef"] = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME}
     spec["trainer"] = trainer
-    spec["runtimePatches"] = [volumes_patch(cluster)]
+    spec["runtimePatches"] = [pods_patch(cluster, name, nodes)]
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
 
 
-class _Dumper(yaml.SafeDumper):
-    """YAML as people write manifests: the pods' script as a literal block, not one escaped line."""
+@functools.cache
+def _dumper():
+    """YAML as people write manifests: the pods' script as a literal block, not one escaped line.
+    (yaml is imported here, not with the module: the command line starts without it.)"""
+    import yaml
 
+    class Dumper(yaml.SafeDumper):
+        pass
 
-def _text(dumper: yaml.SafeDumper, text: str):
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+    def text(dumper: yaml.SafeDumper, value: str):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
-
-_Dumper.add_representer(str, _text)
+    Dumper.add_representer(str, text)
+    return yaml, Dumper
 
 
 def manifest_yaml(manifest: dict) -> str:
-    return yaml.dump(manifest, Dumper=_Dumper, sort_keys=False, width=120)
+    yaml, dumper = _dumper()
+    return yaml.dump(manifest, Dumper=dumper, sort_keys=False, width=120)
 
 
 def manifest_file(folder: str, name: str) -> str:

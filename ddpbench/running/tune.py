@@ -285,4 +285,21 @@ def advice(found: list[Variant]) -> str:
         if best.projected is None or base.projected is None
         else f" (the projection predicted {best.projected / base.projected - 1:+.1%})"
     )
-    return f"advice: use {best.name}: {gain:+.1%} throughput, measured over {len(best.throughputs)} runs{predicted}"
+    return (
+        f"advice: use {best.name} ({knob_flags(best.knobs, base.knobs)} on run, sweep or trainjob): {gain:+.1%} "
+        f"throughput, measured over {len(best.throughputs)} runs{predicted}"
+    )
+
+
+def knob_flags(knobs: DDPKnobs, given: DDPKnobs) -> str:
+    """The options that turn the knobs as given into `knobs`, as run and sweep spell them."""
+    words = []
+    for name, value in knobs.__dict__.items():
+        if value == getattr(given, name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else flag.replace("--", "--no-", 1))
+        else:
+            words.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " ".join(words) or "the options as given"

@@ -1,0 +1,118 @@
+"""Ids that name a file or folder inside a folder the user chose: one check (ddpbench/config/ids.py)
+for run ids, sweep ids, suite names, baseline folders, a history store's names and TrainJob names.
+Every command that takes an id is tried with `../` and absolute ids: one line, exit code 2, and
+nothing written anywhere, neither inside the output folder nor where the id points."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ddpbench.cli import main
+from ddpbench.config.errors import SpecError
+from ddpbench.config.ids import check_id, id_problem, is_plain_id
+
+ESCAPES = ["../../escaped", "/tmp/ddpbench-escaped", "a/../../escaped", "..", "a\\..\\b"]
+
+
+@pytest.mark.parametrize(
+    "value, nested, problem",
+    [
+        ("mlp-ddp-n2", False, None),
+        ("nightly/2026-12-01", True, None),
+        ("nightly/2026-12-01", False, "it holds a '/'"),
+        ("../x", True, "it holds '..', '.' or an empty folder name"),
+        ("a/./b", True, "it holds '..', '.' or an empty folder name"),
+        ("a//b", True, "it holds '..', '.' or an empty folder name"),
+        ("a/", True, "it holds '..', '.' or an empty folder name"),
+        ("/abs", True, "it is an absolute path"),
+        ("a\\b", True, "it holds a backslash or a NUL"),
+        ("a\0b", False, "it holds a backslash or a NUL"),
+        (" x", False, "it starts or ends with a space"),
+        ("", False, "it is empty"),
+        (None, False, "it is empty"),
+    ],
+)
+def test_what_an_id_may_be(value, nested, problem):
+    assert id_problem(value, nested) == problem
+    if problem is None:
+        assert check_id("--x", value, "OUT", nested) == value
+    else:
+        with pytest.raises(SpecError, match=r"^--x must be .* OUT"):
+            check_id("--x", value, "OUT", nested)
+
+
+def test_a_suite_name_from_a_stored_manifest_is_one_folder_or_custom(tmp_path):
+    from ddpbench.gate.baselines import suite_of
+
+    assert is_plain_id("cpu") and not is_plain_id("../cpu")
+    (tmp_path / "manifest.json").write_text('{"options": {"suite": "../../elsewhere"}}')
+    assert suite_of(str(tmp_path)) == "custom"
+
+
+SWEEP_ARGS = ["--suite", "smoke", "--strategies", "local", "--device", "cpu"]
+TRAINJOB_ARGS = ["--max-nproc", "1", "--image", "registry.example/ddpbench:1", "--manifests", "m"]
+COMMANDS = {
+    "run --run-id": lambda bad: ["run", "--workload", "mlp", "--device", "cpu", "--out", "out", "--run-id", bad],
+    "tune --run-id": lambda bad: ["tune", "--workload", "mlp", "--device", "cpu", "--nproc", "2", "--run-id", bad],
+    "sweep --sweep-id": lambda bad: ["sweep", *SWEEP_ARGS, "--out", "out", "--sweep-id", bad],
+    "sweep --resume --sweep-id": lambda bad: ["sweep", "--resume", "--out", "out", "--sweep-id", bad],
+    "sbatch --sweep-id": lambda bad: ["sbatch", *SWEEP_ARGS, "--out", "out", "--sweep-id", bad, "--print"],
+    "trainjob --sweep-id": lambda bad: ["trainjob", *TRAINJOB_ARGS, "--sweep-id", bad],
+}
+
+
+@pytest.mark.parametrize("bad", ESCAPES)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_with_an_id_refuses_one_that_leaves_its_folder(command, bad, tmp_path, monkeypatch, capsys):
+    from ddpbench.running import launch, tune
+
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    refuse = lambda *a, **k: pytest.fail(f"{command} {bad!r} started a run")  # noqa: E731
+    monkeypatch.setattr(launch, "launch_with_oom_backoff", refuse)
+    monkeypatch.setattr(tune, "launch", refuse)
+    code = main(COMMANDS[command](bad))
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"got {bad!r}" in err, err
+    written = [os.path.join(folder, name) for folder, _, names in os.walk(tmp_path) for name in names]
+    assert written == [] and sorted(os.listdir(work)) == [], written
+    assert not os.path.exists("/tmp/ddpbench-escaped")
+
+
+def test_sbatch_with_an_escaping_sweep_id_writes_no_batch_script(tmp_path, capsys):
+    """The issue's own case: `sbatch --out o --sweep-id ../../escaped --print` once wrote
+    sbatch.sh two folders above `o`."""
+    out = tmp_path / "a" / "b" / "o"
+    code = main(["sbatch", *SWEEP_ARGS, "--out", str(out), "--sweep-id", "../../escaped", "--print"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.startswith("ddpbench sbatch: error: --sweep-id must be a name inside --out")
+    assert not os.path.exists(tmp_path / "a" / "escaped") and not os.path.exists(out)
+
+
+def test_a_sweep_id_may_hold_sub_folders(tmp_path, capsys):
+    code = main(["sbatch", *SWEEP_ARGS, "--out", str(tmp_path), "--sweep-id", "nightly/2026-12-01", "--print"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert (tmp_path / "nightly" / "2026-12-01" / "sbatch.sh").is_file()
+
+
+def test_history_export_refuses_a_stored_name_that_leaves_its_folder(tmp_path, capsys):
+    from ddpbench.history import open_store
+    from ddpbench.history.store import HistoryRun
+
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    values = {"throughput": 1.0, "efficiency": None, "exposed_share": None}
+    with open_store(url) as store:
+        store.add_sweep(
+            [HistoryRun("cpu-x-2c", "../../escaped", ("mlp",), "mlp", "s1", "r1", "", "2026-12-01T00:00:00", values)]
+        )
+    out = tmp_path / "csv" / "deep"
+    code = main(["history", "export", str(out), "--store", url])
+    _, err = capsys.readouterr()
+    assert code == 2 and "a stored suite must be a plain name" in err, err
+    assert not os.path.exists(tmp_path / "csv") and not os.path.exists(tmp_path / "escaped")
