@@ -107,7 +107,7 @@ def test_a_configurations_runs_are_one_answer_pooled_over_them():
 
 def test_a_run_the_speed_check_flags_is_left_out_of_the_pooled_figures():
     records = _repeats(3)
-    flags = {"slow2-r2": "slow2 x2's process ran 2.0x slower on the probe"}
+    flags = {"slow2-r2": "slow2 x2's process ran 2.0x slower on the speed check"}
     runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
     answer = pool_runs(runs, flags)
     assert answer.run_ids == ["slow2-r1", "slow2-r3"] and answer.left_out == flags

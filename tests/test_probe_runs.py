@@ -104,7 +104,7 @@ def test_the_slow_local_process_is_named_and_the_in_process_efficiency_owes_it_n
     table = ddpbench("table", str(sweep))
     assert table.returncode == 0, table.stderr
     named = [line for line in table.stdout.splitlines() if line.startswith("!! the local run of mlp's process ran")]
-    assert len(named) == 1 and "slower on the probe" in named[0], table.stdout + probe_speeds(sweep)
+    assert len(named) == 1 and "slower on the speed check" in named[0], table.stdout + probe_speeds(sweep)
     assert "its X(1) is the machine's, not the workload's" in named[0]
     explained = ddpbench("explain", str(sweep), "--json-file", str(tmp_path / "why.json"))
     assert explained.returncode == 0, explained.stderr

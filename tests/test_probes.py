@@ -61,7 +61,7 @@ def test_a_slow_local_process_is_named_with_its_factor(tmp_path):
     assert run_speed(local) == pytest.approx({k: v / 1.9 * 0.99**0.5 for k, v in QUIET.items()})  # geometric mean
     [flag] = probe_flags(records)
     assert flag.run_id == "mlp-local-n1" and flag.ratio == pytest.approx(1.9, rel=0.03)
-    assert flag.sentence().startswith("the local run of mlp's process ran 1.9x slower on the probe")
+    assert flag.sentence().startswith("the local run of mlp's process ran 1.9x slower on the speed check")
     assert flag.sentence().endswith("its X(1) is the machine's, not the workload's")
 
 
@@ -83,7 +83,7 @@ def test_records_without_probes_are_not_judged():
 
 def test_the_table_explain_and_the_gate_name_the_slow_process(tmp_path):
     slow = with_probes(tmp_path, {"mlp-local-n1": 1 / 1.9}, name="slow")
-    sentence = "the local run of mlp's process ran 1.9x slower on the probe"
+    sentence = "the local run of mlp's process ran 1.9x slower on the speed check"
     table = ddpbench("table", str(slow))
     assert f"!! {sentence}" in table.stdout, table.stdout
     explained = ddpbench("explain", str(slow), "--json", str(tmp_path / "why.json"))
@@ -96,7 +96,7 @@ def test_the_table_explain_and_the_gate_name_the_slow_process(tmp_path):
     assert ddpbench("gate", "--baseline", str(quiet), "--candidate", str(quiet)).returncode == 0
     gate = ddpbench("gate", "--baseline", str(quiet), "--candidate", str(slow), "--json", str(tmp_path / "v.json"))
     assert gate.returncode == 4, gate.stdout + gate.stderr
-    assert "ran at another speed than its sweep's others on the probe" in gate.stdout
+    assert "ran at another speed than its sweep's others on the speed check" in gate.stdout
     verdict = json.loads((tmp_path / "v.json").read_text())
     flagged = verdict["probe_flagged_runs"]
     assert any("candidate run mlp-local-n1" in line for lines in flagged.values() for line in lines)

@@ -83,7 +83,7 @@ class ProbeFlag:
             else ("its throughput, and any ratio with it, is the machine's, not the workload's")
         )
         return (
-            f"{self.label}'s process ran {factor:.1f}x {'slower' if slower else 'faster'} on the probe "
+            f"{self.label}'s process ran {factor:.1f}x {'slower' if slower else 'faster'} on the speed check "
             f"({KIND_WORDS[self.kind]}) than the sweep's other runs: {what}"
         )
 

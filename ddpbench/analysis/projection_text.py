@@ -24,7 +24,7 @@ def format_projection(projection: Projection, record: Record) -> str:
         f"all-reduce over {projection.buckets} buckets (in the replay from parts)",
         f"  backward slowed  x{projection.backward_slowdown:.3f} by DDP's copies, casts and overlapping all-reduces "
         "(in the replay from parts)",
-        f"  DDP's own work   {projection.ddp_work}",
+        f"  DDP overhead     {projection.ddp_work}",
         f"  anchored on      {projection.anchor}",
         f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
         f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",

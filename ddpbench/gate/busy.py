@@ -67,7 +67,7 @@ def flagged_comparisons(flagged: dict[str, list[str]], comparisons: list[Compari
 
 def flagged_words(lines: list[str]) -> str:
     return (
-        "a run's own process ran at another speed than its sweep's others on the probe, so its comparison says "
+        "a run's own process ran at another speed than its sweep's others on the speed check, so its comparison says "
         "nothing about the code: " + "; ".join(dict.fromkeys(lines)) + "; rerun, or confirm with a same-job A/B "
         "(ddpbench ab, gate --confirm-with)"
     )
