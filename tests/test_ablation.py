@@ -1,4 +1,4 @@
-"""The in-process ablation's causes, read from real records (tests/fixtures/sweeps/ladder-slow-rank:
+"""The in-process ablation's causes, read from real records (tests/fixtures/sweeps/slow-rank:
 rank 1 sleeps 10 ms in every training forward): each is a mean of per-round differences with its
 Student's t interval, every round counts whichever rank stepped alone in it, they add up to the
 in-process loss by construction, and a change to one step kind moves only the causes it belongs to."""
@@ -17,7 +17,7 @@ from ddpbench.analysis.answers import answer_run, answer_sweep, pool_runs
 from ddpbench.analysis.estimates import T_975
 from ddpbench.records.store import load_record, read_records
 
-SWEEP = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+SWEEP = os.path.join(FIXTURES, "sweeps", "slow-rank")
 
 
 @pytest.fixture(scope="module")

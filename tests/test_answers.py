@@ -22,7 +22,7 @@ from ddpbench.cli import main
 from ddpbench.config.spec import ScriptSpec
 from ddpbench.records.store import load_record, read_records
 
-LADDER = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+SLOW_RANK = os.path.join(FIXTURES, "sweeps", "slow-rank")
 OLD = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 
 
@@ -59,7 +59,7 @@ def test_one_run_keeps_its_own_interval_and_says_so():
 def _repeats(count: int, scale=lambda i: 1.0):
     """The fixture's slow2 and loc as `count` rounds of a sweep: each round's runs with their own
     repeat number, the DDP run's timeline steps scaled by scale(i)."""
-    loc, slow2 = _record(LADDER, "loc"), _record(LADDER, "slow2")
+    loc, slow2 = _record(SLOW_RANK, "loc"), _record(SLOW_RANK, "slow2")
     found = []
     for i in range(count):
         factor = scale(i)
@@ -119,7 +119,7 @@ def test_a_run_the_speed_check_flags_is_left_out_of_the_pooled_figures():
 
 def _answer(points: dict[str, tuple[float, float]], in_process=(0.7, 0.05)) -> Answer:
     """Causes by hand as {name: (points, half-width)}, pooled over 3 runs."""
-    record = _record(LADDER, "slow2")
+    record = _record(SLOW_RANK, "slow2")
     causes = {
         name: Cause(
             Estimate(value / 1e3, (value - half) / 1e3, (value + half) / 1e3, 3, "runs", half / 4.3 / 1e3),
@@ -154,7 +154,7 @@ def test_the_largest_cause_is_never_noise_and_ties_are_said():
 @pytest.fixture
 def sweep(tmp_path):
     target = tmp_path / "sweep"
-    shutil.copytree(LADDER, target)
+    shutil.copytree(SLOW_RANK, target)
     return target
 
 
@@ -222,7 +222,7 @@ def test_bad_input_is_one_line_with_exit_2(tmp_path, capsys, make, message):
 
 def test_with_a_profile_the_advice_projects_each_knob_and_says_it_is_a_projection(capsys):
     profile = os.path.join(FIXTURES, "projection", "gloo-profile.json")
-    assert main(["explain", LADDER, "--network", profile, "--detail"]) == 0
+    assert main(["explain", SLOW_RANK, "--network", profile, "--detail"]) == 0
     [line] = [
         line for line in capsys.readouterr().out.splitlines() if "advice" in line and "exposed communication" in line
     ]
@@ -234,7 +234,7 @@ def test_with_a_profile_the_advice_projects_each_knob_and_says_it_is_a_projectio
         "--gradient-as-bucket-view",
     ):
         assert knob in line
-    assert main(["explain", LADDER]) == 0
+    assert main(["explain", SLOW_RANK]) == 0
     assert "PROJECTION" not in capsys.readouterr().out
 
 
@@ -244,7 +244,7 @@ def test_a_script_that_keeps_its_global_batch_is_told_why_it_has_no_reference():
     script = ScriptSpec(path="train.py")
 
     def as_script(run_id: str, batch: int):
-        found = _record(LADDER, run_id)
+        found = _record(SLOW_RANK, run_id)
         spec = dataclasses.replace(found.spec, workload="script:train.py", script=script, batch_size=batch, size=None)
         return replace(found, spec=spec)
 
@@ -256,7 +256,7 @@ def test_a_script_that_keeps_its_global_batch_is_told_why_it_has_no_reference():
 
 
 def test_a_sweep_whose_only_run_to_explain_failed_says_so():
-    records, _ = read_records(LADDER)
+    records, _ = read_records(SLOW_RANK)
     failed = [(path, replace(r, status="failed") if r.run_id == "slow2" else r) for path, r in records]
     script = ScriptSpec(path="train.py")
     failed = [(p, replace(r, spec=dataclasses.replace(r.spec, script=script))) for p, r in failed if r.run_id != "loc"]

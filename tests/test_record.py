@@ -95,7 +95,7 @@ def test_schema_1_records_load_and_convert(folder):
 def test_schema_2_records_load_as_the_current_schema_without_a_machine_load(tmp_path):
     """Records of an earlier version: read as they were, the parts added in 3, 4 and 5 absent, and
     written back in the current schema."""
-    folder = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+    folder = os.path.join(FIXTURES, "sweeps", "slow-rank")
     records, unreadable = read_records(folder)
     assert unreadable == [] and records
     for path, record in records:

@@ -17,7 +17,7 @@ from ddpbench.records.store import read_records
 from ddpbench.report.breakdown_section import KEPT_COLOUR, chart
 from ddpbench.report.html import build_report
 
-LADDER = os.path.join(FIXTURES, "sweeps", "ladder-slow-rank")
+SLOW_RANK = os.path.join(FIXTURES, "sweeps", "slow-rank")
 OLD = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 TITLE = "<h2>Where the efficiency went</h2>"
 
@@ -39,7 +39,7 @@ def table_rows(section: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    path = build_report(LADDER, str(tmp_path_factory.mktemp("report") / "index.html"))
+    path = build_report(SLOW_RANK, str(tmp_path_factory.mktemp("report") / "index.html"))
     return open(path, encoding="utf-8").read()
 
 
@@ -58,7 +58,7 @@ def test_one_chart_and_a_table_for_the_configurations_of_two_ranks_or_more(page)
 
 
 def test_the_bar_starts_with_what_was_kept_and_its_causes_reach_100(page):
-    records, _ = read_records(LADDER)
+    records, _ = read_records(SLOW_RANK)
     answers, _ = answer_sweep(records)
     two = [answer for answer in answers if answer.world_size == 2]
     figure = chart(two)
@@ -92,7 +92,7 @@ def test_a_run_without_the_ablation_draws_no_chart(tmp_path):
 
 def test_without_a_local_run_the_causes_stand_without_e_n(tmp_path):
     copy = tmp_path / "sweep"
-    shutil.copytree(LADDER, copy)
+    shutil.copytree(SLOW_RANK, copy)
     os.remove(copy / "runs" / "loc.json")
     section = html.unescape(section_of(open(build_report(str(copy), str(tmp_path / "r.html"))).read()))
     [row] = table_rows(section)[:1]
