@@ -1,12 +1,13 @@
 """Build container/Dockerfile on a PyTorch base made offline, and check ddpbench inside it.
 
-No container registry is reached. The base stands in for a GPU node's PyTorch image: a Debian
-root filesystem made by mmdebstrap from Debian's packages, holding python3 and a virtual
-environment (/opt/torch) with torch and torchvision, installed with `pip --no-index` from wheels
-that pip downloaded beforehand on this machine (from its package cache), at the versions in
-constraints.txt. `podman import` makes it an image, and `podman build` builds container/Dockerfile
-on it with BASE_IMAGE set to that image (pip inside the build fetches ddpbench's other libraries
-from the package index, as on any build machine). Then, inside the image:
+No container registry is reached, and neither the base nor the build has a network. First pip
+downloads, on this machine (from its package cache), the wheels of torch and torchvision at the
+versions in constraints.txt and of everything else ddpbench needs, into one folder. The base stands
+in for a GPU node's PyTorch image: a Debian root filesystem made by mmdebstrap from Debian's
+packages, holding python3 and a virtual environment (/opt/torch) with torch and torchvision,
+installed with `pip --no-index` from that folder. `podman import` makes it an image, and `podman
+build --network none` builds container/Dockerfile on it, with BASE_IMAGE set to that image and the
+same folder mounted as the recipe's WHEELS. Then, inside the image:
 
 - the base's torch and torchvision are still there, unchanged: the same versions, the same RECORD,
   and `podman diff` of the base and the image lists no file of theirs;
@@ -51,6 +52,7 @@ from bench_lock import LOCK, bench_lock  # noqa: E402
 from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 from ddpbench.host.facts import cpu_model, project_git, usable_cores  # noqa: E402
+from ddpbench.host.torch_env import project_requirements  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "container-build.md")
 DOCKERFILE = os.path.join("container", "Dockerfile")
@@ -169,10 +171,14 @@ def build_and_check(work: str, keep: bool) -> dict:
     pins = [f"{name}=={version}" for name, version in versions.items()]
     podman = ["podman", *global_options()]
     try:
+        # One folder for the base and the build: torch, torchvision, ddpbench's libraries, and the
+        # setuptools that builds ddpbench (pip fetches it for the build in an environment of its own).
+        needs = [r for r in project_requirements(REPO, ()) if r.split(">")[0].split("=")[0] not in versions]
         step(
             steps,
             "wheels",
-            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", wheels, *pins],
+            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", wheels]
+            + [*pins, "setuptools>=68", *needs],
         )
         found["wheels_bytes"] = sum(os.path.getsize(os.path.join(wheels, name)) for name in os.listdir(wheels))
         # The chroot gets the wheels through a bind mount, and installs from them alone.
@@ -189,7 +195,6 @@ def build_and_check(work: str, keep: bool) -> dict:
             + [SUITE, rootfs, MIRROR],
         )
         found["rootfs_bytes"] = os.path.getsize(rootfs)
-        shutil.rmtree(wheels)
         step(
             steps,
             "base image",
@@ -199,8 +204,8 @@ def build_and_check(work: str, keep: bool) -> dict:
         step(
             steps,
             "ddpbench image",
-            [*podman, "build", *podman_options(), "--network", "host", "-f", DOCKERFILE]
-            + ["--build-arg", f"BASE_IMAGE={base}", "-t", IMAGE, "."],
+            [*podman, "build", *podman_options(), "--network", "none", "-f", DOCKERFILE, "-v", f"{wheels}:/wheels:ro"]
+            + ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", "WHEELS=/wheels", "-t", IMAGE, "."],
             cwd=REPO,
         )
         found["sizes"] = {"base": image_size(base), "image": image_size(IMAGE)}
@@ -271,18 +276,20 @@ def page(found: dict) -> str:
         wrap(
             f"The base: Debian {SUITE} (`mmdebstrap --variant=minbase --include=python3,python3-venv`, from "
             f"Debian's packages), with torch {torch} and torchvision {vision} in a virtual environment at "
-            f"`{VENV}`, first on `PATH`. pip downloaded their wheels and those they need on this machine "
-            f"({gb(found['wheels_bytes'])}, from its package cache), and the chroot installed them with "
-            f"`pip install --no-index --find-links` from a bind mount of that folder: no network, no registry. "
+            f"`{VENV}`, first on `PATH`. pip downloaded their wheels, and those of everything else ddpbench needs, "
+            f"on this machine into one folder ({gb(found['wheels_bytes'])}, from its package cache), and the chroot "
+            f"installed torch and torchvision with `pip install --no-index --find-links` from a bind mount of that "
+            f"folder: no network, no registry. "
             f"`podman import` made the root file system ({gb(found['rootfs_bytes'])}) the image "
             f"`{found['base_image']}`."
         ),
         "",
         wrap(
-            "The image: `podman build -f container/Dockerfile --build-arg "
-            f"BASE_IMAGE={found['base_image']} .` ({gb(found['sizes']['image'])} against the base's "
-            f"{gb(found['sizes']['base'])}). pip fetched ddpbench's other libraries from the package index, "
-            "with torch and torchvision held where they were by a constraint."
+            "The image: `podman build --network none -v <that folder>:/wheels:ro -f container/Dockerfile "
+            f"--build-arg BASE_IMAGE={found['base_image']} --build-arg WHEELS=/wheels .` "
+            f"({gb(found['sizes']['image'])} against the base's {gb(found['sizes']['base'])}). pip installed "
+            "ddpbench and its other libraries from that folder alone, with torch and torchvision held where "
+            "they were by a constraint."
         ),
         "",
         "| step | seconds |",
