@@ -37,6 +37,11 @@ def test_the_editable_install_prints_no_warning_box(tmp_path):
     assert "*****" not in printed and "Editable installation" not in printed, printed
 
 
+# make as a user starts it: under `make test USE_PYTHON=...` this suite runs with PYTHONPATH set,
+# which the Makefile would keep after the checkout's own.
+MAKE_ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
 def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_venv():
     python = "/opt/env/bin/python"
     planned = subprocess.run(
@@ -45,6 +50,7 @@ def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_v
         capture_output=True,
         text=True,
         check=True,
+        env=MAKE_ENVIRONMENT,
     ).stdout.splitlines()
     assert not [line for line in planned if "venv" in line or ".installed-stamp" in line], planned
     prefix = f"PYTHONPATH={ROOT} {python} -m "
@@ -187,7 +193,7 @@ def test_make_bench_with_use_python_builds_no_venv_and_keeps_the_torch(environme
         ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
         cwd=checkout,
         timeout=900,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        env={**MAKE_ENVIRONMENT, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert not (checkout / ".venv").exists()
     torch, vision = before["torch"][0], before["torchvision"][0]
@@ -197,7 +203,9 @@ def test_make_bench_with_use_python_builds_no_venv_and_keeps_the_torch(environme
     # What was missing: the test tools at least (the test above, where it ran, installed the rest).
     assert "ddpbench: installing . beside them, with " in done.stdout and "ruff==0.8.4" in done.stdout
     # The second time everything is there: nothing is installed, so nothing is fetched.
-    again = run_ok(["make", "--no-print-directory", "install", f"USE_PYTHON={python}"], cwd=checkout)
+    again = run_ok(
+        ["make", "--no-print-directory", "install", f"USE_PYTHON={python}"], cwd=checkout, env=MAKE_ENVIRONMENT
+    )
     assert again.stdout.strip().splitlines()[1:] == [
         f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site}); "
         "it needs torch 2.5 or later and torchvision 0.20 or later"
