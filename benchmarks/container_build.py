@@ -204,7 +204,9 @@ def build_and_check(work: str, keep: bool) -> dict:
         step(
             steps,
             "ddpbench image",
-            [*podman, "build", *podman_options(), "--network", "none", "-f", DOCKERFILE, "-v", f"{wheels}:/wheels:ro"]
+            # No intermediate images or containers are left behind, whether the build passes or fails.
+            [*podman, "build", "--layers=false", "--force-rm", *podman_options(), "--network", "none"]
+            + ["-f", DOCKERFILE, "-v", f"{wheels}:/wheels:ro"]
             + ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", "WHEELS=/wheels", "-t", IMAGE, "."],
             cwd=REPO,
         )
