@@ -21,10 +21,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
+# USE_PYTHON=python3: the interpreter given, with the torch it already has (a GPU node's PyTorch
+# container, a conda or module environment), instead of .venv. `install` then checks that torch and
+# torchvision are there and new enough (one line and exit code 2 if not), and pip installs what else
+# ddpbench needs beside them, holding them where they are; nothing when all of it is there already.
+# Every command runs this checkout (PYTHONPATH), as .venv's editable install does.
+USE_PYTHON ?=
+ifeq ($(USE_PYTHON),)
+PY := $(BIN)/python
+DDPBENCH := $(BIN)/ddpbench
 install: $(STAMP)
+else
+PY := PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(USE_PYTHON)
+DDPBENCH := $(PY) -m ddpbench
+install:
+	$(QUIET_EDITABLE) $(PY) -m ddpbench.host.torch_env --install . --extra test --editable --if-needed --quiet
+endif
 
 bench: install
-	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) $(BENCH_ARGS)
+	$(DDPBENCH) sweep $(if $(GPUS),--gpus $(GPUS)) $(BENCH_ARGS)
 
 # The suite again, compared with the stored baseline of this machine class and suite
 # (store one first: ddpbench baseline save results/<sweep-id>). GATE_ARGS go to `ddpbench gate`.
@@ -43,29 +58,29 @@ BASE_ROUNDS ?= 5
 BASE_RUN_ARGS ?= --workload mlp --strategy ddp $(if $(GPUS),--device cuda --nproc $(GPUS),--nproc 2)
 gate: install
 ifneq ($(BASE),)
-	$(BIN)/python -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
+	$(PY) -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
 else
 ifneq ($(CONFIRM),)
-	$(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare
+	$(PY) -m ddpbench.gate.base_env '$(CONFIRM)' --prepare
 endif
-	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
-	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
-		$(if $(CONFIRM),--confirm-with "$$($(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
+	$(DDPBENCH) sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
+	$(DDPBENCH) gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
+		$(if $(CONFIRM),--confirm-with "$$($(PY) -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
 endif
 
 # The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not launches" tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not launches" tests
 
 # ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # Every GPU path once, within a 9-minute budget (--budget-s 540), with the interpreter given (one
 # that already has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.

@@ -1,10 +1,17 @@
-"""`make install` on a fresh clone: what it prints is what a newcomer reads first."""
+"""Installing ddpbench: `make install` on a fresh clone (what it prints is what a newcomer reads
+first), and `pip install` or `make bench USE_PYTHON=...` beside the torch an environment already has
+(a GPU node's PyTorch container), which must stay as it was."""
 
+import importlib.metadata
+import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,3 +35,178 @@ def test_the_editable_install_prints_no_warning_box(tmp_path):
     assert done.returncode == 0, done.stderr
     printed = done.stdout + done.stderr
     assert "*****" not in printed and "Editable installation" not in printed, printed
+
+
+# make as a user starts it: under `make test USE_PYTHON=...` this suite runs with PYTHONPATH set,
+# which the Makefile would keep after the checkout's own.
+MAKE_ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
+def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_venv():
+    python = "/opt/env/bin/python"
+    planned = subprocess.run(
+        ["make", "-n", "-B", "bench", "test", "test-fast", "lint", f"USE_PYTHON={python}", "GPUS=8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=MAKE_ENVIRONMENT,
+    ).stdout.splitlines()
+    assert not [line for line in planned if "venv" in line or ".installed-stamp" in line], planned
+    prefix = f"PYTHONPATH={ROOT} {python} -m "
+    install = f"{prefix}ddpbench.host.torch_env --install . --extra test --editable --if-needed --quiet"
+    assert [line.split("' ", 1)[-1] for line in planned if "torch_env" in line] == [install]  # once, for all four
+    assert f"{prefix}ddpbench sweep --gpus 8" in [line.strip() for line in planned]
+    assert f"{prefix}pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests" in planned
+    assert f"{prefix}ruff check ." in planned
+
+
+# What an environment that already has torch holds, made cheaply: torch, torchvision and everything
+# they need (the CUDA libraries included), with pip, hard-linked file by file from the suite's own
+# environment into a new one, as their RECORD lists them. Each package is a real installation (its
+# metadata, RECORD and files), and a file pip replaced or removed shows as a new inode or a gap.
+HELD = ("torch", "torchvision")
+
+
+def requirement_closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [(name, ()) for name in names]
+    while todo:
+        name, extras = todo.pop()
+        dist = importlib.metadata.distribution(name)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in found and not extras:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or any(
+                requirement.marker.evaluate({"extra": extra}) for extra in ("", *extras)
+            ):
+                todo.append((requirement.name, tuple(requirement.extras)))
+    return list(found.values())
+
+
+def site_packages(python: str) -> str:
+    return subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def fingerprint(site: str) -> dict:
+    """Version, RECORD and every file (inode, size, modification time) of torch and torchvision."""
+    held = {}
+    for dist in importlib.metadata.distributions(path=[site]):
+        if dist.metadata["Name"] in HELD:
+            files = {}
+            for path in dist.files:
+                target = os.path.normpath(os.path.join(site, path))
+                if target.startswith(site) and os.path.exists(target):
+                    status = os.stat(target)
+                    files[str(path)] = (status.st_ino, status.st_size, status.st_mtime_ns)
+            held[dist.metadata["Name"]] = (dist.version, dist.read_text("RECORD"), files)
+    return held
+
+
+@pytest.fixture(scope="module")
+def environment_with_torch(tmp_path_factory):
+    """(python, site-packages) of a new environment holding torch and torchvision and nothing of ddpbench's."""
+    env = tmp_path_factory.mktemp("torch-env") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = str(env / "bin" / "python")
+    site = site_packages(python)
+    for dist in requirement_closure((*HELD, "pip")):
+        for path in dist.files:
+            source = os.path.normpath(str(dist.locate_file(path)))
+            target = os.path.normpath(os.path.join(site, path))
+            if not target.startswith(site + os.sep) or not os.path.exists(source):
+                continue  # console scripts in bin/ name the suite's interpreter; `python -m` is used instead
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:  # another file system
+                shutil.copy2(source, target)
+    return python, site
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    """The files a user's checkout has that an install and `make bench` read."""
+    folder = tmp_path_factory.mktemp("checkout") / "ddpbench"
+    folder.mkdir()
+    for name in ("Makefile", "pyproject.toml", "README.md", "constraints.txt"):
+        shutil.copy2(os.path.join(ROOT, name), folder / name)
+    for name in ("ddpbench", "workloads"):
+        shutil.copytree(os.path.join(ROOT, name), folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
+def run_ok(command, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def smoke_sweep_ok(folder, runs: list[str]) -> None:
+    with open(folder / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert manifest["state"] == "finished" and manifest["runs"] == dict.fromkeys(runs, "ok"), manifest
+
+
+@pytest.mark.launches  # it installs, and sweeps with what it installed
+def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_there(
+    environment_with_torch, checkout, tmp_path
+):
+    python, site = environment_with_torch
+    before = fingerprint(site)
+    assert sorted(before) == sorted(HELD)
+    installed = run_ok([python, "-m", "pip", "install", str(checkout)], timeout=600, cwd=tmp_path)
+    # pip says so itself, and the files are the ones that were there.
+    torch_version = before["torch"][0]
+    assert f"Requirement already satisfied: torch>=2.5.0a0 in {site} (from ddpbench==0.1.0) ({torch_version})" in (
+        installed.stdout
+    ), installed.stdout
+    assert fingerprint(site) == before
+    # The installed ddpbench, not a checkout: run from a folder that has none.
+    where = run_ok([python, "-c", "import ddpbench; print(ddpbench.__file__)"], cwd=tmp_path).stdout
+    assert where.startswith(site), where
+    swept = run_ok(
+        [os.path.join(os.path.dirname(python), "ddpbench"), "sweep", "--device", "cpu", "--suite", "smoke"]
+        + ["--strategies", "ddp", "--nproc", "2", "--out", str(tmp_path / "out"), "--sweep-id", "s"],
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert "report: reports/s/index.html" in swept.stdout
+    smoke_sweep_ok(tmp_path / "out" / "s", ["mlp-ddp-n1", "mlp-ddp-n2"])
+
+
+@pytest.mark.launches  # it installs, and sweeps
+def test_make_bench_with_use_python_builds_no_venv_and_keeps_the_torch(environment_with_torch, checkout, tmp_path):
+    python, site = environment_with_torch
+    before = fingerprint(site)
+    sweep = f"--suite smoke --strategies ddp --nproc 1 --out {tmp_path / 'out'} --sweep-id m"
+    done = run_ok(
+        ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
+        cwd=checkout,
+        timeout=900,
+        env={**MAKE_ENVIRONMENT, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert not (checkout / ".venv").exists()
+    torch, vision = before["torch"][0], before["torchvision"][0]
+    assert f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site})" in done.stdout
+    assert fingerprint(site) == before
+    smoke_sweep_ok(tmp_path / "out" / "m", ["mlp-ddp-n1"])
+    # What was missing: the test tools at least (the test above, where it ran, installed the rest).
+    assert "ddpbench: installing . beside them, with " in done.stdout and "ruff==0.8.4" in done.stdout
+    # The second time everything is there: nothing is installed, so nothing is fetched.
+    again = run_ok(
+        ["make", "--no-print-directory", "install", f"USE_PYTHON={python}"], cwd=checkout, env=MAKE_ENVIRONMENT
+    )
+    assert again.stdout.strip().splitlines()[1:] == [
+        f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site}); "
+        "it needs torch 2.5 or later and torchvision 0.20 or later"
+    ]

@@ -147,8 +147,15 @@ def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str
 
 
 def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None) -> SweepOptions:
+    from ddpbench.host.torch_env import check_gpu_build, check_installed
+
+    # The runs use this interpreter's torch, here or in the batch job: missing or too old is said
+    # before torch is asked how many GPUs there are.
+    check_installed()
     gpu_count, cores, nodes, machine = shape or node_shape(args)
     device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
+    if device == "cuda" and shape is None:  # CUDA on this machine's torch; NCCL per run, by resolve()
+        check_gpu_build(1)
     if device == "cuda":
         largest = args.gpus or args.nproc or gpu_count
         if largest > gpu_count:

@@ -95,7 +95,11 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
         "--pg-timeout", type=float, default=None, dest="pg_timeout_s", help="seconds a collective may wait"
     )
     pods = parser.add_argument_group("the pods")
-    pods.add_argument("--image", default=None, help="container image with ddpbench installed (required)")
+    pods.add_argument(
+        "--image",
+        default=None,
+        help="container image with ddpbench installed (required); container/Dockerfile builds one on a PyTorch image",
+    )
     pods.add_argument(
         "--volume-claim",
         default="ddpbench-results",

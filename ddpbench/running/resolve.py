@@ -17,6 +17,7 @@ from datetime import datetime
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.host.facts import usable_cores, visible_gpu_count
+from ddpbench.host.torch_env import check_gpu_build, check_installed
 from ddpbench.running import slurm
 
 
@@ -29,6 +30,11 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     else:
         check_workload_name(spec.workload)
     check_launchable(spec)
+    # A run on this machine (no node shape given) runs with this interpreter's torch: missing or too
+    # old is said before torch is asked how many GPUs there are.
+    here = gpu_count is None
+    if here:
+        check_installed()
     spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
     if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
         node_gpus, node_cores, rendezvous = slurm.placement(spec)
@@ -38,6 +44,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     gpu_count = visible_gpu_count() if gpu_count is None else gpu_count
     cores = usable_cores() if cores is None else cores
     device = resolve_device(spec.device, gpu_count)
+    if here and device == "cuda":  # before counting GPUs: a torch without CUDA sees none
+        check_gpu_build(spec.world_size if spec.launched_by_torchrun else 1)
     if device == "cuda" and spec.nproc > gpu_count:
         raise SpecError(
             f"nproc {spec.nproc} needs {spec.nproc} GPUs per node with device cuda; " f"this machine has {gpu_count}"
