@@ -11,6 +11,9 @@ machine (2 ranks, gloo, CPU) of the planted workloads in tests/fixtures/planted_
   limits to --rate: the communication causes (exposed_comm, overlap_slowdown, straggler_wait,
   forward_optimizer: the ablation's DDP step against DDP on one rank) should grow by as much as the
   step did against the baseline (skipped, with the reason, where `ip netns` does not work);
+- slow backward: slow_backward_rank_one, rank 1 sleeps BACKWARD_DELAY_S inside backward, in three
+  runs: every run should name rank 1 and its backward, and put the critical path across ranks on
+  rank 1's backward (DDP's all-reduce makes both ranks' backward look as long);
 - greedy forward: greedy_forward, whose forward runs a matrix product on more threads than the
   rank's share: `contention` should grow by what two one-device runs started at once lose against
   one alone (two `ddpbench run --strategy local` at once), within CONTENTION_TOLERANCE.
@@ -61,7 +64,15 @@ FIXTURE = {}
 with open(PLANTED, encoding="utf-8") as source:
     for line in source:
         name, _, value = line.partition(" = ")
-        if name in ("FORWARD_DELAY_S", "GETITEM_DELAY_S", "WIDTH", "HIDDEN_LAYERS", "BATCH_SIZE", "GETITEM_BATCH_SIZE"):
+        if name in (
+            "FORWARD_DELAY_S",
+            "BACKWARD_DELAY_S",
+            "GETITEM_DELAY_S",
+            "WIDTH",
+            "HIDDEN_LAYERS",
+            "BATCH_SIZE",
+            "GETITEM_BATCH_SIZE",
+        ):
             FIXTURE[name] = float(value)
         elif name in ("SLEEP_LOG_ENV", "HOG_THREADS"):
             FIXTURE[name] = value.strip().strip('"')
@@ -71,7 +82,10 @@ CASES = {
     "slow_getitem": "slow_getitem",
     "shaped": "steady_ranks",
     "greedy": "greedy_forward",
+    "slow_backward": "slow_backward_rank_one",
 }
+REPEATS = {"slow_backward": 3}
+"""Runs per configuration where the case is judged run by run (every other case: one run)."""
 COMMUNICATION = ("exposed_comm", "overlap_slowdown", "straggler_wait", "forward_optimizer")
 TOLERANCE = 0.25
 """As tests/test_breakdown_runs.py judges the slow __getitem__ and the shaped network, and how far
@@ -92,6 +106,7 @@ WIDTH = 100
 
 
 def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str], extra_env: dict | None = None) -> bool:
+    repeats = str(REPEATS.get(case, 1))
     # Every DDP run on loopback, the only interface inside the namespace: the same transport in every case.
     env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", GLOO_SOCKET_IFNAME="lo", **(extra_env or {}))
     command = [
@@ -109,7 +124,7 @@ def sweep(out: str, case: str, steps: int, warmup: int, prefix: list[str], extra
         "--strategies",
         "local,ddp",
         "--repeat",
-        "1",
+        repeats,
         "--steps",
         str(steps),
         "--warmup",
@@ -166,7 +181,7 @@ def measure(out: str, steps: int, warmup: int, rate: str, command: str) -> dict:
     started = time.time()
     failed = []
     with bench_lock() as locked_by:
-        for case in ("baseline", "slow_rank", "slow_getitem", "greedy"):
+        for case in ("baseline", "slow_rank", "slow_getitem", "greedy", "slow_backward"):
             extra = {FIXTURE["SLEEP_LOG_ENV"]: slept} if case == "slow_rank" else None
             if not sweep(out, case, steps, warmup, [], extra):
                 failed.append(case)
@@ -218,6 +233,63 @@ def read_case(out: str, case: str):
     answers, _ = answer_sweep(records)
     found = next((answer.runs[0] for answer in answers if answer.world_size == 2), None)
     return found, [record for _, record in records]
+
+
+def read_backward(out: str) -> list[dict]:
+    """The slow-backward case run by run: the rank and phase each run's verdict names, its wait, and
+    who held its profiled steps on the critical path across ranks."""
+    from ddpbench.analysis.critical_path import job_paths, path_summary
+    from ddpbench.analysis.critical_path_text import read_jobs
+
+    folder = os.path.join(out, "slow_backward")
+    if not os.path.isdir(folder):
+        return []
+    records, _ = read_records(folder)
+    jobs, not_read = read_jobs(records)
+    answers, _ = answer_sweep(records, jobs)
+    found = []
+    for answer in answers:
+        if answer.world_size != 2:
+            continue
+        for run in answer.every_run:
+            straggler = run.straggler
+            summary = path_summary(job_paths(jobs[run.run_id])) if run.run_id in jobs else None
+            held = summary["held"][0] if summary and summary["held"] else None
+            found.append(
+                {
+                    "run": run.run_id,
+                    "named": straggler.rank if straggler.named else None,
+                    "phase": straggler.phase,
+                    "wait": straggler.wait,
+                    "path": (held["rank"], held["phase"], held["ms_per_step"], summary["step_ms"]) if held else None,
+                    "why_no_path": not_read.get(run.run_id, "no traces of two ranks"),
+                }
+            )
+    return found
+
+
+def backward_lines(runs: list[dict]) -> list[str]:
+    if not runs:
+        return ["- **Slow backward**: not run."]
+    planted = FIXTURE["BACKWARD_DELAY_S"]
+    every = all(run["named"] == 1 and run["phase"] == "backward" for run in runs)
+    on_path = all(run["path"] and run["path"][:2] == (1, "backward") for run in runs)
+    lines = [
+        f"- **Slow backward**: rank 1 sleeps {ms(planted)} ms inside backward in each of {len(runs)} runs. The verdict "
+        f"names rank 1 and its backward in every run: {yes(every)}; the critical path across ranks is held most by "
+        f"rank 1's backward in every run: {yes(on_path)}."
+    ]
+    for run in runs:
+        wait = run["wait"]
+        said = "no rank" if run["named"] is None else f"rank {run['named']}, {run['phase']}"
+        figure = "" if wait is None else f", wait {ms(wait.value)} ± {ms(wait.half)} ms"
+        path = (
+            f"rank {run['path'][0]}'s {run['path'][1]} {run['path'][2]:.1f} of {run['path'][3]:.1f} ms"
+            if run["path"]
+            else run["why_no_path"]
+        )
+        lines.append(f"  - {run['run']}: verdict {said}{figure}; critical path {path}.")
+    return lines
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -632,6 +704,7 @@ def page(out: str, measured: dict | None, analysed: dict) -> tuple[str, dict]:
         "",
         "What it says:",
         *(wrap(f"- {sentence}") for sentence in findings(judged, found, skipped)),
+        *(wrap(line, "    ") for line in backward_lines(read_backward(out))),
     ]
     if failed or missing:
         lines.append(
