@@ -179,6 +179,7 @@ FILE_ORDER = (
     "test_install.py",  # pip installs beside a torch, two small sweeps: about 1.5 minutes
     "test_overlap_phases.py",
     "test_faults.py",
+    "test_eight_ranks.py",  # eight ranks time-sharing two cores: about a minute
     "test_strategies.py",
     "test_runs_cpu.py",
     "test_script_shapes.py",

@@ -137,7 +137,8 @@ class TimelineStep(Part):
     """Also when backward() returned: under DDP, after every bucket's all-reduce finished."""
     optimizer_end_s: float | None
     block: int | None = None
-    """The ladder block the step belongs to (`Timeline.ladder`); None in older records."""
+    """The round of the in-process ablation the step belongs to (`Timeline.ladder`); None in older
+    records."""
 
 
 class ContentionProbe(Part):
@@ -163,17 +164,18 @@ class TimelineRank(Part):
     contention: ContentionProbe | None = None
     """None in records from before the probe existed."""
     solo: list[TimelineStep] | None = None
-    """Steps through DDP over a process group of this rank alone: DDP's own work (copies, casts,
+    """Steps through DDP over a process group of this rank alone: DDP overhead (copies, casts,
     finalizing) without the network. None in older records."""
     unwrapped: list[TimelineStep] | None = None
     """Steps of the same module without DDP (no wrapper; DDP's gradient hooks return at once), in
-    this run: the reference DDP's own work is measured against. None in older records."""
+    this run: the reference DDP overhead is measured against. None in older records."""
     alone: list[TimelineStep] | None = None
-    """The ladder's rung 0: the module unwrapped, this rank stepping while the others wait at a
-    barrier, in the blocks where it was the alone rank (`Ladder.alone_rank_by_block`). None with
-    one rank (rung 0 is `unwrapped` there) and in older records."""
+    """The in-process ablation's one-device step: the module unwrapped, this rank stepping while the
+    others wait at a barrier, in the rounds where it was the alone rank (`Ladder.alone_rank_by_block`).
+    None with one rank (its one-device step is `unwrapped` there) and in older records."""
     ladder_wall_s: float | None = None
-    """Wall time of this rank's ladder blocks (the contention probe and cast costs not included)."""
+    """Wall time of this rank's rounds of the in-process ablation (the contention probe and cast
+    costs not included)."""
 
 
 class HookCast(Part):
@@ -196,17 +198,18 @@ class CastCost(Part):
 
 
 class Ladder(Part):
-    """How the ladder's blocks ran (see ddpbench.worker.ladder): each block holds one segment of
-    every step kind, a barrier, `lead_in_per_segment` unmarked steps, then `marked_per_segment`
+    """How the in-process ablation's rounds ran (see ddpbench.worker.ladder; `blocks` is the number
+    of rounds): each round holds one segment of every step kind, a barrier, `lead_in_per_segment`
+    unmarked steps, then `marked_per_segment`
     marked steps; blocks alternate the order of their segments."""
 
     blocks: int
     marked_per_segment: int
     lead_in_per_segment: int
     alone_rank_by_block: list[int]
-    """The rank that stepped alone (rung 0) in each block; empty with one rank."""
+    """The rank that stepped alone in each round; empty with one rank."""
     wall_s: float
-    """Rank 0's wall time for all blocks."""
+    """Rank 0's wall time for all rounds."""
 
 
 class Timeline(Part):
@@ -220,8 +223,9 @@ class Timeline(Part):
     """Measured on rank 0 over a buffer the size of all gradients."""
     ddp_lead_in: bool = False
     """Whether each marked DDP step followed an unmarked DDP step, as every timed step follows one.
-    False in records made before the lead-in. In the ladder (`ladder`) every marked step also
-    starts after a barrier, which the timed steps do not: `window_vs_ladder` holds the difference."""
+    False in records made before the lead-in. In the in-process ablation (`ladder`) every marked step
+    also starts after a barrier, which the timed steps do not: the check's `timed_vs_ablation` holds
+    the difference."""
     ladder: Ladder | None = None
-    """The steps ran as the ladder's blocks (each step's `block`); None in older records, whose
-    kinds alternated step by step."""
+    """The steps ran as the in-process ablation's rounds (each step's `block`); None in older
+    records, whose kinds alternated step by step."""
