@@ -33,7 +33,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ddpbench.records.schema import Record, TimelineRank, TimelineStep
+from ddpbench.records.schema import Record, TimelineStep
 
 SCRIPT_LOOP = (
     "a script's run: the script runs its own loop, so ddpbench cannot step its model alone, unwrapped or "
@@ -303,8 +303,3 @@ def own_steps_by_rank(record: Record) -> list[float] | None:
             return None
         found.append(statistics.fmean(steps))
     return found
-
-
-def rank_of(record: Record, rank: int) -> TimelineRank | None:
-    timeline = record.timeline
-    return next((r for r in timeline.by_rank if r.rank == rank), None) if timeline else None

@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 
-from ddpbench.analysis.estimates import Estimate, pool, standard_error
+from ddpbench.analysis.estimates import Estimate, standard_error
 from ddpbench.analysis.registry import record_iteration_times_s
 from ddpbench.config.spec import RunSpec
 from ddpbench.config.workloads import SCRIPT_PREFIX
@@ -129,23 +129,3 @@ def efficiency_against(record: Record, references: list[Record]) -> tuple[float 
     relative = [standard_error(t) / statistics.fmean(t) if t else math.inf for t in (own, theirs)]
     df = min(len(own), len(theirs)) - 1
     return reference_step, Estimate.combined(value, *(value * r for r in relative), df=df)
-
-
-def pooled_efficiencies(records: list[tuple[str, Record]], flagged: set[str]) -> dict[tuple, Estimate]:
-    """Configuration key -> E(N) pooled over its ok runs (see the module's docstring)."""
-    runs: dict[tuple, list[Record]] = {}
-    for _, record in records:
-        if record.status == "ok" and record.metrics is not None and not is_reference(record.spec):
-            runs.setdefault(configuration_key(record.spec), []).append(record)
-    found = {}
-    for key, members in runs.items():
-        kept = [run for run in members if run.run_id not in flagged] or members
-        estimates = []
-        for run in kept:
-            candidates, _ = reference_runs(run, records)
-            _, efficiency = efficiency_against(run, round_references(run, candidates, flagged))
-            if efficiency is not None:
-                estimates.append(efficiency)
-        if estimates:
-            found[key] = pool(estimates)
-    return found
