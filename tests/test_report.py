@@ -136,6 +136,7 @@ def test_a_browser_shows_the_report_without_errors(page, tmp_path):
         view.on("pageerror", lambda error: problems.append(str(error)))
         view.on("requestfailed", lambda request: problems.append(f"failed to load {request.url}"))
         view.goto(path.as_uri())
+        view.click("#appendix > summary")  # the appendix opens on a click; its tables are measured open
         images = view.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
         page_width = view.evaluate("document.documentElement.scrollWidth")
         # Each table against its column: [heading of its section, scrolls sideways].

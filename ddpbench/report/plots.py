@@ -99,9 +99,11 @@ def _world_size_axis(axis, sizes) -> None:
 
 
 def throughput(table: pd.DataFrame) -> plt.Figure:
+    """Throughput against world size, with the ideal line from the local run; DataParallel on CPU
+    is left out (`comparable`)."""
     figure, axes = panels(sorted(table["workload"].unique()))
     for workload, axis in axes.items():
-        rows = table[table["workload"] == workload]
+        rows = comparable(table[table["workload"] == workload])
         unit = rows["sample_unit"].iloc[0]
         for strategy in scaled_strategies(rows):
             line = rows[rows["strategy"] == strategy].sort_values("world_size")

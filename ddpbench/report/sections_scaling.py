@@ -45,7 +45,8 @@ def scaling_table_section(data: ReportData) -> list[Markup]:
             "Line charts of throughput against world size for each strategy, one per workload, with "
             "the ideal linear line from the local run.",
             "Throughput against world size; the grey dashed line is perfect linear scaling of the local run "
-            "(compiled runs are dashed, or dotted under compiled autograd, in their strategy's colour).",
+            "(compiled runs are dashed, or dotted under compiled autograd, in their strategy's colour). DataParallel "
+            "on CPU is not drawn: one process with N x the threads replicates nothing (the table has it).",
         ),
     ]
     # memory has a section of its own
