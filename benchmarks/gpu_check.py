@@ -352,7 +352,7 @@ class Checker:
         view = record["timeline"]["by_rank"][0]
         probe = view.get("contention")
         figures["probe"] = probe
-        # The ladder's kinds: with one rank, rung 0 is rung 1 and rung 2 is rung 3 (neither runs).
+        # The in-process ablation's kinds: with one rank, alone is all-ranks and DDP on one rank is DDP.
         kinds = ["unwrapped", "with_ddp", "without_allreduce"]
         if record["spec"]["world_size"] > 1:
             kinds += ["alone", "solo"]
@@ -361,10 +361,10 @@ class Checker:
         ladder = record["timeline"].get("ladder") or {}
         figures["ladder"] = ladder
         if not ladder.get("blocks") or not ladder.get("wall_s"):
-            problems.append(f"no ladder blocks on the GPU: {ladder}")
+            problems.append(f"no rounds of the in-process ablation on the GPU: {ladder}")
         unblocked = [kind for kind in kinds if any(step.get("block") is None for step in view.get(kind) or [])]
         if unblocked:
-            problems.append(f"ladder steps without a block: {unblocked}")
+            problems.append(f"ablation steps without a round: {unblocked}")
         if record["spec"]["world_size"] > 1:
             for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):
                 values = (probe or {}).get(name) or []
@@ -553,29 +553,31 @@ class Checker:
         figures["table"] = table.strip().splitlines()[-8:]
         if table_code != 0:
             problems.append(f"table exit code {table_code}")
-        # One GPU: the breakdown of DDP x1 against local can only hold DDP's own work and data
-        # loading (no communication, no other rank); both must be measured on the GPU's clock,
-        # from the ladder's rungs (CUDA events), with their intervals.
+        # One GPU: DDP x1 against local can only lose DDP overhead and data loading (no communication,
+        # no other rank); both must be measured on the GPU's clock, from the in-process ablation's
+        # steps (CUDA events), with their intervals.
         explained = os.path.join(self.out_dir, "explain.json")
         explain_code, explain_text = self.ddpbench("explain", folder, "--json-file", explained, timeout_s=120)
         figures["explain"] = explain_text.strip().splitlines()[:10]
-        terms = {}
+        causes = {}
         if explain_code != 0 or not os.path.exists(explained):
             problems.append(f"explain exit code {explain_code}")
         else:
             with open(explained, encoding="utf-8") as handle:
-                terms = json.load(handle)[0]["terms"]
-            figures["breakdown_terms"] = terms
-            unmeasured = [name for name in ("ddp_work", "data") if terms[name]["s_per_step"] is None]
+                causes = json.load(handle)["configurations"][0]["causes"]
+            figures["causes"] = causes
+            unmeasured = [name for name in ("ddp_overhead", "data") if causes[name]["seconds"] is None]
             if unmeasured:
                 problems.append(f"explain did not measure {unmeasured} on the GPU")
-            elif terms["ddp_work"].get("ci_low_s") is None or not terms["ddp_work"]["basis"].startswith("ladder"):
-                problems.append(f"ddp_work not from the ladder: {terms['ddp_work']}")
+            elif causes["ddp_overhead"]["seconds"].get("low") is None:
+                problems.append(f"DDP overhead has no interval from the in-process ablation: {causes['ddp_overhead']}")
         if problems:
             raise CheckFailed("; ".join(problems) + f": {tail(output)}")
-        shown = ", ".join(f"{name} {terms[name]['s_per_step'] * 1e3:.2f} ms" for name in ("ddp_work", "data"))
+        shown = ", ".join(
+            f"{name} {causes[name]['seconds']['value'] * 1e3:.2f} ms" for name in ("ddp_overhead", "data")
+        )
         return (
-            f"3 runs ok, scaling.csv, table and report ({report}); DDP x1 breakdown (ddp_work and data only, "
+            f"3 runs ok, scaling.csv, table and report ({report}); DDP x1's causes (DDP overhead and data only, "
             f"one GPU): {shown}"
         )
 
