@@ -41,15 +41,19 @@ BASE ?=
 CONFIRM ?=
 BASE_ROUNDS ?= 5
 BASE_RUN_ARGS ?= --workload mlp --strategy ddp $(if $(GPUS),--device cuda --nproc $(GPUS),--nproc 2)
+# GNU make turns any failing exit code into its own 2: the gate runs through ddpbench.gate.ci,
+# whose last line says the gate's own exit code and what it means (a CI job that needs 1, 3 and 4
+# as themselves calls `python -m ddpbench.gate.ci -- ddpbench gate ...` or `ddpbench gate` directly).
 gate: install
 ifneq ($(BASE),)
-	$(BIN)/python -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
+	$(BIN)/python -m ddpbench.gate.ci --name 'ddpbench ab (make gate BASE=$(BASE))' -- \
+		$(BIN)/python -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
 else
 ifneq ($(CONFIRM),)
 	$(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare
 endif
 	$(BIN)/ddpbench sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
-	$(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
+	$(BIN)/python -m ddpbench.gate.ci -- $(BIN)/ddpbench gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
 		$(if $(CONFIRM),--confirm-with "$$($(BIN)/python -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
 endif
 
