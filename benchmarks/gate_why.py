@@ -15,7 +15,10 @@ timed from outside, and judged:
   waiting for the slowest rank, naming rank 1 and its backward (backward);
 - unplanted: steady's DDP configuration names no cause in the same sweeps;
 - A/A: no comparison fails, and at most 1 configuration comparison in 20 names a cause;
-- cost: every gate answers in under 5 s, and the sweeps hold as many records after it as before.
+- cost: every gate answers in under 5 s, and the sweeps hold as many records after it as before;
+  timed too on two default-sized sweeps (synthetic: this measurement's steady runs relabelled as the
+  CPU suite's mlp, gpt2 and resnet50, each DDP record's per-parameter gradient times repeated to that
+  model's count of parameter tensors; building them imports torch to count them).
 
 Every sweep is `ddpbench sweep --device cpu --nproc 2 --strategies local,ddp --repeat R`, run from
 the repository's folder with the workload file's relative path, so the command the gate gives to
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -137,6 +141,60 @@ def aa_pairs(aa_sweeps: int) -> list[tuple[str, str]]:
     return [(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]
 
 
+SUITE = ("mlp", "gpt2", "resnet50")
+"""The CPU suite's workloads, the shape of a default sweep (ddpbench.config.plan.SUITES["cpu"])."""
+
+
+def parameter_tensors(workload: str) -> int:
+    """How many parameter tensors the workload's tiny model has: each gets a gradient time per step
+    in a DDP record's timeline. Builds the model, so it imports torch."""
+    from ddpbench.worker.workload import build_workload
+
+    return sum(1 for p in build_workload(workload, "tiny", None).model.parameters() if p.requires_grad)
+
+
+def stretch(values: list, count: int) -> list:
+    return [values[i % len(values)] for i in range(count)] if values else values
+
+
+def default_sized(out: str, source: str, name: str, counts: dict[str, int]) -> str:
+    """A sweep shaped like a default CPU sweep, for timing only: for each of the suite's workloads,
+    the source sweep's steady runs (local and ddp x2, every round) relabelled as it, each DDP
+    record's per-parameter gradient times repeated to that workload's count of parameter tensors."""
+    target = os.path.join(out, name)
+    os.makedirs(os.path.join(target, "runs"), exist_ok=True)
+    shutil.copy(os.path.join(out, source, "manifest.json"), target)
+    runs = os.path.join(out, source, "runs")
+    steady = [f for f in sorted(os.listdir(runs)) if f.startswith(f"planted_regressions.{UNPLANTED}-")]
+    for workload, count in counts.items():
+        for file in steady:
+            with open(os.path.join(runs, file), encoding="utf-8") as handle:
+                record = json.load(handle)
+            run_id = file.removesuffix(".json").replace(f"planted_regressions.{UNPLANTED}", workload)
+            record["run_id"] = record["spec"]["run_id"] = run_id
+            record["spec"]["workload"] = workload
+            timeline = record.get("timeline")
+            if timeline:
+                timeline["param_names"] = [f"parameter{i}" for i in range(count)]
+                timeline["param_bytes"] = stretch(timeline.get("param_bytes") or [], count)
+                for rank in timeline.get("by_rank") or []:
+                    for steps in rank.values():
+                        for step in steps if isinstance(steps, list) else []:
+                            if isinstance(step, dict) and "grad_ready_s" in step:
+                                step["grad_ready_s"] = stretch(step["grad_ready_s"], count)
+            with open(os.path.join(target, "runs", f"{run_id}.json"), "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+    return name
+
+
+def time_default_sized(out: str) -> dict:
+    counts = {workload: parameter_tensors(workload) for workload in SUITE}
+    baseline = default_sized(out, "baseline", "default-sized-baseline", counts)
+    candidate = default_sized(out, "candidate", "default-sized-candidate", counts)
+    found = gate(out, "default-sized", baseline, candidate)
+    return {"parameters": counts, "records": record_count(os.path.join(out, candidate)), "wall_s": found["wall_s"]}
+
+
 def gate_all(out: str, aa_sweeps: int) -> dict:
     found = {"planted": gate(out, "planted", "baseline", "candidate")}
     for first, second in aa_pairs(aa_sweeps):
@@ -154,7 +212,9 @@ def measure(out: str, args, command: str) -> dict:
             if not sweep(out, sweep_id, args.cases, args.repeat, args.steps, args.warmup, planted):
                 failed.append(sweep_id)
         gates = gate_all(out, args.aa_sweeps)
+        sized = time_default_sized(out)
     return {
+        "default_sized": sized,
         "command": command,
         "seconds": time.time() - started,
         "locked_by": locked_by,
@@ -378,7 +438,7 @@ def page(out: str, measured: dict | None, analysed: dict, gates: dict) -> tuple[
     cases = settings.get("cases") or list(CASES)
     records = []
     for name in sorted(os.listdir(out)):
-        if os.path.isdir(os.path.join(out, name, "runs")):
+        if os.path.isdir(os.path.join(out, name, "runs")) and not name.startswith("default-sized"):
             records += [record for _, record in read_records(os.path.join(out, name))[0]]
     planted = gates["planted"]
     judged = judge_planted(planted, cases)
@@ -390,7 +450,8 @@ def page(out: str, measured: dict | None, analysed: dict, gates: dict) -> tuple[
     aa = judge_aa(gates)
     walls = (measured or {}).get("gate_wall_s") or {}
     counts = (measured or {}).get("records") or {}
-    slowest = max(walls.values()) if walls else None
+    sized = (measured or {}).get("default_sized")
+    slowest = max([*walls.values(), *([sized["wall_s"]] if sized else [])], default=None)
     planted_s = walls.get("planted", planted["wall_s"])  # the measuring command's, timed under the lock
     unchanged = all(before == after for before, after in counts.values()) if counts else None
     kept = {True: "the same", False: "not the same", None: "not counted"}[unchanged]
@@ -451,6 +512,14 @@ def page(out: str, measured: dict | None, analysed: dict, gates: dict) -> tuple[
         wrap(
             "- The gate's wall time through `python -m ddpbench.gate.ci`, a fresh interpreter each: "
             + (", ".join(f"{name} {seconds:.2f} s" for name, seconds in walls.items()) or "not measured")
+            + (
+                f"; on two default-sized sweeps ({sized['records']} records a side, synthetic: this measurement's "
+                f"{UNPLANTED} runs relabelled as the CPU suite's {', '.join(sized['parameters'])} with their "
+                f"{', '.join(map(str, sized['parameters'].values()))} parameter tensors' gradient times) "
+                f"{sized['wall_s']:.2f} s"
+                if sized
+                else ""
+            )
             + f"; the slowest {'under' if verdicts['gate under 5 s'] else 'not under'} 5 s. Records in the sweeps "
             f"before and after each gate: {kept} (attribution runs nothing)."
         ),
