@@ -315,3 +315,33 @@ def test_three_files_with_factories_of_one_name_are_three_configurations_in_the_
     assert len({describe(key) for key in values}) == 5 and len({series_name(key) for key in values}) == 5
     comparisons, _ = compare(records, records, GateSettings(), ("throughput",))
     assert len({c.configuration for c in comparisons}) == 5
+
+
+def test_each_kind_of_configuration_that_regressed_says_what_it_can(tmp_path):
+    """The committed CPU sweep from before the ablation, one run each, every step 1.6x longer: the
+    local run is the reference (no scaling causes), DataParallel is one process, and DDP with one
+    run a side needs repeats; each that regressed gets its command."""
+    old = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+
+    def slower(record):
+        if record["status"] == "ok":
+            for rank in record["ranks"]:
+                rank["step_times_s"] = [t * 1.6 for t in rank["step_times_s"]]
+            record["metrics"]["window_s"] *= 1.6
+            for field in ("throughput_units_per_s", "throughput_samples_per_s"):
+                record["metrics"][field] /= 1.6
+
+    mlp = lambda run_id: run_id.startswith("mlp-")  # noqa: E731
+    baseline = keep_runs(tmp_path, old, "b", mlp)
+    candidate = keep_runs(tmp_path, old, "c", mlp, slower)
+    done, verdict = gate(tmp_path, baseline, candidate, "--metrics", "throughput", "--prior-noise", "3%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = {why["configuration"].split(" ", 1)[1]: why for why in verdict["why"]}
+    assert found["local x1 b8 fp32 cpu"]["headline"].startswith("one device: no scaling causes")
+    assert "DataParallel" in found["dp x2 b8 fp32 cpu"]["needs"][0]
+    assert "--repeat 3" in found["ddp x2 b8 fp32 cpu"]["needs"][0]
+    for why in found.values():
+        assert why["verdict"] == "regression" and why["reproduce"]["command"].startswith(
+            "ddpbench sweep --workloads mlp"
+        )
+    assert found["dp x2 b8 fp32 cpu"]["reproduce"]["argv"][4:6] == ["--strategies", "local,dp"]

@@ -334,8 +334,11 @@ def explain_changes(
         why = Why(configuration, _verdict(compared))
         runs = records.get(configuration, [])
         key = run_key(runs[0]) if runs else None
-        if runs and not runs[0].spec.launched_by_torchrun:
-            why.single_device = True
+        spec = runs[0].spec if runs else None
+        if spec is not None and (spec.strategy == "local" or (spec.script and spec.world_size == 1)):
+            why.single_device = True  # the reference: one device, nothing to scale
+        elif spec is not None and not spec.launched_by_torchrun:
+            why.needs.append("nn.DataParallel's runs are one process: the causes are measured for DDP's runs only")
         elif key in before and key in after:
             compare_answers(before[key], after[key], why, settings)
         else:
