@@ -66,6 +66,14 @@ EXPECTED = {
     "backward": ("straggler_wait",),
 }
 """The cause each planted regression should be named by first."""
+PLANTED_FILE = os.path.join(REPO, WORKLOADS)
+# The fixture's amounts, read from its text (importing it needs torch).
+AMOUNTS = {}
+with open(PLANTED_FILE, encoding="utf-8") as source:
+    for line in source:
+        name, _, value = line.partition(" = ")
+        if name in ("FORWARD_SIZE", "FORWARD_PRODUCTS", "GRADIENT_FLOATS", "BACKWARD_DELAY_S"):
+            AMOUNTS[name] = float(value.replace("_", ""))
 MIN_SLOWDOWN_PCT = 30.0
 MAX_GATE_S = 5.0
 AA_RATE = 1 / 20
@@ -379,6 +387,12 @@ def header(records: list, measured: dict | None, analysed: dict) -> list[str]:
         f"of `{WORKLOADS}` ({', '.join(settings.get('cases', []))} and {UNPLANTED}), from the repository's folder: "
         f"a baseline, a candidate with DDPBENCH_PLANTED={','.join(settings.get('cases', []))}, and "
         f"{settings.get('aa_sweeps', '?')} unplanted sweeps in all for the A/A pairs (the baseline the first).",
+        f"- **Planted**: forward, {AMOUNTS['FORWARD_PRODUCTS']:.0f} products of {AMOUNTS['FORWARD_SIZE']:.0f} x "
+        f"{AMOUNTS['FORWARD_SIZE']:.0f} matrices in every training forward; gradients, a parameter of "
+        f"{AMOUNTS['GRADIENT_FLOATS']:,.0f} floats ({4 * AMOUNTS['GRADIENT_FLOATS'] / 2**20:.1f} MiB more to "
+        f"all-reduce) entering the loss through one element; backward, rank 1 sleeps "
+        f"{1e3 * AMOUNTS['BACKWARD_DELAY_S']:.0f} ms inside every backward (as `{WORKLOADS}` is at the analysis's "
+        "commit).",
         f"- **Load**: {busy} of {len(records)} runs were measured while other processes took cores they wanted "
         "(the records' machine_load); the gate answers 4, not 1, where every regression has such a run.",
     ]
