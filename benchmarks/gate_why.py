@@ -95,8 +95,12 @@ def sweep(out: str, sweep_id: str, cases: list[str], repeat: int, steps: int, wa
     command += ["--workloads", workloads, "--strategies", "local,ddp", "--repeat", str(repeat)]
     command += ["--steps", str(steps), "--warmup", str(warmup), "--out", out, "--sweep-id", sweep_id]
     started = time.time()
+    # The sweep writes its HTML report under the folder it runs in: moved out of the repository.
+    report = os.path.join(REPO, "reports", sweep_id)
     with open(os.path.join(out, f"{sweep_id}.log"), "w", encoding="utf-8") as log:
         done = subprocess.run(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if os.path.isdir(report):
+        shutil.move(report, os.path.join(out, sweep_id, "report"))
     print(f"  [{time.time() - started:5.0f} s] sweep {sweep_id}: exit {done.returncode}", file=sys.stderr)
     return os.path.isdir(os.path.join(out, sweep_id, "runs"))
 
@@ -579,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if os.path.exists(os.path.join(out, "baseline")):
             parser.error(f"{out} already holds sweeps: use --analyse-only, or a new --out")
+        names = ["baseline", "candidate", *[f"aa-{i}" for i in range(2, args.aa_sweeps + 1)]]
+        taken = [name for name in names if os.path.exists(os.path.join(REPO, "reports", name))]
+        if taken:
+            parser.error(f"reports/{taken[0]} exists: a sweep of this measurement would write its report there")
         os.makedirs(out, exist_ok=True)
         measured = measure(out, args, command)
         with open(kept, "w", encoding="utf-8") as handle:
