@@ -42,7 +42,7 @@ bench: install
 	$(DDPBENCH) sweep $(if $(GPUS),--gpus $(GPUS)) $(BENCH_ARGS)
 
 # The suite again, compared with the stored baseline of this machine class and suite
-# (store one first: ddpbench baseline save results/<sweep-id>). GATE_ARGS go to `ddpbench gate`.
+# (store one first: ddpbench history baseline results/<sweep-id>). GATE_ARGS go to `ddpbench gate`.
 GATE_ID := gate-$(shell date +%Y%m%d-%H%M%S)
 GATE_ARGS ?=
 # GATE_BASELINE=history gates against the stored history since its last change point instead.
@@ -56,15 +56,19 @@ BASE ?=
 CONFIRM ?=
 BASE_ROUNDS ?= 5
 BASE_RUN_ARGS ?= --workload mlp --strategy ddp $(if $(GPUS),--device cuda --nproc $(GPUS),--nproc 2)
+# GNU make turns any failing exit code into its own 2: the gate runs through ddpbench.gate.ci,
+# whose last line says the gate's own exit code and what it means (a CI job that needs 1, 3 and 4
+# as themselves calls `python -m ddpbench.gate.ci -- ddpbench gate ...` or `ddpbench gate` directly).
 gate: install
 ifneq ($(BASE),)
-	$(PY) -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
+	$(PY) -m ddpbench.gate.ci --name 'ddpbench ab (make gate BASE=$(BASE))' -- \
+		$(PY) -m ddpbench.gate.base_env '$(BASE)' --rounds $(BASE_ROUNDS) $(GATE_ARGS) -- $(BASE_RUN_ARGS)
 else
 ifneq ($(CONFIRM),)
 	$(PY) -m ddpbench.gate.base_env '$(CONFIRM)' --prepare
 endif
 	$(DDPBENCH) sweep $(if $(GPUS),--gpus $(GPUS)) --sweep-id $(GATE_ID) $(BENCH_ARGS)
-	$(DDPBENCH) gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
+	$(PY) -m ddpbench.gate.ci -- $(DDPBENCH) gate --baseline $(GATE_BASELINE) --candidate results/$(GATE_ID) \
 		$(if $(CONFIRM),--confirm-with "$$($(PY) -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
 endif
 

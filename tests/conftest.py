@@ -188,6 +188,7 @@ FILE_ORDER = (
     "test_sweep_cpu.py",
     "test_terminal_output.py",
     "test_gate.py",
+    "test_gate_ci.py",  # the documented CI job and make gate, run as written: about 30 s
     "test_gpu_paths.py",
     "test_comm.py",
     "test_torch_env.py",  # installs a CPU-only torch: about 30 s

@@ -110,3 +110,18 @@ def test_strong_scaling_refuses_a_batch_that_does_not_split():
 def test_bad_sweep_options_are_named(changes, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         options(**changes)
+
+
+def test_a_script_sweep_starts_at_one_device_on_cpu_too(tmp_path):
+    """A script's DDP x1 run is its X(1): the CPU suite's start at two processes does not apply to it."""
+    from ddpbench.config.spec import ScriptSpec
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    plan = plan_sweep(
+        SweepOptions(
+            device="cpu", max_world_size=2, cores=2, suite="cpu", repeat=1, script=ScriptSpec(path=str(script))
+        ),
+        "out",
+    )
+    assert [s.world_size for s in plan] == [1, 2]

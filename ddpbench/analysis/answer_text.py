@@ -281,8 +281,8 @@ def table(answers: list[Answer]) -> str:
 
     notes = [
         "E(N): against the local run, another process; in-process: one rank alone against DDP inside the run's own "
-        "processes. Each ± its 95 % interval over the runs. Causes in percentage points (pp) of the in-process "
-        "efficiency: they add up to 'lost' by construction; (in parentheses): within noise."
+        "processes. Each ± its 95 % interval over the runs. Causes in percentage points (pp) of the DDP step: "
+        "they add up to 'lost' by construction; (in parentheses): within noise."
     ]
     without = [answer.name for answer in answers if not answer.in_place]
     if without:

@@ -94,6 +94,10 @@ class Answer:
         return all(run.in_place for run in self.runs)
 
     @property
+    def why_not_in_place(self) -> str:
+        return next((run.basis for run in self.runs if not run.in_place), "")
+
+    @property
     def loss_points(self) -> Estimate | None:
         return None if self.in_process is None else points_lost(self.in_process)
 

@@ -5,7 +5,7 @@ Definitions (also in the README):
 - speedup S(N) = X(N) / X(1), where X(1) is the `local` run (one device, no wrapper).
 - scaling efficiency E(N) = X(N) / (N * X(1)). With weak scaling (the default) every device keeps
   its batch; with strong scaling the global batch is fixed and split over the devices.
-A configuration run several times shows once: X(N) is the mean of its runs, E(N) and the
+A configuration run several times shows once: X(N) is the median of its runs, E(N) and the
 in-process efficiency are pooled over them with their 95 % intervals (`configurations` says how).
 """
 

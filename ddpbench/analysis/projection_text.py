@@ -26,7 +26,7 @@ def format_projection(projection: Projection, record: Record) -> str:
         "(in the replay from parts)",
         f"  DDP overhead     {projection.ddp_work}",
         f"  anchored on      {projection.anchor}",
-        f"  contention       backward at {projection.contention.backward_rate:.0%} and all-reduce at "
+        f"  overlapping      backward at {projection.contention.backward_rate:.0%} and all-reduce at "
         f"{projection.contention.comm_rate:.0%} of their speed while both run ({projection.contention.basis})",
         f"  throughput       {projection.throughput:9.1f} {projection.sample_unit}/s   "
         f"band {projection.throughput_low:.1f} .. {projection.throughput_high:.1f}",

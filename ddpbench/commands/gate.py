@@ -174,14 +174,17 @@ def gate_exit(
     confirm=None,
     busy: dict | None = None,
     flagged: dict | None = None,
+    why: list | None = None,
 ) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
     comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
     regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, or
     one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`), and
     any verdict on a configuration with a run the probe flags (`flagged`, `busy.probe_flagged`).
-    `confirm`, given a regression, reruns what was flagged and returns a `confirm.Confirmation`,
-    whose verdict is then the gate's (0 or 1; never 4: the rerun has answered the drift question)."""
+    `why` (`gate.why.Why`, one per configuration) says why each configuration that regressed did,
+    with a command that reproduces it. `confirm`, given a regression, reruns what was flagged and
+    returns a `confirm.Confirmation`, whose verdict is then the gate's (0 or 1; never 4: the rerun
+    has answered the drift question)."""
     from ddpbench.gate.busy import busy_regressions, busy_words, flagged_comparisons, flagged_words
     from ddpbench.gate.compare import overall_verdict, underpowered
     from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
@@ -203,6 +206,12 @@ def gate_exit(
         print(f"sight: {line}")
     for note in notes:
         print(f"note: {note}")
+    if why is not None:
+        from ddpbench.gate.why_text import why_json, why_lines
+
+        for line in why_lines(why):
+            print(line)
+        extra = {**(extra or {}), "why": why_json(why)}
     result = overall_verdict(comparisons)
     blind = underpowered(comparisons)
     drift = canary is not None and judge_drift(canary, comparisons).drift
@@ -225,14 +234,14 @@ def gate_exit(
         notes = notes + [flagged_words(unsteady)]
         drift = True  # exit 4 whatever the verdict: neither a plain pass nor a plain regression
     if confirm is not None and result == "regression":
-        return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm)
+        return confirmed_exit(comparisons, settings, notes, env_notes, args, header, extra, confirm, why)
     print(
         f"verdict: {result.upper()} ({header})"
         + (f"; {len(blind)} comparison(s) cannot see " f"{percent(settings.target)}" if blind else "")
         + (f"; {notes[-1]}" if drift else "")
     )
     if args.summary_md:
-        write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes))
+        write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes, why))
     if args.json:
         write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
     if result != "pass":
@@ -242,7 +251,7 @@ def gate_exit(
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
-def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm) -> int:
+def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm, why=None) -> int:
     """The first comparison's regression, then its confirmation: the verdict is the confirmation's."""
     from ddpbench.gate.compare import overall_verdict, underpowered
     from ddpbench.gate.output import as_json, format_table, markdown_summary, sight_lines
@@ -269,7 +278,7 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
         "out": done.out_dir,
     }
     if args.summary_md:
-        first = markdown_summary(comparisons, settings, notes, env_notes).replace(
+        first = markdown_summary(comparisons, settings, notes, env_notes, why).replace(
             "## ddpbench gate:", "### Before confirmation:", 1
         )
         second = markdown_summary(final, settings, done.notes, []).replace(
@@ -325,7 +334,7 @@ def command_gate(args: argparse.Namespace) -> int:
         compare,
         compare_values,
         env_differences,
-        load_side,
+        load_pairs,
         usable,
     )
     from ddpbench.gate.history import (
@@ -348,7 +357,8 @@ def command_gate(args: argparse.Namespace) -> int:
         unknown = [m for m in measures if m not in MEASURE_NAMES]
         if unknown:
             raise GateError(f"unknown metric {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
-        candidate = load_side(args.candidate)
+        candidate_pairs = load_pairs(args.candidate)
+        candidate = [record for _, record in candidate_pairs]
         confirm = confirm_step(args, candidate, settings)
         ok = [r for r in candidate if r.status == "ok"]
         store = gate_store(args)
@@ -390,7 +400,7 @@ def command_gate(args: argparse.Namespace) -> int:
                     "--baseline history needs a history folder (--history-folder, or a sweep folder "
                     "as --candidate so its machine class and suite name one)"
                 )
-            baseline_path, env_notes, baseline_records = folder, [], []
+            baseline_path, env_notes, baseline_records, baseline_pairs = folder, [], [], None
             failures, notes = comparability([], candidate, args.allow_failed_runs, args.allow_missing, False)
             missing, more = missing_from_history(series, candidate, args.allow_missing)
             failures, notes = failures + missing, notes + more
@@ -415,7 +425,8 @@ def command_gate(args: argparse.Namespace) -> int:
                     f"no stored baseline for this machine class and suite at {baseline_path}; "
                     f"save one with: ddpbench history baseline SWEEP_DIR"
                 )
-            baseline = baseline_records = load_side(baseline_path)
+            baseline_pairs = load_pairs(baseline_path)
+            baseline = baseline_records = [record for _, record in baseline_pairs]
             env_notes = env_differences(baseline, candidate)
             if env_notes and not args.allow_env_mismatch:
                 raise GateError(
@@ -453,6 +464,8 @@ def command_gate(args: argparse.Namespace) -> int:
     flagged = probe_flagged("candidate", candidate)
     for configuration, lines in probe_flagged("baseline", baseline_records).items():
         flagged.setdefault(configuration, []).extend(lines)
+    why, more = why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, args.candidate)
+    notes = notes + more
 
     return gate_exit(
         comparisons,
@@ -465,7 +478,24 @@ def command_gate(args: argparse.Namespace) -> int:
         confirm=confirm,
         busy=busy_runs(candidate),
         flagged=flagged,
+        why=why,
     )
+
+
+def why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, candidate_path: str):
+    """(`gate.why.Why` per configuration, notes): the causes compared where the baseline is a sweep
+    (or record) whose records are here; against the history, a note where something regressed. The
+    verdict never depends on it: where working it out fails, a note says so and the gate answers."""
+    from ddpbench.gate.why import explain_changes, from_history
+
+    regressed = any(c.verdict == "regression" for c in comparisons)
+    if baseline_pairs is None:
+        return None, [from_history()] if regressed else []
+    folder = candidate_path if os.path.isdir(candidate_path) else os.path.dirname(os.path.dirname(candidate_path))
+    try:
+        return explain_changes(baseline_pairs, candidate_pairs, comparisons, settings, folder), []
+    except Exception as exc:  # noqa: BLE001 - the verdict stands without the causes
+        return None, [f"why it slowed could not be worked out ({type(exc).__name__}: {exc}); the verdict stands"]
 
 
 def command_ab(args: argparse.Namespace) -> int:

@@ -222,7 +222,8 @@ def layouts(options: SweepOptions, strategy: str) -> list[tuple[int, int]]:
     (ddp only: DataParallel is one process)."""
     if strategy == "local":
         return [(1, 1)]
-    smallest = min(SUITES[options.suite].smallest_world_size, options.max_world_size)
+    # A script's DDP x1 run is its X(1): a script sweep starts at one device, whatever the suite.
+    smallest = 1 if options.script else min(SUITES[options.suite].smallest_world_size, options.max_world_size)
     one_node = [(1, size) for size in world_sizes(options.max_world_size) if size >= smallest]
     if not options.nodes:
         return one_node

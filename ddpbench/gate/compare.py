@@ -80,21 +80,25 @@ class Comparison:
 
 def load_side(path: str) -> list[Record]:
     """Every record of a sweep folder, or one record file (statuses are judged later)."""
+    return [record for _, record in load_pairs(path)]
+
+
+def load_pairs(path: str) -> list[tuple[str, Record]]:
+    """`load_side` with each record's file, which its traces are found from."""
     if os.path.isfile(path):
         try:
-            records = [load_record(path)]
+            pairs = [(path, load_record(path))]
         except UnreadableRecord as exc:
             raise GateError(f"not a readable record: {exc}") from None
     elif os.path.isdir(path):
-        found, unreadable = read_records(path)
-        records = [record for _, record in found]
+        pairs, unreadable = read_records(path)
         for bad, reason in unreadable:
             print(f"ddpbench gate: skipped unreadable record {bad}: {reason}")
     else:
         raise GateError(f"{path!r} is neither a sweep folder nor a record file")
-    if not any(r.status == "ok" for r in records):
+    if not any(r.status == "ok" for _, r in pairs):
         raise GateError(f"{path!r} holds no successful run records")
-    return records
+    return pairs
 
 
 def usable(record: Record) -> bool:

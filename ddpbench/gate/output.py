@@ -109,8 +109,9 @@ def sight_lines(comparisons: list[Comparison], settings: GateSettings) -> list[s
 
 
 def markdown_summary(
-    comparisons: list[Comparison], settings: GateSettings, notes: list[str], env_notes: list[str]
+    comparisons: list[Comparison], settings: GateSettings, notes: list[str], env_notes: list[str], why=None
 ) -> str:
+    """The CI job summary; `why` (`gate.why.Why`s) adds the cause lines and reproducing commands."""
     result = overall_verdict(comparisons)
     lines = [f"## ddpbench gate: {result.upper()}", ""]
     failing = [c for c in comparisons if c.verdict in ("regression", "not comparable")]
@@ -125,6 +126,10 @@ def markdown_summary(
             else:
                 lines.append(f"- **{c.configuration}**: not comparable: {c.note}")
         lines.append("")
+    if why:
+        from ddpbench.gate.why_text import why_markdown
+
+        lines += why_markdown(why)
     blind = underpowered(comparisons)
     if blind:
         lines += [

@@ -1,0 +1,103 @@
+"""Run a gate and end with its exit code in words: `python -m ddpbench.gate.ci -- COMMAND ...`.
+
+GNU make turns every failing exit code of a recipe into its own 2, so a CI job that goes through
+`make gate` cannot tell a regression (1) from a busy machine (4) or bad input (2). This runs the
+gate command given after `--` (`ddpbench gate ...`, `ddpbench ab ...`, or `python -m
+ddpbench.gate.base_env ...`), lets its output through, then prints as its last line what the code
+means and how many runs a side the weakest comparison would need to see the gate's target, and
+exits with the gate's own code. `make gate` runs the gate through it; a CI job that calls it (or
+`ddpbench gate`) directly gets 1, 3 and 4 as themselves. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+EXIT_MEANINGS = {
+    0: "pass",
+    1: "a regression, or a configuration that is not comparable (the lines above say which, and why)",
+    2: "bad input or data (the line above says what); nothing was compared",
+    3: "a comparison too weak to see the gate's target (--fail-underpowered)",
+    4: "a regression the machine may account for (a busy machine, the canary's drift, or a process at another "
+    "speed): confirm it on a quiet machine or with a same-job A/B",
+}
+"""The exit codes of `ddpbench gate` and `ddpbench ab` (ddpbench.commands.gate), in words."""
+
+
+def with_verdict_file(command: list[str], path: str) -> tuple[list[str], str]:
+    """The command with `--json` naming a file, and that file: the user's where given, else `path`
+    (before a `--`, whose tail belongs to `ddpbench run`)."""
+    head = command[: command.index("--")] if "--" in command else command
+    for i, arg in enumerate(head):
+        if arg == "--json" and i + 1 < len(head):
+            return command, head[i + 1]
+        if arg.startswith("--json="):
+            return command, arg.partition("=")[2]
+    cut = len(head)
+    return [*command[:cut], "--json", path, *command[cut:]], path
+
+
+def runs_words(verdict: dict) -> str:
+    """How many runs a side (rounds, for a paired A/B) the comparisons would need to see the target."""
+    target = verdict.get("target_slowdown")
+    compared = [c for c in verdict.get("comparisons", []) if c.get("mde") is not None]
+    if target is None or not compared:
+        return ""
+    shown = f"{100 * target:.3g}%"
+    blind = [c for c in compared if c.get("sees_threshold") is False]
+    unit = "rounds" if any(c.get("paired") for c in compared) else "runs per side"
+    if not blind:
+        return f"every comparison sees {shown} with the runs it had"
+    needed = [c.get("runs_needed") for c in blind]
+    most = "over 1000" if None in needed else str(max(needed))
+    had = sorted({c.get("candidate_runs", 0) for c in blind})
+    return (
+        f"{len(blind)} of {len(compared)} comparisons cannot see {shown}: the weakest would need {most} {unit} "
+        f"(it had {', '.join(map(str, had))})"
+    )
+
+
+def exit_line(code: int, verdict: dict | None, name: str = "ddpbench gate") -> str:
+    meaning = EXIT_MEANINGS.get(code, "not an exit code of the gate: the command itself failed")
+    runs = runs_words(verdict) if verdict else ""
+    return f"{name} exited {code}: {meaning}" + (f"; {runs}" if runs else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = "ddpbench gate"
+    if argv[:1] == ["--name"] and len(argv) > 1:
+        name, argv = argv[1], argv[2:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m ddpbench.gate.ci [--name NAME] -- COMMAND [ARGS ...]", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="ddpbench-gate-") as scratch:
+        command, verdict_path = with_verdict_file(argv, os.path.join(scratch, "verdict.json"))
+        started = time.time()
+        try:
+            code = subprocess.run(command).returncode
+        except OSError as exc:
+            print(f"{name}: cannot run {command[0]}: {exc}", file=sys.stderr)
+            code = 2
+        verdict = None
+        try:
+            # A verdict file left by an earlier gate says nothing about this one (bad input writes none).
+            if os.path.getmtime(verdict_path) >= started - 1:
+                with open(verdict_path, encoding="utf-8") as handle:
+                    verdict = json.load(handle)
+        except (OSError, ValueError):
+            pass
+    sys.stdout.flush()
+    print(exit_line(code, verdict, name), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

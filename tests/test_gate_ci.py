@@ -1,0 +1,178 @@
+"""CI can act on every exit code of the gate: `python -m ddpbench.gate.ci` passes it through and
+ends with what it means, `make gate` ends with that line, and the job documented in docs/gate.md,
+run as written, fails with 1 on a regression and 4 on a busy machine, as `ddpbench gate` does."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import FIXTURES, REPO, cpu_environment
+
+from ddpbench.commands.gate import EXIT_DRIFT, EXIT_FAIL, EXIT_UNDERPOWERED
+from ddpbench.gate.baselines import baseline_dir
+from ddpbench.gate.ci import EXIT_MEANINGS, exit_line, runs_words, with_verdict_file
+
+SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+OK_RUNS = ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2"]
+BUSY = {
+    "hostname": "vm",
+    "window_s": 1.0,
+    "cores": 2,
+    "busy_cores": 2.0,
+    "own_cores": 1.0,
+    "others_cores": 1.0,
+    "steal_cores": 0.0,
+    "wanted_cores": 2,
+    "busy": True,
+    "why": "other processes used 1.00 of 2 cores while the run wanted 2 (vm)",
+}
+
+
+def repeated_sweep(target, factor: float, busy: bool = False) -> str:
+    """The fixture sweep's ok mlp runs as 3 rounds (each round a few % apart, so the noise is
+    measured), every step `factor` times longer; `busy`: every run measured on a busy machine."""
+    shutil.copytree(SWEEP, target, ignore=shutil.ignore_patterns("traces", "*.csv"))
+    runs = os.path.join(target, "runs")
+    for name in os.listdir(runs):
+        os.unlink(os.path.join(runs, name))
+    for run_id in OK_RUNS:
+        with open(os.path.join(SWEEP, "runs", f"{run_id}.json"), encoding="utf-8") as handle:
+            original = json.load(handle)
+        for round_, jitter in ((1, 1.0), (2, 1.03), (3, 0.98)):
+            record = json.loads(json.dumps(original))
+            scale = factor * jitter
+            record["run_id"] = record["spec"]["run_id"] = f"{run_id}-r{round_}"
+            record["spec"]["repeat"] = round_
+            for rank in record["ranks"]:
+                rank["step_times_s"] = [t * scale for t in rank["step_times_s"]]
+            record["metrics"]["window_s"] *= scale
+            for field in ("throughput_units_per_s", "throughput_samples_per_s"):
+                record["metrics"][field] /= scale
+            if busy:
+                record["machine_load"] = BUSY
+            with open(os.path.join(runs, f"{run_id}-r{round_}.json"), "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+    return str(target)
+
+
+def gate_through_ci(tmp_path, candidate_factor: float, busy: bool = False, *extra: str):
+    baseline = repeated_sweep(tmp_path / "base", 1.0)
+    candidate = repeated_sweep(tmp_path / "cand", candidate_factor, busy)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", sys.executable, "-m", "ddpbench", "gate"]
+        + ["--baseline", baseline, "--candidate", candidate, "--metrics", "throughput", *extra],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cpu_environment(DDPBENCH_HISTORY=str(tmp_path / "none.sqlite")),
+    )
+
+
+def test_the_meanings_cover_the_gates_exit_codes():
+    assert {0, EXIT_FAIL, 2, EXIT_UNDERPOWERED, EXIT_DRIFT} == set(EXIT_MEANINGS)
+    assert exit_line(7, None).startswith("ddpbench gate exited 7: not an exit code of the gate")
+
+
+def test_a_json_the_user_names_is_read_and_none_is_added_after_the_run_options():
+    assert with_verdict_file(["ddpbench", "gate", "--json", "v.json"], "t.json") == (
+        ["ddpbench", "gate", "--json", "v.json"],
+        "v.json",
+    )
+    assert with_verdict_file(["x", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
+        ["x", "ab", "a", "b", "--json", "t.json", "--", "--workload", "mlp"]
+    )
+
+
+def test_the_runs_a_side_needed_are_said_from_the_verdict():
+    verdict = {
+        "target_slowdown": 0.0975,
+        "comparisons": [
+            {"mde": 0.5, "sees_threshold": False, "runs_needed": 12, "candidate_runs": 3},
+            {"mde": 0.3, "sees_threshold": False, "runs_needed": 40, "candidate_runs": 3},
+            {"mde": 0.05, "sees_threshold": True, "runs_needed": 2, "candidate_runs": 3},
+        ],
+    }
+    assert (
+        runs_words(verdict) == "2 of 3 comparisons cannot see 9.75%: the weakest would need 40 runs per side (it had 3)"
+    )
+    for comparison in verdict["comparisons"]:
+        comparison["sees_threshold"] = True
+    assert runs_words(verdict) == "every comparison sees 9.75% with the runs it had"
+
+
+def test_a_pass_comes_through_as_0_with_its_meaning_as_the_last_line(tmp_path):
+    """1 and 4 come through the documented job below, which runs the gate through this too."""
+    done = gate_through_ci(tmp_path, 1.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; "), last
+    assert re.search(r"comparisons? (cannot see|sees) 9\.75%", last), last
+
+
+def test_bad_input_comes_through_as_2_and_says_so(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", sys.executable, "-m", "ddpbench", "gate"]
+        + ["--baseline", str(tmp_path / "nothing"), "--candidate", str(tmp_path / "nothing")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout.strip().splitlines()[-1] == f"ddpbench gate exited 2: {EXIT_MEANINGS[2]}"
+
+
+def test_make_gate_ends_with_the_gates_exit_code_in_words():
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-s", "-o", "install", "gate", "BASE=no-such-ref-xyz"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2  # make's own, whatever the gate said
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"ddpbench ab (make gate BASE=no-such-ref-xyz) exited 2: {EXIT_MEANINGS[2]}"
+    )
+
+
+def documented_gate_step() -> str:
+    """The `run:` of the documented job's gate step, from docs/gate.md."""
+    with open(os.path.join(REPO, "docs", "gate.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    job = yaml.safe_load(re.search(r"```yaml\n(name: gate\n.*?)```", text, re.S).group(1))
+    steps = job["jobs"]["gate"]["steps"]
+    return next(step["run"] for step in steps if step.get("id") == "gate")
+
+
+@pytest.mark.parametrize("busy, code", [(False, 1), (True, 4)])
+def test_the_documented_ci_job_fails_with_the_gates_own_code(tmp_path, busy, code):
+    """The step as written, in a checkout-like folder: .venv, the stored baseline found by --baseline
+    auto, the candidate sweep the job's sweep step made; GitHub's shell and files."""
+    work = tmp_path / "checkout"
+    work.mkdir()
+    os.symlink(os.path.join(REPO, ".venv"), work / ".venv")
+    candidate = repeated_sweep(work / "results" / "pr-123", 1.6, busy)
+    shutil.copytree(repeated_sweep(tmp_path / "base", 1.0), work / baseline_dir(candidate))  # results/baselines/...
+    script = documented_gate_step().replace("${{ github.run_id }}", "123")
+    outputs, summary = tmp_path / "output", tmp_path / "summary"
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=cpu_environment(GITHUB_OUTPUT=str(outputs), GITHUB_STEP_SUMMARY=str(summary)),
+    )
+    assert done.returncode == code, done.stdout + done.stderr
+    assert outputs.read_text() == f"code={code}\n"
+    assert summary.read_text().startswith("## ddpbench gate: REGRESSION")
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"ddpbench gate exited {code}: {EXIT_MEANINGS[code]}; "), last
+    assert "runs per side" in last or "sees 9.75%" in last

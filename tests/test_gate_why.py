@@ -1,0 +1,347 @@
+"""The gate says why: each configuration's causes compared between baseline and candidate with
+their intervals, the rank that held the others back and its phase, what it would need where it
+cannot attribute, and a command that reproduces a regression; on saved records of real runs of
+tests/fixtures/planted_regressions.py (README in the fixture folders), and the decision rule on
+simulated answers with known effects."""
+
+import json
+import math
+import os
+import shutil
+import statistics
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, REPO, ddpbench
+from msgspec.structs import replace
+
+from ddpbench.analysis.ablation import CAUSE_NAMES
+from ddpbench.analysis.causes import Cause
+from ddpbench.analysis.estimates import Estimate
+from ddpbench.cli import build_parser
+from ddpbench.commands.sweep import sweep_options_from_args
+from ddpbench.config.plan import plan_sweep
+from ddpbench.gate.compare import compare, load_pairs, load_side
+from ddpbench.gate.stats import GateSettings
+from ddpbench.gate.values import describe, run_key, series_name, side_values
+from ddpbench.gate.why import CAUSE_FAMILY_ALPHA, COMPUTE, Why, compare_answers, explain_changes, side_answers
+from ddpbench.records.store import read_records
+
+BASELINE = os.path.join(FIXTURES, "sweeps", "gate-why-baseline")
+CANDIDATE = os.path.join(FIXTURES, "sweeps", "gate-why-backward")
+PLANTED = "tests/fixtures/planted_regressions.py:backward"
+STEADY = "tests/fixtures/planted_regressions.py:steady"
+
+
+def configuration(workload: str, strategy: str = "ddp", world_size: int = 2) -> str:
+    return f"{workload}/tiny {strategy} x{world_size} b32 fp32 cpu"
+
+
+def gate(tmp_path, baseline=BASELINE, candidate=CANDIDATE, *extra):
+    done = ddpbench(
+        "gate",
+        "--baseline",
+        baseline,
+        "--candidate",
+        candidate,
+        "--json",
+        str(tmp_path / "verdict.json"),
+        "--summary-md",
+        str(tmp_path / "summary.md"),
+        *extra,
+        env={"DDPBENCH_HISTORY": str(tmp_path / "no-history.sqlite")},
+    )
+    verdict = json.loads((tmp_path / "verdict.json").read_text()) if (tmp_path / "verdict.json").exists() else None
+    return done, verdict
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("planted")
+    done, verdict = gate(tmp_path)
+    return done, verdict, (tmp_path / "summary.md").read_text()
+
+
+def why_of(verdict: dict, name: str) -> dict:
+    return next(why for why in verdict["why"] if why["configuration"] == name)
+
+
+def test_the_delayed_rank_is_named_with_its_phase_and_its_growth_with_an_interval(planted):
+    done, verdict, _ = planted
+    assert done.returncode in (1, 4), done.stdout + done.stderr  # 4: the fixture ran on a busy machine
+    why = why_of(verdict, configuration(PLANTED))
+    assert why["verdict"] == "regression"
+    assert why["named"][0] == "straggler_wait", why
+    assert why["straggler"] == {**why["straggler"], "rank": 1, "phase": "backward", "named": True}
+    wait = next(cause for cause in why["causes"] if cause["name"] == "straggler_wait")
+    # Rank 1 sleeps 10 ms in every backward: the median rank waits about that much more per step.
+    assert wait["grew"] and 0 < wait["seconds"]["low"] and 0.005 < wait["seconds"]["value"] < 0.02
+    assert wait["p_value"] < why["level"] == pytest.approx(CAUSE_FAMILY_ALPHA / len(why["causes"]))
+    assert "rank 1 held the others back, in its backward" in done.stdout
+    assert "1. waiting for the slowest rank: +" in done.stdout
+
+
+def test_a_configuration_with_nothing_planted_names_no_cause(planted):
+    _, verdict, _ = planted
+    why = why_of(verdict, configuration(STEADY))
+    assert why["verdict"] != "regression" and why["named"] == [], why
+    # Compared, each cause with its interval, or said what it would need.
+    assert why["causes"] or why["needs"]
+    for cause in why["causes"]:
+        assert cause["seconds"]["low"] <= cause["seconds"]["value"] <= cause["seconds"]["high"]
+
+
+def test_each_difference_is_students_t_over_the_runs_of_both_sides_with_their_spread_pooled():
+    """The interval the gate prints for a cause, recomputed from the runs' own figures."""
+    before, _ = side_answers(read_records(BASELINE)[0])
+    after, _ = side_answers(read_records(CANDIDATE)[0])
+    key = next(key for key in after if key[0] == PLANTED and key[2] == "ddp")
+    why = Why(describe(key), "regression")
+    compare_answers(before[key], after[key], why, GateSettings())
+    wait = next(change for change in why.changes if change.name == "straggler_wait")
+
+    def runs(answer):
+        return [run.causes["straggler_wait"].seconds for run in answer.runs]
+
+    b, c = runs(before[key]), runs(after[key])
+    df = len(b) + len(c) - 2
+    spread = (
+        (len(b) - 1) * np.var([e.value for e in b], ddof=1) + (len(c) - 1) * np.var([e.value for e in c], ddof=1)
+    ) / df
+    se = math.sqrt(spread * (1 / len(b) + 1 / len(c)))
+    # Never narrower than the runs' own rounds allow.
+    floor = math.sqrt(np.mean([e.se**2 for e in b]) / len(b) + np.mean([e.se**2 for e in c]) / len(c))
+    se = max(se, floor)
+    growth = statistics.fmean(e.value for e in c) - statistics.fmean(e.value for e in b)
+    from scipy import stats
+
+    assert wait.seconds.value == pytest.approx(growth)
+    assert wait.seconds.half == pytest.approx(stats.t.ppf(0.975, df) * se)
+    assert wait.p_value == pytest.approx(stats.t.sf(growth / se, df))
+
+
+def test_the_terminal_the_job_summary_and_the_json_carry_the_cause_lines_and_the_command(planted):
+    done, verdict, summary = planted
+    why = why_of(verdict, configuration(PLANTED))
+    command = why["reproduce"]["command"]
+    assert command.startswith(f"cd {REPO} && ddpbench sweep --workloads {PLANTED} --strategies local,ddp")
+    assert f"reproduce: {command}" in done.stdout
+    assert "### Why" in summary and command in summary and why["lines"][0] in summary
+    assert why["lines"][0] in done.stdout
+    # Only what regressed gets a command.
+    assert why_of(verdict, configuration(STEADY))["reproduce"] is None
+
+
+def sweep_plan(argv: list[str]):
+    """What `ddpbench sweep ARGV` would run on a 2-core machine without GPUs."""
+    args = build_parser().parse_args(argv)
+    return plan_sweep(sweep_options_from_args(args, shape=(0, 2, (), "this machine")), "/tmp/unused")
+
+
+def test_the_command_parses_and_runs_that_configuration_with_its_repeats_and_nothing_else(planted):
+    _, verdict, _ = planted
+    reproduce = why_of(verdict, configuration(PLANTED))["reproduce"]
+    assert reproduce["folder"] == REPO and reproduce["argv"][:2] == ["ddpbench", "sweep"]
+    cwd = os.getcwd()
+    os.chdir(reproduce["folder"])  # its workload path works from the folder it names
+    try:
+        plan = sweep_plan(reproduce["argv"][1:])
+    finally:
+        os.chdir(cwd)
+    ran = {describe(run_key(record)) for record in load_side(CANDIDATE) if record.status == "ok"}
+    planned = {describe(run_key(SimpleNamespace(spec=spec))) for spec in plan}
+    assert planned == {configuration(PLANTED), configuration(PLANTED, "local", 1)} and planned <= ran
+    assert sorted({spec.repeat for spec in plan}) == [1, 2, 3] and len(plan) == 6
+    ddp = next(spec for spec in plan if spec.strategy == "ddp")
+    ran = next(r.spec for r in load_side(CANDIDATE) if r.spec.strategy == "ddp" and r.spec.workload == PLANTED)
+    assert (ddp.steps, ddp.warmup, ddp.threads_per_rank) == (ran.steps, ran.warmup, ran.threads_per_rank)
+
+
+def test_a_relative_workload_path_is_given_from_a_folder_where_it_works(tmp_path):
+    """The sweep ran in a project folder with a relative path; the gate runs elsewhere."""
+    project = tmp_path / "project"
+    shutil.copytree(CANDIDATE, project / "results" / "candidate")
+    (project / "tests" / "fixtures").mkdir(parents=True)
+    shutil.copy(os.path.join(FIXTURES, "planted_regressions.py"), project / "tests" / "fixtures")
+    pairs = load_pairs(str(project / "results" / "candidate"))
+    comparisons, _ = compare(load_side(BASELINE), [r for _, r in pairs], GateSettings())
+    found = explain_changes(
+        read_records(BASELINE)[0],
+        pairs,
+        comparisons,
+        GateSettings(),
+        str(project / "results" / "candidate"),
+        cwd=str(tmp_path),
+    )
+    regressed = [why for why in found if why.reproduce is not None]
+    assert regressed and all(why.reproduce.folder == str(project) for why in regressed)
+    assert f"cd {project} && ddpbench sweep --workloads {PLANTED}" in regressed[0].reproduce.command
+    shutil.rmtree(project / "tests")
+    found = explain_changes(
+        read_records(BASELINE)[0],
+        pairs,
+        comparisons,
+        GateSettings(),
+        str(project / "results" / "candidate"),
+        cwd=str(tmp_path),
+    )
+    lost = next(why for why in found if why.reproduce is not None)
+    assert lost.reproduce.folder is None and "not found from here" in lost.reproduce.notes[0]
+
+
+def keep_runs(tmp_path, source: str, name: str, keep=lambda run_id: True, edit=None) -> str:
+    target = tmp_path / name
+    shutil.copytree(source, target)
+    for path in sorted((target / "runs").iterdir()):
+        record = json.loads(path.read_text())
+        if not keep(record["run_id"]):
+            path.unlink()
+            continue
+        if edit:
+            edit(record)
+            path.write_text(json.dumps(record))
+    return str(target)
+
+
+def test_one_run_a_side_says_how_many_it_would_need(tmp_path):
+    first = lambda run_id: run_id.endswith("-r1")  # noqa: E731
+    done, verdict = gate(
+        tmp_path, keep_runs(tmp_path, BASELINE, "b", first), keep_runs(tmp_path, CANDIDATE, "c", first)
+    )
+    for why in verdict["why"]:
+        if why["configuration"].endswith("ddp x2 b32 fp32 cpu"):
+            assert why["named"] == [] and not why["causes"]
+            assert "--repeat 3" in why["needs"][0] and "1 baseline and 1 candidate run(s)" in why["needs"][0]
+    assert "--repeat 3" in done.stdout
+
+
+def test_records_without_the_in_process_ablation_say_what_they_would_need(tmp_path):
+    def no_ablation(record):
+        record["timeline"] = None  # as a record made before ddpbench measured one
+
+    done, verdict = gate(
+        tmp_path,
+        keep_runs(tmp_path, BASELINE, "b", edit=no_ablation),
+        keep_runs(tmp_path, CANDIDATE, "c", edit=no_ablation),
+    )
+    why = why_of(verdict, configuration(PLANTED))
+    assert all(cause["name"] in ("straggler_wait", COMPUTE) for cause in why["causes"]), why["causes"]
+    assert any("in-process ablation" in need for need in why["needs"]), why["needs"]
+    assert "would need:" in done.stdout
+
+
+def test_against_the_history_it_says_why_it_cannot_compare_the_causes():
+    from ddpbench.commands.gate import why_it_slowed
+
+    regressed = [SimpleNamespace(verdict="regression")]
+    why, notes = why_it_slowed(None, [], regressed, GateSettings(), CANDIDATE)
+    assert why is None and "keeps one value per run" in notes[0] and "--baseline" in notes[0]
+    assert why_it_slowed(None, [], [SimpleNamespace(verdict="pass")], GateSettings(), CANDIDATE) == (None, [])
+
+
+# --- the decision rule on simulated answers --------------------------------------------------------
+
+
+def simulated_answer(rng, runs: int, growth_s: dict, step_s: float = 0.006, reference_s: float = 0.0015):
+    """An answer of `runs` runs whose causes are drawn around 1 ms each (run-to-run spread 0.3 ms,
+    each run's own rounds 0.2 ms), plus `growth_s` per cause; the reference step spreads 10 %."""
+    run_answers = []
+    for _ in range(runs):
+        causes = {}
+        for name in CAUSE_NAMES:
+            value = 0.001 + growth_s.get(name, 0.0) + rng.normal(0, 0.0003)
+            seconds = Estimate(value, value - 0.0005, value + 0.0005, 8, "rounds", 0.0002)
+            causes[name] = Cause(seconds, seconds.scaled(100 / step_s), "")
+        reference = reference_s * (1 + growth_s.get(COMPUTE, 0.0)) * math.exp(rng.normal(0, 0.1))
+        run_answers.append(
+            SimpleNamespace(
+                causes=causes, step_s=step_s, reference_step_s=reference, ddp_step=None, in_place=True, basis=""
+            )
+        )
+    straggler = SimpleNamespace(rank=1, phase="backward", host=None, source="ablation", halves_agree=True)
+    record = SimpleNamespace(spec=SimpleNamespace(nnodes=1))
+    return SimpleNamespace(
+        runs=run_answers, left_out={}, causes={}, in_place=True, why_not_in_place="", straggler=straggler, record=record
+    )
+
+
+def decide(rng, runs: int, growth_s: dict) -> Why:
+    why = Why("simulated", "pass")
+    compare_answers(simulated_answer(rng, runs, {}), simulated_answer(rng, runs, growth_s), why, GateSettings())
+    return why
+
+
+def test_unchanged_code_names_a_cause_in_at_most_one_configuration_in_twenty():
+    rng = np.random.default_rng(5)
+    for runs in (2, 3, 5):
+        named = sum(bool(decide(rng, runs, {}).named) for _ in range(1500))
+        assert named / 1500 <= CAUSE_FAMILY_ALPHA, (runs, named)
+
+
+def test_a_cause_that_grew_is_named_first_and_a_sliver_below_half_the_threshold_is_not():
+    rng = np.random.default_rng(6)
+    found = [decide(rng, 3, {"exposed_comm": 0.004, "data": 0.0015}) for _ in range(200)]
+    assert sum(why.named[:1] and why.named[0].name == "exposed_comm" for why in found) / 200 > 0.9
+    # 0.1 ms on a 6 ms step, measured with tiny noise: significant, yet below 2.5 % of the step.
+    precise = [decide(np.random.default_rng(7), 30, {"data": 0.0001})]
+    assert all(not why.named for why in precise)
+
+
+def test_when_the_single_device_run_slowed_as_much_the_answer_is_the_models_compute():
+    rng = np.random.default_rng(8)
+    why = Why("simulated", "regression")
+    before = simulated_answer(rng, 3, {})
+    after = simulated_answer(rng, 3, {COMPUTE: 1.0}, step_s=0.0075)  # the reference twice as slow: +1.5 ms
+    compare_answers(before, after, why, GateSettings())
+    assert why.named[0].name == COMPUTE and why.compute_leads
+    from ddpbench.gate.why_text import headline
+
+    assert headline(why).startswith("the model's own compute slowed, not its scaling")
+
+
+# --- workload identity -----------------------------------------------------------------------------
+
+
+def test_three_files_with_factories_of_one_name_are_three_configurations_in_the_gate():
+    """As a sweep of a.py:factory, b.py:factory and c.py:factory writes them: the gate keys a
+    configuration by the workload's whole path, so they stay three (and so do x/models.py:factory
+    and y/models.py:factory, which one sweep refuses but records from two sweeps may hold)."""
+    record = next(r for r in load_side(BASELINE) if r.spec.strategy == "ddp" and r.spec.workload == STEADY)
+    workloads = ["a.py:factory", "b.py:factory", "c.py:factory", "x/models.py:factory", "y/models.py:factory"]
+    records = [replace(record, spec=record.spec.replace(workload=workload)) for workload in workloads]
+    values = side_values(records)
+    assert len(values) == 5
+    assert len({describe(key) for key in values}) == 5 and len({series_name(key) for key in values}) == 5
+    comparisons, _ = compare(records, records, GateSettings(), ("throughput",))
+    assert len({c.configuration for c in comparisons}) == 5
+
+
+def test_each_kind_of_configuration_that_regressed_says_what_it_can(tmp_path):
+    """The committed CPU sweep from before the ablation, one run each, every step 1.6x longer: the
+    local run is the reference (no scaling causes), DataParallel is one process, and DDP with one
+    run a side needs repeats; each that regressed gets its command."""
+    old = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+
+    def slower(record):
+        if record["status"] == "ok":
+            for rank in record["ranks"]:
+                rank["step_times_s"] = [t * 1.6 for t in rank["step_times_s"]]
+            record["metrics"]["window_s"] *= 1.6
+            for field in ("throughput_units_per_s", "throughput_samples_per_s"):
+                record["metrics"][field] /= 1.6
+
+    mlp = lambda run_id: run_id.startswith("mlp-")  # noqa: E731
+    baseline = keep_runs(tmp_path, old, "b", mlp)
+    candidate = keep_runs(tmp_path, old, "c", mlp, slower)
+    done, verdict = gate(tmp_path, baseline, candidate, "--metrics", "throughput", "--prior-noise", "3%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = {why["configuration"].split(" ", 1)[1]: why for why in verdict["why"]}
+    assert found["local x1 b8 fp32 cpu"]["headline"].startswith("one device: no scaling causes")
+    assert "DataParallel" in found["dp x2 b8 fp32 cpu"]["needs"][0]
+    assert "--repeat 3" in found["ddp x2 b8 fp32 cpu"]["needs"][0]
+    for why in found.values():
+        assert why["verdict"] == "regression" and why["reproduce"]["command"].startswith(
+            "ddpbench sweep --workloads mlp"
+        )
+    assert found["dp x2 b8 fp32 cpu"]["reproduce"]["argv"][4:6] == ["--strategies", "local,dp"]
