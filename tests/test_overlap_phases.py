@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddpbench.worker import phases
-from ddpbench.worker.ladder import LEAD_IN_PER_SEGMENT, MARKED_PER_SEGMENT
+from ddpbench.worker.ablation import LEAD_IN_PER_SEGMENT, MARKED_PER_SEGMENT
 
 # The reducer phase is checked against measured backward times: a test beside it would blur them.
 pytestmark = pytest.mark.alone

@@ -1,6 +1,6 @@
 """Read a DDP run's in-process ablation: per round, what each step of the ablation added. No torch.
 
-Inside the DDP run's own processes (`ddpbench.worker.ladder` runs them) the same module is stepped
+Inside the DDP run's own processes (`ddpbench.worker.ablation` runs them) the same module is stepped
 four ways, each adding one thing to the one before, in rounds that take every way in turn:
 - alone: unwrapped, one rank computing while the others wait (the one device of a `local` run);
   the rank that steps alone rotates from round to round;

@@ -198,7 +198,7 @@ class CastCost(Part):
 
 
 class Ladder(Part):
-    """How the in-process ablation's rounds ran (see ddpbench.worker.ladder; `blocks` is the number
+    """How the in-process ablation's rounds ran (see ddpbench.worker.ablation; `blocks` is the number
     of rounds): each round holds one segment of every step kind, a barrier, `lead_in_per_segment`
     unmarked steps, then `marked_per_segment`
     marked steps; blocks alternate the order of their segments."""

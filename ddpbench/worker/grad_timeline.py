@@ -2,9 +2,10 @@
 DDP's all-reduce and without it (`no_sync()`), and what casting a gradient costs. `ddpbench project`
 replays a step from it.
 
-The steps come from the ladder (`ddpbench.worker.ladder`): the module alone and unwrapped, through
-DDP over a one-rank group, through the job's DDP, and under `no_sync()`, in blocks that take
-turns, so that every kind sees the same machine state and each block is a paired sample. It runs
+The steps come from the in-process ablation (`ddpbench.worker.ablation`): the module alone and
+unwrapped, through DDP over a one-rank group, through the job's DDP, and under `no_sync()`, in
+rounds that take turns, so that every kind sees the same machine state and each round is a paired
+sample. It runs
 last, after the no_sync phase: like that phase it lets replicas drift apart, which no check looks
 at any more.
 
@@ -32,7 +33,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddpbench.worker.ladder import run_ladder, step_kinds
+from ddpbench.worker.ablation import run_ablation, step_kinds
 
 MARKS = ("forward_start_s", "forward_end_s", "backward_start_s", "optimizer_start_s", "optimizer_end_s")
 
@@ -153,13 +154,13 @@ def timeline_phase(
     solo_step_on=None,
     unwrapped_step_on=None,
 ) -> dict:
-    """The ladder's blocks (`ddpbench.worker.ladder`: the module alone, unwrapped, through DDP over
-    a one-rank group, through the job's DDP, and under no_sync()), every step marked; cast costs;
-    the contention probe."""
+    """The in-process ablation's rounds (`ddpbench.worker.ablation`: the module alone, unwrapped,
+    through DDP over a one-rank group, through the job's DDP, and under no_sync()), every step
+    marked; cast costs; the contention probe."""
     timeline = GradTimeline(ddp_model, optimizer, device)
     kinds = step_kinds(ddp_model, step_on, world_size, solo_step_on, unwrapped_step_on)
     try:
-        found = run_ladder(timeline, kinds, batches, blocks, rank, world_size)
+        found = run_ablation(timeline, kinds, batches, blocks, rank, world_size)
         grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:

@@ -44,13 +44,13 @@ from ddpbench.records.schema import (
 )
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, compiling, model_state, phases, sharding
+from ddpbench.worker.ablation import ablation_rounds
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
 from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
-from ddpbench.worker.ladder import ladder_blocks
 from ddpbench.worker.memory import PeakMemory
 from ddpbench.worker.probe import process_probe
 from ddpbench.worker.training import (
@@ -228,7 +228,7 @@ class Trainer:
 
     def step_with(self, model, batch, context=contextlib.nullcontext) -> torch.Tensor:
         """One step through `model`: the run's own (`step_on`), or another wrapper of the same
-        module, or none (the ladder's one-rank DDP and its unwrapped module); --slowdown's work in
+        module, or none (the in-process ablation's DDP on one rank and its unwrapped module); --slowdown's work in
         every one alike."""
         inputs, targets = to_device(batch, self.device)
         return train_step(
@@ -432,7 +432,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             trainer.model, trainer.step_on, replay, rank.device
         )
         found["reducer"] = phases.reducer_phase(trainer.model, trainer.step_on, replay)
-    if spec.profile and ladder_applies(spec):  # last: like no_sync, it lets replicas drift apart
+    if spec.profile and ablation_applies(spec):  # last: like no_sync, it lets replicas drift apart
         solo = None
         if rank.world_size > 1:
             # DDP over a group of this rank alone, same module and knobs: every step of DDP's own
@@ -441,7 +441,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             alone_groups = [dist.new_group([other]) for other in range(rank.world_size)]
             solo = wrap_ddp(trainer.model.module, rank.device, spec.ddp, process_group=alone_groups[rank.rank])
         # And the same module with no wrapper at all (the optimizer holds its very parameters):
-        # the ladder's bottom rungs, alone and with every rank at once.
+        # the ablation's first two steps, alone and with every rank at once.
         unwrapped = trainer.model.module
         found["timeline"] = timeline_phase(
             trainer.model,
@@ -449,7 +449,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             trainer.step_on,
             trainer.batches,
             rank.device,
-            ladder_blocks(spec.steps - spec.warmup),
+            ablation_rounds(spec.steps - spec.warmup),
             rank.rank,
             rank.world_size,
             solo_step_on=None if solo is None else (lambda batch: trainer.step_with(solo, batch)),
@@ -458,9 +458,10 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
     return found
 
 
-def ladder_applies(spec: RunSpec) -> bool:
-    """The gradient timeline and its ladder rebuild eager DDP around the same module (one-rank DDP,
-    no wrapper); compiled and FSDP2/replicate runs have no such rungs (their records say why)."""
+def ablation_applies(spec: RunSpec) -> bool:
+    """The gradient timeline and its in-process ablation rebuild eager DDP around the same module (DDP
+    on one rank, no wrapper); compiled and FSDP2/replicate runs have no such steps (their records say
+    why)."""
     return spec.strategy == "ddp" and spec.compile == "off"
 
 

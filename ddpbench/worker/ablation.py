@@ -1,28 +1,29 @@
 """The in-process ablation: step kinds that differ by one thing each, taken in turns inside the DDP
 run, so that the causes of lost scaling are differences measured in one process, in the same
 minutes, on the same kind of batches and thread settings (`ddpbench.analysis.ablation` reads them).
-In the record they are the gradient timeline's kinds and its `ladder` of blocks (rounds).
+In the record they are the gradient timeline's kinds.
 
-The rungs, from the bottom:
-- 0 `alone`: the module unwrapped, this rank alone (the other ranks wait at a barrier): the in-run
-  one-device step. One rank per block takes this turn, in rotation, so its cost does not grow
-  with the world size.
-- 1 `unwrapped`: the module unwrapped, every rank at once. Rung 1 - rung 0 is contention: ranks
-  sharing memory bandwidth, caches, host CPU and PCIe.
-- 2 `solo`: DDP over a process group of this rank alone: DDP's own work without a network.
-- 3 `with_ddp`: the job's DDP: rung 3 - rung 2 is communication (and waiting for peers).
+Its steps, each adding one thing to the one before:
+- `alone`: the module unwrapped, this rank alone (the other ranks wait at a barrier): the one-device
+  step. One rank per round takes this turn, in rotation, so its cost does not grow with the world
+  size.
+- `unwrapped`: the module unwrapped, every rank at once: adds host contention (ranks sharing memory
+  bandwidth, caches, host CPU and PCIe).
+- `solo`: DDP over a process group of this rank alone: adds DDP overhead, without a network.
+- `with_ddp`: the job's DDP: adds communication (and waiting for the slowest rank).
 Beside them `without_allreduce` (the job's DDP under no_sync()), which `ddpbench project` replays.
 
-A block holds one segment of each kind; a segment is a barrier (with more than one rank: every
+A round holds one segment of each kind; a segment is a barrier (with more than one rank: every
 kind starts from the same place, and no kind inherits the skew another left), one unmarked
 lead-in step of that kind (a step that follows a step of its own kind, as in the timed window),
 then MARKED_PER_SEGMENT marked steps, each after a barrier too: every rank starts it at once, as
 DDP's steps start, so the kinds without DDP's collectives share the host as DDP's steps do.
-Blocks alternate the order of their segments (up, then down), so a drift of the machine's speed
-during a block hits every rung alike, and each block is one paired sample of every difference.
+Rounds alternate the order of their segments (up, then down), so a drift of the machine's speed
+during a round hits every kind alike, and each round is one paired sample of every difference.
+(The record calls a round a `block`, and the rounds its `ladder`.)
 
-With one rank there is nothing to share and no network: rung 0 is rung 1 and rung 2 is rung 3,
-so neither `alone` nor `solo` runs.
+With one rank there is nothing to share and no network: `alone` is `unwrapped` and `solo` is
+`with_ddp`, so neither runs.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ threads go quiet first (OpenMP's threads spin for milliseconds after a parallel 
 2-core VM a waiting rank's spinning threads slowed the alone rank's step from 2.6 to 5-7 ms)."""
 
 
-def ladder_blocks(timed_steps: int) -> int:
+def ablation_rounds(timed_steps: int) -> int:
     """Rounds of the ablation: an eighth of the timed steps, between 4 and 8 (a round costs
     LEAD_IN_PER_SEGMENT + MARKED_PER_SEGMENT steps of each of its five kinds; the default CPU suite's
     55 timed steps get 6 rounds, 3 for each half that the slowest rank is chosen and read on)."""
@@ -66,7 +67,7 @@ class StepKind:
 
 
 def step_kinds(ddp_model, step_on, world_size: int, solo_step_on=None, unwrapped_step_on=None) -> list[StepKind]:
-    """The kinds a block runs, bottom rung first; `without_allreduce` last."""
+    """The kinds a round runs, `alone` first; `without_allreduce` last."""
     kinds = []
     if unwrapped_step_on is not None:
         if world_size > 1:
@@ -87,7 +88,7 @@ def alone_rank(block: int, world_size: int) -> int:
     return block % world_size
 
 
-def run_ladder(timeline, kinds: list[StepKind], batches, blocks: int, rank: int, world_size: int) -> dict:
+def run_ablation(timeline, kinds: list[StepKind], batches, blocks: int, rank: int, world_size: int) -> dict:
     """Every block's segments; returns each kind's marked steps (each with its `block`), the alone
     rank of each block, and the wall time the blocks took on this rank."""
     found: dict = {kind.name: [] for kind in kinds}
