@@ -274,3 +274,15 @@ def test_a_run_without_the_ablation_gets_no_finding_and_no_advice():
     # Its straggler still comes from the one definition, here its no_sync replay, with an interval.
     two = answers[1]
     assert two.straggler.source == "replay" and two.straggler.wait.has_interval
+
+
+def test_the_scaling_table_pools_as_explain_does():
+    """One figure, one interval: the table's E(N) and in-process efficiency are explain's."""
+    from ddpbench.analysis.frames import runs_frame, scaling_table
+
+    records = _repeats(3, scale=lambda i: 1.0 + 0.05 * i)
+    [answer] = answer_sweep(records)[0]
+    row = scaling_table(runs_frame(records)).query("strategy == 'ddp'").iloc[0]
+    for name, estimate in (("efficiency", answer.efficiency), ("in_process_efficiency", answer.in_process)):
+        assert row[name] == pytest.approx(estimate.value), name
+        assert row[f"{name}_low"] == pytest.approx(estimate.low) and row[f"{name}_high"] == pytest.approx(estimate.high)

@@ -72,6 +72,7 @@ RUN_COLUMNS = [
     "in_process_low",
     "in_process_high",
     "in_process_se",
+    "in_process_samples",
     "path",
 ]
 # Runs that differ in any of these are never combined into one row, and X(1) must match them.
@@ -128,6 +129,7 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "in_process_low": in_process.low if in_process else None,
         "in_process_high": in_process.high if in_process else None,
         "in_process_se": in_process.se if in_process else None,
+        "in_process_samples": in_process.samples if in_process else None,
         "path": path,
     }
     row.update({metric.name: metric.read(record) if metrics else None for metric in registry.METRICS})
@@ -169,7 +171,7 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         elif record.status == "ok" and record.metrics is not None:
             candidates, _ = reference_runs(record, records)
             found[record.run_id] = efficiency_against(record, round_references(record, candidates, set(flags)))[1]
-    for column, read in (("value", "value"), ("low", "low"), ("high", "high"), ("se", "se")):
+    for column, read in (("value", "value"), ("low", "low"), ("high", "high"), ("se", "se"), ("samples", "samples")):
         name = "run_efficiency" if column == "value" else f"run_efficiency_{column}"
         frame[name] = [getattr(found[r], read) if found.get(r) is not None else None for r in frame["run_id"]]
     return frame
@@ -189,20 +191,21 @@ def is_reference(rows: pd.DataFrame) -> pd.Series:
 
 
 def _estimates(rows: pd.DataFrame, prefix: str, value: str) -> list[Estimate]:
-    """The rows' per-run estimates (value, low, high, se columns) that have a value."""
+    """The rows' per-run estimates (value, low, high, se and samples columns) that have a value: the
+    same estimates `estimates.pool` gets from explain, so the table pools them alike."""
     found = []
     for _, row in rows.iterrows():
         if pd.isna(row[value]):
             continue
-        low, high, se = (row[f"{prefix}_{part}"] for part in ("low", "high", "se"))
+        low, high, se, samples = (row[f"{prefix}_{part}"] for part in ("low", "high", "se", "samples"))
         has = not (pd.isna(low) or pd.isna(high))
         found.append(
             Estimate(
                 float(row[value]),
                 float(low) if has else None,
                 float(high) if has else None,
-                1,
-                "rounds",
+                int(samples) if not pd.isna(samples) else 1,
+                "exact" if has and low == high else "rounds",
                 None if pd.isna(se) else float(se),
             )
         )
