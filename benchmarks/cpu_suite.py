@@ -44,6 +44,26 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
+PIP_INDEX_NOISE = re.compile(r"^WARNING: Location '.*' is ignored: it is neither a file nor a directory\.$")
+
+
+def without_index_noise(output: str) -> str:
+    """The output with pip's complaints about this machine's package index folded into one line:
+    they say nothing about ddpbench."""
+    lines = output.splitlines()
+    noise = [line for line in lines if PIP_INDEX_NOISE.match(line)]
+    if not noise:
+        return output
+    kept, said = [], False
+    for line in lines:
+        if not PIP_INDEX_NOISE.match(line):
+            kept.append(line)
+        elif not said:
+            kept.append(f"(pip's {len(noise)} warnings about this machine's package index folded here)")
+            said = True
+    return "\n".join(kept) + "\n"
+
+
 def closing_screen(output: str) -> str:
     """What the sweep printed after its last progress line: the scaling table, the findings, the
     report's path (the warnings a run prints on the way stay on the page)."""
@@ -84,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["make", "clean"], cwd=REPO, check=True, capture_output=True)
     done = subprocess.run(COMMAND, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     took, after = time.time() - started, load_average()
-    output = done.stdout
+    output = without_index_noise(done.stdout)
     sys.stdout.write(output)
     page = f"""# `make bench` on the CPU suite
 
