@@ -35,7 +35,9 @@ def screenshots(page: str, out_dir: str) -> dict:
         body_px = view.evaluate("document.getElementById('appendix').getBoundingClientRect().top + window.scrollY")
         view.screenshot(path=os.path.join(out_dir, "report-first-screen.png"))
         view.screenshot(
-            path=os.path.join(out_dir, "report-body.png"), clip={"x": 0, "y": 0, "width": WIDTH, "height": body_px}
+            path=os.path.join(out_dir, "report-body.png"),
+            full_page=True,
+            clip={"x": 0, "y": 0, "width": WIDTH, "height": body_px},
         )
         browser.close()
     return {"body_px": body_px, "screens": body_px / HEIGHT}

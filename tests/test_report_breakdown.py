@@ -14,7 +14,7 @@ from matplotlib.colors import to_rgba
 from ddpbench.analysis.answers import answer_sweep
 from ddpbench.analysis.causes import CAUSES, CHECKS
 from ddpbench.records.store import read_records
-from ddpbench.report.breakdown_section import KEPT_COLOUR, chart
+from ddpbench.report.breakdown_section import HEADINGS, KEPT_COLOUR, chart
 from ddpbench.report.html import build_report
 
 SLOW_RANK = os.path.join(FIXTURES, "sweeps", "slow-rank")
@@ -51,9 +51,9 @@ def test_one_chart_and_a_table_for_the_configurations_of_two_ranks_or_more(page)
     assert "planted_causes.slow_rank_one x2: in-process 9.7 % ± 5.3, largest cause waiting for the slowest rank" in alt
     assert "x1" not in alt  # one rank shows where there is nothing of two
     [row] = table_rows(section)[:1]
-    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "7.1 % ± 0.3", "9.7 % ± 5.3"]
+    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "7.1±0.3", "9.7±5.3"]
     heads = [html.unescape(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", section)]
-    assert [f"{d.label} (pp)" for d in CAUSES] == [h for h in heads if h.endswith("(pp)") and "check" not in h]
+    assert heads[4:-1] == [HEADINGS[d.name] for d in CAUSES] and heads[-1] == "check"
     assert "76.2±3.7" in row and "(2.9±4.4)" in row  # a finding; within noise in parentheses
 
 
@@ -69,10 +69,13 @@ def test_the_bar_starts_with_what_was_kept_and_its_causes_reach_100(page):
     assert kept[0].get_width() == pytest.approx(100 * two[0].in_process.value)
     positive = sum(c.points.value for c in two[0].causes.values() if c.points.value > 0)
     assert max(bar.get_x() + bar.get_width() for bar in bars) == pytest.approx(kept[0].get_width() + positive)
-    # What made the step faster is drawn back from there: the bar's end is 100 % by construction.
+    # What made the step faster is one segment drawn back from there: the causes add up to 100 %.
     negative = -sum(c.points.value for c in two[0].causes.values() if c.points.value < 0)
-    assert sum(bar.get_width() for bar in faster) == pytest.approx(negative)
+    assert len(faster) == 1 and faster[0].get_width() == pytest.approx(negative)
     assert kept[0].get_width() + positive - negative == pytest.approx(100)
+    # A cause within noise is pale; one beyond it solid.
+    alphas = {bar.get_facecolor()[3] for bar in bars if bar not in kept and bar not in faster}
+    assert alphas == {1.0, 0.35}
 
 
 def test_what_to_try_names_the_rank_and_the_glossary_every_cause(page):
@@ -96,7 +99,7 @@ def test_without_a_local_run_the_causes_stand_without_e_n(tmp_path):
     os.remove(copy / "runs" / "loc.json")
     section = html.unescape(section_of(open(build_report(str(copy), str(tmp_path / "r.html"))).read()))
     [row] = table_rows(section)[:1]
-    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "n/a", "9.7 % ± 5.3"]
+    assert row[:4] == ["planted_causes.slow_rank_one x2", "1", "n/a", "9.7±5.3"]
 
 
 def test_the_communication_appendix_has_one_exposed_figure_and_nothing_at_one_rank(page):

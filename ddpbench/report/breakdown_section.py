@@ -9,6 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 from markupsafe import Markup
+from matplotlib.patches import Patch
 
 from ddpbench.analysis.answer_text import ADVICE_MIN_POINTS, advice, percent, points
 from ddpbench.analysis.answers import Answer
@@ -52,13 +53,30 @@ def where_the_efficiency_went(answers: list[Answer], html) -> list[Markup]:
             chart(answers),
             alt_text(answers),
             "Each bar is a configuration: the in-process efficiency (green), then what each cause cost in "
-            "percentage points, up to 100 %; whiskers are 95 % intervals over the runs. The causes add up to the "
-            "in-process loss by construction. The black diamond is E(N), against the local run, with its "
-            "interval: where it lies off the green bar's end, the reference process or the timed steps ran at "
-            "another speed than the ablation (the table's check).",
+            "percentage points, solid where beyond noise and pale where within it (the table has every interval); "
+            "what made the step faster is hatched, so every bar ends at 100 %: the causes add up to the in-process "
+            "loss by construction. The black diamond is E(N), against the local run, with its interval: where it "
+            "lies off the green bar's end, the reference process or the timed steps ran at another speed than the "
+            "ablation (the table's check).",
         ),
         html.table_html(table(answers), text_columns=("configuration",)),
+        html.note(
+            "Percentage points of the DDP step, ± 95 % intervals over the runs; (in parentheses): within noise. "
+            "The check is E(N) less the in-process efficiency. The glossary defines each cause."
+        ),
     ]
+
+
+HEADINGS = {
+    "contention": "host contention",
+    "ddp_overhead": "DDP overhead",
+    "exposed_comm": "exposed comm.",
+    "overlap_slowdown": "backward slowed",
+    "straggler_wait": "slowest rank",
+    "forward_optimizer": "fwd + optimizer",
+    "data": "data loading",
+}
+"""The table's column heads: the causes' labels, short enough for the table to fit the page."""
 
 
 def table(answers: list[Answer]) -> pd.DataFrame:
@@ -69,13 +87,13 @@ def table(answers: list[Answer]) -> pd.DataFrame:
         row = {
             "configuration": answer.name,
             "runs": len(answer.runs),
-            "E(N)": percent(answer.efficiency, runs=False),
-            "in-process": percent(answer.in_process, runs=False),
+            "E(N) %": points(answer.efficiency.scaled(100)) if answer.efficiency else "n/a",
+            "in-process %": points(answer.in_process.scaled(100)) if answer.in_process else "n/a",
         }
         for definition in CAUSES:
             cause = answer.causes.get(definition.name)
-            row[f"{definition.label} (pp)"] = points(cause.points) if cause and cause.points else "n/a"
-        row["check: E(N) - in-process (pp)"] = points(answer.gap) if answer.gap else ""
+            row[HEADINGS[definition.name]] = points(cause.points) if cause and cause.points else "n/a"
+        row["check"] = points(answer.gap) if answer.gap else ""
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -90,13 +108,12 @@ def alt_text(answers: list[Answer]) -> str:
 
 
 def chart(answers: list[Answer]) -> plt.Figure:
-    """A horizontal bar per configuration: kept (the in-process efficiency), then the causes that
-    lost points stacked to 100 %; causes that made the step faster are drawn hatched back from
-    where the others end; E(N) as a diamond with its interval."""
-    # Bars, then the legend in rows of four below them.
-    legend_rows = 3
-    height = 1.1 + 0.5 * len(answers) + 0.25 * legend_rows
-    figure, axis = plt.subplots(figsize=(10.5, height), dpi=DPI)
+    """A horizontal bar per configuration: what was kept (the in-process efficiency), then the causes
+    that lost points stacked to the right, solid where beyond noise and pale where within it; what
+    made the step faster is one hatched segment drawn back from where the others end, so the bar ends
+    at 100 %; E(N) as a diamond with its interval. The intervals of the causes are the table's."""
+    height = 1.0 + 0.55 * len(answers)
+    figure, axis = plt.subplots(figsize=(11.5, max(2.4, height)), dpi=DPI)
     handles = {}
     for y, answer in enumerate(answers):
         kept = 100 * answer.in_process.value
@@ -107,43 +124,43 @@ def chart(answers: list[Answer]) -> plt.Figure:
             if cause is None or cause.points is None or cause.points.value <= 0:
                 continue
             width = cause.points.value
-            handles[definition.label] = axis.barh(
-                y, width, left=left, color=CAUSE_COLOURS[definition.name], height=0.6, edgecolor="white"
+            axis.barh(
+                y,
+                width,
+                left=left,
+                color=CAUSE_COLOURS[definition.name],
+                alpha=1.0 if cause.significant else 0.35,
+                height=0.6,
+                edgecolor="white",
             )
-            if cause.points.has_interval and width >= 1.0:
-                axis.errorbar(left + width, y + 0.18, xerr=cause.points.half, fmt="none", ecolor="black", capsize=2)
+            # The legend shows each cause's solid colour, whether this bar's segment is pale or not.
+            handles.setdefault(definition.label, Patch(facecolor=CAUSE_COLOURS[definition.name]))
             if width >= VALUE_MIN_POINTS:
                 axis.text(left + width / 2, y, f"{width:.0f}", ha="center", va="center", fontsize="x-small")
             left += width
-        for definition in CAUSES:
-            cause = answer.causes.get(definition.name)
-            if cause is None or cause.points is None or cause.points.value >= 0:
-                continue
-            width = -cause.points.value
-            handles[f"{definition.label}: made the step faster"] = axis.barh(
-                y,
-                width,
-                left=left - width,
-                color="white",
-                edgecolor=CAUSE_COLOURS[definition.name],
-                hatch=FASTER_HATCH,
-                height=0.6,
+        faster = -sum(
+            cause.points.value
+            for cause in answer.causes.values()
+            if cause.points is not None and cause.points.value < 0
+        )
+        if faster > 0:
+            handles["causes that made the step faster"] = axis.barh(
+                y, faster, left=left - faster, color="white", edgecolor="#7f7f7f", hatch=FASTER_HATCH, height=0.6
             )
-            left -= width
         if answer.efficiency is not None:
             value = 100 * answer.efficiency.value
             error = 100 * answer.efficiency.half if answer.efficiency.has_interval else None
-            handles["E(N) against the local run"] = axis.errorbar(
-                value, y - 0.18, xerr=error, fmt="D", color="black", markersize=5, capsize=3
+            handles["E(N) against the local run, ± its interval"] = axis.errorbar(
+                value, y, xerr=error, fmt="D", color="black", markersize=5, capsize=3
             )
     axis.axvline(100, linestyle="--", color="grey", linewidth=1)
     axis.set_yticks(range(len(answers)), [answer.name for answer in answers])
     axis.invert_yaxis()
     axis.set_xlim(0, max(105, axis.get_xlim()[1]))
-    axis.set_xlabel("scaling efficiency and what each cause lost (%)")
+    axis.set_xlabel("efficiency kept, and what each cause lost (%; pale: within noise)")
     axis.grid(axis="y", visible=False)
-    figure.legend(list(handles.values()), list(handles), fontsize="x-small", loc="lower center", ncol=4, frameon=False)
-    figure.tight_layout(rect=(0, 0.25 * legend_rows / height + 0.02, 1, 1))
+    axis.legend(list(handles.values()), list(handles), fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.tight_layout()
     return figure
 
 
