@@ -704,7 +704,7 @@ def page(out: str, measured: dict | None, analysed: dict) -> tuple[str, dict]:
         "",
         "What it says:",
         *(wrap(f"- {sentence}") for sentence in findings(judged, found, skipped)),
-        *(wrap(line, "    ") for line in backward_lines(read_backward(out))),
+        *(wrap(line, "    " if line.startswith("  - ") else "  ") for line in backward_lines(read_backward(out))),
     ]
     if failed or missing:
         lines.append(

@@ -270,3 +270,19 @@ def test_many_clocks_are_summed_up_in_one_line_and_each_offset_comes_back(tmp_pa
     assert text[1].startswith("12 clocks: the reference is rank 0 (ranks 0); 11 aligned on collective ends, ")
     assert "offsets -0.120 to +0.000 ms" in text[1] and len(text) < 20
     assert "a tie: every rank at once" in text[4] and any(line.startswith("last to arrive: nobody") for line in text)
+
+
+def test_a_gloo_end_recorded_after_the_rank_went_on_is_still_the_wait_it_ended():
+    """A real 2-rank gloo run whose rank 1 slept 20 ms inside every backward
+    (`benchmarks/planted_causes.py`'s slow_backward): in steps 3 and 5 gloo closed rank 0's
+    all-reduce record on its own thread after rank 0 had resumed, run its optimizer and ended its
+    step. The wait is still followed to rank 1's backward, in every step."""
+    folder = os.path.join(FIXTURES, "traces", "gloo-late-end")
+    job = match_job([os.path.join(folder, f"rank-{r}.pt.trace.json.gz") for r in (0, 1)], jobs=1)
+    late = [c.step for c in job.collectives if c.ends[0] > job.timelines[0].steps[c.step][1]]
+    assert late == [3, 5]  # the fixture shows what it is kept for
+    for path in job_paths(job):
+        phases = path.by_rank_phase()
+        assert sum(phases.values()) == pytest.approx(path.length_us)
+        held = max(phases, key=phases.get)
+        assert held == (1, "backward") and phases[held] > 0.8 * path.length_us, (path.step, phases)

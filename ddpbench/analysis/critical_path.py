@@ -6,8 +6,10 @@ the collective it was waiting for, that collective's transfer (from the moment i
 arrived), then the last rank's own work back to the collective *it* was waiting for, and so on to
 the start of the step on the rank where the chain began. A rank waited for a collective when it was
 idle as the collective ended (nothing of its own running: the training thread blocked in DDP's
-final wait on CPU, the compute stream held back on GPU); a collective that ended while the rank
-kept computing (an all-reduce hidden under backward) sets nothing and is passed over.
+final wait on CPU, the compute stream held back on GPU), or when it sat idle as the collective's
+last rank arrived and resumed only after (gloo records a collective's end late, on its own thread);
+a collective that ended while the rank kept computing (an all-reduce hidden under backward) sets
+nothing and is passed over.
 
 A rank's own work is split by the phases that kept it busy (data, forward, backward, optimizer);
 time on the chain that no phase covers is `other` on CPU (the loss, DDP's copies out of its
@@ -27,6 +29,10 @@ from ddpbench.analysis.rank_timeline import TRAINING_PHASES
 
 OWN_PHASES = TRAINING_PHASES + ("other",)
 """A rank's own work, in the order a moment covered by two of them is given to (GPU streams overlap)."""
+
+WAIT_MIN_US = 200.0
+"""An idle gap this long or longer is a wait: the gaps between one rank's ops while it computes are
+tens of microseconds on CPU and a few on GPU; waiting for a late rank is longer."""
 
 
 @dataclass
@@ -111,6 +117,17 @@ class _RankStep:
         i = int(np.searchsorted(starts, moment, side="left")) - 1
         return i < 0 or ends[i] < moment
 
+    def resumed_after(self, moment: float) -> float | None:
+        """Where this rank was idle at `moment` for longer than the gaps between its own ops, the
+        start of its next own work; else None."""
+        starts, ends = self.busy
+        i = int(np.searchsorted(starts, moment, side="left"))
+        if i < len(starts) and starts[i] == moment or (i > 0 and ends[i - 1] >= moment):
+            return None
+        before = float(ends[i - 1]) if i > 0 else self.start
+        after = float(starts[i]) if i < len(starts) else self.end
+        return after if after - before >= WAIT_MIN_US else None
+
     def attribute(self, low: float, high: float) -> list[Segment]:
         """[low, high) of this rank's own time, split by phase; what no phase covers is `other`."""
         if high <= low:
@@ -133,18 +150,27 @@ def step_path(job: CrossRankJob, step: int) -> StepPath:
     path = StepPath(step, ranks[here].start, moment)
     while True:
         own = ranks[here]
-        waited = None
+        waited, left = None, moment
         # The collective it waited for: the latest one, ended by `moment`, at whose end it was idle.
+        # Or one whose end is recorded after this rank went on (gloo closes its record on its own
+        # thread, up to milliseconds after the training thread resumed): this rank sat idle when
+        # the collective's last rank arrived, and was released where its own work resumed.
         for collective in sorted(unused, key=lambda c: -c.ends[here]):
-            if collective.ends[here] <= moment and own.idle_at(collective.ends[here]):
-                waited = collective
+            end = float(collective.ends[here])
+            if end <= moment and own.idle_at(end):
+                waited, left = collective, end
+                break
+            last = collective.last_rank if collective.last_rank is not None else here
+            arrived = float(collective.starts[last])
+            resumed = own.resumed_after(arrived) if collective.starts[here] <= arrived < moment else None
+            if resumed is not None and resumed <= moment:
+                waited, left = collective, min(end, resumed)
                 break
         if waited is None:
             path.segments += own.attribute(own.start, moment)
             path.start_us = own.start
             break
         unused.remove(waited)
-        left = float(waited.ends[here])
         path.segments += own.attribute(left, moment)
         last = waited.last_rank if waited.last_rank is not None else here
         arrived = min(float(waited.starts[last]), left)
