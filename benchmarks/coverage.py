@@ -115,6 +115,19 @@ def single(answer: Answer, repeat: int) -> Answer | None:
     return None if run is None else pool_runs([run], {})
 
 
+def round_ratios(answer: Answer) -> list[float]:
+    """Each round's one-device step over its DDP step (the in-process efficiency one round reads),
+    over the configuration's runs: where an interval is wide, these say whether a few rounds or
+    all of them spread."""
+    from ddpbench.analysis.ablation import read_ablation
+
+    ratios = []
+    for run in answer.runs:
+        rounds = read_ablation(run.record).rounds
+        ratios += [rounds["bottom"][r] / rounds["top"][r] for r in rounds["top"] if r in rounds["bottom"]]
+    return ratios
+
+
 def compare(out: str, names: list[str]) -> dict:
     answers = {}
     for name in names:
@@ -149,7 +162,7 @@ def compare(out: str, names: list[str]) -> dict:
         for answer in configurations.values():
             if answer.world_size == 2 and answer.in_process is not None and answer.in_process.has_interval:
                 widths.append({"sweep": name, "configuration": answer.name, "half_pp": 100 * answer.in_process.half,
-                               "runs": len(answer.runs)})  # fmt: skip
+                               "runs": len(answer.runs), "rounds": round_ratios(answer)})  # fmt: skip
             for run in answer.every_run:
                 if run.record.spec.world_size > 1:
                     stragglers.append({"run": f"{name}/{run.run_id}", "named": run.straggler.named,
@@ -243,10 +256,14 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         if widest is not None
         else "No configuration at two ranks had an in-process efficiency.",
         "",
-        "| sweep | configuration | runs | ± pp |",
-        "|---|---|---|---|",
+        "Beside it, each round's one-device step over its DDP step, over the configuration's runs: where a",
+        "few rounds stray far from the middle, single steps, not the runs, make the interval wide.",
+        "",
+        "| sweep | configuration | runs | ± pp | rounds | per round, % (lowest, median, highest) |",
+        "|---|---|---|---|---|---|",
         *(
-            f"| {row['sweep']} | {row['configuration']} | {row['runs']} | {row['half_pp']:.1f} |"
+            f"| {row['sweep']} | {row['configuration']} | {row['runs']} | {row['half_pp']:.1f} | "
+            f"{len(row['rounds'])} | {spread(row['rounds'])} |"
             for row in found["widths"]
         ),
         "",
@@ -258,7 +275,29 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
     ]
     named = [row for row in found["stragglers"] if row["named"]]
     lines += [f"- {row['run']}: {row['sentence']}" for row in named]
+    agreeing = sum(1 for row in rows if row["agree"])
+    quiet = sum(1 for r in found["stragglers"] if not r["named"])
+    judged = [
+        (f"agreement, pooled, at least {100 * TARGET:.0f} %", bool(rows) and agreeing >= TARGET * len(rows)),
+        ("the same answer in every pair", bool(found["same"]) and all(row["same"] for row in found["same"])),
+        (
+            f"in-process efficiency within ± {WIDTH_TARGET_PP:.0f} pp at two ranks, every configuration",
+            bool(found["widths"]) and within == len(found["widths"]),
+        ),
+        ("identical ranks: no straggler in at least 18 of 20 runs", bool(found["stragglers"])
+         and quiet >= 0.9 * len(found["stragglers"])),  # fmt: skip
+    ]
+    lines += ["", "## Against the criteria", "", "| criterion | met |", "|---|---|"]
+    lines += [f"| {criterion} | {'yes' if met else 'no'} |" for criterion, met in judged]
     return "\n".join(lines) + "\n"
+
+
+def spread(ratios: list[float]) -> str:
+    if not ratios:
+        return "n/a"
+    ordered = sorted(ratios)
+    middle = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    return f"{100 * ordered[0]:.0f}, {100 * middle:.0f}, {100 * ordered[-1]:.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
