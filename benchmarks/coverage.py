@@ -167,7 +167,10 @@ def compare(out: str, names: list[str]) -> dict:
                 if run.record.spec.world_size > 1:
                     stragglers.append({"run": f"{name}/{run.run_id}", "named": run.straggler.named,
                                        "sentence": run.straggler.sentence()})  # fmt: skip
-    return {"rows": rows, "single": single_rows, "same": same, "widths": widths, "stragglers": stragglers}
+    shas = sorted({(run.record.env.git_sha or "not recorded")[:7] for configurations in answers.values()
+                   for answer in configurations.values() for run in answer.every_run})  # fmt: skip
+    return {"rows": rows, "single": single_rows, "same": same, "widths": widths, "stragglers": stragglers,
+            "run_commits": shas}  # fmt: skip
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -208,9 +211,10 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         "default repeats) as independent sweeps, in pairs, and compared each pair. What the figures are:",
         "[Concepts](../concepts.md).",
         "",
-        f"- **Commit**: {analysed.get('git_sha', 'not recorded')[:7]}"
+        f"- **Commit**: the runs: {', '.join(found['run_commits']) or 'none'}; the analysis: "
+        f"{analysed.get('git_sha', 'not recorded')[:7]}"
         + (" with uncommitted changes" if analysed.get("git_dirty") else "")
-        + (" (analysis only: `--analyse-only`)" if analysed.get("analyse_only") else "")
+        + (" (`--analyse-only`)" if analysed.get("analyse_only") else "")
         + ".",
         f"- **Machine**: {machine.get('cpu_cores', '?')} cores ({machine.get('cpu_model', 'not recorded')}); "
         f"1-minute load average before each sweep: {loads}; page written {analysed['date']}.",
