@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -299,9 +300,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
 def spread(ratios: list[float]) -> str:
     if not ratios:
         return "n/a"
-    ordered = sorted(ratios)
-    middle = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
-    return f"{100 * ordered[0]:.0f}, {100 * middle:.0f}, {100 * ordered[-1]:.0f}"
+    return f"{100 * min(ratios):.0f}, {100 * statistics.median(ratios):.0f}, {100 * max(ratios):.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
