@@ -289,8 +289,10 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
             f"in-process efficiency within ± {WIDTH_TARGET_PP:.0f} pp at two ranks, every configuration",
             bool(found["widths"]) and within == len(found["widths"]),
         ),
-        ("identical ranks: no straggler in at least 18 of 20 runs", bool(found["stragglers"])
-         and quiet >= 0.9 * len(found["stragglers"])),  # fmt: skip
+        (
+            "identical ranks: no straggler in at least 18 of 20 runs",
+            bool(found["stragglers"]) and quiet >= 0.9 * len(found["stragglers"]),
+        ),
     ]
     lines += ["", "## Against the criteria", "", "| criterion | met |", "|---|---|"]
     lines += [f"| {criterion} | {'yes' if met else 'no'} |" for criterion, met in judged]
