@@ -294,9 +294,33 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]))
     # The reference is not explained against itself; the x2 run's causes were not measured in place
     # (a script has no in-process ablation), but its straggler is, from its traces.
-    closing = [line for line in printed.splitlines() if line.startswith("slow_rank_in_forward x")]
-    assert [line.split(":")[0] for line in closing] == ["slow_rank_in_forward x2"], printed
+    closing = [line for line in printed.splitlines() if line.startswith("slow_rank_in_forward")]
+    assert len(closing) == 1 and closing[0].startswith("slow_rank_in_forward: DDP at 2 processes keeps "), printed
     assert "rank 1 on " in closing[0] and "held the others back in its forward" in closing[0], closing
+
+
+def test_a_script_that_keeps_its_global_batch_gets_no_e_and_the_table_says_why(slow_rank_sweep, tmp_path):
+    """nanoGPT divides its gradient accumulation by the world size: its x2 run steps half the x1
+    run's batch per device. The sweep's real records with the x2 run's batch halved so: the x1 row
+    is still 100 %, and the x2 row's E is blank with the reason under the table."""
+    folder, _ = slow_rank_sweep
+    (tmp_path / "runs").mkdir()
+    for path in glob.glob(str(folder / "runs" / "*.json")):
+        record = json.load(open(path))
+        if record["spec"]["world_size"] == 2:
+            record["spec"]["batch_size"] //= 2
+        with open(tmp_path / "runs" / os.path.basename(path), "w") as handle:
+            json.dump(record, handle)
+    done = ddpbench("table", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    one = next(line for line in done.stdout.splitlines() if re.search(r"script:slow_rank_in_forward.py\s+1\s", line))
+    assert one.rstrip().endswith("100.0%"), done.stdout
+    assert re.search(
+        r"^E blank for script:slow_rank_in_forward.py ddp x2: no DDP x1 run with batch \d+ .*; its DDP x1 run "
+        r"stepped \d+ per device: the script keeps its global batch \(strong scaling\)",
+        done.stdout,
+        re.M,
+    ), done.stdout
 
 
 @pytest.mark.launches

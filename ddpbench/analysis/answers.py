@@ -187,12 +187,15 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
         raise ExplainError("no ok DDP run in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     grouped: dict[tuple, list[RunAnswer]] = {}
-    problems = []
+    # Runs refused for one reason are named together: a sweep's repeats usually share it.
+    refused: dict[str, list[str]] = {}
     for record in sorted(runs, key=_order):
         try:
             found = answer_run(record, records, set(flags), (jobs or {}).get(record.run_id))
         except ExplainError as exc:
-            problems.append(str(exc))
+            reason = str(exc).removeprefix(f"{record.run_id}: ")
+            refused.setdefault(reason, []).append(record.run_id)
             continue
         grouped.setdefault(configuration_key(record.spec), []).append(found)
+    problems = [f"{', '.join(run_ids)}: {reason}" for reason, run_ids in refused.items()]
     return [pool_runs(members, flags) for members in grouped.values()], problems

@@ -177,6 +177,11 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     return frame
 
 
+def _setting(row: pd.Series) -> tuple:
+    """A row's CONFIGURATION as a key: a script has no size, and NaN never equals NaN."""
+    return tuple(None if pd.isna(row[c]) else row[c] for c in CONFIGURATION)
+
+
 def _reference_batch(row: pd.Series) -> float:
     """The local run that is this row's X(1) has the per-device batch (weak scaling) or the
     global batch (strong scaling: one device takes it all)."""
@@ -282,10 +287,10 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     grouped = grouped.merge(figures, on=keys, how="left")
     has_reference = set()
     for _, row in grouped[is_reference(grouped)].iterrows():
-        has_reference.add(tuple(row[c] for c in CONFIGURATION) + (row["batch_size"],))
+        has_reference.add(_setting(row) + (row["batch_size"],))
     notes = []
     for _, row in grouped.iterrows():
-        key = tuple(row[c] for c in CONFIGURATION) + (_reference_batch(row),)
+        key = _setting(row) + (_reference_batch(row),)
         script = is_script(row["workload"])
         notes.append(
             (SCRIPT_REFERENCE if script else "")
@@ -426,7 +431,25 @@ def format_side_by_side(table: pd.DataFrame) -> str:
             "\nbusy: other processes took cores or GPUs those strategies' runs wanted while they measured"
             " (the records' machine_load); their X and E are slower than this machine can give."
         )
-    return wide.to_string(formatters=formatters, na_rep="") + "\n" + note
+    return wide.to_string(formatters=formatters, na_rep="") + "\n" + note + blank_efficiency_lines(table)
+
+
+def blank_efficiency_lines(table: pd.DataFrame) -> str:
+    """Why a row's E is blank: the X(1) it needs is not in the sweep (a script that keeps its global
+    batch, as nanoGPT does, steps another per-device batch at world size 1)."""
+    lines = []
+    references = table[is_reference(table)]
+    for _, row in table[table["reference"].str.startswith("no ")].iterrows():
+        line = f"\nE blank for {row['workload']} {row['strategy']} x{row['world_size']}: {row['reference']}"
+        others = references[references["workload"] == row["workload"]]["batch_size"]
+        if is_script(row["workload"]) and not others.empty:
+            line += (
+                f"; its DDP x1 run stepped {', '.join(f'{b:.0f}' for b in sorted(set(others)))} per device: the "
+                "script keeps its global batch (strong scaling), which E against the same per-device batch does "
+                "not cover"
+            )
+        lines.append(line)
+    return "".join(dict.fromkeys(lines))
 
 
 SAME_MEMORY = ("local", "ddp", "dp")
