@@ -39,6 +39,7 @@ from ddpbench.analysis.traces import (
     TraceError,
     TraceEvent,
     TraceFile,
+    closure_steps,
     rank_in_trace,
     read_trace,
     trace_decoder,
@@ -180,6 +181,11 @@ def read_rank_timeline(path: str) -> RankTimeline:
                 spans.by_phase[phase].append((event.ts, event.ts + event.dur))
         elif kind == "cpu" and event.name.startswith(COLLECTIVE_PREFIXES["cpu"]):
             cpu_collectives.append(event)
+    # An optimizer step that holds a backward (a closure, as Lightning steps) is not the
+    # optimizer's work: its wait for DDP's all-reduce would read as optimizer time. Its update ops
+    # after the closure are left to `other`.
+    closures = closure_steps(spans.by_phase["optimizer"], [start for start, _ in spans.by_phase["backward"]])
+    spans.by_phase["optimizer"] = [span for span in spans.by_phase["optimizer"] if span not in closures]
     numbers = sorted(steps)
     starts = np.array([steps[n][0] for n in numbers])
     timeline = RankTimeline(

@@ -54,6 +54,7 @@ spans around its steps that include waiting for a collective, so they are neithe
 nor communication, and neither are the ops that hold one of them whole (autograd's node around a
 pre-backward all-gather); the ops inside them (copies into and out of the collectives' buffers,
 the layer's own ops) are recorded apart and count as they are."""
+BACKWARD_OP = "autograd::engine::evaluate_function"
 PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)")
 RANK_IN_FILE_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -240,9 +241,24 @@ def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
     return _Events(starts, ends, role, anchor)
 
 
+def closure_steps(optimizer_steps: list[tuple[float, float]], backward_starts: list[float]) -> set:
+    """The optimizer steps that hold a backward: `optimizer.step(closure)`, as Lightning's automatic
+    optimization calls it, runs the forward, the backward and DDP's wait for its all-reduce inside
+    the step's annotation. Such a span is a container, not the optimizer's work."""
+    if not optimizer_steps or not backward_starts:
+        return set()
+    starts = np.sort(np.asarray(backward_starts, dtype=float))
+    return {
+        span
+        for span in optimizer_steps
+        if np.searchsorted(starts, span[1], side="left") > np.searchsorted(starts, span[0], side="left")
+    }
+
+
 def _cpu_events(events: list[TraceEvent], training_threads: set) -> _Events:
     rows = []
     waits = []  # FSDP2's annotations, which span its collective waits
+    optimizer_steps, backward_starts = [], []
     for event in events:
         if event.ph != "X" or not isinstance(event.name, str):
             continue
@@ -255,10 +271,17 @@ def _cpu_events(events: list[TraceEvent], training_threads: set) -> _Events:
             if event.cat == "user_annotation" and name.startswith(WRAPPER_ANNOTATION_PREFIXES):
                 waits.append((event.ts, event.ts + event.dur))
                 continue
+            if event.cat == "user_annotation" and name.startswith("Optimizer.step#"):
+                optimizer_steps.append((event.ts, event.ts + event.dur))
+            elif name.startswith(BACKWARD_OP):
+                backward_starts.append(event.ts)
             role = 2 if name.startswith("enumerate(DataLoader)") else 0
         else:
             continue
         rows.append((event.ts, event.ts + event.dur, role))
+    closures = closure_steps(optimizer_steps, backward_starts)
+    if closures:  # the ops inside the closure are recorded apart and count as they are
+        rows = [row for row in rows if row[2] != 0 or (row[0], row[1]) not in closures]
     if waits:
         rows = [row for row in rows if row[2] != 0 or not _encloses_any(row, waits)]
     if not rows:
