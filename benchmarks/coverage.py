@@ -290,7 +290,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
             bool(found["widths"]) and within == len(found["widths"]),
         ),
         (
-            "identical ranks: no straggler in at least 18 of 20 runs",
+            "identical ranks: no straggler in at least 90 % of the runs (18 of 20)",
             bool(found["stragglers"]) and quiet >= 0.9 * len(found["stragglers"]),
         ),
     ]

@@ -106,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     took, after = time.time() - started, load_average()
     output = without_index_noise(done.stdout)
     sys.stdout.write(output)
+    counted = re.search(r"^sweep \S+: (\d+) runs", output, re.M)
+    runs = f"{counted.group(1)} runs" if counted else "its runs (the count was not printed)"
     page = f"""# `make bench` on the CPU suite
 
-Without a GPU, `make bench` runs the CPU suite: 18 runs (3 tiny workloads, mlp, gpt2 and
+Without a GPU, `make bench` runs the CPU suite: {runs} (3 tiny workloads, mlp, gpt2 and
 resnet50, each as `local` and as `ddp` at 2 processes on 2 cores, in 3 rounds). What the sweep
 prints: [Sweeps](../sweeps.md). Written by `benchmarks/cpu_suite.py`, which ran it once; the
 README's first screen is this run's closing screen.

@@ -297,7 +297,8 @@ def judge_planted(found: dict, cases: list[str]) -> dict:
         "named": steady.get("named") or [],
         "compared": bool(steady.get("causes")),
         "needs": steady.get("needs") or [],
-        "ok": bool(steady) and not steady.get("named"),
+        # Only a comparison that ran can name nothing: a configuration never compared judges nothing.
+        "ok": bool(steady.get("causes")) and not steady.get("named"),
     }
     return judged
 
@@ -315,9 +316,11 @@ def judge_aa(gates: dict) -> dict:
         ]
         compared = [why for why in verdict.get("why") or [] if why["causes"]]
         named = {why["configuration"]: why["named"] for why in compared if why["named"]}
+        flagged = [flag for flags in (verdict.get("probe_flagged_runs") or {}).values() for flag in flags]
         pairs.append(
-            {"name": name, "code": found["code"], "failing": failing, "compared": len(compared), "named": named}
-        )
+            {"name": name, "code": found["code"], "failing": failing, "compared": len(compared), "named": named,
+             "flagged": flagged}
+        )  # fmt: skip
     compared = sum(pair["compared"] for pair in pairs)
     named = sum(len(pair["named"]) for pair in pairs)
     return {
@@ -325,6 +328,9 @@ def judge_aa(gates: dict) -> dict:
         "compared": compared,
         "named": named,
         "ok_fails_nothing": bool(pairs) and not any(pair["failing"] for pair in pairs),
+        # Exit 4 is a failed CI job too (a run the speed check flagged, or too few runs to see the
+        # target): fails nothing only where every pair passed outright.
+        "ok_passes": bool(pairs) and all(pair["code"] == 0 for pair in pairs),
         "ok_rate": compared > 0 and named <= AA_RATE * compared,
     }
 
@@ -381,7 +387,9 @@ def header(records: list, measured: dict | None, analysed: dict) -> list[str]:
             took += f"; gated again for this page by `{analysed['command']}`"
     return [
         f"- **Commit**: the runs: {', '.join(shas) or 'not recorded'}; the analysis: "
-        f"{(analysed.get('git_sha') or 'not recorded')[:7]}.",
+        f"{(analysed.get('git_sha') or 'not recorded')[:7]}"
+        + (" with uncommitted changes to tracked files" if analysed.get("git_dirty") else "")
+        + ".",
         f"- **Machine**: {'; '.join(machines) or 'not recorded'}, no GPU used; the runs ran from "
         f"{minute(starts[0]) if starts else '?'} to {minute(ends[-1]) if ends else '?'} UTC; page written "
         f"{analysed['date']}.",
@@ -478,7 +486,8 @@ def page(out: str, measured: dict | None, analysed: dict, gates: dict) -> tuple[
         "planted ≥ 30 %": all(judged[c]["ok_slowdown"] for c in cases),
         "planted named right": all(judged[c]["ok_cause"] for c in cases),
         "unplanted name none": judged[UNPLANTED]["ok"],
-        "A/A fails nothing": aa["ok_fails_nothing"],
+        "A/A fails no comparison": aa["ok_fails_nothing"],
+        "A/A exits 0 in every pair": aa["ok_passes"],
         "A/A names at most 1 in 20": aa["ok_rate"],
         "gate under 5 s": slowest is not None and slowest < MAX_GATE_S,
     }
@@ -522,7 +531,22 @@ def page(out: str, measured: dict | None, analysed: dict, gates: dict) -> tuple[
         wrap(
             f"- {aa['named']} of {aa['compared']} configuration comparisons named a cause (at most 1 in 20 "
             f"allowed: {yes(aa['ok_rate'])}); comparisons that failed: "
-            f"{sum(len(pair['failing']) for pair in aa['pairs'])}."
+            f"{sum(len(pair['failing']) for pair in aa['pairs'])}; pairs whose gate exited other than 0: "
+            + (
+                "; ".join(
+                    f"{pair['name'].removeprefix('aa ')} exit {pair['code']}"
+                    for pair in aa["pairs"]
+                    if pair["code"] != 0
+                )
+                or "none"
+            )
+            + ("" if aa["ok_passes"] else " (the runs the speed check flagged, if any, follow)")
+            + "."
+        ),
+        *(
+            wrap(f"  - flagged in {pair['name'].removeprefix('aa ')}: {flag}", "    ")
+            for pair in aa["pairs"]
+            for flag in pair["flagged"]
         ),
         "",
         "### Cost",

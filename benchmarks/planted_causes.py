@@ -600,7 +600,9 @@ def findings(judged: dict, found: dict, skipped: str | None) -> list[str]:
         )
     rounds = sorted({run.rounds for run in found.values() if run.rounds})
     said.append(
-        "**One run is one sample**: each case ran once. The ± figures are 95 % intervals from "
+        "**One run is one sample**: each case above ran once ("
+        + ", ".join(f"{case}: {count} runs, judged run by run below" for case, count in REPEATS.items())
+        + "). The ± figures are 95 % intervals from "
         + (f"that run's {'/'.join(str(r) for r in rounds)} rounds" if rounds else "that run's rounds")
         + " of the in-process ablation (a growth's: two runs' in quadrature); they do not show how far another run "
         "of the same case would land."

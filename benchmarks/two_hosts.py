@@ -254,7 +254,14 @@ def breakdown(sweep_dir: str) -> dict:
     if done.returncode != 0:
         raise RuntimeError(done.stdout + done.stderr)
     with open(path) as handle:
-        return {item["run_id"]: item for item in json.load(handle)}
+        found = json.load(handle)
+    return {run["run_id"]: run for configuration in found["configurations"] for run in configuration["by_run"]}
+
+
+def as_term(entry: dict | None) -> dict:
+    """A cause or check of explain's JSON as this page reads it: seconds per step and its interval."""
+    seconds = (entry or {}).get("seconds") or {}
+    return {"s_per_step": seconds.get("value"), "ci_low_s": seconds.get("low"), "ci_high_s": seconds.get("high")}
 
 
 def run_both(hosts: TwoHosts, work: str, rate: str) -> tuple[dict[str, str], dict[str, list[int]]]:
@@ -350,8 +357,8 @@ def test_conditions() -> dict | None:
         "rate": r'^SHAPED_RATE = "([^"]+)"',
         "sent_bytes": r'assert min\(sent\["unshaped"\]\) > ([0-9.e+]+)',
         "step_ms": r"assert slower_ms > ([0-9.]+)",
-        "ladder_ms": r"assert ladder_slower_ms > ([0-9.]+)",
-        "share": r"assert exposed_ms > ([0-9.]+) \* ladder_slower_ms",
+        "ladder_ms": r"assert ablation_slower_ms > ([0-9.]+)",
+        "share": r'assert grew\["exposed_comm"\] > ([0-9.]+) \* ablation_slower_ms',
     }
     found = {}
     for name, pattern in patterns.items():
@@ -405,14 +412,14 @@ def read_run(folder: str) -> dict:
             record = json.load(handle)
     except (RuntimeError, KeyError, OSError, ValueError) as exc:
         return {"error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}
-    terms = found["terms"]
     return {
         "error": None,
         "status": record.get("status"),
         "step_s": found["step_s"],
-        "exposed": terms["exposed_comm"],
-        "window_vs_ladder": terms.get("window_vs_ladder") or {"s_per_step": None},
-        "blocks": (found.get("ladder") or {}).get("blocks"),
+        "exposed": as_term(found["causes"].get("exposed_comm")),
+        # The page's window_vs_ladder: explain's check timed_vs_ablation (timed step less the ablation's).
+        "window_vs_ladder": as_term(found["check"].get("timed_vs_ablation")),
+        "blocks": found.get("rounds"),
         "hosts": ", ".join(f"rank {rank['rank']} {rank['hostname']}" for rank in record["ranks"]),
         "loads": [(rank["hostname"], rank["machine_load"]) for rank in record["ranks"] if rank.get("machine_load")],
     }

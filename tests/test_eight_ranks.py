@@ -45,5 +45,5 @@ def test_explain_reads_it_in_one_row(eight):
     done = ddpbench("explain", str(out))
     assert done.returncode == 0, done.stderr
     [row] = [line for line in done.stdout.splitlines() if line.startswith("mlp x8 ")]
-    assert row.split()[2] == "n/a"  # no local run here: E(N) is not given, the causes are
+    assert row.split()[2:4] == ["1", "n/a"]  # runs, then E(N): no local run here, the causes are
     assert row.count("±") >= 7, row

@@ -72,6 +72,9 @@ def test_aa_allows_at_most_one_configuration_in_twenty_naming_a_cause_and_no_fai
     assert not judge_aa({"aa a b": aa_gate(1, 10), "aa c d": aa_gate(1, 10)})["ok_rate"]
     assert judge_aa({"aa a b": aa_gate(0, 12)})["ok_fails_nothing"]
     assert not judge_aa({"aa a b": aa_gate(0, 12, failing=True)})["ok_fails_nothing"]
+    assert judge_aa({"aa a b": aa_gate(0, 12)})["ok_passes"]
+    busy = {**aa_gate(0, 12), "code": 4}  # a run the speed check flagged: no comparison failed, the job did
+    assert judge_aa({"aa a b": busy})["ok_fails_nothing"] and not judge_aa({"aa a b": busy})["ok_passes"]
     assert aa_pairs(6) == [("baseline", "aa-2"), ("aa-3", "aa-4"), ("aa-5", "aa-6")]
 
 

@@ -175,7 +175,7 @@ def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_th
     assert where.startswith(site), where
     swept = run_ok(
         [os.path.join(os.path.dirname(python), "ddpbench"), "sweep", "--device", "cpu", "--suite", "smoke"]
-        + ["--strategies", "ddp", "--nproc", "2", "--out", str(tmp_path / "out"), "--sweep-id", "s"],
+        + ["--strategies", "ddp", "--nproc", "2", "--repeat", "1", "--out", str(tmp_path / "out"), "--sweep-id", "s"],
         cwd=tmp_path,
         timeout=600,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
@@ -188,7 +188,7 @@ def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_th
 def test_make_bench_with_use_python_builds_no_venv_and_keeps_the_torch(environment_with_torch, checkout, tmp_path):
     python, site = environment_with_torch
     before = fingerprint(site)
-    sweep = f"--suite smoke --strategies ddp --nproc 1 --out {tmp_path / 'out'} --sweep-id m"
+    sweep = f"--suite smoke --strategies ddp --nproc 1 --repeat 1 --out {tmp_path / 'out'} --sweep-id m"
     done = run_ok(
         ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
         cwd=checkout,

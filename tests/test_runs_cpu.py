@@ -196,7 +196,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=6)
-    assert record["run_id"].startswith("regression-ddp-n2-")
+    assert record["run_id"].startswith("user_workload.regression-ddp-n2-")  # a file's workload: stem.factory
     assert record["spec"]["ddp"] == {
         "bucket_cap_mb": 1.0,
         "gradient_as_bucket_view": True,

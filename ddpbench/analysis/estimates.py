@@ -1,13 +1,14 @@
 """A figure with its 95 % interval, from the rounds of one run or pooled over a configuration's
 runs. No torch.
 
-One run is one sample of the machine: the same configuration's figures move from one process to
-the next by more than one run's rounds can see (8-20 % of a step on this VM). So a configuration's
-figure is pooled over its runs (`pool`): the mean of the runs' figures, with a Student's t
-interval over the runs (K - 1 degrees of freedom). Where the runs happen to agree more closely than
-their own rounds allow, the rounds' variance holds instead (the mean of the runs' squared standard
-errors over K, with the rounds' degrees of freedom). A configuration measured once keeps its run's
-interval, which covers that run's rounds only (`over == "rounds"`).
+One run is one sample of the machine: the same configuration's figures move from one process to the
+next by more than one run's rounds can see (on the 2-core development machine, 23 % apart in one
+make bench: docs/measurements/cpu-suite.md). So a configuration's figure is pooled over its runs
+(`pool`): the mean of the runs' figures, with a Student's t interval over the runs (K - 1 degrees of
+freedom). Where the runs happen to agree more closely than their own rounds allow, the rounds'
+variance holds instead (the mean of the runs' squared standard errors over K, with the rounds'
+degrees of freedom). A configuration measured once keeps its run's interval, which covers that run's
+rounds only (`over == "rounds"`).
 """
 
 from __future__ import annotations

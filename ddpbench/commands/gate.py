@@ -99,8 +99,8 @@ def add_gate_parser(commands) -> None:
         "1 a regression (confirmed, with --confirm-with) or something not comparable (a failed run, a missing "
         "configuration, other machines)",
         f"{EXIT_UNDERPOWERED} with --fail-underpowered: a comparison too weak to see its target",
-        f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy) or a run the probe "
-        "flags: rerun, or confirm with --confirm-with",
+        f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy) or a run the speed "
+        "check flags: rerun, or confirm with --confirm-with",
         BAD_INPUT,
         INTERRUPTED,
     )

@@ -162,7 +162,7 @@ def train_step(
     `progress.where` says which part of the step runs: plain stores, for the heartbeat to read.
     `context` holds forward and backward (compiled autograd, for --compile compiled-autograd).
     `planted` is --slowdown's extra work, run right after the model's forward in every kind of
-    step alike (timed, each ladder rung, the local reference), so that it is compute everywhere."""
+    step alike (timed, each kind of the in-process ablation, the local reference), so that it is compute everywhere."""
     progress.where = "forward"
     optimizer.zero_grad(set_to_none=True)
     with context():
