@@ -51,7 +51,7 @@ def test_the_slow_rank_is_judged_against_its_logged_sleep():
     assert "slept 10.40 ms per call as logged (10.00 asked)" in said[0]
     assert "grew by 10.50 ± 0.71 ms" in said[0]  # two half-widths of 0.5 ms in quadrature
     assert "the verdict names rank 1, in its forward" in said[0]
-    assert said[-1].startswith("**One run is one sample**: each case ran once")
+    assert said[-1].startswith("**One run is one sample**: each case above ran once")
 
 
 def test_a_term_without_an_interval_shows_no_half_width():
