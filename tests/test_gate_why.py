@@ -4,6 +4,7 @@ cannot attribute, and a command that reproduces a regression; on saved records o
 tests/fixtures/planted_regressions.py (README in the fixture folders), and the decision rule on
 simulated answers with known effects."""
 
+import dataclasses
 import json
 import math
 import os
@@ -156,6 +157,24 @@ def test_the_command_parses_and_runs_that_configuration_with_its_repeats_and_not
     ddp = next(spec for spec in plan if spec.strategy == "ddp")
     ran = next(r.spec for r in load_side(CANDIDATE) if r.spec.strategy == "ddp" and r.spec.workload == PLANTED)
     assert (ddp.steps, ddp.warmup, ddp.threads_per_rank) == (ran.steps, ran.warmup, ran.threads_per_rank)
+
+
+def test_the_command_keeps_the_runs_profiled_steps_and_no_profile():
+    """A sweep run with --profile-steps 8 (a script's only source for the wait for the slowest
+    rank) is reproduced with 8; one run with --no-profile is reproduced without traces."""
+    from ddpbench.gate.reproduce import reproduction
+
+    runs = [r for r in load_side(CANDIDATE) if r.spec.strategy == "ddp" and r.spec.workload == PLANTED]
+    for changed, expected in ((dict(profile_active=8), (True, 8)), (dict(profile=False), (False, 3))):
+        changed_runs = [replace(r, spec=dataclasses.replace(r.spec, **changed)) for r in runs]
+        argv = reproduction(changed_runs, CANDIDATE, REPO).argv
+        cwd = os.getcwd()
+        os.chdir(REPO)
+        try:
+            ddp = next(spec for spec in sweep_plan(argv) if spec.strategy == "ddp")
+        finally:
+            os.chdir(cwd)
+        assert (ddp.profile, ddp.profile_active) == expected, argv
 
 
 def test_a_relative_workload_path_is_given_from_a_folder_where_it_works(tmp_path):

@@ -102,7 +102,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sweep-id", default=None, help="folder name of the sweep (default: date-time-suite)")
     parser.add_argument("--resume", action="store_true", help="carry on with an existing sweep: rerun what is not ok")
-    add_arguments(parser, SweepOptions, ("profile",))
+    add_arguments(parser, SweepOptions, ("profile", "profile_active"))
     parser.add_argument(
         "--run-timeout",
         type=float,

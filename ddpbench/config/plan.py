@@ -147,6 +147,9 @@ class SweepOptions:
     """DataLoader workers per rank, in every run (what explain's advice on data loading names)."""
     profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
+    profile_active: int = same_flag(RunSpec, "profile_active")
+    """Profiled steps kept in every run's traces: a script's only source for the wait for the
+    slowest rank (it has no in-process ablation), so more of them narrow that wait's interval."""
     fault: dict | None = same_flag(RunSpec, "fault")
     """Testing aid: injected into every run that has the fault's rank and step."""
     slowdown: float = same_flag(RunSpec, "slowdown")
@@ -286,6 +289,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         ddp=options.ddp,
         num_workers=options.num_workers,
         profile=options.profile,
+        profile_active=options.profile_active,
         out_dir=out_dir,
         launcher=options.launcher,
         script=options.script,

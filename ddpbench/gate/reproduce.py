@@ -161,6 +161,8 @@ def reproduction(runs: list[Record], candidate_dir: str, cwd: str) -> Reproducti
             notes.append(f"DDP options ddpbench sweep does not take, set on the run: {', '.join(sorted(unset))}")
     if not spec.profile:
         argv.append("--no-profile")
+    elif spec.profile_active != RunSpec.profile_active:
+        argv += ["--profile-steps", str(spec.profile_active)]
     argv += script_args
     if spec.launched_by_torchrun and spec.nnodes == 1:
         smallest = SUITES[suite or ("gpu" if spec.device == "cuda" else "cpu")].smallest_world_size
