@@ -249,26 +249,31 @@ def test_a_shaped_network_is_communication(shaped, tmp_path):
     assert_no_other_term_grew(on_shaped, unshaped, COMMUNICATION, slower_ms, numbers)
 
 
-DDP_ADDED = ("ddp_overhead", "exposed_comm", "overlap_slowdown", "straggler_wait", "forward_optimizer")
-"""What DDP added to the unwrapped step of every rank at once, split: per round they add up to
-DDP(m) - all-ranks(m), the step the ablation takes with DDP against the one without."""
+DDP_OWN = ("ddp_overhead", "exposed_comm", "overlap_slowdown", "forward_optimizer")
+"""What DDP added to the unwrapped step of every rank at once, less the wait for the slowest rank:
+per round, DDP(m) - all-ranks(m) - that wait. The wait is left out because it grows with any work
+the ranks do unevenly, planted or not (one run here: 2.88 ms more with 8 ms of planted work)."""
 
 
-def ddp_added_ms(folder, run_id: str) -> tuple[float, float]:
-    """What DDP added per step in one run, mean over its rounds and the 95 % half-width, ms.
-    Read per round and summed there: the split between neighbouring terms moves with a slow step of
-    the kind between them (one CI run: ddp_overhead +2.86 ms and forward_optimizer -2.25 ms, each
-    ± 7), while their sum does not."""
+def per_round_ms(folder, run_id: str) -> dict[str, list[float]]:
+    """One run's ablation per round, ms: `ddp_own` (DDP_OWN summed in each round) and `bottom` (the
+    one-device step). Summed per round because the split between neighbouring terms moves with a
+    slow step of the kind between them (one CI run: ddp_overhead +2.86 ms and forward_optimizer
+    -2.25 ms, each ± 7, while the four terms' sum grew 1.37 ms)."""
     records, _ = read_records(str(folder))
     (record,) = [record for _, record in records if record.run_id == run_id]
     rounds = read_ablation(record).rounds
-    added = [
-        sum(rounds[name][r] for name in DDP_ADDED) * 1e3
-        for r in rounds["top"]
-        if all(r in rounds[name] for name in DDP_ADDED)
-    ]
-    assert len(added) >= 3, f"{run_id}: {len(added)} complete rounds"
-    return statistics.fmean(added), t_975(len(added) - 1) * statistics.stdev(added) / math.sqrt(len(added))
+    complete = [r for r in rounds["top"] if all(r in rounds[name] for name in (*DDP_OWN, "bottom"))]
+    assert len(complete) >= 3, f"{run_id}: {len(complete)} complete rounds"
+    return {
+        "ddp_own": [sum(rounds[name][r] for name in DDP_OWN) * 1e3 for r in complete],
+        "bottom": [rounds["bottom"][r] * 1e3 for r in complete],
+    }
+
+
+def mean_and_half_width(values: list[float]) -> tuple[float, float]:
+    """The mean and its 95 % half-width (Student's t over the rounds)."""
+    return statistics.fmean(values), t_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def test_planted_work_is_compute_in_every_step_kind(slowed, tmp_path):
@@ -276,20 +281,25 @@ def test_planted_work_is_compute_in_every_step_kind(slowed, tmp_path):
     # no difference of step kinds holds it: it is neither communication nor DDP's own work.
     breakdowns = explained(slowed, tmp_path)
     on_slowed, plain = breakdowns["ddp-slowed"], breakdowns["ddp"]
-    planted_ms = SLOWDOWN * plain["step_s"] * 1e3
+    with_work, without = per_round_ms(slowed, "ddp-slowed"), per_round_ms(slowed, "ddp")
+    # What was planted, as the ablation's one-device step shows it: --slowdown 1.0 asks for work as
+    # long as a warm-up step, longer than a timed one (one run's 3.6 ms step grew by 8.3 ms).
+    planted_ms = statistics.fmean(with_work["bottom"]) - statistics.fmean(without["bottom"])
     (slowed_ms, slowed_width), (plain_ms, plain_width) = (
-        ddp_added_ms(slowed, "ddp-slowed"),
-        ddp_added_ms(slowed, "ddp"),
+        mean_and_half_width(with_work["ddp_own"]),
+        mean_and_half_width(without["ddp_own"]),
     )
     grew = slowed_ms - plain_ms
     width = math.hypot(slowed_width, plain_width)
     numbers = (
-        table(on_slowed, plain)
-        + f"\nplanted about {planted_ms:.2f} ms per step; DDP added {slowed_ms:.2f} ± {slowed_width:.2f} ms "
-        f"with it, {plain_ms:.2f} ± {plain_width:.2f} without"
+        table(on_slowed, plain) + f"\nthe one-device step grew {planted_ms:.2f} ms (the planted work); DDP's own "
+        f"terms read {slowed_ms:.2f} ± {slowed_width:.2f} ms with it, {plain_ms:.2f} ± {plain_width:.2f} without"
     )
+    assert planted_ms >= 0.5 * SLOWDOWN * plain["step_s"] * 1e3, numbers
     # Booked before the forward's mark on DDP's steps only, it read as DDP's waits: exposed
     # communication, all of the planted work. A growth within its own interval is noise; that
-    # allowance stops at half the planted work, so the old booking fails however noisy the runs.
+    # allowance stops at half the planted work, which the old booking exceeds unless the runs' own
+    # noise takes back more than half of it. (Work moved between DDP's terms is not seen here: their
+    # split is noise's, above.)
     allowed = max(TOLERANCE * planted_ms, min(width, 0.5 * planted_ms))
-    assert grew <= allowed, f"DDP's terms grew by {grew:.2f} ms ± {width:.2f}, {allowed:.2f} allowed\n{numbers}"
+    assert grew <= allowed, f"DDP's own terms grew by {grew:.2f} ms ± {width:.2f}, {allowed:.2f} allowed\n{numbers}"

@@ -193,6 +193,17 @@ def test_the_pods_run_the_planned_runs_with_the_runtimes_variables(tmp_path):
     assert sorted(seen) == sorted(p.run_id for p in plan)
 
 
+def test_the_pods_keep_the_profiled_steps_asked_for(tmp_path):
+    # As sweep and sbatch do: a script's wait for the slowest rank rests on its profiled steps alone.
+    pet = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "m"}
+    pet["PET_MASTER_PORT"] = "29500"
+    steps = set()
+    for words in pod_runs(write_manifests(tmp_path, "--profile-steps", "6")[1]["spec"]["trainer"]["command"][2], pet):
+        spec = spec_from_args(build_parser().parse_args(["run", *words]))
+        steps.add((spec.profile, spec.profile_active))
+    assert steps == {(True, 6)}
+
+
 def test_a_pod_of_another_shape_refuses_to_start(tmp_path):
     manifests = write_manifests(tmp_path, "--python", "false")
     script = manifests[2]["spec"]["trainer"]["command"][2]

@@ -82,7 +82,7 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(shape, SweepOptions, ("num_workers",))
     ddp = parser.add_argument_group("DDP options (every ddp and replicate run; recorded in the spec)")
     add_arguments(ddp, DDPKnobs, [field.name for field in dataclasses.fields(DDPKnobs)])
-    add_arguments(shape, SweepOptions, ("profile", "repeat"))
+    add_arguments(shape, SweepOptions, ("profile", "profile_active", "repeat"))
     shape.add_argument(
         "--run-timeout",
         type=float,
