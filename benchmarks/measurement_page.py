@@ -1,5 +1,5 @@
 """What every benchmark that writes a page of docs/measurements/ shares: the --page and --no-page
-options, the command line the page names, the time it states, and writing the page."""
+options, the command line the page names, the commit and times it states, and writing the page."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 import time
+from datetime import datetime
 
 from ddpbench.host.facts import project_git  # the callers put the repository on sys.path first
 
@@ -25,6 +26,18 @@ def command_line(script: str, argv: list[str] | None) -> str:
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def commit_of(sha: str | None, dirty: bool | None) -> str:
+    """A commit as a page names it: short, and saying so where tracked files had changed."""
+    if not sha:
+        return "not recorded"
+    return sha[:7] + (" with uncommitted changes to tracked files" if dirty else "")
+
+
+def minute(iso: str | None) -> str:
+    """An ISO time (a record's started_at or ended_at) to the minute, UTC."""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M UTC") if iso else "not recorded"
 
 
 def analysis_facts(command: str, analyse_only: bool) -> dict:

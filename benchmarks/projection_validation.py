@@ -40,14 +40,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
-from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
+from measurement_page import add_page_options, command_line, commit_of, minute, utc_now, write_page  # noqa: E402
 
 from ddpbench.analysis.network import load_profile  # noqa: E402
 from ddpbench.analysis.projection_validation import validation_cases  # noqa: E402
@@ -177,16 +176,6 @@ def median(values: list[float]) -> float | None:
 
 def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-
-def commit_of(sha: str | None, dirty: bool | None) -> str:
-    if not sha:
-        return "not recorded"
-    return sha[:7] + (" with uncommitted changes to tracked files" if dirty else "")
-
-
-def minute(iso: str) -> str:
-    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def knob_label(record) -> str:

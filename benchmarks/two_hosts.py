@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 
 from bench_lock import LOCK, bench_lock  # noqa: E402
-from measurement_page import add_page_options, analysis_facts, command_line, write_page  # noqa: E402
+from measurement_page import add_page_options, analysis_facts, command_line, commit_of, write_page  # noqa: E402
 
 from ddpbench.host.facts import cpu_model, project_git, usable_cores  # noqa: E402
 
@@ -478,12 +478,6 @@ def verdict(pair: dict, test: dict) -> str:
                 f"{yes(grew['exposed_s'] > test['share'] * grew['ladder_s'])}"
             )
     return "; ".join(parts)
-
-
-def commit_of(sha: str | None, dirty: bool | None) -> str:
-    if not sha:
-        return "not recorded"
-    return sha[:7] + (" with uncommitted changes to tracked files" if dirty else "")
 
 
 def header(measured: dict, analysed: dict) -> list[str]:
