@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 import pytest
+import scipy.stats
 from conftest import FIXTURES, cpu_environment, ddpbench, shaped_loopback
 
 from ddpbench.analysis.ablation import CAUSE_NAMES, read_ablation
-from ddpbench.analysis.estimates import t_975
 from ddpbench.records.store import read_records
 
 # The planted amounts are checked within 25 %: a test running beside them would blur the terms.
@@ -194,6 +194,28 @@ def assert_no_other_term_grew(planted: dict, baseline: dict, planted_in: tuple, 
         assert grew <= TOLERANCE * amount_ms, f"{name} grew by {grew:.2f} ms of {amount_ms:.2f} planted\n{numbers}"
 
 
+def per_round_ms(folder, run_id: str, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """One run's ablation per round, ms: each of `names` (causes, or `bottom`, the one-device
+    step) over the rounds that measured all of them, in the same order."""
+    records, _ = read_records(str(folder))
+    (record,) = [record for _, record in records if record.run_id == run_id]
+    rounds = read_ablation(record).rounds
+    complete = [r for r in rounds["top"] if all(r in rounds[name] for name in names)]
+    assert len(complete) >= 3, f"{run_id}: {len(complete)} complete rounds"
+    return {name: [rounds[name][r] * 1e3 for r in complete] for name in names}
+
+
+def mean_and_half_width(values: list[float], level: float = 0.975) -> tuple[float, float]:
+    """The mean and its half-width (Student's t over the rounds; 0.975 gives the 95 % interval)."""
+    t = scipy.stats.t.ppf(level, len(values) - 1)
+    return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def difference_half_width(first: list[float], second: list[float], level: float) -> float:
+    """The half-width of the difference of two runs' means: independent, so in quadrature."""
+    return math.hypot(mean_and_half_width(first, level)[1], mean_and_half_width(second, level)[1])
+
+
 def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path):
     planted = explained(slow_rank, tmp_path)["ddp"]
     baseline = explained(steady, tmp_path)["ddp"]
@@ -202,15 +224,20 @@ def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path
         delay_ms = statistics.fmean(float(line) for line in handle) * 1e3
     numbers = table(planted, baseline) + f"\nthe slow rank slept {delay_ms:.2f} ms per forward"
     # What the planted sleep added to the cause, against the same model with no sleep (two ranks
-    # are never quite even: 0.3-1.0 ms of waiting for the slowest rank there).
-    grew = ms(planted, "straggler_wait") - ms(baseline, "straggler_wait")
-    # The difference of two independent estimates: their half-widths add in quadrature.
-    half_width_ms = math.hypot(half_width(planted, "straggler_wait"), half_width(baseline, "straggler_wait"))
-    numbers += f"; the growth's 95 % half-width {half_width_ms:.2f} ms"
+    # are never quite even: 0.3-1.0 ms of waiting for the slowest rank there), from the rounds.
+    with_sleep = per_round_ms(slow_rank, "ddp", ("straggler_wait",))["straggler_wait"]
+    without = per_round_ms(steady, "ddp", ("straggler_wait",))["straggler_wait"]
+    grew = statistics.fmean(with_sleep) - statistics.fmean(without)
+    half_width_ms = difference_half_width(with_sleep, without, 0.975)
+    # The equality is judged at 99 %: a whole run slowed by the shared machine moves its rounds
+    # together, which their spread cannot show (one CI baseline read -3.55 ms, its step 16.4 ms
+    # against 10 with planted work), and at 95 % one such check in twenty fails on noise alone.
+    wide_ms = difference_half_width(with_sleep, without, 0.995)
+    numbers += f"; the growth {grew:.2f} ms, its half-width {half_width_ms:.2f} ms at 95 %, {wide_ms:.2f} at 99 %"
     # The interval must be sharp enough that a term which did not grow at all still fails below:
     # |0 - delay| = delay exceeds both 0.75 * delay and the tolerance. (CI saw 6.2 ms of 10.4.)
     assert half_width_ms <= 0.75 * delay_ms, numbers
-    assert abs(grew - delay_ms) <= max(SLOW_RANK_TOLERANCE * delay_ms, half_width_ms), numbers
+    assert abs(grew - delay_ms) <= max(SLOW_RANK_TOLERANCE * delay_ms, wide_ms), numbers
     # However wide the interval, the term holds most of the sleep, not a quarter of it.
     assert 0.5 * delay_ms <= grew <= 1.5 * delay_ms, numbers
     assert_no_other_term_grew(planted, baseline, ("straggler_wait",), delay_ms, numbers)
@@ -255,25 +282,13 @@ per round, DDP(m) - all-ranks(m) - that wait. The wait is left out because it gr
 the ranks do unevenly, planted or not (one run here: 2.88 ms more with 8 ms of planted work)."""
 
 
-def per_round_ms(folder, run_id: str) -> dict[str, list[float]]:
-    """One run's ablation per round, ms: `ddp_own` (DDP_OWN summed in each round) and `bottom` (the
-    one-device step). Summed per round because the split between neighbouring terms moves with a
-    slow step of the kind between them (one CI run: ddp_overhead +2.86 ms and forward_optimizer
-    -2.25 ms, each ± 7, while the four terms' sum grew 1.37 ms)."""
-    records, _ = read_records(str(folder))
-    (record,) = [record for _, record in records if record.run_id == run_id]
-    rounds = read_ablation(record).rounds
-    complete = [r for r in rounds["top"] if all(r in rounds[name] for name in (*DDP_OWN, "bottom"))]
-    assert len(complete) >= 3, f"{run_id}: {len(complete)} complete rounds"
-    return {
-        "ddp_own": [sum(rounds[name][r] for name in DDP_OWN) * 1e3 for r in complete],
-        "bottom": [rounds["bottom"][r] * 1e3 for r in complete],
-    }
-
-
-def mean_and_half_width(values: list[float]) -> tuple[float, float]:
-    """The mean and its 95 % half-width (Student's t over the rounds)."""
-    return statistics.fmean(values), t_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+def own_terms_per_round(folder, run_id: str) -> tuple[list[float], list[float]]:
+    """DDP_OWN summed in each round, and the one-device step, ms. Summed per round because the split
+    between neighbouring terms moves with a slow step of the kind between them (one CI run:
+    ddp_overhead +2.86 ms and forward_optimizer -2.25 ms, each ± 7, while the four terms' sum grew
+    1.37 ms)."""
+    found = per_round_ms(folder, run_id, (*DDP_OWN, "bottom"))
+    return [sum(terms) for terms in zip(*(found[name] for name in DDP_OWN))], found["bottom"]
 
 
 def test_planted_work_is_compute_in_every_step_kind(slowed, tmp_path):
@@ -281,21 +296,25 @@ def test_planted_work_is_compute_in_every_step_kind(slowed, tmp_path):
     # no difference of step kinds holds it: it is neither communication nor DDP's own work.
     breakdowns = explained(slowed, tmp_path)
     on_slowed, plain = breakdowns["ddp-slowed"], breakdowns["ddp"]
-    with_work, without = per_round_ms(slowed, "ddp-slowed"), per_round_ms(slowed, "ddp")
-    # What was planted, as the ablation's one-device step shows it: --slowdown 1.0 asks for work as
-    # long as a warm-up step, longer than a timed one (one run's 3.6 ms step grew by 8.3 ms).
-    planted_ms = statistics.fmean(with_work["bottom"]) - statistics.fmean(without["bottom"])
-    (slowed_ms, slowed_width), (plain_ms, plain_width) = (
-        mean_and_half_width(with_work["ddp_own"]),
-        mean_and_half_width(without["ddp_own"]),
+    (own_with, bottom_with), (own_without, bottom_without) = (
+        own_terms_per_round(slowed, "ddp-slowed"),
+        own_terms_per_round(slowed, "ddp"),
     )
+    # What was planted, as the ablation's one-device step shows it: --slowdown 1.0 asks for work as
+    # long as a warm-up step of the slowed run itself (one run's 3.6 ms step grew by 8.3 ms; one CI
+    # run's by 2.77 ms, while its plain run, slowed by the machine, stepped 16.4 ms against 10).
+    planted_ms = statistics.fmean(bottom_with) - statistics.fmean(bottom_without)
+    planted_width = difference_half_width(bottom_with, bottom_without, 0.975)
+    (slowed_ms, slowed_width), (plain_ms, plain_width) = mean_and_half_width(own_with), mean_and_half_width(own_without)
     grew = slowed_ms - plain_ms
     width = math.hypot(slowed_width, plain_width)
     numbers = (
-        table(on_slowed, plain) + f"\nthe one-device step grew {planted_ms:.2f} ms (the planted work); DDP's own "
-        f"terms read {slowed_ms:.2f} ± {slowed_width:.2f} ms with it, {plain_ms:.2f} ± {plain_width:.2f} without"
+        table(on_slowed, plain) + f"\nthe one-device step grew {planted_ms:.2f} ± {planted_width:.2f} ms (the "
+        f"planted work); DDP's own terms read {slowed_ms:.2f} ± {slowed_width:.2f} ms with it, "
+        f"{plain_ms:.2f} ± {plain_width:.2f} without"
     )
-    assert planted_ms >= 0.5 * SLOWDOWN * plain["step_s"] * 1e3, numbers
+    # The work must show beyond the one-device step's noise, or nothing below is checked.
+    assert planted_ms > planted_width, numbers
     # Booked before the forward's mark on DDP's steps only, it read as DDP's waits: exposed
     # communication, all of the planted work. A growth within its own interval is noise; that
     # allowance stops at half the planted work, which the old booking exceeds unless the runs' own
