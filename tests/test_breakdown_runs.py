@@ -37,7 +37,9 @@ def planted_causes():
     return module
 
 
-STEPS, WARMUP = 40, 10
+STEPS, WARMUP = 74, 10
+"""64 timed steps: the ablation's most rounds, 8 (30 gave 4, whose t with 3 degrees of freedom
+left a 10 ms sleep's wait at ± 6.2 ms in one CI run)."""
 SHAPED_RATE = "200mbit"
 """Slow enough that communication, not the machine's noise, sets the shaped step."""
 TOLERANCE = 0.25
@@ -100,13 +102,6 @@ def ms(run: dict, name: str) -> float:
     seconds = run["causes"][name]["seconds"]
     assert seconds is not None, f"{name} not measured: {run['causes'][name]['basis']}"
     return seconds["value"] * 1e3
-
-
-def half_width(run: dict, name: str) -> float:
-    """Half the 95 % interval of a cause the ablation measured, ms."""
-    seconds = run["causes"][name]["seconds"]
-    assert seconds["low"] is not None, f"{name} has no interval: {run['causes'][name]['basis']}"
-    return (seconds["high"] - seconds["low"]) / 2 * 1e3
 
 
 def table(*runs: dict) -> str:
@@ -180,18 +175,24 @@ def slowed(steady):
     return steady
 
 
-def grew_ms(planted: dict, baseline: dict, names) -> dict[str, float]:
-    return {name: ms(planted, name) - ms(baseline, name) for name in names}
+def others(*planted_in: str) -> tuple[str, ...]:
+    return tuple(name for name in CAUSE_NAMES if name not in planted_in)
 
 
-def others(*planted_in: str) -> list[str]:
-    return [name for name in CAUSE_NAMES if name not in planted_in]
-
-
-def assert_no_other_term_grew(planted: dict, baseline: dict, planted_in: tuple, amount_ms: float, numbers: str):
-    """In each case no term but the planted one grows by more than a quarter of the planted amount."""
-    for name, grew in grew_ms(planted, baseline, others(*planted_in)).items():
-        assert grew <= TOLERANCE * amount_ms, f"{name} grew by {grew:.2f} ms of {amount_ms:.2f} planted\n{numbers}"
+def assert_no_other_term_grew(planted: tuple, baseline: tuple, planted_in: tuple, amount_ms: float, numbers: str):
+    """No term but the planted ones grows by more than a quarter of the planted amount, or by more
+    than its own 99 % interval where that is wider, up to half the amount. `planted` and `baseline`
+    are (folder, run id); each term is read from the two runs' rounds."""
+    names = others(*planted_in)
+    with_it, without = per_round_ms(*planted, names), per_round_ms(*baseline, names)
+    for name in names:
+        grew = statistics.fmean(with_it[name]) - statistics.fmean(without[name])
+        wide = difference_half_width(with_it[name], without[name], 0.995)
+        allowed = max(TOLERANCE * amount_ms, min(wide, 0.5 * amount_ms))
+        assert grew <= allowed, (
+            f"{name} grew by {grew:.2f} ms ± {wide:.2f} (99 %), {allowed:.2f} allowed of {amount_ms:.2f} planted\n"
+            + numbers
+        )
 
 
 def per_round_ms(folder, run_id: str, names: tuple[str, ...]) -> dict[str, list[float]]:
@@ -240,7 +241,7 @@ def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path
     assert abs(grew - delay_ms) <= max(SLOW_RANK_TOLERANCE * delay_ms, wide_ms), numbers
     # However wide the interval, the term holds most of the sleep, not a quarter of it.
     assert 0.5 * delay_ms <= grew <= 1.5 * delay_ms, numbers
-    assert_no_other_term_grew(planted, baseline, ("straggler_wait",), delay_ms, numbers)
+    assert_no_other_term_grew((slow_rank, "ddp"), (steady, "ddp"), ("straggler_wait",), delay_ms, numbers)
     # The verdict names the rank whose forward sleeps, and the phase.
     straggler = planted["straggler"]
     assert straggler["named"] and straggler["rank"] == 1 and straggler["phase"] == "forward", straggler
@@ -266,14 +267,20 @@ def test_a_shaped_network_is_communication(shaped, tmp_path):
     breakdowns = explained(shaped, tmp_path)
     on_shaped, unshaped = breakdowns["ddp-shaped"], breakdowns["ddp"]
     numbers = table(on_shaped, unshaped)
-    slower_ms = (on_shaped["step_s"] - unshaped["step_s"]) * 1e3
     # The shaping must bite well above the run-to-run noise, or this checks nothing.
+    slower_ms = (on_shaped["step_s"] - unshaped["step_s"]) * 1e3
     assert slower_ms > 10, f"the shaped run is only {slower_ms:.2f} ms per step slower\n{numbers}"
-    communication_ms = sum(grew_ms(on_shaped, unshaped, COMMUNICATION).values())
-    assert (
-        abs(communication_ms - slower_ms) <= TOLERANCE * slower_ms
-    ), f"the communication terms grew by {communication_ms:.2f} ms, the step by {slower_ms:.2f} ms\n{numbers}"
-    assert_no_other_term_grew(on_shaped, unshaped, COMMUNICATION, slower_ms, numbers)
+    # Against the ablation's own DDP step (`top`), which the causes split, not the timed window:
+    # on a shaped link the window's step can grow more than the ablation's (one CI run of the two
+    # hosts: 226 ms against 132). What it checks is that contention, DDP's overhead, data and the
+    # one-device step took none of the growth.
+    names = (*COMMUNICATION, "top")
+    with_it, without = per_round_ms(shaped, "ddp-shaped", names), per_round_ms(shaped, "ddp", names)
+    top_ms = statistics.fmean(with_it["top"]) - statistics.fmean(without["top"])
+    communication_ms = sum(statistics.fmean(with_it[name]) - statistics.fmean(without[name]) for name in COMMUNICATION)
+    numbers += f"\nthe ablation's DDP step grew {top_ms:.2f} ms, the communication terms {communication_ms:.2f} ms"
+    assert abs(communication_ms - top_ms) <= TOLERANCE * top_ms, numbers
+    assert_no_other_term_grew((shaped, "ddp-shaped"), (shaped, "ddp"), COMMUNICATION, top_ms, numbers)
 
 
 DDP_OWN = ("ddp_overhead", "exposed_comm", "overlap_slowdown", "forward_optimizer")

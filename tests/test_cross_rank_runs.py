@@ -195,14 +195,15 @@ def slow_backward(tmp_path_factory):
 
 def test_a_sleep_inside_backward_is_on_rank_1s_backward_on_the_path_and_in_the_verdict(slow_backward):
     """DDP's all-reduce makes both ranks' backward look as long: only the wait, followed across ranks,
-    finds it. Every profiled step's path is held most by rank 1's backward."""
+    finds it. Every profiled step's path but at most one is held most by rank 1's backward: in a
+    step where the shared machine held rank 0 back longer than the sleep, rank 0 did hold it."""
     from ddpbench.analysis.answers import answer_run
     from ddpbench.records.store import load_record
 
     out, job, slept_ms = slow_backward
     summary = path_summary(job_paths(job))
     tops = [(path["held"][0]["rank"], path["held"][0]["phase"]) for path in summary["by_step"]]
-    assert tops == [(1, "backward")] * len(tops), (tops, summary["by_step"])
+    assert len(tops) >= 4 and tops.count((1, "backward")) >= len(tops) - 1, (tops, summary["by_step"])
     assert (summary["held"][0]["rank"], summary["held"][0]["phase"]) == (1, "backward")
     record = load_record(os.path.join(out, "runs", "bwd.json"))
     straggler = answer_run(record, [("bwd.json", record)]).straggler

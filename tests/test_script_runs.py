@@ -20,14 +20,6 @@ from conftest import FIXTURES, ddpbench
 
 SCRIPTS = os.path.join(FIXTURES, "scripts")
 TUTORIAL = os.path.join(SCRIPTS, "ddp_tutorial.py")
-# The script's own rate and ddpbench's are measured over the same steps on a shared 2-core machine
-# (10.7 % apart once in CI on the image classifier, where a neighbouring test ran, when its rate was
-# still the window's against two of its epochs) ... which a test running beside them would blur:
-# the tests that compare the two are marked alone.
-AGREEMENT = 0.15
-SAME_STEPS_AGREEMENT = 0.05
-"""The image classifier's epochs against rank 0's step times over the very same steps: only the
-steps' edges differ."""
 
 
 def run_script(tmp_path_factory, name: str, *options: str, script_args: tuple[str, ...] = ()):
@@ -45,13 +37,38 @@ def run_script(tmp_path_factory, name: str, *options: str, script_args: tuple[st
     return done, record, printed, out
 
 
-def per_step_rate(printed: str, first_step: int, last_step: int) -> float:
-    """Samples/s per rank from lines `step S took T s for N samples`, over steps first..last."""
-    steps = {
-        int(s): (float(t), int(n)) for s, t, n in re.findall(r"step (\d+) took ([\d.]+) s for (\d+) samples", printed)
-    }
-    chosen = [steps[s] for s in range(first_step, last_step + 1)]
-    return sum(n for _, n in chosen) / sum(t for t, _ in chosen)
+def their_seconds(printed: str, first_step: int, last_step: int) -> float:
+    """What the script's own lines `step S took T s for N samples` say steps first..last took."""
+    steps = {int(s): float(t) for s, t in re.findall(r"step (\d+) took ([\d.]+) s for \d+ samples", printed)}
+    return sum(steps[s] for s in range(first_step, last_step + 1))
+
+
+def rank_0_steps(record: dict) -> list[float]:
+    """Rank 0's timed step times, s (rank 0 prints the scripts' own rates)."""
+    (rank_0,) = [rank for rank in record["ranks"] if rank["rank"] == 0]
+    return rank_0["step_times_s"]
+
+
+def assert_same_steps(ours: list[float], theirs_s: float, longest_s: float) -> None:
+    """ddpbench's step times against the script's own clock over the very same steps. Only where
+    each clock puts a step's edge differs (ddpbench's at the optimizer step, the script's at its
+    print), so the two sums differ by less than the longest step there. Over different steps the
+    machine's noise alone moved them apart: one CI run read 41 % between the tutorial's window of 25
+    steps and its own 20, where a step takes 2-15 ms here."""
+    assert abs(sum(ours) - theirs_s) <= longest_s, (sum(ours), theirs_s, longest_s, ours)
+
+
+def assert_the_rate_is_the_windows(record: dict) -> None:
+    """The rate ddpbench reports is its timed steps over the window that holds them end to end,
+    with its two edges: a barrier each, which waits at most for the other rank's step (one CI run:
+    12 ms beyond rank 0's 147 ms of 6 ms steps)."""
+    steps, metrics = rank_0_steps(record), record["metrics"]
+    assert metrics["timed_steps"] == len(steps)
+    assert metrics["throughput_samples_per_s_per_device"] == pytest.approx(
+        metrics["timed_steps"] * record["spec"]["batch_size"] / metrics["window_s"]
+    )
+    beyond = metrics["window_s"] - sum(steps)
+    assert -1e-3 <= beyond <= 2 * max(steps), (metrics["window_s"], steps)
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +122,14 @@ def test_the_tutorials_shape_is_measured_and_checked(tutorial):
     assert any("no_sync" in note for note in record["script"]["notes"])
     # stopped at a step boundary once measured: the script never reached its checkpoint
     assert not (out / "model.pt").exists()
-    # the script's own rate over steps 6-25 (four of its five-step lines), inside the timed window
-    # 6-30; step 30 itself holds the window's closing barrier and checks
+    # the script's own rate over steps 6-25 (four of its five-step lines): the window's first 20
+    # timed steps (its steps 6-30)
     rates = {int(s): float(r) for s, r in re.findall(r"steps (\d+)-\d+: ([\d.]+) samples/s", printed)}
     assert all(first in rates for first in (6, 11, 16, 21)), printed
-    theirs = 20 / sum(5 / rates[first] for first in (6, 11, 16, 21))  # samples/s over the 20 steps
-    ours = record["metrics"]["throughput_samples_per_s_per_device"]
-    assert abs(ours / theirs - 1) <= AGREEMENT, (ours, theirs)
+    theirs_s = sum(5 * 64 / rates[first] for first in (6, 11, 16, 21))
+    steps = rank_0_steps(record)
+    assert_same_steps(steps[:20], theirs_s, max(steps[:21]))
+    assert_the_rate_is_the_windows(record)
 
 
 @pytest.mark.launches
@@ -144,20 +162,13 @@ def test_an_image_classifier_with_a_loader_amp_and_a_scheduler(classifier):
     # inside the window 5-28, and train as many samples each.
     epochs = {int(e): float(r) for e, r in re.findall(r"epoch (\d+) loss [\d.]+ samples/s per rank ([\d.]+)", printed)}
     assert sorted(epochs) == list(range(6)), printed
-    theirs = 2 / (1 / epochs[1] + 1 / epochs[2])
-    # ddpbench's rate over the same 16 steps, from rank 0's step times (rank 0 prints; timed step i
-    # is step 5 + i): the window's other 8 steps move its rate by the machine's noise alone (one run
-    # here: epochs of 1,718 to 4,977 samples/s), while over the same steps that run agreed within
-    # 0.1 %. What may differ is the step's edge: the epoch's print and the loader's start.
-    (rank_0,) = [rank for rank in record["ranks"] if rank["rank"] == 0]
-    assert record["metrics"]["timed_steps"] == len(rank_0["step_times_s"]) == 28 - 4
-    same_steps = rank_0["step_times_s"][9 - 5 : 25 - 5]
-    ours = len(same_steps) * record["spec"]["batch_size"] / sum(same_steps)
-    assert abs(ours / theirs - 1) <= SAME_STEPS_AGREEMENT, (ours, epochs)
-    # The rate ddpbench reports is the window's: its timed steps end to end, less than a step apart.
-    window_rate = len(rank_0["step_times_s"]) * record["spec"]["batch_size"] / sum(rank_0["step_times_s"])
-    reported = record["metrics"]["throughput_samples_per_s_per_device"]
-    assert abs(reported / window_rate - 1) <= 0.05, (reported, window_rate)
+    # The same 16 steps from rank 0's step times (timed step i is step 5 + i; one run here: epochs of
+    # 1,718 to 4,977 samples/s, while over the same steps the two agreed within 0.1 %). What may
+    # differ is the step's edge: the epoch's print and the loader's start.
+    steps = rank_0_steps(record)
+    assert len(steps) == 28 - 4
+    assert_same_steps(steps[9 - 5 : 25 - 5], 8 * 32 / epochs[1] + 8 * 32 / epochs[2], max(steps[9 - 5 : 26 - 5]))
+    assert_the_rate_is_the_windows(record)
 
 
 @pytest.mark.launches
@@ -173,10 +184,10 @@ def test_gradient_accumulation_counts_an_optimizer_step_and_all_its_micro_batche
     assert in_sync["ok"] is True and in_sync["details"]["steps_compared"] == 5, in_sync
     assert in_sync["details"]["unsynced_steps"] == 0
     # timed steps are the script's steps 5..29 (0-based); the last never prints (it is stopped in
-    # its optimizer step, after the checks): its rate over the 24 steps before it
-    theirs = per_step_rate(printed, 5, 28)
-    ours = record["metrics"]["throughput_samples_per_s_per_device"]
-    assert abs(ours / theirs - 1) <= AGREEMENT, (ours, theirs)
+    # its optimizer step, after the checks): the 24 steps before it
+    steps = rank_0_steps(record)
+    assert_same_steps(steps[:24], their_seconds(printed, 5, 28), max(steps))
+    assert_the_rate_is_the_windows(record)
 
 
 @pytest.mark.launches
@@ -280,13 +291,14 @@ def test_the_step_boundary_is_the_optimizer_that_owns_the_ddp_parameters():
 @pytest.fixture(scope="module")
 def slow_rank_sweep(tmp_path_factory):
     """A sweep of the tutorial's shape whose rank 1 sleeps in forward, profiled: (folder, output).
-    Without the ablation, the wait for the slowest rank is read from the profiled steps alone: 8 of
+    Without the ablation, the wait for the slowest rank is read from the profiled steps alone: 12 of
     them rather than the default 3, whose interval (t with 2 degrees of freedom) one step of rank 0
-    slowed by the machine's other work widens past zero."""
+    slowed by the machine's other work widens past zero. Set up by the first test, which is marked
+    alone so that the sweep has the machine to itself; the others read what it wrote."""
     out = tmp_path_factory.mktemp("script-sweep")
     done = ddpbench(
         "sweep", "--script", os.path.join(SCRIPTS, "slow_rank_in_forward.py"), "--device", "cpu", "--nproc", "2",
-        "--suite", "smoke", "--repeat", "1", "--steps", "30", "--profile-steps", "8", "--out", str(out),
+        "--suite", "smoke", "--repeat", "1", "--steps", "30", "--profile-steps", "12", "--out", str(out),
         "--sweep-id", "s",
         cwd=str(out),
     )  # fmt: skip
@@ -295,6 +307,7 @@ def slow_rank_sweep(tmp_path_factory):
 
 
 @pytest.mark.launches
+@pytest.mark.alone
 def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank_sweep):
     folder, printed = slow_rank_sweep
     records = {os.path.basename(p): json.load(open(p)) for p in glob.glob(str(folder / "runs" / "*.json"))}
