@@ -53,15 +53,15 @@ def assert_same_steps(ours: list[float], theirs_s: float, longest_s: float) -> N
     """ddpbench's step times against the script's own clock over the very same steps. Only where
     each clock puts a step's edge differs (ddpbench's at the optimizer step, the script's at its
     print), so the two sums differ by less than the longest step there. Over different steps the
-    machine's noise alone moved them apart: one CI run read 41 % between the tutorial's window of 25
+    machine's noise alone moved them apart: one full test run here read 41 % between the tutorial's window of 25
     steps and its own 20, where a step takes 2-15 ms here."""
     assert abs(sum(ours) - theirs_s) <= longest_s, (sum(ours), theirs_s, longest_s, ours)
 
 
 def assert_the_rate_is_the_windows(record: dict) -> None:
     """The rate ddpbench reports is its timed steps over the window that holds them end to end,
-    with its two edges: a barrier each, which waits at most for the other rank's step (one CI run:
-    12 ms beyond rank 0's 147 ms of 6 ms steps)."""
+    with its two edges: a barrier each, which waits at most for the other rank's step (one full test
+    run here: 12 ms beyond rank 0's 147 ms of 6 ms steps)."""
     steps, metrics = rank_0_steps(record), record["metrics"]
     assert metrics["timed_steps"] == len(steps)
     assert metrics["throughput_samples_per_s_per_device"] == pytest.approx(
