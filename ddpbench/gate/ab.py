@@ -27,6 +27,7 @@ from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unu
 from ddpbench.gate.values import describe, run_key, side_values, to_log
 from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, record_path
+from ddpbench.worker.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 
 HERE_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_ROUNDS = 2
@@ -42,10 +43,25 @@ class Side:
     python: str
     code: str
     """The ddpbench checkout it runs (put first on PYTHONPATH)."""
+    tree: str | None = None
+    """A commit of the user's repository: its worktree (`gate.user_tree`), where the run starts and
+    which comes first on the import path; None: the user's code is wherever the run options say."""
+    checkout: str | None = None
+    """The user's main checkout, from which nothing of theirs may be imported (with `tree`)."""
 
     def environ(self) -> dict:
         path = os.environ.get("PYTHONPATH")
-        return {**os.environ, "PYTHONPATH": self.code + (os.pathsep + path if path else "")}
+        first = [self.code]
+        own = {}
+        if self.tree is not None:
+            src = os.path.join(self.tree, "src")
+            first = [self.tree, *([src] if os.path.isdir(src) else []), self.code]
+            own = {OWN_TREE_ENV: self.tree, USER_CHECKOUT_ENV: self.checkout or self.tree}
+        return {**os.environ, **own, "PYTHONPATH": os.pathsep.join(first + ([path] if path else []))}
+
+    @property
+    def cwd(self) -> str:
+        return self.tree or self.code
 
 
 def resolve_side(name: str, given: str, python: str | None = None) -> Side:
@@ -111,6 +127,7 @@ def end_round(process: subprocess.Popen) -> None:
 
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
     run_id = f"{side.name.lower()}-r{round_index:02d}"
+    out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
     command = [
         side.python,
         "-m",
@@ -124,7 +141,7 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
     ]
     # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
     process = subprocess.Popen(
-        command, env=side.environ(), cwd=side.code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         code = process.wait(timeout=round_timeout(run_args))

@@ -52,6 +52,7 @@ from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.memory import PeakMemory
+from ddpbench.worker.own_tree import check_own_tree
 from ddpbench.worker.probe import process_probe
 from ddpbench.worker.training import (
     UNTRACKED,
@@ -135,6 +136,7 @@ class Trainer:
         torch.set_num_threads(spec.threads_per_rank)
         torch.manual_seed(spec.seed)  # same initial weights everywhere; DDP also broadcasts rank 0's
         self.workload = build_workload(spec.workload, spec.size, spec.data_dir)
+        check_own_tree()  # one commit of the user's repository: its code, not the checkout's
         self.spec = spec.replace(batch_size=spec.batch_size or self.workload.batch_size)
         self.device = rank.device
         # DataParallel takes the global batch in one forward and splits it across its devices.
