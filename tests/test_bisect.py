@@ -20,7 +20,7 @@ from test_gate import SWEEP
 from ddpbench.gate.bisect import BAD, CANNOT_TELL, GOOD, SKIP, BadCommit, Bisection, planned_looks
 from ddpbench.gate.compare import load_side
 from ddpbench.gate.stats import GateSettings
-from ddpbench.gate.user_tree import Trees, inside_tree, user_file
+from ddpbench.gate.user_tree import TreeError, Trees, confirm_base, inside_tree, user_file
 from ddpbench.records.store import write_record
 from ddpbench.worker.own_tree import modules_outside
 
@@ -292,3 +292,17 @@ def test_one_real_step_runs_each_commits_own_package_despite_an_editable_install
     # The checkout (and its editable install) holds the bad commit: the good side ran its own package.
     assert units == {"a": {"good"}, "b": {"bad"}}
     assert git(repo, "worktree", "list").count("\n") == 1  # pruned
+
+
+def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
+    template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
+    workload = os.path.join(repo, "w.py") + ":net"
+    record = msgspec.structs.replace(template, spec=template.spec.replace(workload=workload))
+    with pytest.raises(TreeError, match="nor a commit of"):
+        confirm_base("no-such-ref", [record], sys.executable, REPO)
+    with pytest.raises(TreeError, match="they have none"):
+        confirm_base("HEAD", [template], sys.executable, REPO)
+    commit = confirm_base("HEAD", [record], sys.executable, REPO)
+    assert commit.rewrite(["--workload", workload, "--nproc", "2"]) == ["--workload", "w.py:net", "--nproc", "2"]
+    assert commit.trees.used == [] and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet

@@ -82,8 +82,9 @@ def add_gate_parser(commands) -> None:
         default=None,
         metavar="BASE",
         help="on a regression, rerun the flagged configurations here against BASE (a ddpbench working tree, "
-        "run by its own .venv when it has one, e.g. .gate-base/<sha>, or a Python executable), base and "
-        "candidate interleaved; the verdict is the confirmation's",
+        "run by its own .venv when it has one, e.g. .gate-base/<sha>, a Python executable, or a git ref of the "
+        "repository holding the candidate's workload file, run from its own worktree against your checkout), "
+        "base and candidate interleaved; the verdict is the confirmation's",
     )
     confirm.add_argument(
         "--confirm-rounds", type=int, default=5, help="rounds of base then candidate per configuration (default 5)"
@@ -307,6 +308,7 @@ def confirm_step(args: argparse.Namespace, candidate, settings):
     from ddpbench.gate.ab import HERE_REPO, MIN_ROUNDS, check_imports, resolve_side
     from ddpbench.gate.compare import GateError
     from ddpbench.gate.confirm import base_side, confirm
+    from ddpbench.gate.user_tree import confirm_base
 
     if args.confirm_with is None:
         return None
@@ -314,21 +316,35 @@ def confirm_step(args: argparse.Namespace, candidate, settings):
         raise GateError(
             f"--confirm-rounds must be at least {MIN_ROUNDS} (a paired test needs two); got {args.confirm_rounds}"
         )
-    base = base_side(args.confirm_with)
-    here = resolve_side("B", HERE_REPO, sys.executable)
-    check_imports(base)
+    commit, base = None, None
+    if not os.path.exists(args.confirm_with):
+        # A git ref of the user's repository: its worktree is made only if a regression is confirmed.
+        commit = confirm_base(args.confirm_with, candidate, sys.executable, HERE_REPO)
+        here = commit.candidate
+    else:
+        base, here = base_side(args.confirm_with), resolve_side("B", HERE_REPO, sys.executable)
+    check_imports(base or here)
     out_dir = os.path.abspath(args.confirm_out or os.path.join("results", f"confirm-{time.strftime('%Y%m%d-%H%M%S')}"))
-    return lambda comparisons: confirm(
-        comparisons,
-        candidate,
-        base,
-        here,
-        args.confirm_rounds,
-        out_dir,
-        settings,
-        args.allow_failed_runs,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+
+    def confirmed(comparisons):
+        try:
+            return confirm(
+                comparisons,
+                candidate,
+                commit.base() if commit else base,
+                here,
+                args.confirm_rounds,
+                out_dir,
+                settings,
+                args.allow_failed_runs,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+                rewrite=commit.rewrite if commit else None,
+            )
+        finally:
+            if commit is not None:
+                commit.trees.prune()
+
+    return confirmed
 
 
 def command_gate(args: argparse.Namespace) -> int:

@@ -170,3 +170,47 @@ def commit_sides(refs: list[str], run_args: list[str], python: str, code: str) -
             raise TreeError(f"{ref} ({sha[:12]}) has no {inside}")
     sides = [trees.side(name, ref, sha, python, code) for name, ref, sha in zip("AB", refs, shas)]
     return sides, inside_tree(run_args, inside), trees
+
+
+class CommitBase:
+    """`gate --confirm-with REF` where REF is a commit of the repository holding the candidate's
+    workload file: the base runs from REF's worktree (made when a regression is to be confirmed),
+    the candidate from the checkout the sweep ran, both with this ddpbench and this Python."""
+
+    def __init__(self, ref: str, sha: str, trees: Trees, python: str, code: str):
+        self.ref, self.sha, self.trees, self.python, self.code = ref, sha, trees, python, code
+        self.candidate = Side("B", trees.repo, python, code, tree=trees.repo, checkout=trees.repo)
+
+    def base(self) -> Side:
+        return self.trees.side("A", self.ref, self.sha, self.python, self.code)
+
+    def rewrite(self, options: list[str]) -> list[str]:
+        """A configuration's run options with its workload file as it lies inside the repository."""
+        found = user_file(options)
+        if found is None or found[0] != self.trees.repo:
+            raise TreeError(f"its workload is not a file of {self.trees.repo}, where --confirm-with {self.ref} is")
+        return inside_tree(options, found[1])
+
+
+def confirm_base(ref: str, candidate: list, python: str, code: str) -> CommitBase:
+    """Refused in one line before anything is compared: no workload file among the candidate's
+    runs, a ref that names no commit, a changed worktree of it."""
+    from ddpbench.config.workloads import is_user_workload
+
+    files = sorted({r.spec.workload for r in candidate if is_user_workload(r.spec.workload)})
+    if not files:
+        raise TreeError(
+            f"--confirm-with {ref!r} is neither a Python executable nor a ddpbench working tree, nor a git ref of a "
+            "repository holding a workload file of the candidate's runs (they have none)"
+        )
+    repo, inside = user_file(["--workload", files[0]])
+    try:
+        sha = resolve_commit(repo, ref, "--confirm-with")
+    except TreeError:
+        raise TreeError(
+            f"--confirm-with {ref!r} is neither a Python executable nor a ddpbench working tree, nor a commit of "
+            f"{repo} (which holds the candidate's workload file {inside})"
+        ) from None
+    trees = Trees(repo, inside)
+    trees.check(sha)
+    return CommitBase(ref, sha, trees, python, code)
