@@ -152,7 +152,9 @@ def command_bisect(args: argparse.Namespace) -> int:
             raise GateError("bisect sets --out and --run-id itself; records go to --records")
         run_parser = OneLineErrorParser(prog="ddpbench bisect -- (run options)")
         add_run_arguments(run_parser, script=True)
-        resolve(spec_from_args(run_parser.parse_args(given_args)))
+        spec = resolve(spec_from_args(run_parser.parse_args(given_args)))
+        if spec.nnodes > 1 or spec.launcher != "local":
+            raise GateError("bisect runs on one node, in this job (--nnodes 1, the local launcher): see docs/bisect.md")
         found = user_file(given_args)
         if found is None:
             raise GateError(
