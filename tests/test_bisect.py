@@ -133,7 +133,10 @@ def test_imports_from_the_checkout_are_found(tmp_path):
     own.__file__ = str(tree / "mypkg" / "__init__.py")
     elsewhere = type(sys)("numpy")
     elsewhere.__file__ = np.__file__
-    found = modules_outside(str(tree), str(checkout), {"mine": module, "own": own, "numpy": elsewhere})
+    venv = type(sys)("torch")  # a virtual environment kept inside the checkout is not the user's code
+    venv.__file__ = str(checkout / ".venv" / "lib" / "python3.11" / "site-packages" / "torch" / "__init__.py")
+    modules = {"mine": module, "own": own, "numpy": elsewhere, "torch": venv}
+    found = modules_outside(str(tree), str(checkout), modules)
     assert [name for name, _ in found] == ["mine"]
 
 

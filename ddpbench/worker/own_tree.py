@@ -27,16 +27,28 @@ def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+INSTALLED = ("site-packages", "dist-packages")
+
+
+def _installed(path: str, prefixes: list[str]) -> bool:
+    """Installed packages: torch in a virtual environment kept inside the checkout (`.venv/`) is
+    not the user's code. An editable install's code stays where it was checked out, so it is not
+    exempt."""
+    return any(_inside(path, prefix) for prefix in prefixes) or any(part in INSTALLED for part in path.split(os.sep))
+
+
 def modules_outside(tree: str, checkout: str, modules=None) -> list[tuple[str, str]]:
-    """(module, file) for each imported module whose file is in `checkout` but not in `tree`."""
+    """(module, file) for each imported module whose file is in `checkout` but not in `tree`,
+    installed packages left aside."""
     tree, checkout = os.path.realpath(tree), os.path.realpath(checkout)
+    prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)})
     found = []
     for name, module in list((sys.modules if modules is None else modules).items()):
         path = getattr(module, "__file__", None)
         if not path:
             continue
         real = os.path.realpath(path)
-        if _inside(real, checkout) and not _inside(real, tree):
+        if _inside(real, checkout) and not _inside(real, tree) and not _installed(real, prefixes):
             found.append((name, real))
     return sorted(found)
 
