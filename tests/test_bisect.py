@@ -309,3 +309,26 @@ def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
     commit = confirm_base("HEAD", [record], sys.executable, REPO)
     assert commit.rewrite(["--workload", workload, "--nproc", "2"]) == ["--workload", "w.py:net", "--nproc", "2"]
     assert commit.trees.used == [] and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
+
+
+def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):
+    import argparse
+
+    from ddpbench.commands.bisect_text import answer
+
+    bisection = bisect(tmp_path, FakeRunner({5: 1.3}))
+    result = bisection.run()
+    subjects = {sha: f"subject {i}" for i, sha in enumerate(COMMITS)}
+    out = tmp_path / "answer.json"
+    given = ["--workload", "w.py:net", "--nproc", "2"]
+    code = answer(result, argparse.Namespace(json=str(out)), GateSettings(), subjects, given, bisection, 60.0)
+    printed = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    # 4 where the fixture's records were measured on a busy machine or flagged by the speed check.
+    assert code == (4 if document["machine"] else 0) and document["exit_code"] == code
+    assert f"first bad commit: {COMMITS[5][:12]} subject 5" in printed and "interval" in printed
+    assert (
+        f"ddpbench ab {COMMITS[0][:12]} {COMMITS[5][:12]} --rounds" in printed and "-- --workload w.py:net" in printed
+    )
+    assert document["first_bad"] == COMMITS[5] and document["why"] and isinstance(document["why"][0], dict)
+    assert "Bonferroni" in printed and document["level_per_look"] == pytest.approx(0.01 / 3)
