@@ -21,8 +21,8 @@ from ddpbench.gate.bisect import BAD, CANNOT_TELL, GOOD, SKIP, BadCommit, Bisect
 from ddpbench.gate.compare import load_side
 from ddpbench.gate.stats import GateSettings
 from ddpbench.gate.user_tree import TreeError, Trees, confirm_base, inside_tree, user_file
+from ddpbench.host.own_tree import modules_outside
 from ddpbench.records.store import write_record
-from ddpbench.worker.own_tree import modules_outside
 
 COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # 0 good, 8 bad
 

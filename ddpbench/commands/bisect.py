@@ -4,7 +4,6 @@ that made a configuration slower (the search: gate/bisect.py). No torch."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -228,9 +227,3 @@ def step_line(step, subjects: dict) -> str:
             f"{step.rounds} rounds"
         )
     return f"  {step.sha[:12]} {subject}: {step.verdict}{figure} ({source})"
-
-
-def json_dump(document: dict, path: str) -> None:
-    from ddpbench.records.store import write_atomic
-
-    write_atomic(path, json.dumps(document, indent=1) + "\n")

@@ -4,6 +4,7 @@ rounds), and a command that reproduces that step. No torch."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -11,7 +12,7 @@ import sys
 from ddpbench.gate.ab import AB_MEASURES
 from ddpbench.gate.bisect import Bisection, Result, Step
 from ddpbench.gate.stats import GateSettings
-from ddpbench.records.store import read_records
+from ddpbench.records.store import read_records, write_atomic
 
 EXIT_FOUND, EXIT_NONE, EXIT_CANNOT_TELL, EXIT_MACHINE = 0, 1, 3, 4
 
@@ -149,10 +150,8 @@ def answer(
         f"({100 * settings.family_alpha:.2g} % spent over {len(bisection.looks)} planned looks, Bonferroni)"
     )
     if args.json:
-        from ddpbench.commands.bisect import json_dump
-
         document["exit_code"] = code
-        json_dump(document, args.json)
+        write_atomic(args.json, json.dumps(document, indent=1) + "\n")
     sys.stdout.flush()
     return code
 

@@ -25,9 +25,9 @@ import numpy as np
 from ddpbench.gate import stats
 from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unusable
 from ddpbench.gate.values import describe, run_key, side_values, to_log
+from ddpbench.host.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, record_path
-from ddpbench.worker.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 
 HERE_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_ROUNDS = 2

@@ -10,7 +10,7 @@ it ends. Both sides run this ddpbench with this Python: only the user's code dif
 Each side runs in its tree with the workload or script path as it lies inside the repository, so
 both sides' records name the same file and pair up as one configuration. The tree comes first on
 the import path (and its `src/` folder, where it has one), and the run itself checks that the
-user's modules it imported lie in that tree (`ddpbench.worker.own_tree`).
+user's modules it imported lie in that tree (`ddpbench.host.own_tree`).
 
 Refused in one line before anything runs: a ref that names no commit, run options naming no file
 in a git repository, and a worktree folder whose tracked files were changed.

@@ -31,6 +31,7 @@ from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
 from ddpbench.host.facts import host_facts
 from ddpbench.host.load import busiest
+from ddpbench.host.own_tree import check_own_tree
 from ddpbench.records.schema import (
     Check,
     CompileStats,
@@ -52,7 +53,6 @@ from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.memory import PeakMemory
-from ddpbench.worker.own_tree import check_own_tree
 from ddpbench.worker.probe import process_probe
 from ddpbench.worker.training import (
     UNTRACKED,

@@ -17,8 +17,8 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.own_tree import check_own_tree
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
-from ddpbench.worker.own_tree import check_own_tree
 from ddpbench.worker.script.ending import end_of_script
 from ddpbench.worker.script.observer import NotDDPTraining, Observer, ScriptNotMeasurable, StopScript
 from ddpbench.worker.script.session import Session
