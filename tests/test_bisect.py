@@ -226,6 +226,9 @@ def net(size, data_dir=None):
 PYPROJECT = '[project]\nname = "mypkg"\nversion = "0.1"\n[tool.setuptools]\npackages = ["mypkg"]\n'
 
 
+SRC_LAYOUT = PYPROJECT.replace("[tool.setuptools]\n", '[tool.setuptools]\npackage-dir = {"" = "src"}\n')
+
+
 def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
     repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
     run = ["--", "--workload", "w.py:net", "--strategy", "local"]
@@ -246,12 +249,14 @@ def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
 @pytest.mark.launches
 def test_one_real_step_runs_each_commits_own_package_despite_an_editable_install(tmp_path):
     """The user's package is installed in editable mode from the main checkout, which holds the bad
-    commit's code; the good commit's runs must still import the good commit's package."""
+    commit's code; the good commit's runs must still import the good commit's package. It lives in
+    src/ (as packaging guides advise): not on the import path of a process started in the tree, so
+    without the tree's src/ first, the editable install would hand every side the checkout's."""
     repo = small_repo(
         tmp_path,
         [
-            {"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'good'\n", "pyproject.toml": PYPROJECT},
-            {"mypkg/__init__.py": "SLEEP_S = 0.03\nUNIT = 'bad'\n"},
+            {"w.py": WORKLOAD, "src/mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'good'\n", "pyproject.toml": SRC_LAYOUT},
+            {"src/mypkg/__init__.py": "SLEEP_S = 0.03\nUNIT = 'bad'\n"},
         ],
     )
     prefix, hook = tmp_path / "prefix", tmp_path / "hook"

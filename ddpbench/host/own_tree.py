@@ -19,7 +19,7 @@ USER_CHECKOUT_ENV = "DDPBENCH_USER_CHECKOUT"
 """The user's main checkout of the same repository (its worktrees of other commits lie in it too)."""
 
 
-class ImportedOutsideTree(RuntimeError):
+class ImportedOutsideTreeError(RuntimeError):
     """The user's code was imported from outside the tree of the commit being measured."""
 
 
@@ -54,7 +54,7 @@ def modules_outside(tree: str, checkout: str, modules=None) -> list[tuple[str, s
 
 
 def check_own_tree(environ=None) -> None:
-    """Raise ImportedOutsideTree where the user's modules came from elsewhere; nothing to do for
+    """Raise ImportedOutsideTreeError where the user's modules came from elsewhere; nothing to do for
     a run that is not one side of a comparison of commits."""
     environ = os.environ if environ is None else environ
     tree, checkout = environ.get(OWN_TREE_ENV), environ.get(USER_CHECKOUT_ENV)
@@ -64,7 +64,7 @@ def check_own_tree(environ=None) -> None:
     if outside:
         name, path = outside[0]
         more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
-        raise ImportedOutsideTree(
+        raise ImportedOutsideTreeError(
             f"module {name!r}{more} was imported from {path}, outside the tree of the commit measured ({tree}): "
             "an editable install or PYTHONPATH points at your checkout; the comparison would run the same code "
             "on both sides"
