@@ -169,6 +169,8 @@ def test_a_script_bisects_through_its_own_worktrees(tmp_path):
     top, inside = user_file(args)
     assert top == os.path.realpath(repo) and inside == os.path.join("scripts", "train.py")
     assert inside_tree(args, inside) == ["--script", inside, "--nproc", "2", "--", "--epochs", "1"]
+    assert inside_tree(["--workload=/x/models/w.py:net"], "models/w.py") == ["--workload=models/w.py:net"]
+    assert inside_tree(["--workload", "mlp"], "models/w.py") == ["--workload", "mlp"]  # a built-in: unchanged
     trees = Trees(top, inside)
     seen = {}
     fake = FakeRunner({1: 1.3})

@@ -200,7 +200,14 @@ def command_bisect(args: argparse.Namespace) -> int:
         say(f"  {sha[:12]} round {index} {name}: {status}{speed} ({(time.monotonic() - started) / 60:.1f} min in all)")
 
     bisection = Bisection(
-        [sha for sha, _ in commits], run_round, folder, settings, args.rounds, args.max_rounds, progress=say
+        [sha for sha, _ in commits],
+        run_round,
+        folder,
+        settings,
+        args.rounds,
+        args.max_rounds,
+        progress=say,
+        on_step=lambda step: say(step_line(step, subjects)),
     )
     try:
         result = bisection.run()
@@ -208,8 +215,6 @@ def command_bisect(args: argparse.Namespace) -> int:
         raise SpecError(str(exc)) from None
     finally:
         trees.prune()
-    for step in result.steps:
-        say(step_line(step, subjects))
     from ddpbench.commands.bisect_text import answer
 
     return answer(result, args, settings, subjects, given_args, bisection, time.monotonic() - started)

@@ -138,6 +138,7 @@ class Bisection:
         first_rounds: int = 4,
         max_rounds: int = 12,
         progress=print,
+        on_step=None,
     ):
         if len(commits) < 2:
             raise GateError("the good commit must be an ancestor of the bad one, with at least one commit between")
@@ -150,6 +151,8 @@ class Bisection:
         self.alpha = settings.family_alpha / len(self.looks)
         """Each look's one-sided level, on either end: the step's error rate over its looks (Bonferroni)."""
         self.progress = progress
+        self.on_step = on_step
+        """Called with each step once it has answered (progress while it runs)."""
         self.steps: dict[str, Step] = {}
 
     @property
@@ -180,6 +183,12 @@ class Bisection:
     def step(self, sha: str) -> Step:
         if sha in self.steps:
             return self.steps[sha]
+        step = self._answer(sha)
+        if self.on_step is not None:
+            self.on_step(step)
+        return step
+
+    def _answer(self, sha: str) -> Step:
         step = Step(sha, CANNOT_TELL, folder=self.step_folder(sha), level=self.alpha)
         self.steps[sha] = step
         margin_log = self.settings.threshold_log
