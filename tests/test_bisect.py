@@ -171,6 +171,7 @@ def test_a_script_bisects_through_its_own_worktrees(tmp_path):
     assert inside_tree(args, inside) == ["--script", inside, "--nproc", "2", "--", "--epochs", "1"]
     assert inside_tree(["--workload=/x/models/w.py:net"], "models/w.py") == ["--workload=models/w.py:net"]
     assert inside_tree(["--workload", "mlp"], "models/w.py") == ["--workload", "mlp"]  # a built-in: unchanged
+    assert user_file(["--workload", "mlp", "--", "--script", "x.py"]) is None  # after --: the script's own
     trees = Trees(top, inside)
     seen = {}
     fake = FakeRunner({1: 1.3})

@@ -36,6 +36,8 @@ class TreeError(GateError):
 def _path_option(run_args: list[str]) -> tuple[int, str, str] | None:
     """(index of the value, option, value) of the workload file or script in `run_args`."""
     for index, arg in enumerate(run_args):
+        if arg == "--":
+            break  # the script's own arguments follow
         name, equals, value = arg.partition("=")
         if name not in PATH_OPTIONS:
             continue
