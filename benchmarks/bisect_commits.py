@@ -7,18 +7,22 @@ tests/fixtures/planted_regressions.py's), over 16 commits numbered 0 (good) to 1
   helper, the order of its blocks' construction);
 - commit 7 rewrites how the model is built (a loop instead of a list) without changing its speed;
 - commit 11 makes the DDP step slower with one fixed change, the same in every trial: a parameter of
-  --gradient-floats floats (default 250,000, about 1 MiB) that enters the loss through one element,
-  so every step all-reduces that many more gradient bytes with little compute. The expected cause
+  --gradient-floats floats (default 250,000, about 1 MiB) that enters the loss through one element
+  and that the optimizer leaves alone, so every step all-reduces that many more gradient bytes with
+  little compute (as tests/fixtures/planted_regressions.py's gradients case, whose 2,000,000 floats
+  slowed that MLP's DDP step by about 260 % in docs/measurements/gate-why.md: 250,000 is scaled
+  from it to about 30 %; the page gives the slowdown measured). The expected cause
   is communication: exposed communication, or backward slowed by it.
-With --null the repository has no commit 11 change (commit 11 changes a comment instead).
+The null repository, bisected beside it in every trial (--only planted or --only null runs one),
+is the same without the wide parameter: no commit changes the speed.
 
 Each trial is `ddpbench bisect --good <commit 0> --bad <commit 15> --threshold 15% -- --workload
 model.py:net --nproc 2 --steps S --warmup 5` from the repository's folder, with records of its own
-(no trial reads another's), timed from outside. The margin, 15 %, lies about halfway between no change
-and the planted 30 % on the log scale, so that a step can answer both "bad" for the planted commit
+(no trial reads another's), timed from outside. The margin, 15 %, lies about halfway between no
+change and the planted 30 % on the log scale, so that a step can answer both "bad" for the planted commit
 and "good" for the others with the rounds this machine's noise allows. Judged:
-- planted: exit 0, the first bad commit is commit 11, the first cause named is a communication
-  cause, in at most 6 steps;
+- planted: exit 0 (or 4: named, with a run on a busy machine), the first bad commit is commit 11,
+  the first cause named is a communication cause, in at most 6 steps;
 - null: exit 1 and "no commit slower beyond noise".
 
 The whole measurement holds /tmp/ddpbench-bench.lock. Prints the page and writes it to --page
@@ -26,8 +30,8 @@ The whole measurement holds /tmp/ddpbench-bench.lock. Prints the page and writes
 (1 trial of each, 12 steps a run, 2-4 rounds a step): its figures are not a measurement, and it
 writes no page.
 
-    python benchmarks/bisect.py --out /tmp/bisect-bench                 # 3 planted and 3 null trials
-    python benchmarks/bisect.py --out /tmp/bisect-smoke --quick --no-page
+    python benchmarks/bisect_commits.py --out /tmp/bisect-bench          # 3 planted and 3 null trials
+    python benchmarks/bisect_commits.py --out /tmp/bisect-smoke --quick --no-page
 """
 
 from __future__ import annotations
@@ -57,12 +61,12 @@ NEUTRAL_COMMIT = 7
 MAX_STEPS = 6
 COMMUNICATION_CAUSES = ("exposed_comm", "overlap_slowdown")
 
-TEMPLATE = '''"""A model of a user's own repository (written by benchmarks/bisect.py). {note}"""
+TEMPLATE = '''"""A model of a user's own repository (written by benchmarks/bisect_commits.py). {note}"""
 
 import torch
 from torch import nn
 
-from ddpbench import SyntheticDataset, Workload
+from ddpbench import SyntheticDataset, Workload, default_optimizer
 
 WIDTH = 256
 HIDDEN_LAYERS = 2
@@ -89,12 +93,18 @@ class Net(nn.Module):
         return out + self.wide[:1] if self.wide is not None else out
 
 
+def _optimizer(params):
+    # The wide parameter's update would be compute; what it plants is gradient bytes alone.
+    return default_optimizer([p for p in params if not EXTRA_FLOATS or p.numel() != EXTRA_FLOATS])
+
+
 def net(size, data_dir=None):
     return Workload(
         model=Net(),
         make_dataset=lambda length: SyntheticDataset(length, _sample),
         loss=nn.functional.cross_entropy,
         batch_size=BATCH_SIZE,
+        make_optimizer=_optimizer,
     )
 '''
 
@@ -134,7 +144,7 @@ def build_repository(folder: str, plant: bool, gradient_floats: int) -> list[str
     os.makedirs(folder)
     git(folder, "init", "-q")
     git(folder, "config", "user.email", "bench@example.com")
-    git(folder, "config", "user.name", "benchmarks/bisect.py")
+    git(folder, "config", "user.name", "benchmarks/bisect_commits.py")
     shas = []
     for number in range(COMMITS):
         with open(os.path.join(folder, "model.py"), "w", encoding="utf-8") as handle:
@@ -206,8 +216,8 @@ def page(results: list[dict], args, facts: dict) -> str:
     lines = [
         "# Bisect: a planted slowdown in a repository of 16 commits, and one without",
         "",
-        "Written by `benchmarks/bisect.py`, which built the repositories, bisected them and judged the answers;",
-        "rerun it to measure again. How bisect decides: [bisect](../bisect.md).",
+        "Written by `benchmarks/bisect_commits.py`, which built the repositories, bisected them and judged the",
+        "answers; rerun it to measure again. How bisect decides: [bisect](../bisect.md).",
         "",
         f"- **Commit**: {commit_of(facts['git_sha'], facts['git_dirty'])}.",
         f"- **Machine**: {usable_cores()} cores ({cpu_model()}), no GPU used; page written {utc_now()}.",
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.steps, args.rounds, args.max_rounds = 1, 12, 2, 4
-    facts = {**project_git(), "command": command_line("bisect.py", argv)}
+    facts = {**project_git(), "command": command_line("bisect_commits.py", argv)}
     kinds = [kind for kind in (True, False) if args.only in (None, "planted" if kind else "null")]
     results = []
     with bench_lock():
