@@ -30,9 +30,11 @@ COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # 0 good, 8 bad
 class FakeRunner:
     """Writes each round's record as a run would: throughput = base / drift / the commit's slowdown."""
 
-    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None):
+    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=()):
         self.template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
         self.slowdowns, self.broken, self.jitter, self.stop_after = slowdowns, set(broken), jitter, stop_after
+        self.refused = set(refused)
+        """Commits whose run is refused before it starts: no record, one line on stderr (as ab keeps it)."""
         self.runs = 0
 
     def factor(self, sha: str) -> float:
@@ -43,6 +45,11 @@ class FakeRunner:
         if self.stop_after is not None and self.runs >= self.stop_after:
             raise KeyboardInterrupt
         self.runs += 1
+        if side == "b" and COMMITS.index(sha) in self.refused:
+            os.makedirs(os.path.join(folder, side), exist_ok=True)
+            with open(os.path.join(folder, side, f"b-r{index:02d}.stderr"), "w") as said:
+                said.write("ddpbench run: error: workload file 'model.py' is not valid Python\n")
+            return
         seed = COMMITS.index(sha) * 1000 + index
         drift = 1.0 + 0.3 * np.random.default_rng(seed).random()  # shared by A and B of the round
         jitter = 1.0 + self.jitter * np.random.default_rng(seed * 2 + (side == "b")).standard_normal()
@@ -92,6 +99,10 @@ def test_a_commit_that_cannot_train_is_skipped_and_named(tmp_path):
     assert result.first_bad == COMMITS[6]
     skipped = [step for step in result.steps if step.verdict == SKIP]
     assert [step.sha for step in skipped] == [COMMITS[4]] and "failed" in skipped[0].reason
+    # One that cannot even be imported: its run is refused, and what it said is the reason.
+    result = bisect(tmp_path / "3", FakeRunner({6: 1.3}, refused={4})).run()
+    reason = next(step.reason for step in result.steps if step.verdict == SKIP)
+    assert result.first_bad == COMMITS[6] and "wrote no record" in reason and "not valid Python" in reason
     # Only an untestable commit left before the first bad one: either may be it (as git bisect says).
     result = bisect(tmp_path / "2", FakeRunner({5: 1.3}, broken={5})).run()
     assert result.verdict == CANNOT_TELL and result.candidates == [COMMITS[5], COMMITS[6]]

@@ -139,10 +139,13 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         "--run-id",
         run_id,
     ]
-    # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
-    process = subprocess.Popen(
-        command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    # What the round says on stderr is kept beside its record: a run refused before it started (the
+    # commit's workload file does not parse, say) writes no record, and this is then its reason.
+    side_dir = os.path.join(out_dir, side.name.lower())
+    os.makedirs(side_dir, exist_ok=True)
+    with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
+        # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
+        process = subprocess.Popen(command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=said)
     try:
         code = process.wait(timeout=round_timeout(run_args))
     except subprocess.TimeoutExpired:
@@ -152,6 +155,18 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         end_round(process)
         raise
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
+
+
+def round_said(record_file: str) -> str:
+    """The last line the round printed on stderr (see `run_round`), or "" where there is none."""
+    run_id = os.path.splitext(os.path.basename(record_file))[0]
+    side_dir = os.path.dirname(os.path.dirname(record_file))
+    try:
+        with open(os.path.join(side_dir, f"{run_id}.stderr"), encoding="utf-8", errors="replace") as said:
+            lines = [line.strip() for line in said if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def load_round(path: str) -> Record | None:

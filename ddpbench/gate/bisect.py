@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ddpbench.gate import stats
-from ddpbench.gate.ab import MIN_ROUNDS, load_round, paired_comparisons
+from ddpbench.gate.ab import MIN_ROUNDS, load_round, paired_comparisons, round_said
 from ddpbench.gate.compare import Comparison, GateError, usable, why_unusable
 from ddpbench.records.schema import Record
 from ddpbench.records.store import record_path
@@ -174,6 +174,21 @@ class Bisection:
             self.run_round(side, step.sha, index, step.folder)
             step.new_runs += 1
 
+    def _first_round_ran(self, step: Step) -> bool:
+        """Whether both commits trained in round 1; where the step's commit did not, it is skipped
+        (False); the good commit must train (bad input)."""
+        first_a, first_b = self._pairs(step.folder, 1)[0]
+        for side, record in (("a", first_a), ("b", first_b)):
+            if record is not None and usable(record):
+                continue
+            said = round_said(round_path(step.folder, side, 1))
+            why = why_unusable(record) if record else f"wrote no record ({said or 'no output'})"
+            if side == "a":
+                raise BadCommit(f"the good commit {self.good[:12]} cannot be measured: its run {why}")
+            step.verdict, step.reason = SKIP, f"its run {why}"
+            return False
+        return True
+
     def _interval(self, comparison: Comparison) -> tuple[float, float]:
         """The slowdown's interval, log scale (positive: B slower), at the look's level on each end."""
         slowdown_log = -math.log(comparison.ratio)
@@ -196,15 +211,8 @@ class Bisection:
         for look in self.looks:
             for index in range(1, look + 1):
                 self._ensure_round(step, index)
-                if index == 1:
-                    first_a, first_b = self._pairs(step.folder, 1)[0]
-                    if first_a is None or not usable(first_a):
-                        why = why_unusable(first_a) if first_a else "wrote no record"
-                        raise BadCommit(f"the good commit {self.good[:12]} cannot be measured: its run {why}")
-                    if first_b is None or not usable(first_b):
-                        step.verdict = SKIP
-                        step.reason = why_unusable(first_b) if first_b else "its run wrote no record"
-                        return step
+                if index == 1 and not self._first_round_ran(step):
+                    return step
             found, _ = paired_comparisons(
                 self._pairs(step.folder, look), settings, allow_failed=True, measures=(MEASURE,)
             )
