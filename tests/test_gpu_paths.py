@@ -438,3 +438,31 @@ def test_the_worker_reads_the_two_tf32_settings_apart():
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]
+
+
+# --- public scripts that assume a GPU, run on a machine without one ---------------------------
+
+
+@pytest.mark.parametrize(
+    "raised, says",
+    [
+        # pytorch/examples distributed/ddp-tutorial-series/multigpu_torchrun.py under --device cpu
+        (
+            "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+            "installed a driver from http://www.nvidia.com/Download/index.aspx",
+            "asks for a GPU and this machine has none (Found no NVIDIA driver): run it on a GPU node",
+        ),
+        # huggingface/pytorch-image-models train.py --device cpu under --device cpu
+        (
+            "ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+            "single-device/multiple-device GPU modules or CPU modules, but got device_ids [device(type='cpu')], "
+            "output_device None, and module parameters {device(type='cpu')}.",
+            "passes device_ids to DistributedDataParallel for a CPU model",
+        ),
+    ],
+)
+def test_a_script_that_needs_a_gpu_is_told_so(raised, says):
+    from ddpbench.running.diagnose import known_pitfall
+
+    assert says in known_pitfall(raised)
+    assert known_pitfall("RuntimeError: something of the script's own") is None

@@ -210,11 +210,29 @@ PITFALLS = (
         "torch.compile's DDPOptimizer refused the bucket cap: its own first bucket (1 MiB) is larger than "
         "the cap; use --bucket-cap-mb 1 or more with --compile default, or --compile compiled-autograd",
     ),
+    # Public scripts that hard-code CUDA (pytorch/examples' DDP tutorial calls torch.cuda.set_device,
+    # nanoGPT builds its device from LOCAL_RANK as cuda:N) fail this way on a machine without GPUs.
+    (
+        re.compile(r"Found no NVIDIA driver|Torch not compiled with CUDA enabled|No CUDA GPUs are available"),
+        "the code asks for a GPU and this machine has none ({raised}): run it on a GPU node with --device cuda",
+    ),
+    # timm's train.py passes device_ids=[device] to DDP for any device; PyTorch accepts device_ids only
+    # for GPU modules, so on CPU the script's own DDP call fails.
+    (
+        re.compile(r"device_ids and output_device arguments only work with single-device/multiple-device GPU"),
+        "the code passes device_ids to DistributedDataParallel for a CPU model, which PyTorch refuses (on CPU "
+        "device_ids must be None); run it on GPUs with --device cuda, or leave device_ids out on CPU",
+    ),
 )
 
 
 def known_pitfall(message: str) -> str | None:
-    return next((explanation for pattern, explanation in PITFALLS if pattern.search(message)), None)
+    """A sentence that says what to do about a failure others have met, or None."""
+    for pattern, explanation in PITFALLS:
+        found = pattern.search(message)
+        if found:
+            return explanation.format(raised=found.group(0))
+    return None
 
 
 def describe_hang(error: dict, hang: dict, log_dir: str, beats: dict[int, dict]) -> None:
