@@ -147,7 +147,8 @@ def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str
 
 
 def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None) -> SweepOptions:
-    from ddpbench.host.torch_env import check_gpu_build, check_installed
+    from ddpbench.host.gpu_needs import check_not_rocm
+    from ddpbench.host.torch_env import check_gpu_build, check_installed, gpu_build
 
     # The runs use this interpreter's torch, here or in the batch job: missing or too old is said
     # before torch is asked how many GPUs there are.
@@ -155,6 +156,7 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
     gpu_count, cores, nodes, machine = shape or node_shape(args)
     device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
     if device == "cuda" and shape is None:  # CUDA on this machine's torch; NCCL per run, by resolve()
+        check_not_rocm(gpu_build())
         check_gpu_build(1)
     if device == "cuda":
         largest = args.gpus or args.nproc or gpu_count
