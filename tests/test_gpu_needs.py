@@ -4,17 +4,25 @@ and nn.DataParallel's first GPU at 8 GPUs."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 from test_hangs import nccl_run_evidence
 
-from ddpbench.config.errors import SpecError
-from ddpbench.config.spec import RunSpec
-from ddpbench.host import gpu_needs
-from ddpbench.host.torch_env import Installed
-from ddpbench.running import resolve as resolve_module
-from ddpbench.running.command import child_environment
-from ddpbench.running.diagnose import diagnose
-from ddpbench.running.sweep import COMPILE_ALLOWANCE_S, pg_timeout_s, run_timeout_s
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from gpu_check_probe import judge_probe  # noqa: E402
+from gpu_check_processes import CheckFailed  # noqa: E402
+
+from ddpbench.analysis.peaks import device_peak, model_flops_utilisation  # noqa: E402
+from ddpbench.config.errors import SpecError  # noqa: E402
+from ddpbench.config.spec import RunSpec  # noqa: E402
+from ddpbench.host import gpu_needs  # noqa: E402
+from ddpbench.host.torch_env import Installed  # noqa: E402
+from ddpbench.running import resolve as resolve_module  # noqa: E402
+from ddpbench.running.command import child_environment  # noqa: E402
+from ddpbench.running.diagnose import diagnose  # noqa: E402
+from ddpbench.running.sweep import COMPILE_ALLOWANCE_S, pg_timeout_s, run_timeout_s  # noqa: E402
 
 GIB = 2**30
 
@@ -125,3 +133,32 @@ def test_resolve_refuses_a_dp_run_its_first_gpu_cannot_hold(monkeypatch):
     monkeypatch.setattr(resolve_module, "first_gpu_memory_bytes", lambda: 40 * GIB)
     with pytest.raises(SpecError, match="dp at world size 8 gathers gpt2's outputs"):
         resolve_module.resolve(gpt2_dp(8))
+
+
+# --- the peak table and unknown GPUs -----------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, label, bf16",
+    [
+        ("NVIDIA B200", "B200", 2250.0),
+        ("NVIDIA GB200", "GB200", 2500.0),
+        ("NVIDIA H800", "H800 SXM", 989.5),
+        ("NVIDIA H800 PCIe", "H800 PCIe", 756.5),
+        ("NVIDIA A800-SXM4-80GB", "A800", 312.0),
+        ("NVIDIA H200", "H200 SXM", 989.5),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.5),
+    ],
+)
+def test_current_datacenter_gpus_have_their_datasheets_dense_peak(name, label, bf16):
+    peak = device_peak(name)
+    assert peak is not None and peak.label == label and peak.tflops["bf16"] == bf16 and peak.source
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H20", "AMD Instinct MI300X", "NVIDIA GeForce RTX 4090"])
+def test_an_unknown_gpu_gets_no_mfu_and_fails_the_matmul_check_instead_of_passing(name):
+    assert device_peak(name) is None
+    found = model_flops_utilisation(24.5e9, 4000.0, name, "bf16")
+    assert found["mfu"] is None and found["basis"]["reason"].startswith("unknown GPU: ")
+    probe = {"events_over_wall": 1.0, "min_step_with_sleep_s": 0.06, "bf16_matmul_tflops": 150.0}
+    with pytest.raises(CheckFailed, match="unknown GPU .*no published peak"):
+        judge_probe(probe, name, {})
+    assert "of 989.5 peak" in judge_probe({**probe, "bf16_matmul_tflops": 700.0}, "NVIDIA H200", {})
