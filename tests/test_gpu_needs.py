@@ -17,18 +17,26 @@ from gpu_check_processes import CheckFailed  # noqa: E402
 from ddpbench.analysis.peaks import device_peak, model_flops_utilisation  # noqa: E402
 from ddpbench.config.errors import SpecError  # noqa: E402
 from ddpbench.config.spec import RunSpec  # noqa: E402
-from ddpbench.host import gpu_needs  # noqa: E402
 from ddpbench.host.torch_env import Installed  # noqa: E402
 from ddpbench.running import resolve as resolve_module  # noqa: E402
 from ddpbench.running.command import child_environment  # noqa: E402
 from ddpbench.running.diagnose import diagnose  # noqa: E402
-from ddpbench.running.sweep import COMPILE_ALLOWANCE_S, pg_timeout_s, run_timeout_s  # noqa: E402
+from ddpbench.running.sweep import pg_timeout_s, run_timeout_s  # noqa: E402
 
 GIB = 2**30
 
 
+def needs():
+    """ddpbench.host.gpu_needs, imported by each test that uses it: a test fails on its own without it."""
+    from ddpbench.host import gpu_needs
+
+    return gpu_needs
+
+
 # --- the process-group timeout ----------------------------------------------------------------
 def test_a_compiled_runs_process_group_timeout_leaves_room_for_ranks_compiling_apart():
+    from ddpbench.running.sweep import COMPILE_ALLOWANCE_S
+
     reference = {"gpt2": 0.05}  # the eager local run's step: 50 steps are 2.5 s, 60 s the floor
     eager = RunSpec(workload="gpt2", device="cpu", nproc=8)
     compiled = eager.replace(compile="default")
@@ -67,12 +75,12 @@ def test_the_flight_recorder_is_armed_under_the_names_of_old_and_new_torch(monke
 # --- the torch a strategy needs ----------------------------------------------------------------
 def test_fsdp2_needs_torch_2_6_and_says_so_before_a_run_starts(monkeypatch):
     with pytest.raises(SpecError, match=r"--strategy fsdp2 needs torch 2.6 or later; this python has torch 2.5.1"):
-        gpu_needs.check_strategy_torch("fsdp2", "2.5.1")
-    gpu_needs.check_strategy_torch("fsdp2", "2.6.0a0+ecf3bae40a")  # NVIDIA's label of a 2.6 build
+        needs().check_strategy_torch("fsdp2", "2.5.1")
+    needs().check_strategy_torch("fsdp2", "2.6.0a0+ecf3bae40a")  # NVIDIA's label of a 2.6 build
     for strategy in ("ddp", "dp", "local", "replicate"):
-        gpu_needs.check_strategy_torch(strategy, "2.5.0")
+        needs().check_strategy_torch(strategy, "2.5.0")
     # resolve(), which every run and every planned run of a sweep passes before anything starts
-    monkeypatch.setattr(gpu_needs, "installed", lambda name: Installed(name, "2.5.1", "/site"))
+    monkeypatch.setattr(needs(), "installed", lambda name: Installed(name, "2.5.1", "/site"))
     with pytest.raises(SpecError, match="fully_shard"):
         resolve_module.resolve(RunSpec(workload="mlp", strategy="fsdp2", device="cpu", nproc=2))
 
@@ -83,8 +91,8 @@ ROCM_BUILD = {"version": "2.6.0+rocm6.3", "cuda": None, "hip": "6.3.42131", "ncc
 
 def test_a_rocm_build_is_refused_in_one_line_before_a_gpu_run(monkeypatch):
     with pytest.raises(SpecError, match=r"ROCm build \(HIP 6.3.42131\): ddpbench supports NVIDIA GPUs only"):
-        gpu_needs.check_not_rocm(ROCM_BUILD)
-    gpu_needs.check_not_rocm({"version": "2.14.1+cu130", "cuda": "13.0", "hip": None, "nccl": True})
+        needs().check_not_rocm(ROCM_BUILD)
+    needs().check_not_rocm({"version": "2.14.1+cu130", "cuda": "13.0", "hip": None, "nccl": True})
     monkeypatch.setattr(resolve_module, "gpu_build", lambda: ROCM_BUILD)
     monkeypatch.setattr(resolve_module, "visible_gpu_count", lambda: 8)
     with pytest.raises(SpecError, match="ROCm"):
@@ -108,22 +116,22 @@ def test_dp_estimates_gpt2s_gathered_logits_on_its_first_gpu_and_refuses_what_do
     eight = gpt2_dp(8)
     # 64 sequences x 1024 positions x 50257 logits: 6.6 GB in bf16, with the loss's float32 copy and
     # both gradients 39.5 GB.
-    assert gpu_needs.dp_gathered_bytes(eight) == pytest.approx(64 * 1024 * 50257 * 12)
-    assert gpu_needs.dp_gathered_bytes(eight) / 1e9 == pytest.approx(39.5, abs=0.1)
-    gpu_needs.check_dp_memory(eight, 141 * GIB)  # an H200 holds it, within half its memory
+    assert needs().dp_gathered_bytes(eight) == pytest.approx(64 * 1024 * 50257 * 12)
+    assert needs().dp_gathered_bytes(eight) / 1e9 == pytest.approx(39.5, abs=0.1)
+    needs().check_dp_memory(eight, 141 * GIB)  # an H200 holds it, within half its memory
     with pytest.raises(SpecError) as refused:
-        gpu_needs.check_dp_memory(eight, 40 * GIB)  # an A100 40GB does not
+        needs().check_dp_memory(eight, 40 * GIB)  # an A100 40GB does not
     assert str(refused.value) == (
         "dp at world size 8 gathers gpt2's outputs for all 64 samples on its first GPU: about 39.5 GB (bf16 "
         "logits, the loss's float32 copy and both gradients), more than half of its 43 GB; give --batch-size 4 "
         "or less, or leave dp out (--strategies local,ddp)"
     )
-    gpu_needs.check_dp_memory(gpt2_dp(8, batch_size=4), 40 * GIB)  # the advice fits
+    needs().check_dp_memory(gpt2_dp(8, batch_size=4), 40 * GIB)  # the advice fits
     with pytest.raises(SpecError, match="about 52.7 GB"):
-        gpu_needs.check_dp_memory(gpt2_dp(8, precision="fp32"), 80 * GIB)
+        needs().check_dp_memory(gpt2_dp(8, precision="fp32"), 80 * GIB)
     # Small outputs and other strategies are never estimated.
-    assert gpu_needs.dp_gathered_bytes(RunSpec(workload="resnet50", strategy="dp", device="cuda", nproc=8)) is None
-    assert gpu_needs.dp_gathered_bytes(RunSpec(workload="gpt2", device="cuda", nproc=8, size="full")) is None
+    assert needs().dp_gathered_bytes(RunSpec(workload="resnet50", strategy="dp", device="cuda", nproc=8)) is None
+    assert needs().dp_gathered_bytes(RunSpec(workload="gpt2", device="cuda", nproc=8, size="full")) is None
 
 
 def test_resolve_refuses_a_dp_run_its_first_gpu_cannot_hold(monkeypatch):
