@@ -4,6 +4,7 @@ and nn.DataParallel's first GPU at 8 GPUs."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -170,3 +171,18 @@ def test_an_unknown_gpu_gets_no_mfu_and_fails_the_matmul_check_instead_of_passin
     with pytest.raises(CheckFailed, match="unknown GPU .*no published peak"):
         judge_probe(probe, name, {})
     assert "of 989.5 peak" in judge_probe({**probe, "bf16_matmul_tflops": 700.0}, "NVIDIA H200", {})
+
+
+def test_a_collective_timeout_with_no_rank_behind_says_how_to_raise_the_timeout(tmp_path):
+    # Every rank compiling longer than the timeout: NCCL's watchdog ends them all, none is behind.
+    (tmp_path / "output.log").write_text("")
+    error_file = tmp_path / "ranks" / "x" / "attempt_0" / "0" / "error.json"
+    error_file.parent.mkdir(parents=True)
+    watchdog = (
+        "DistBackendError: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLREDUCE) ran for 60000 milliseconds before timing out."
+    )
+    error_file.write_text(json.dumps({"message": {"message": watchdog, "extraInfo": {}}}))
+    status, error = diagnose(1, False, None, str(tmp_path), nproc=1)
+    assert status == "failed" and error["message"].startswith("rank 0 raised DistBackendError")
+    assert "raise it with --pg-timeout SECONDS" in error["message"]

@@ -183,6 +183,8 @@ def diagnose(
         status = "failed"
         cause = root_cause(errors)
         error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+        if _COLLECTIVE_TIMEOUT.search(errors[cause]["message"]):  # no rank fell behind: all were slow
+            error["message"] += f" ({RAISE_PG_TIMEOUT})"
         pitfall = known_pitfall(errors[cause]["message"])
         if pitfall:
             error["message"], error["kind"] = pitfall, "known_pitfall"
