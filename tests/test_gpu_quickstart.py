@@ -15,7 +15,7 @@ import subprocess
 import tarfile
 
 import pytest
-from conftest import FIXTURES, REPO, ddpbench_process
+from conftest import FIXTURES, REPO, ddpbench, ddpbench_process
 
 from ddpbench.cli import build_parser
 from ddpbench.config.plan import SUITES
@@ -128,7 +128,7 @@ def test_the_pages_runs_minutes_and_disk_are_what_the_plan_prints():
     assert set(rows) == {"smoke", "gpu"}
     assert len(dry_runs()) == 2
     for arguments in dry_runs():
-        done = ddpbench_process(*arguments)
+        done = ddpbench(*arguments)
         assert done.returncode == 0, done.stderr
         suite = arguments[arguments.index("--suite") + 1] if "--suite" in arguments else "gpu"
         runs = re.search(r"sweep plan: (\d+) runs on a node of 8 GPUs", done.stdout)[1]
@@ -137,7 +137,7 @@ def test_the_pages_runs_minutes_and_disk_are_what_the_plan_prints():
         assert rows[suite] == f"{runs} | about {minutes} minutes | about {disk}", done.stdout
         assert "nothing started" in done.stdout
     # The prose reads the same plan: 27 smoke runs, 9 configurations x 3; dp without NCCL.
-    smoke = ddpbench_process(*dry_runs()[0]).stdout
+    smoke = ddpbench(*dry_runs()[0]).stdout
     assert "27 runs" in smoke and "dp x1, x2, x4, x8 (one process, no NCCL)" in smoke
     prose = " ".join(text.split())
     assert "The smoke suite runs 27 short runs of a tiny model: 9 configurations" in prose
@@ -179,7 +179,7 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     shutil.copytree(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure"), sweep)
     (sweep / "logs" / "broken-ddp-n2").mkdir(parents=True)
     (sweep / "logs" / "broken-ddp-n2" / "output.log").write_text("rank 1 raised RuntimeError" + PLANTED)
-    done = ddpbench_process("bundle", str(sweep))
+    done = ddpbench("bundle", str(sweep))
     assert done.returncode == 0, done.stderr
     files = bundled(f"{sweep}-bundle.tar.gz")
     assert f"bundle: {sweep}-bundle.tar.gz" in done.stdout and "10 records, 1 log files" in done.stdout
@@ -197,7 +197,7 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     assert "https://ddp:<redacted>@store.example" in log
     for name in ("sweep/runs/broken-ddp-n2.json", "sweep/bundle/explain.json"):
         json.loads(files[name])  # redaction keeps the JSON readable
-    assert ddpbench_process("bundle", str(tmp_path / "missing")).returncode == 2
+    assert ddpbench("bundle", str(tmp_path / "missing")).returncode == 2
 
 
 @pytest.mark.launches
