@@ -129,3 +129,14 @@ def test_make_gpu_check_takes_use_python_like_every_target_and_python_as_a_depre
     assert done.returncode != 0 and "name two interpreters" in done.stderr
     done = subprocess.run(["make", "--no-print-directory", "gpu-check"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode != 0 and "make gpu-check USE_PYTHON=python3" in done.stderr
+
+
+def test_the_docs_state_the_budget_the_plan_gives(tmp_path):
+    _, plan = fake_node(tmp_path, gpus=8, slowdown=1.0)
+    two, one = node_budget_s(plan, 2) / 60, node_budget_s(plan, 1) / 60
+    assert (two, one) == (15, 14)
+    with open(os.path.join(REPO, "docs", "gpu-check.md"), encoding="utf-8") as handle:
+        page = " ".join(handle.read().split())
+    assert f"{two:.0f} minutes on a node of 2 or more GPUs (710 s of minimums), {one:.0f} on one GPU" in page
+    with open(os.path.join(REPO, "docs", "gpu-quickstart.md"), encoding="utf-8") as handle:
+        assert f"{two:.0f} minutes with 2 or more GPUs" in " ".join(handle.read().split())
