@@ -379,7 +379,10 @@ def test_mfu_uses_the_published_peak_of_the_device_and_precision():
         "peak_flops_per_s"
     ] == pytest.approx(156e12)
     unknown = model_flops_utilisation(1e9, 1.0, "NVIDIA GeForce RTX 4090", "bf16")
-    assert unknown["mfu"] is None and unknown["basis"]["reason"] == "no published peak for this device"
+    assert unknown["mfu"] is None
+    assert (
+        unknown["basis"]["reason"] == "unknown GPU: no published peak for 'NVIDIA GeForce RTX 4090' in ddpbench's table"
+    )
     assert model_flops_utilisation(1e9, 1.0, None, "fp32")["mfu"] is None
 
 

@@ -183,6 +183,8 @@ def diagnose(
         status = "failed"
         cause = root_cause(errors)
         error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+        if _COLLECTIVE_TIMEOUT.search(errors[cause]["message"]):  # no rank fell behind: all were slow
+            error["message"] += f" ({RAISE_PG_TIMEOUT})"
         pitfall = known_pitfall(errors[cause]["message"])
         if pitfall:
             error["message"], error["kind"] = pitfall, "known_pitfall"
@@ -235,8 +237,17 @@ def known_pitfall(message: str) -> str | None:
     return None
 
 
+RAISE_PG_TIMEOUT = (
+    "a collective waits at most the process-group timeout (a sweep's is 50 expected steps, at least 60 s, "
+    "plus 600 s with --compile); if the ranks were only slow (compiling, loading), raise it with --pg-timeout "
+    "SECONDS on run, sweep or trainjob"
+)
+
+
 def describe_hang(error: dict, hang: dict, log_dir: str, beats: dict[int, dict]) -> None:
-    """The hang's fields in the record's error: who, where, and the evidence kept for it."""
+    """The hang's fields in the record's error: who, where, and the evidence kept for it; and how to
+    give the ranks longer, where they were only slow."""
+    error["message"] += f" ({RAISE_PG_TIMEOUT})"
     error["hung_ranks"] = hang["ranks"]
     error["hang_evidence"] = hang["explanation"]
     error["hang"] = {**hang, "evidence": hang_evidence.collect(log_dir, beats, hang)}
