@@ -9,6 +9,7 @@ import sys
 
 from ddpbench.commands.arguments import DEPRECATED_DEST, USAGE_ERROR, OneLineErrorParser
 from ddpbench.commands.bisect import add_bisect_parser
+from ddpbench.commands.bundle import add_bundle_parser
 from ddpbench.commands.canary import add_canary_parser
 from ddpbench.commands.comm import add_comm_parser
 from ddpbench.commands.explain import add_explain_parser
@@ -31,7 +32,7 @@ GROUPS = (
     ("read a sweep (from its records; starts nothing)", ("table", "explain", "report")),
     ("compare (the CI gate, and what it compares with)", ("gate", "ab", "bisect", "history")),
     ("cluster (a sweep on many nodes)", ("sbatch", "trainjob")),
-    ("tools", ("comm", "project", "trace", "canary")),
+    ("tools", ("comm", "project", "trace", "canary", "bundle")),
 )
 """`ddpbench --help` lists the commands by what people do with them; every listed command is in
 one group (tests/test_cli_surface.py), old names are not listed."""
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_project_parser(commands)
     add_trace_parser(commands)
     add_canary_parser(commands)
+    add_bundle_parser(commands)
     add_export_parser(commands)  # old names, not listed: each says what replaces it
     add_baseline_parser(commands)
     parser.description = "Benchmark PyTorch DDP training and its scaling.\n\n" + command_groups(commands)
