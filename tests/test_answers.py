@@ -40,12 +40,14 @@ def test_a_figure_pooled_over_runs_is_their_mean_with_a_t_interval_over_them():
     assert found.over == "runs" and found.samples == 4
 
 
-def test_runs_that_agree_by_chance_keep_at_least_their_own_rounds_noise():
-    # Three runs with the same value: their spread is zero, but each one's rounds say otherwise.
-    # The rounds' variance then holds, with the rounds' degrees of freedom (3 runs of 8 rounds: 21).
-    runs = [Estimate(0.6, 0.5, 0.7, 8, "rounds", 0.04) for _ in range(3)]
+def test_pooled_over_k_runs_the_degrees_of_freedom_are_k_minus_1_whatever_the_runs_show():
+    # Three runs that happen to agree closely, each with wide rounds: the interval is still over the
+    # runs, t(2), never the rounds' t(21) (the data never chooses the degrees of freedom).
+    runs = [Estimate(0.6 + 0.001 * i, 0.5, 0.7, 8, "rounds", 0.04) for i in range(3)]
     found = pool(runs)
-    assert found.half == pytest.approx(t_975(21) * 0.04 / math.sqrt(3))
+    values = [run.value for run in runs]
+    assert found.half == pytest.approx(t_975(2) * statistics.stdev(values) / math.sqrt(3))
+    assert found.samples == 3 and found.over == "runs"
 
 
 def test_one_run_keeps_its_own_interval_and_says_so():
@@ -93,15 +95,21 @@ def test_a_configurations_runs_are_one_answer_pooled_over_them():
     [answer] = answers
     assert answer.run_ids == ["slow2-r1", "slow2-r2", "slow2-r3"]
     runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
+    steps = [run.ddp_step.value for run in runs]
     for name in ("exposed_comm", "straggler_wait"):
-        expected = pool([run.causes[name].points for run in runs])
-        assert (
-            answer.causes[name].points.value == pytest.approx(expected.value)
-            and answer.causes[name].points.over == "runs"
-        )
-    # Each DDP run is divided by the local run of its own round.
+        # Points are the pooled seconds over the pooled step: a ratio of means, not a mean of ratios.
+        seconds = [run.causes[name].seconds.value for run in runs]
+        assert answer.causes[name].seconds.value == pytest.approx(statistics.fmean(seconds))
+        expected = 100 * statistics.fmean(seconds) / statistics.fmean(steps)
+        assert answer.causes[name].points.value == pytest.approx(expected)
+        assert answer.causes[name].points.over == "runs" and answer.causes[name].points.samples == 3
+    # Each DDP run alone is divided by the local run of its own round; the configuration's E(N) is
+    # its pooled X over N times the pooled X(1).
     assert [run.reference_run_ids for run in answer.runs] == [["loc-r1"], ["loc-r2"], ["loc-r3"]]
     assert answer.efficiency.over == "runs" and answer.efficiency.samples == 3
+    x_n = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("slow2"))
+    x_1 = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("loc"))
+    assert answer.efficiency.value == x_n / (2 * x_1)
     assert "(3 runs)" in sentence(answer)
 
 

@@ -5,12 +5,11 @@ A configuration is everything that defines what a run measures: workload, size, 
 scaling mode, threads per device, strategy, world size, batch and DDP options. Its runs (a sweep's
 repeats) are samples of the same thing, in separate processes at separate times.
 
-E(N) is pooled as per-run ratios: each run of a configuration is divided by the reference run of
-its own round (the sweep runs one round of every configuration after another, so the two ran
-minutes apart), or, where that round has none, by the median of the reference runs; the
-configuration's E(N) is the mean of those ratios with a t interval over the runs
-(`estimates.pool`). A run the speed check flags (`probes`) enters no pooled figure, unless every
-run of the configuration is flagged.
+One run's E(N) (`efficiency_against`, what explain --detail shows per run) divides it by the
+reference run of its own round (the sweep runs one round of every configuration after another, so
+the two ran minutes apart), or, where that round has none, by the median of the reference runs. A
+configuration's E(N) is not pooled from those: it is the ratio of its pooled X to the pooled X(1)
+(`answers.pooled_efficiency`), so it reproduces the X printed beside it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Definitions (also in the README):
 - speedup S(N) = X(N) / X(1), where X(1) is the `local` run (one device, no wrapper).
 - scaling efficiency E(N) = X(N) / (N * X(1)). With weak scaling (the default) every device keeps
   its batch; with strong scaling the global batch is fixed and split over the devices.
-A configuration run several times shows once: X(N) is the median of its runs, E(N) and the
-in-process efficiency are pooled over them with their 95 % intervals (`configurations` says how).
+A configuration run several times shows once, with the answers model's figures (`answers`): X(N)
+the mean of its runs, E(N) of those X, the in-process efficiency, each with its 95 % interval.
 """
 
 from __future__ import annotations
@@ -20,17 +20,10 @@ import pandas as pd
 
 from ddpbench.analysis import registry
 from ddpbench.analysis.ablation import NoAblation, read_ablation
-from ddpbench.analysis.configurations import (
-    SCRIPT_REFERENCE,
-    efficiency_against,
-    is_script,
-    reference_runs,
-    round_references,
-)
-from ddpbench.analysis.configurations import (
-    is_reference as is_reference_spec,
-)
-from ddpbench.analysis.estimates import Estimate, pool
+from ddpbench.analysis.answers import table_figures
+from ddpbench.analysis.causes import in_process_efficiency as in_process_of
+from ddpbench.analysis.configurations import SCRIPT_REFERENCE, is_script
+from ddpbench.analysis.estimates import Estimate
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.analysis.probes import probe_flags
 from ddpbench.config.spec import TORCHRUN_STRATEGIES, strategy_order
@@ -141,7 +134,7 @@ def in_process_efficiency(record: Record) -> Estimate | None:
     if record.status != "ok" or record.spec.strategy != "ddp":
         return None
     try:
-        return Estimate.of_rounds(list(read_ablation(record).rounds["efficiency"].values()))
+        return in_process_of(read_ablation(record))
     except NoAblation:
         return None
 
@@ -163,18 +156,22 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     # the sentence that says so, or empty.
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     frame["probe_flag"] = [flags.get(run_id, "") for run_id in frame["run_id"]]
-    # Each run's E(N) against the reference run of its own round (`configurations`), to be pooled.
-    found = {}
-    for _, record in records:
-        if record.status == "ok" and record.metrics is not None and is_reference_spec(record.spec):
-            found[record.run_id] = Estimate.exact(1.0)  # X(1) against itself, by definition
-        elif record.status == "ok" and record.metrics is not None:
-            candidates, _ = reference_runs(record, records)
-            found[record.run_id] = efficiency_against(record, round_references(record, candidates, set(flags)))[1]
-    for column, read in (("value", "value"), ("low", "low"), ("high", "high"), ("se", "se"), ("samples", "samples")):
-        name = "run_efficiency" if column == "value" else f"run_efficiency_{column}"
-        frame[name] = [getattr(found[r], read) if found.get(r) is not None else None for r in frame["run_id"]]
+    # Each run's configuration's figures, as explain answers it (`answers.table_figures`): the
+    # table prints them, it does not pool them again.
+    figures = table_figures(records)
+    for name in ("throughput", "efficiency", "in_process"):
+        for part in ("value", "low", "high"):
+            column = f"configuration_{name}" + ("" if part == "value" else f"_{part}")
+            frame[column] = [_part(figures, run_id, name, part) for run_id in frame["run_id"]]
+    frame["configuration_runs"] = [figures[r].runs if r in figures else None for r in frame["run_id"]]
+    frame["configuration_left_out"] = [figures[r].left_out if r in figures else None for r in frame["run_id"]]
     return frame
+
+
+def _part(figures: dict, run_id: str, name: str, part: str) -> float | None:
+    estimate = getattr(figures[run_id], name) if run_id in figures else None
+    value = getattr(estimate, part) if estimate is not None else None
+    return np.nan if value is None else value
 
 
 def _setting(row: pd.Series) -> tuple:
@@ -195,51 +192,11 @@ def is_reference(rows: pd.DataFrame) -> pd.Series:
     return (~scripts & (rows["strategy"] == "local")) | (scripts & ddp_one)
 
 
-def _estimates(rows: pd.DataFrame, prefix: str, value: str) -> list[Estimate]:
-    """The rows' per-run estimates (value, low, high, se and samples columns) that have a value: the
-    same estimates `estimates.pool` gets from explain, so the table pools them alike."""
-    found = []
-    for _, row in rows.iterrows():
-        if pd.isna(row[value]):
-            continue
-        low, high, se, samples = (row[f"{prefix}_{part}"] for part in ("low", "high", "se", "samples"))
-        has = not (pd.isna(low) or pd.isna(high))
-        found.append(
-            Estimate(
-                float(row[value]),
-                float(low) if has else None,
-                float(high) if has else None,
-                int(samples) if not pd.isna(samples) else 1,
-                "exact" if has and low == high else "rounds",
-                None if pd.isna(se) else float(se),
-            )
-        )
-    return found
-
-
-def _pooled_columns(rows: pd.DataFrame) -> pd.Series:
-    """A configuration's E(N) and in-process efficiency pooled over its runs (runs the speed check
-    flagged left out, unless all were), with their intervals."""
-    kept = rows[rows["probe_flag"] == ""] if (rows["probe_flag"] == "").any() else rows
-    found = {}
-    for name, prefix, value in (
-        ("efficiency", "run_efficiency", "run_efficiency"),
-        ("in_process_efficiency", "in_process", "in_process_efficiency"),
-    ):
-        estimates = _estimates(kept, prefix, value)
-        estimate = pool(estimates) if estimates else None
-        found[name] = estimate.value if estimate else np.nan
-        found[f"{name}_low"] = estimate.low if estimate and estimate.low is not None else np.nan
-        found[f"{name}_high"] = estimate.high if estimate and estimate.high is not None else np.nan
-        found[f"{name}_runs"] = len(estimates)
-    found["runs_left_out"] = len(rows) - len(kept)
-    return pd.Series(found)
-
-
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration, strategy and world size (ok runs only): the table's metrics (the
-    median of its runs), E(N) against X(1), the local run of the same configuration, and the
-    in-process efficiency, both pooled over the configuration's runs with their 95 % intervals, and
+    """One row per configuration, strategy and world size (ok runs only): X, E(N) against X(1) (the
+    local run of the same configuration) and the in-process efficiency from the answers model
+    (`answers.table_figures`), with their 95 % intervals, the table's other metrics (the median of
+    its runs), and
     speedup = E(N) x N. Runs that differ in size, precision, device, batch, threads per device,
     scaling mode or DDP options are never combined. Without a matching local run, speedup and
     efficiency stay empty and `reference` says why. `in_run_efficiency` and its half-width are the
@@ -275,16 +232,29 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
+    # X, E(N) and the in-process efficiency are the configuration's, from the answers model; the
+    # table's other metrics are the median of the runs.
+    medians = [name for name in numeric if name != "throughput"]
     grouped = ok.groupby(keys, as_index=False, dropna=False).agg(
-        **{name: (name, "median") for name in numeric},
+        **{name: (name, "median") for name in medians},
+        throughput=("configuration_throughput", "first"),
+        efficiency=("configuration_efficiency", "first"),
+        efficiency_low=("configuration_efficiency_low", "first"),
+        efficiency_high=("configuration_efficiency_high", "first"),
+        in_process_efficiency=("configuration_in_process", "first"),
+        in_process_efficiency_low=("configuration_in_process_low", "first"),
+        in_process_efficiency_high=("configuration_in_process_high", "first"),
+        runs_left_out=("configuration_left_out", "first"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
         oversubscribed=("oversubscribed", "any"),
         busy=("busy", "any"),
     )
-    figures = ok.groupby(keys, dropna=False)[list(ok.columns)].apply(_pooled_columns).reset_index()
-    grouped = grouped.merge(figures, on=keys, how="left")
+    grouped["efficiency_runs"] = grouped["runs"] - grouped["runs_left_out"]
+    grouped["in_process_efficiency_runs"] = np.where(
+        grouped["in_process_efficiency"].notna(), grouped["efficiency_runs"], 0
+    )
     has_reference = set()
     for _, row in grouped[is_reference(grouped)].iterrows():
         has_reference.add(_setting(row) + (row["batch_size"],))
@@ -407,7 +377,8 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     )
     most = int(table["runs"].max())
     pooled = (
-        f" Each configuration ran {most} times: X is their median, E ± its 95 % interval over the runs."
+        f" Each configuration ran {most} times: X is their mean, E is the X(N) beside it over N times X(1), ± its"
+        " 95 % interval (delta method, Student's t over the runs)."
         if most > 1
         else " One run per configuration: each ± covers that run's steps only, not the next run."
     )
