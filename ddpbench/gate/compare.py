@@ -220,12 +220,15 @@ def compare_values(
                 continue
             extra = (history or {}).get(key, {}).get(measure)
             evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6])
+            # E(N) shows the mean of its per-run values: the answers model's E(N), as the table and
+            # explain show it (`values.efficiencies`); the other measures their runs' median.
+            middle = statistics.fmean if measure == "efficiency" else statistics.median
             comparison = Comparison(
                 describe(key),
                 measure,
                 "pass",
-                statistics.median(before),
-                statistics.median(after),
+                middle(before),
+                middle(after),
                 math.exp(evidence.change),
                 len(before),
                 len(after),

@@ -128,14 +128,18 @@ def sweep_id(path: str) -> str | None:
 
 def values_by_run(records: list[Record]) -> list[tuple[Record, dict[str, float | None]]]:
     """Each run with its own value of every measure (None where it has none). Every run needs a
-    throughput; E(N) pairs a run with a local run as the gate does (`values.efficiencies`)."""
+    throughput; E(N) is the run's X over N times the pooled X(1), as the gate reads it
+    (`values.efficiencies`), none for a run the speed check flagged."""
+    from ddpbench.analysis.probes import probe_flags
+
     groups = group_by_key(records)
+    flags = {flag.run_id for flag in probe_flags(records)}
     measured = []
     for key, runs in groups.items():
         ordered = by_start(runs)
         local = groups.get(local_key(runs[0])) if key[2] != "local" and key[3] > 1 else None
-        # With a throughput for every run, efficiencies() gives one value per run, in start order.
-        scaling = efficiencies(ordered, local) if local else []
+        # One value (or None) per run, in start order.
+        scaling = efficiencies(ordered, local, flags) if local else []
         for position, record in enumerate(ordered):
             own = side_values([record]).get(key, {})  # this run alone: its throughput and exposed share
             values = {measure: (own.get(measure) or [None])[0] for measure in MEASURE_NAMES}

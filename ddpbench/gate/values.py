@@ -4,10 +4,12 @@ configuration. No torch.
 Measures (each one number per run, the numbers users read):
 - throughput: global samples (or tokens) in the timed window / its wall time, i.e. the mean step,
   so a stall in one step out of ten counts;
-- efficiency: scaling efficiency E(N) = X(N) / (N * X(1)) of a run at world size N, with X(1) the
-  local run of the same sweep (with --repeat, the local run of the same repeat, so each value
-  carries the noise of both runs it comes from);
-- exposed_share: the share of a DDP step that is exposed communication, from the no_sync replay of
+- efficiency: per run, its X(N) over N times X(1), with X(1) the answers model's (the mean of the
+  sweep's local runs the speed check did not flag), so the mean of a configuration's values is the
+  E(N) the table and explain show; runs the speed check flagged have none, as they enter no E(N)
+  there;
+- exposed_share: a cross-check, not the report's exposed communication: the share of a DDP step
+  beyond the same steps under no_sync() (it holds bucket copies and waits too), from the replay of
   the rank exposing most: exposed / step time. Compared as -log(1 - share), the log of how much
   faster the step would be without it, so "10 % worse" means the same thing as for throughput.
 """
@@ -17,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 
@@ -28,7 +29,7 @@ MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
 MEASURE_LABELS = {
     "throughput": "throughput",
     "efficiency": "scaling efficiency",
-    "exposed_share": "exposed communication (share of step)",
+    "exposed_share": "no_sync share (cross-check)",
 }
 
 
@@ -95,18 +96,22 @@ def by_start(records: list[Record]) -> list[Record]:
     return sorted(records, key=lambda r: (r.started_at or r.ended_at or "", r.run_id))
 
 
-def efficiencies(runs: list[Record], local_runs: list[Record]) -> list[float]:
-    """Per-run E(N): the i-th run at N (by start time) against the i-th local run when both were
-    repeated equally often, else against the median local throughput."""
+def efficiencies(runs: list[Record], local_runs: list[Record], flags=frozenset()) -> list[float | None]:
+    """Per run (in the order given), X(N) / (N X(1)) with X(1) pooled over the kept local runs
+    (`answers.pooled_throughput`); None for a run the speed check flagged (while others remain) or
+    without a throughput."""
+    from ddpbench.analysis.answers import kept_runs, pooled_throughput
+
+    reference = pooled_throughput([run for run in local_runs if throughput(run)], flags)
+    if reference is None:
+        return [None for _ in runs]
+    kept = {run.run_id for run in kept_runs(runs, flags)}
     world_size = runs[0].spec.world_size
-    local = [x for x in (throughput(r) for r in by_start(local_runs)) if x]
-    if not local:
-        return []
-    ordered = [throughput(r) for r in by_start(runs)]
-    if len(local) == len(ordered):
-        return [x / (world_size * x1) for x, x1 in zip(ordered, local) if x]
-    reference = statistics.median(local)
-    return [x / (world_size * reference) for x in ordered if x]
+    found = []
+    for run in runs:
+        x = throughput(run)
+        found.append(x / (world_size * reference.value) if x and run.run_id in kept else None)
+    return found
 
 
 def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
@@ -119,7 +124,10 @@ def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
 def side_values(records: list[Record]) -> dict[tuple, dict[str, list[float]]]:
     """Per configuration and measure, the per-run values (natural scale) of one side's ok runs.
     Measures that do not apply (efficiency of a local run, exposed share without replay) are absent."""
+    from ddpbench.analysis.probes import probe_flags
+
     groups = group_by_key(records)
+    flags = {flag.run_id for flag in probe_flags(records)}
     values: dict[tuple, dict[str, list[float]]] = {}
     readers: dict[str, Callable[[Record], float | None]] = {"throughput": throughput, "exposed_share": exposed_share}
     for key, runs in groups.items():
@@ -132,7 +140,7 @@ def side_values(records: list[Record]) -> dict[tuple, dict[str, list[float]]]:
                 found[measure] = measured
         reference = local_key(runs[0])
         if key[2] != "local" and key[3] > 1 and reference in groups:
-            measured = efficiencies(runs, groups[reference])
+            measured = [value for value in efficiencies(by_start(runs), groups[reference], flags) if value is not None]
             if measured:
                 found["efficiency"] = measured
         values[key] = found
