@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ddpbench.analysis.ablation import CAUSE_NAMES, NoAblation, read_ablation
 from ddpbench.analysis.causes import Cause, ExplainError, RunAnswer, answer_from_ablation, run_label
 from ddpbench.analysis.configurations import (
+    SCRIPT_REFERENCE,
     configuration_key,
     efficiency_against,
     is_reference,
@@ -37,6 +38,7 @@ from ddpbench.analysis.estimates import (
 from ddpbench.analysis.probes import probe_flags
 from ddpbench.analysis.straggler import Straggler, pooled
 from ddpbench.analysis.without_ablation import answer_without_ablation
+from ddpbench.config.identity import identity_id
 from ddpbench.config.spec import strategy_order
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
@@ -327,6 +329,10 @@ class Figures:
     in_process: Estimate | None
     runs: int
     left_out: int
+    reference: str
+    """Where E(N) is blank, why (no X(1) run in the sweep); else what X(1) is, where it needs saying."""
+    configuration: str
+    """The configuration's identity, as a short id (`config.identity.identity_id`)."""
 
 
 def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
@@ -349,13 +355,17 @@ def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
         kept = kept_runs(runs, flags)
         answer = by_key.get(key)
         throughput = pooled_throughput(runs, flags)
+        references, reason = reference_runs(runs[0], records)
+        script = runs[0].spec.script is not None
+        reference = ("" if not script else SCRIPT_REFERENCE) if references or is_reference(runs[0].spec) else reason
         if answer is not None:
             throughput, efficiency, in_process = answer.throughput, answer.efficiency, answer.in_process
         elif is_reference(runs[0].spec):
             efficiency, in_process = Estimate.exact(1.0), None  # X(1) against itself, by definition
         else:
-            references = reference_runs(runs[0], records)[0]
             efficiency, in_process = pooled_efficiency(runs, references, flags) if references else None, None
-        figures = Figures(throughput, efficiency, in_process, len(kept), len(runs) - len(kept))
+        figures = Figures(
+            throughput, efficiency, in_process, len(kept), len(runs) - len(kept), reference, identity_id(runs[0].spec)
+        )
         found.update({run.run_id: figures for run in runs})
     return found

@@ -22,7 +22,6 @@ from ddpbench.analysis import registry
 from ddpbench.analysis.ablation import NoAblation, read_ablation
 from ddpbench.analysis.answers import table_figures
 from ddpbench.analysis.causes import in_process_efficiency as in_process_of
-from ddpbench.analysis.configurations import SCRIPT_REFERENCE, is_script
 from ddpbench.analysis.estimates import Estimate
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.analysis.probes import probe_flags
@@ -163,6 +162,8 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
         for part in ("value", "low", "high"):
             column = f"configuration_{name}" + ("" if part == "value" else f"_{part}")
             frame[column] = [_part(figures, run_id, name, part) for run_id in frame["run_id"]]
+    frame["configuration"] = [figures[r].configuration if r in figures else r for r in frame["run_id"]]
+    frame["configuration_reference"] = [figures[r].reference if r in figures else "" for r in frame["run_id"]]
     frame["configuration_runs"] = [figures[r].runs if r in figures else None for r in frame["run_id"]]
     frame["configuration_left_out"] = [figures[r].left_out if r in figures else None for r in frame["run_id"]]
     return frame
@@ -172,24 +173,6 @@ def _part(figures: dict, run_id: str, name: str, part: str) -> float | None:
     estimate = getattr(figures[run_id], name) if run_id in figures else None
     value = getattr(estimate, part) if estimate is not None else None
     return np.nan if value is None else value
-
-
-def _setting(row: pd.Series) -> tuple:
-    """A row's CONFIGURATION as a key: a script has no size, and NaN never equals NaN."""
-    return tuple(None if pd.isna(row[c]) else row[c] for c in CONFIGURATION)
-
-
-def _reference_batch(row: pd.Series) -> float:
-    """The local run that is this row's X(1) has the per-device batch (weak scaling) or the
-    global batch (strong scaling: one device takes it all)."""
-    return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
-
-
-def is_reference(rows: pd.DataFrame) -> pd.Series:
-    """The rows that are X(1): a workload's local run; a script's DDP run at world size 1."""
-    scripts = rows["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
-    ddp_one = (rows["strategy"] == "ddp") & (rows["world_size"] == 1)
-    return (~scripts & (rows["strategy"] == "local")) | (scripts & ddp_one)
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -202,7 +185,9 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     efficiency stay empty and `reference` says why. `in_run_efficiency` and its half-width are the
     in-process efficiency under the names scaling.csv had before 0.2."""
     numeric = [metric.name for metric in registry.METRICS if metric.in_scaling_table]
-    keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
+    # `configuration` is the identity (`config.identity`): it alone decides which runs are one row;
+    # the other keys are what the row shows of it.
+    keys = ["configuration", *CONFIGURATION, "strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
     pooled = [
         f"{name}{part}" for name in ("efficiency", "in_process_efficiency") for part in ("", "_low", "_high", "_runs")
     ]
@@ -245,6 +230,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         in_process_efficiency_low=("configuration_in_process_low", "first"),
         in_process_efficiency_high=("configuration_in_process_high", "first"),
         runs_left_out=("configuration_left_out", "first"),
+        reference=("configuration_reference", "first"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
@@ -255,20 +241,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     grouped["in_process_efficiency_runs"] = np.where(
         grouped["in_process_efficiency"].notna(), grouped["efficiency_runs"], 0
     )
-    has_reference = set()
-    for _, row in grouped[is_reference(grouped)].iterrows():
-        has_reference.add(_setting(row) + (row["batch_size"],))
-    notes = []
-    for _, row in grouped.iterrows():
-        key = _setting(row) + (_reference_batch(row),)
-        script = is_script(row["workload"])
-        notes.append(
-            (SCRIPT_REFERENCE if script else "")
-            if key in has_reference
-            else f"no {'DDP x1' if script else 'local'} run with batch {_reference_batch(row):.0f} and "
-            f"{row['threads_per_device']} thread(s) per device"
-        )
-    table = grouped.assign(reference=notes)
+    table = grouped
     without = table["reference"].str.startswith("no ")
     for column in ("efficiency", "efficiency_low", "efficiency_high"):
         table.loc[without, column] = np.nan
@@ -406,20 +379,13 @@ def format_side_by_side(table: pd.DataFrame) -> str:
 
 
 def blank_efficiency_lines(table: pd.DataFrame) -> str:
-    """Why a row's E is blank: the X(1) it needs is not in the sweep (a script that keeps its global
-    batch, as nanoGPT does, steps another per-device batch at world size 1)."""
-    lines = []
-    references = table[is_reference(table)]
-    for _, row in table[table["reference"].str.startswith("no ")].iterrows():
-        line = f"\nE blank for {row['workload']} {row['strategy']} x{row['world_size']}: {row['reference']}"
-        others = references[references["workload"] == row["workload"]]["batch_size"]
-        if is_script(row["workload"]) and not others.empty:
-            line += (
-                f"; its DDP x1 run stepped {', '.join(f'{b:.0f}' for b in sorted(set(others)))} per device: the "
-                "script keeps its global batch (strong scaling), which E against the same per-device batch does "
-                "not cover"
-            )
-        lines.append(line)
+    """Why a row's E is blank: the X(1) it needs is not in the sweep (`configurations.reference_runs`
+    says why; a script that keeps its global batch, as nanoGPT does, steps another per-device batch
+    at world size 1)."""
+    lines = [
+        f"\nE blank for {row['workload']} {row['strategy']} x{row['world_size']}: {row['reference']}"
+        for _, row in table[table["reference"].str.startswith("no ")].iterrows()
+    ]
     return "".join(dict.fromkeys(lines))
 
 

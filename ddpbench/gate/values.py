@@ -20,9 +20,9 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict
 
 from ddpbench.analysis import registry
+from ddpbench.config.identity import canonical_workload, identity
 from ddpbench.records.schema import Record
 
 MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
@@ -33,18 +33,65 @@ MEASURE_LABELS = {
 }
 
 
+LEGACY_KEY_LENGTH = 8
+"""Keys of before the one identity: (workload as written, size, strategy, world size, batch,
+precision, device, DDP options), without threads, scaling, data-loader workers, data folder, nodes
+or a script's path and arguments. History series stored under them still match (`legacy_matches`)."""
+DEFAULTS = {"script": None, "nnodes": 1, "scaling": "weak", "num_workers": 0, "data_dir": None}
+"""What a legacy key's runs are taken to have had (ddpbench's defaults: the options it lacked)."""
+
+
+def _key(found: dict) -> tuple:
+    ddp = json.dumps(found["ddp"], sort_keys=True) if found["ddp"] else ""
+    rest = {name: found[name] for name in (*DEFAULTS, "threads_per_rank")}
+    return (
+        found["workload"],
+        found["size"],
+        found["strategy"],
+        found["world_size"],
+        found["batch_size"],
+        found["precision"],
+        found["device"],
+        ddp,
+        json.dumps(rest, sort_keys=True),
+    )
+
+
 def run_key(record: Record) -> tuple:
-    """What defines a configuration: runs with equal keys are repeats of each other."""
-    spec = record.spec
-    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else ""
-    # Compiled runs are series of their own (`ddp+compile`); eager ones keep the plain name.
-    name = spec.strategy_name
-    return (spec.workload, spec.size, name, spec.world_size, spec.batch_size, spec.precision, spec.device, ddp)
+    """What defines a configuration (`config.identity`, the table's and explain's too): runs with
+    equal keys are repeats of each other. The first eight parts are the legacy key's, in canonical
+    form; the last holds the rest of the identity as sorted JSON."""
+    return _key(identity(record.spec))
+
+
+def legacy_matches(legacy: tuple, key: tuple) -> bool:
+    """Whether a series stored under a legacy key is this configuration's: the same eight parts
+    (its workload in canonical form) and ddpbench's defaults for what the legacy key lacked; any
+    threads per rank (a machine class and suite ran one)."""
+    if len(legacy) != LEGACY_KEY_LENGTH or len(key) != LEGACY_KEY_LENGTH + 1:
+        return False
+    rest = json.loads(key[-1])
+    same = (canonical_workload(str(legacy[0])), *legacy[1:]) == tuple(key[:LEGACY_KEY_LENGTH])
+    return same and all(rest.get(name) == value for name, value in DEFAULTS.items())
 
 
 def describe(key: tuple) -> str:
-    workload, size, strategy, world_size, batch, precision, device, ddp = key
-    return f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+    workload, size, strategy, world_size, batch, precision, device = key[:7]
+    text = f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+    if len(key) > LEGACY_KEY_LENGTH:
+        # What else sets this configuration apart, where it is not ddpbench's default.
+        rest = json.loads(key[-1])
+        if rest.get("script") and len(rest["script"]) > 1:
+            text += " args " + " ".join(rest["script"][1:])
+        if rest.get("nnodes", 1) != 1:
+            text += f" {rest['nnodes']} nodes"
+        if rest.get("scaling", "weak") != "weak":
+            text += f" {rest['scaling']} scaling"
+        if rest.get("num_workers"):
+            text += f" {rest['num_workers']} loader workers"
+        if rest.get("data_dir"):
+            text += f" data {rest['data_dir']}"
+    return text
 
 
 def series_name(key: tuple) -> str:
@@ -55,12 +102,24 @@ def series_name(key: tuple) -> str:
 
 
 def local_key(record: Record) -> tuple:
-    """The key of the local run that is X(1) for this run: same workload, size, precision and
-    device, with the per-device batch (weak scaling) or the global batch (strong scaling)."""
-    workload, size, _, world_size, batch, precision, device, _ = run_key(record)
-    if getattr(record.spec, "scaling", "weak") == "strong":
-        batch = batch * world_size
-    return (workload, size, "local", 1, batch, precision, device, "")
+    """The key of the run that is X(1) for this run (a script's: its DDP x1 run): the same identity
+    but for the strategy, world size, nodes and DDP options, with the per-device batch (weak
+    scaling) or the global batch (strong scaling) and the threads of one device."""
+    from ddpbench.analysis.configurations import reference_batch, threads_per_device
+
+    found = identity(record.spec)
+    found.update(
+        strategy="local",
+        world_size=1,
+        nnodes=1,
+        ddp=None,
+        batch_size=reference_batch(record.spec),
+        threads_per_rank=threads_per_device(record.spec),
+    )
+    if record.spec.script is not None:
+        # A script has no run without DDP: its X(1) is its DDP run at world size 1 (`configurations`).
+        found.update(strategy="ddp", ddp=identity(record.spec)["ddp"])
+    return _key(found)
 
 
 def throughput(record: Record) -> float | None:
