@@ -294,3 +294,49 @@ def test_the_scaling_table_pools_as_explain_does():
     for name, estimate in (("efficiency", answer.efficiency), ("in_process_efficiency", answer.in_process)):
         assert row[name] == pytest.approx(estimate.value), name
         assert row[f"{name}_low"] == pytest.approx(estimate.low) and row[f"{name}_high"] == pytest.approx(estimate.high)
+
+
+def test_figures_measured_once_get_no_largest_cause_until_three_runs_give_an_interval():
+    """A run without the ablation measures each cause once: no interval, never the largest cause.
+    Pooled over 2 runs still none; over 3, an interval over the runs (t(2)), which may then name one."""
+    records = [
+        (path, replace(r, timeline=replace(r.timeline, ladder=None)) if r.timeline else r)
+        for path, r in _repeats(3, scale=lambda i: 1.0 + 0.05 * i)
+    ]
+    runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
+    assert not any(run.in_place for run in runs)
+    one = pool_runs(runs[:1], {})
+    # (The wait for the slowest rank keeps its own interval, from the replay's steps: it may name a
+    # straggler, but one run's figure is never the largest cause.)
+    assert one.largest() == [] and advice(one) == []
+    assert not any(c.points.has_interval for name, c in one.causes.items() if c.points and name != "straggler_wait")
+    two = pool_runs(runs[:2], {})
+    assert (
+        two.largest() == []
+        and advice(two) == []
+        and all(not c.points.has_interval for c in two.causes.values() if c.points)
+    )
+    three = pool_runs(runs, {})
+    measured = [c for c in three.causes.values() if c.points is not None and c.seconds.over != "exact"]
+    assert measured and all(c.points.has_interval and c.points.over == "runs" for c in measured)
+    assert all(c.points.samples == 3 for c in measured)
+
+
+def test_a_rank_is_named_with_a_phase_only_where_that_phases_lead_is_beyond_noise():
+    from ddpbench.analysis.straggler import Straggler, lead_phase, pooled
+
+    wait = Estimate.of_rounds([0.010, 0.011, 0.009, 0.010, 0.012])
+    clear = {
+        "forward": Estimate.of_rounds([0.009, 0.010, 0.011, 0.010, 0.010]),
+        "backward": Estimate.of_rounds([0.0] * 5),
+    }
+    noisy = {"forward": Estimate.of_rounds([0.004, -0.003, 0.005, -0.002, 0.001])}
+    assert lead_phase(clear) == "forward" and lead_phase(noisy) is None
+    named = Straggler(wait, 1, "ablation", True, lead_phase(noisy), leads=noisy)
+    assert named.named and "(phase unclear)" in named.sentence() and "forward" not in named.sentence()
+    # Pooled over runs, the phase's lead is pooled too (t over the runs), and judged the same way.
+    runs = [Straggler(wait, 1, "ablation", True, "forward", leads=clear) for _ in range(3)]
+    runs[1] = Straggler(wait, 1, "ablation", True, None, leads=noisy | {"backward": clear["backward"]})
+    # Leads of 10, 1 and 10 ms over 3 runs: t(2) reaches zero, so the rank is named, its phase unclear.
+    assert pooled(runs).named and pooled(runs).phase is None and not pooled(runs).leads["forward"].significant
+    assert pooled([Straggler(wait, 1, "ablation", True, "forward", leads=clear)] * 3).phase == "forward"

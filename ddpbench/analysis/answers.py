@@ -136,8 +136,16 @@ class Answer:
         return sorted({n for run in self.runs for n, check in run.record.checks.items() if check.ok is None})
 
     def findings(self) -> list[str]:
-        """Causes that lost scaling beyond noise (a positive interval), largest first."""
-        found = [(name, cause) for name, cause in self.causes.items() if cause.significant and cause.points.value > 0]
+        """Causes that lost scaling beyond noise (a positive interval), largest first. Without the
+        in-process ablation a cause is measured once per run: only an interval over 3 or more runs
+        makes it a finding (`_pool_causes`), never one run's own."""
+        found = [
+            (name, cause)
+            for name, cause in self.causes.items()
+            if cause.significant
+            and cause.points.value > 0
+            and (self.in_place or (cause.points.over == "runs" and cause.points.samples >= 3))
+        ]
         return [name for name, _ in sorted(found, key=lambda item: -item[1].points.value)]
 
     def largest(self) -> list[str]:
@@ -212,7 +220,7 @@ def _pool_causes(runs: list[RunAnswer], attribute: str, names) -> dict[str, Caus
         if not timed:
             found[name] = Cause(None, None, basis)
             continue
-        once = any(c.seconds.over == "once" for _, c in timed)
+        once = any(c.seconds.over == "once" for _, c in timed) or not all(run.in_place for run, _ in timed)
         # A check's points are over the timed step; a cause's over the ablation's DDP step.
         step = (lambda run: run.step_s) if attribute == "checks" else (lambda run: run.cause_step_s)
         if len(timed) == 1:
