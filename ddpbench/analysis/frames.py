@@ -22,6 +22,7 @@ from ddpbench.analysis import registry
 from ddpbench.analysis.ablation import NoAblation, read_ablation
 from ddpbench.analysis.answers import table_figures
 from ddpbench.analysis.causes import in_process_efficiency as in_process_of
+from ddpbench.analysis.configurations import threads_per_device
 from ddpbench.analysis.estimates import Estimate
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.analysis.probes import probe_flags
@@ -96,8 +97,7 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "batch_size": batch,
         "global_batch": batch * spec.world_size if batch else None,
         "threads_per_rank": threads,
-        # DataParallel's one process drives N devices with N slices of cores.
-        "threads_per_device": threads // spec.nproc if threads and spec.strategy == "dp" else threads,
+        "threads_per_device": threads_per_device(spec),
         "ddp_options": json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else "",
         "sample_unit": metrics.sample_unit if metrics else None,
         "timed_steps": metrics.timed_steps if metrics else None,
