@@ -328,7 +328,7 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     # (a script has no in-process ablation), but its straggler is, from its traces.
     closing = [line for line in printed.splitlines() if line.startswith("slow_rank_in_forward")]
     assert len(closing) == 1 and closing[0].startswith("slow_rank_in_forward: DDP at 2 processes keeps "), printed
-    assert "rank 1 on " in closing[0] and "held the others back (phase unclear)" in closing[0], closing
+    assert "rank 1 on " in closing[0] and "held the others back (in its forward)" in closing[0], closing
 
 
 def test_a_script_that_keeps_its_global_batch_gets_no_e_and_the_table_says_why(slow_rank_sweep, tmp_path):

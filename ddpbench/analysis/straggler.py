@@ -19,12 +19,14 @@ straggler only where its 95 % interval excludes zero and both halves chose the s
 The phase: with the ablation, the phase (data, forward, backward, optimizer) of the slowest rank's
 own step on DDP on one rank that is longest beyond the median rank's, named only where that lead is
 beyond noise (its 95 % interval over the rounds, or pooled over the runs, above zero); else the rank
-is named with "phase unclear". The traces' critical path and the replay give no interval for a
-phase, so a rank they name has its phase unclear.
+is named with "phase unclear". With traces, the lead is the slowest rank's time on the critical
+path across ranks in that phase beyond the other ranks' mean, per profiled step, with its interval
+over the steps. The replay times whole steps only: a rank it names has its phase unclear.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -179,8 +181,29 @@ def from_collectives(record: Record, job) -> Straggler:
     wait = Estimate.of_rounds(values)
     slowest = Counter(chosen).most_common(1)[0][0]
     rank = job.timelines[slowest].rank
-    # The critical path's phases carry no interval: the rank is named with its phase unclear.
-    return Straggler(wait, rank, "collectives", agree, None, _host(record, rank))
+    leads = _path_leads(job, rank)
+    return Straggler(wait, rank, "collectives", agree, lead_phase(leads), _host(record, rank), leads=leads or None)
+
+
+def _path_leads(job, rank: int) -> dict[str, Estimate]:
+    """Per phase, per profiled step, the slowest rank's time on the critical path across ranks
+    beyond the other ranks' mean in the same phase, with its interval over the steps."""
+    from ddpbench.analysis.critical_path import job_paths
+
+    others = [timeline.rank for timeline in job.timelines if timeline.rank != rank]
+    paths = job_paths(job)
+    if not others or len(paths) < 2:
+        return {}
+    held = [path.by_rank_phase() for path in paths]
+    return {
+        phase: Estimate.of_rounds(
+            [
+                (step.get((rank, phase), 0.0) - statistics.fmean(step.get((o, phase), 0.0) for o in others)) / 1e6
+                for step in held
+            ]
+        )
+        for phase in PHASES
+    }
 
 
 def from_replay(record: Record) -> Straggler | None:
