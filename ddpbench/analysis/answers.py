@@ -174,6 +174,15 @@ def pooled_throughput(runs: list[Record], flags) -> Estimate | None:
     return Estimate.of_runs(values) if values else None
 
 
+def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
+    """X(1) for one run, as the table prints it: its reference runs' pooled throughput (the speed
+    check's flagged runs left out while others remain); None, with the reason, without one."""
+    found, basis = reference_runs(record, records)
+    flags = {flag.run_id for flag in probe_flags([other for _, other in records])}
+    pooled = pooled_throughput(found, flags) if found else None
+    return (pooled.value if pooled else None), basis
+
+
 def pooled_efficiency(runs: list[Record], references: list[Record], flags) -> Estimate | None:
     """E(N) = X(N) / (N X(1)) of the pooled X of the same kept runs the table shows, with the delta
     method's interval over the runs; measured once on either side, the one run's steps' interval

@@ -106,13 +106,6 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
     return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
 
 
-def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
-    """X(1) for one run: the median throughput of its reference runs; None, with the reason, without one."""
-    found, basis = reference_runs(record, records)
-    values = [run.metrics.throughput_units_per_s for run in found if run.metrics]
-    return (statistics.median(values) if values else None), basis
-
-
 def round_references(record: Record, candidates: list[Record], flagged: set[str]) -> list[Record]:
     """The reference runs one run is divided by: its own round's where there is one, else all of
     them; runs the speed check flagged are left out while others remain."""
