@@ -107,6 +107,14 @@ def _script_sweep(folder) -> str:
     return str(folder)
 
 
+def row_of(table, answer: dict, spec):
+    """The table's row of one explained configuration."""
+    rows = table[(table["strategy"] == answer["strategy"]) & (table["world_size"] == spec.world_size)]
+    rows = rows[rows["workload"] == (spec.workload if spec.script else answer["configuration"].split(" ")[0])]
+    assert len(rows) == 1, answer["configuration"]
+    return rows.iloc[0]
+
+
 def _verdict_rows(page: str) -> dict[str, list[str]]:
     rows = {}
     for row in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S):
@@ -152,10 +160,12 @@ def test_table_explain_report_gate_and_history_give_one_figure_per_configuration
         in_process = (answer["in_process_efficiency"] or {}).get("value")
         runs = [r for _, r in records if r.run_id in answer["runs"]]
         spec = runs[0].spec
-        row = table[(table["strategy"] == answer["strategy"]) & (table["world_size"] == spec.world_size)]
-        row = row[row["workload"] == (spec.workload if spec.script else answer["configuration"].split(" ")[0])]
-        assert len(row) == 1, answer["configuration"]
-        row = row.iloc[0]
+        row = row_of(table, answer, spec)
+        # explain's own figures reproduce each other: E(N) is its X over N times its X(1).
+        if answer["reference_throughput"] is not None:
+            x_n, x_1 = answer["throughput"]["value"], answer["reference_throughput"]["value"]
+            assert efficiency == pytest.approx(x_n / (spec.world_size * x_1), rel=1e-12)
+            assert row_of(table, answer, spec)["throughput"] == pytest.approx(x_n, rel=1e-12)
         # The table: the same unrounded figures.
         assert row["efficiency"] == pytest.approx(efficiency, rel=1e-12)
         if in_process is None:
