@@ -205,8 +205,9 @@ def compare_values(
     ]
     if not matched:
         raise GateError(
-            "no configuration of the candidate matches one of the baseline (same workload, size, "
-            "strategy, world size, batch, precision, device and DDP options)"
+            "no configuration of the candidate matches one of the baseline (the same workload file or name, "
+            "size, strategy, world size and nodes, batch, precision, device, threads per rank, scaling, "
+            "data-loader workers, data folder and DDP options: docs/concepts.md#configuration)"
         )
     pending = []
     for key in matched:
