@@ -207,7 +207,7 @@ def compare_values(
         raise GateError(
             "no configuration of the candidate matches one of the baseline (the same workload file or name, "
             "size, strategy, world size and nodes, batch, precision, device, threads per rank, scaling, "
-            "data-loader workers, data folder and DDP options: docs/concepts.md#configuration)"
+            "data-loader workers, data folder and DDP options; docs/concepts.md, Configuration)"
         )
     pending = []
     for key in matched:
