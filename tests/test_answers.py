@@ -40,12 +40,14 @@ def test_a_figure_pooled_over_runs_is_their_mean_with_a_t_interval_over_them():
     assert found.over == "runs" and found.samples == 4
 
 
-def test_runs_that_agree_by_chance_keep_at_least_their_own_rounds_noise():
-    # Three runs with the same value: their spread is zero, but each one's rounds say otherwise.
-    # The rounds' variance then holds, with the rounds' degrees of freedom (3 runs of 8 rounds: 21).
-    runs = [Estimate(0.6, 0.5, 0.7, 8, "rounds", 0.04) for _ in range(3)]
+def test_pooled_over_k_runs_the_degrees_of_freedom_are_k_minus_1_whatever_the_runs_show():
+    # Three runs that happen to agree closely, each with wide rounds: the interval is still over the
+    # runs, t(2), never the rounds' t(21) (the data never chooses the degrees of freedom).
+    runs = [Estimate(0.6 + 0.001 * i, 0.5, 0.7, 8, "rounds", 0.04) for i in range(3)]
     found = pool(runs)
-    assert found.half == pytest.approx(t_975(21) * 0.04 / math.sqrt(3))
+    values = [run.value for run in runs]
+    assert found.half == pytest.approx(t_975(2) * statistics.stdev(values) / math.sqrt(3))
+    assert found.samples == 3 and found.over == "runs"
 
 
 def test_one_run_keeps_its_own_interval_and_says_so():
@@ -93,15 +95,21 @@ def test_a_configurations_runs_are_one_answer_pooled_over_them():
     [answer] = answers
     assert answer.run_ids == ["slow2-r1", "slow2-r2", "slow2-r3"]
     runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
+    steps = [run.ddp_step.value for run in runs]
     for name in ("exposed_comm", "straggler_wait"):
-        expected = pool([run.causes[name].points for run in runs])
-        assert (
-            answer.causes[name].points.value == pytest.approx(expected.value)
-            and answer.causes[name].points.over == "runs"
-        )
-    # Each DDP run is divided by the local run of its own round.
+        # Points are the pooled seconds over the pooled step: a ratio of means, not a mean of ratios.
+        seconds = [run.causes[name].seconds.value for run in runs]
+        assert answer.causes[name].seconds.value == pytest.approx(statistics.fmean(seconds))
+        expected = 100 * statistics.fmean(seconds) / statistics.fmean(steps)
+        assert answer.causes[name].points.value == pytest.approx(expected)
+        assert answer.causes[name].points.over == "runs" and answer.causes[name].points.samples == 3
+    # Each DDP run alone is divided by the local run of its own round; the configuration's E(N) is
+    # its pooled X over N times the pooled X(1).
     assert [run.reference_run_ids for run in answer.runs] == [["loc-r1"], ["loc-r2"], ["loc-r3"]]
     assert answer.efficiency.over == "runs" and answer.efficiency.samples == 3
+    x_n = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("slow2"))
+    x_1 = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("loc"))
+    assert answer.efficiency.value == x_n / (2 * x_1)
     assert "(3 runs)" in sentence(answer)
 
 
@@ -286,3 +294,49 @@ def test_the_scaling_table_pools_as_explain_does():
     for name, estimate in (("efficiency", answer.efficiency), ("in_process_efficiency", answer.in_process)):
         assert row[name] == pytest.approx(estimate.value), name
         assert row[f"{name}_low"] == pytest.approx(estimate.low) and row[f"{name}_high"] == pytest.approx(estimate.high)
+
+
+def test_figures_measured_once_get_no_largest_cause_until_three_runs_give_an_interval():
+    """A run without the ablation measures each cause once: no interval, never the largest cause.
+    Pooled over 2 runs still none; over 3, an interval over the runs (t(2)), which may then name one."""
+    records = [
+        (path, replace(r, timeline=replace(r.timeline, ladder=None)) if r.timeline else r)
+        for path, r in _repeats(3, scale=lambda i: 1.0 + 0.05 * i)
+    ]
+    runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
+    assert not any(run.in_place for run in runs)
+    one = pool_runs(runs[:1], {})
+    # (The wait for the slowest rank keeps its own interval, from the replay's steps: it may name a
+    # straggler, but one run's figure is never the largest cause.)
+    assert one.largest() == [] and advice(one) == []
+    assert not any(c.points.has_interval for name, c in one.causes.items() if c.points and name != "straggler_wait")
+    two = pool_runs(runs[:2], {})
+    assert (
+        two.largest() == []
+        and advice(two) == []
+        and all(not c.points.has_interval for c in two.causes.values() if c.points)
+    )
+    three = pool_runs(runs, {})
+    measured = [c for c in three.causes.values() if c.points is not None and c.seconds.over != "exact"]
+    assert measured and all(c.points.has_interval and c.points.over == "runs" for c in measured)
+    assert all(c.points.samples == 3 for c in measured)
+
+
+def test_a_rank_is_named_with_a_phase_only_where_that_phases_lead_is_beyond_noise():
+    from ddpbench.analysis.straggler import Straggler, lead_phase, pooled
+
+    wait = Estimate.of_rounds([0.010, 0.011, 0.009, 0.010, 0.012])
+    clear = {
+        "forward": Estimate.of_rounds([0.009, 0.010, 0.011, 0.010, 0.010]),
+        "backward": Estimate.of_rounds([0.0] * 5),
+    }
+    noisy = {"forward": Estimate.of_rounds([0.004, -0.003, 0.005, -0.002, 0.001])}
+    assert lead_phase(clear) == "forward" and lead_phase(noisy) is None
+    named = Straggler(wait, 1, "ablation", True, lead_phase(noisy), leads=noisy)
+    assert named.named and "(phase unclear)" in named.sentence() and "forward" not in named.sentence()
+    # Pooled over runs, the phase's lead is pooled too (t over the runs), and judged the same way.
+    runs = [Straggler(wait, 1, "ablation", True, "forward", leads=clear) for _ in range(3)]
+    runs[1] = Straggler(wait, 1, "ablation", True, None, leads=noisy | {"backward": clear["backward"]})
+    # Leads of 10, 1 and 10 ms over 3 runs: t(2) reaches zero, so the rank is named, its phase unclear.
+    assert pooled(runs).named and pooled(runs).phase is None and not pooled(runs).leads["forward"].significant
+    assert pooled([Straggler(wait, 1, "ablation", True, "forward", leads=clear)] * 3).phase == "forward"

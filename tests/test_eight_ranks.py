@@ -29,9 +29,10 @@ def eight(tmp_path_factory):
 def test_every_figure_has_an_interval_at_eight_ranks(eight):
     _, record = eight
     ladder = record.timeline.ladder
-    assert ladder.blocks == 4 and set(ladder.alone_rank_by_block) == {0, 1, 2, 3}
+    # 24 timed steps: 5 rounds, the floor that leaves each run 4 degrees of freedom.
+    assert ladder.blocks == 5 and set(ladder.alone_rank_by_block) == {0, 1, 2, 3, 4}
     found = answer_run(record, [("eight.json", record)])
-    assert found.rounds == 4 and found.in_process.has_interval, found.in_process
+    assert found.rounds == 5 and found.in_process.has_interval, found.in_process
     for name, cause in found.causes.items():
         assert cause.seconds.has_interval and cause.points.has_interval, name
     assert found.straggler.source == "ablation" and found.straggler.wait.has_interval

@@ -285,7 +285,14 @@ def simulated_answer(
     straggler = SimpleNamespace(rank=1, phase="backward", host=None, source="ablation", halves_agree=True)
     record = SimpleNamespace(spec=SimpleNamespace(nnodes=1))
     return SimpleNamespace(
-        runs=run_answers, left_out={}, causes={}, in_place=True, why_not_in_place="", straggler=straggler, record=record
+        runs=run_answers,
+        left_out={},
+        causes={},
+        in_place=True,
+        why_not_in_place="",
+        straggler=straggler,
+        record=record,
+        step=Estimate.of_runs([step_s] * runs),
     )
 
 
@@ -297,10 +304,14 @@ def decide(rng, runs: int, growth_s: dict, noise_s: float = 0.0003) -> Why:
 
 
 def test_unchanged_code_names_a_cause_in_at_most_one_configuration_in_twenty():
+    # Bonferroni holds the family's rate at or below 5 % (t over the runs, n_b + n_c - 2 degrees of
+    # freedom, no floor). 1,500 draws read a true 5 % within one standard error of 0.56 %: the bound
+    # is 5 % plus 3.72 of them, which a true 5 % exceeds 1 time in 10,000.
     rng = np.random.default_rng(5)
+    bound = CAUSE_FAMILY_ALPHA + 3.72 * math.sqrt(CAUSE_FAMILY_ALPHA * (1 - CAUSE_FAMILY_ALPHA) / 1500)
     for runs in (2, 3, 5):
         named = sum(bool(decide(rng, runs, {}).named) for _ in range(1500))
-        assert named / 1500 <= CAUSE_FAMILY_ALPHA, (runs, named)
+        assert named / 1500 <= bound, (runs, named)
 
 
 def test_a_cause_that_grew_is_named_first_and_a_sliver_below_half_the_threshold_is_not():

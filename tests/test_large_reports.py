@@ -27,7 +27,8 @@ def test_the_straggler_of_a_large_run_is_named_with_its_host_from_its_replay():
     own = record.overlap.no_sync.by_rank
     planted = own[21].no_sync_step_time_median_s - sorted(r.no_sync_step_time_median_s for r in own)[15]
     assert found.wait.low <= planted <= found.wait.high, (found.wait, planted)
-    assert found.sentence().startswith("Rank 21 on node-002 held the others back: they wait ")
+    # The replay times whole steps: no phase's lead has an interval, so the phase is unclear.
+    assert found.sentence().startswith("Rank 21 on node-002 held the others back (phase unclear): they wait ")
 
 
 def _identical(seed: int):

@@ -115,3 +115,63 @@ def test_the_probe_leaves_the_run_s_random_numbers_as_they_were():
     found = process_probe(torch.device("cpu"))
     assert found["matmul_gflops"] > 0 and found["copy_gbps"] > 0
     assert torch.equal(torch.rand(4), expected)
+
+
+# --- the slowed process, whichever it is (stored probes, scaled) ------------------------------------
+
+
+def _scaled_probes(record, factor: float, ranks=None):
+    from msgspec.structs import replace
+
+    found = []
+    for rank in record.ranks:
+        if rank.probe and (ranks is None or rank.rank in ranks):
+            readings = {
+                when: replace(
+                    reading, matmul_gflops=reading.matmul_gflops * factor, copy_gbps=reading.copy_gbps * factor
+                )
+                for when in ("before", "after")
+                if (reading := getattr(rank.probe, when)) is not None
+            }
+            rank = replace(rank, probe=replace(rank.probe, **readings))
+        found.append(rank)
+    return replace(record, ranks=found)
+
+
+def _mlp_sweep(with_ddp_one: bool):
+    """The default suite's mlp runs (local and ddp x2, 3 rounds, probes measured), with DDP x1 runs
+    made from the local ones' records where asked (the same processes' probes, one per host)."""
+    import dataclasses
+
+    from msgspec.structs import replace
+
+    found = []
+    for _, record in read_records(os.path.join(FIXTURES, "sweeps", "cpu-default-suite"))[0]:
+        if not record.run_id.startswith("mlp"):
+            continue
+        found.append(record)
+        if with_ddp_one and record.spec.strategy == "local":
+            name = record.run_id.replace("local-n1", "ddp-n1")
+            found.append(
+                replace(record, run_id=name, spec=dataclasses.replace(record.spec, run_id=name, strategy="ddp"))
+            )
+    return found
+
+
+@pytest.mark.parametrize("with_ddp_one", [False, True])
+def test_every_local_run_held_to_half_speed_is_named_and_no_healthy_run_is(with_ddp_one):
+    """Every round's local run slowed to half (as a cgroup's half core does): the speed check names
+    the three local runs as slower and never the healthy DDP runs as the odd ones (faster)."""
+    records = [_scaled_probes(r, 0.5) if r.spec.strategy == "local" else r for r in _mlp_sweep(with_ddp_one)]
+    flags = probe_flags(records)
+    assert [flag.run_id for flag in flags] == ["mlp-local-n1-r1", "mlp-local-n1-r2", "mlp-local-n1-r3"], flags
+    assert all(flag.ratio > 1 and "slower" in flag.sentence() for flag in flags)
+
+
+def test_one_ddp_rank_held_to_half_speed_names_its_run():
+    records = [
+        _scaled_probes(r, 0.5, {1}) if r.run_id == "mlp-ddp-n2-r2" else r for r in _mlp_sweep(with_ddp_one=False)
+    ]
+    flags = probe_flags(records)
+    assert [flag.run_id for flag in flags] == ["mlp-ddp-n2-r2"] and "slower" in flags[0].sentence()
+    assert probe_flags(_mlp_sweep(with_ddp_one=False)) == []  # unscaled: nothing to name

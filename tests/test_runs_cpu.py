@@ -118,21 +118,22 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
         assert entry["data_wait_mean_s"] < sum(entry["step_times_s"]) / len(entry["step_times_s"])
     for view in overlap["reducer"]["by_rank"]:
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
-    # The gradient timeline, run as the ladder's blocks (22 timed steps: the minimum of 4 blocks),
-    # one marked step of each kind per block on every rank, and the rank stepping alone in
-    # rotation; then its contention probe: every round measured on every rank, over a buffer the
+    # The gradient timeline, run as the ladder's blocks (22 timed steps: the minimum of 5 blocks),
+    # one marked step of each kind per block on every rank, and the rank stepping alone two blocks
+    # in a row (0, 0, 1, 1, 0: the order of the kinds alternates every block); then its contention
+    # probe: every round measured on every rank, over a buffer the
     # size of all gradients.
     timeline = record["timeline"]
     assert timeline["cast_cost"]["scaled_copy_s_per_byte"] > 0
     ladder = timeline["ladder"]
-    assert ladder["blocks"] == 4 and ladder["alone_rank_by_block"] == [0, 1, 0, 1] and ladder["wall_s"] > 0
+    assert ladder["blocks"] == 5 and ladder["alone_rank_by_block"] == [0, 0, 1, 1, 0] and ladder["wall_s"] > 0
     for rank, view in enumerate(timeline["by_rank"]):
         assert view["rank"] == rank and view["ladder_wall_s"] > 0
         for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped"):
-            assert [step["block"] for step in view[kind]] == [0, 1, 2, 3], kind
+            assert [step["block"] for step in view[kind]] == [0, 1, 2, 3, 4], kind
             assert all(step["step_s"] > 0 for step in view[kind]), kind
         # Rung 0: this rank alone, in the blocks that were its turn.
-        assert [step["block"] for step in view["alone"]] == [rank, rank + 2]
+        assert [step["block"] for step in view["alone"]] == ([0, 1, 4] if rank == 0 else [2, 3])
         probe = view["contention"]
         # Sized to last about as long as backward: between 64 KiB and 4 x the gradients' bytes.
         assert 64 * 1024 <= probe["probe_bytes"] <= 4 * sum(timeline["param_bytes"]) and probe["probe_bytes"] % 4 == 0

@@ -328,7 +328,7 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     # (a script has no in-process ablation), but its straggler is, from its traces.
     closing = [line for line in printed.splitlines() if line.startswith("slow_rank_in_forward")]
     assert len(closing) == 1 and closing[0].startswith("slow_rank_in_forward: DDP at 2 processes keeps "), printed
-    assert "rank 1 on " in closing[0] and "held the others back in its forward" in closing[0], closing
+    assert "rank 1 on " in closing[0] and "held the others back (in its forward)" in closing[0], closing
 
 
 def test_a_script_that_keeps_its_global_batch_gets_no_e_and_the_table_says_why(slow_rank_sweep, tmp_path):
@@ -349,8 +349,9 @@ def test_a_script_that_keeps_its_global_batch_gets_no_e_and_the_table_says_why(s
     # E is the x1 row's last figure; a `busy` column may follow it where the machine was loaded.
     assert "100.0%" in one.split(), done.stdout
     assert re.search(
-        r"^E blank for script:slow_rank_in_forward.py ddp x2: no DDP x1 run with batch \d+ .*; its DDP x1 run "
-        r"stepped \d+ per device: the script keeps its global batch \(strong scaling\)",
+        r"^E blank for script:slow_rank_in_forward.py ddp x2: no DDP x1 run with batch \d+ .*: the script's DDP x1 "
+        r"run stepped \d+ samples per device, so the script changes its per-device batch with the world size "
+        r"\(it keeps its global batch",
         done.stdout,
         re.M,
     ), done.stdout

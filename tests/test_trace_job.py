@@ -50,6 +50,8 @@ def test_the_command_prints_a_summary_and_the_table_for_few_ranks(job):
     assert lines[0].split()[:2] == ["rank", "kind"] and len([line for line in lines if "rank-" in line]) == 5
     assert "5 rank traces (gpu, backend nccl, world size 5), 2 profiler steps each" in done.stdout
     assert "rank 3: last in 2 of 2 steps, median 7.060 ms after the first rank" in done.stdout
+    # The arrival order is labelled as a cross-check: no line calls it the stragglers.
+    assert "arrival order, a cross-check" in done.stdout and "stragglers" not in done.stdout.lower()
 
 
 def test_one_broken_file_is_named_and_the_others_still_analysed(job, tmp_path):

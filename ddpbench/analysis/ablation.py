@@ -168,6 +168,17 @@ def _choose(own: dict, waits_grown: dict, rounds) -> tuple[int, int]:
     return slowest, median_of_others(others)
 
 
+def split_rounds(rounds: list[int]) -> tuple[list[int], list[int]]:
+    """The two halves the slowest rank is chosen on and read on: rounds 0 and 3 of every four
+    against rounds 1 and 2. The worker gives each rank two rounds alone in a row and alternates the
+    segments' order every round (`ddpbench.worker.ablation`), so at 2 ranks each half holds a round
+    where each rank stepped alone, one in each order. (Older records, whose alone rank alternated
+    with the order, still get each rank alone in each half.)"""
+    first = [r for i, r in enumerate(rounds) if i % 4 in (0, 3)]
+    second = [r for i, r in enumerate(rounds) if i % 4 in (1, 2)]
+    return first, second
+
+
 def check_has_ablation(record: Record) -> None:
     """Raise NoAblation, saying why, for a record the ablation does not apply to."""
     spec = record.spec
@@ -207,9 +218,9 @@ def read_ablation(record: Record) -> Ablation:
     # Chosen on one half of the rounds, read on the other (and the other way round): a rank chosen
     # as the slowest on the rounds it is measured on would turn identical ranks' noise into a
     # positive wait. The halves interleave, so a drift of the machine hits both alike.
-    halves = (all_rounds[0::2], all_rounds[1::2])
+    halves = split_rounds(all_rounds)
     if len(all_rounds) >= 2:
-        choice = {r: _choose(own, grown, halves[1 - i % 2]) for i, r in enumerate(all_rounds)}
+        choice = {r: _choose(own, grown, halves[1] if r in halves[0] else halves[0]) for r in all_rounds}
     else:
         choice = {r: _choose(own, grown, all_rounds) for r in all_rounds}
     slowest, median = _choose(own, grown, all_rounds)

@@ -99,8 +99,7 @@ def sentence(answer: Answer) -> str:
     text = ", ".join(said) + f"; {largest_words(answer)}"
     straggler = answer.straggler
     if straggler is not None and straggler.named:
-        phase = f" in its {straggler.phase}" if straggler.phase else ""
-        text += f"; {straggler.who()} held the others back{phase}"
+        text += f"; {straggler.who()} held the others back ({straggler.phase_words})"
     return text
 
 
@@ -117,7 +116,7 @@ def closing_sentence(answer: Answer) -> str:
     said += f"; {largest_words(answer)}"
     straggler = answer.straggler
     if straggler is not None and straggler.named:
-        said += f"; {straggler.who()} held the others back" + (f" in its {straggler.phase}" if straggler.phase else "")
+        said += f"; {straggler.who()} held the others back ({straggler.phase_words})"
     return said + "."
 
 
@@ -210,9 +209,9 @@ def _advice_for(name: str, answer: Answer, profile: dict | None) -> str:
                 f"{lost}: the ranks take turns being the slowest: look at what the host does to all of them "
                 "(load, clocks, the data's source)."
             )
-        phase = f" (its {straggler.phase})" if straggler.phase else ""
         return (
-            f"{lost}: {straggler.who()} is the slowest{phase}; look at that device and host (load, clocks, its data)."
+            f"{lost}: {straggler.who()} is the slowest ({straggler.phase_words}); look at that device and host "
+            "(load, clocks, its data)."
         )
     if name == "ddp_overhead":
         return (

@@ -1,6 +1,11 @@
 """One answer per configuration: its DDP runs answered one by one (`causes`), then pooled over the
-runs (`estimates.pool`), which is what every view shows: the table, explain, the report, the
+runs (`estimates`: means, and ratios of pooled means with a t interval over the runs, K - 1 degrees
+of freedom), which is what every view shows: the table (`table_figures`), explain, the report, the
 closing screen and the gate. No torch.
+
+X is the mean throughput of the runs pooled; E(N) is that X over N times X(1) pooled alike, so the
+two printed side by side reproduce each other; a cause's points are its pooled seconds over the
+pooled DDP step, so points and milliseconds never differ in sign.
 
 A run the speed check flags (`probes`: its processes ran at another speed than the rest of the
 sweep) enters no pooled figure, unless every run of its configuration is flagged; the answer names
@@ -9,15 +14,31 @@ the runs it left out. A reference run it flags is likewise not divided by.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ddpbench.analysis.ablation import CAUSE_NAMES, NoAblation, read_ablation
 from ddpbench.analysis.causes import Cause, ExplainError, RunAnswer, answer_from_ablation, run_label
-from ddpbench.analysis.configurations import configuration_key, reference_runs, round_references
-from ddpbench.analysis.estimates import Estimate, points_lost, pool
+from ddpbench.analysis.configurations import (
+    SCRIPT_REFERENCE,
+    configuration_key,
+    efficiency_against,
+    is_reference,
+    reference_runs,
+    round_references,
+)
+from ddpbench.analysis.estimates import (
+    Estimate,
+    points_lost,
+    pool,
+    ratio_of_independent_means,
+    ratio_of_means,
+    t_975,
+)
 from ddpbench.analysis.probes import probe_flags
 from ddpbench.analysis.straggler import Straggler, pooled
 from ddpbench.analysis.without_ablation import answer_without_ablation
+from ddpbench.config.identity import identity_id
 from ddpbench.config.spec import strategy_order
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
@@ -58,8 +79,15 @@ class Answer:
     """The runs pooled."""
     left_out: dict[str, str] = field(default_factory=dict)
     """Runs of the configuration the speed check flagged and left out: run id -> why."""
+    throughput: Estimate | None = None
+    """X: the mean throughput of the runs pooled (what the table prints)."""
+    reference_throughput: Estimate | None = None
+    """X(1): the mean throughput of the kept reference runs."""
     efficiency: Estimate | None = None
+    """E(N) = X(N) / (N X(1)) of those two, unrounded."""
     in_process: Estimate | None = None
+    step: Estimate | None = None
+    """The step the causes' points are shares of (the ablation's DDP step), pooled."""
     gap: Estimate | None = None
     causes: dict[str, Cause] = field(default_factory=dict)
     checks: dict[str, Cause] = field(default_factory=dict)
@@ -108,8 +136,16 @@ class Answer:
         return sorted({n for run in self.runs for n, check in run.record.checks.items() if check.ok is None})
 
     def findings(self) -> list[str]:
-        """Causes that lost scaling beyond noise (a positive interval), largest first."""
-        found = [(name, cause) for name, cause in self.causes.items() if cause.significant and cause.points.value > 0]
+        """Causes that lost scaling beyond noise (a positive interval), largest first. Without the
+        in-process ablation a cause is measured once per run: only an interval over 3 or more runs
+        makes it a finding (`_pool_causes`), never one run's own."""
+        found = [
+            (name, cause)
+            for name, cause in self.causes.items()
+            if cause.significant
+            and cause.points.value > 0
+            and (self.in_place or (cause.points.over == "runs" and cause.points.samples >= 3))
+        ]
         return [name for name, _ in sorted(found, key=lambda item: -item[1].points.value)]
 
     def largest(self) -> list[str]:
@@ -126,36 +162,132 @@ class Answer:
         return loss is not None and loss.has_interval and loss.low <= 0 <= loss.high
 
 
-def _pool_causes(runs: list[RunAnswer], attribute: str, names) -> dict[str, Cause]:
-    found = {}
-    for name in names:
-        measured = [getattr(run, attribute)[name] for run in runs if name in getattr(run, attribute)]
-        seconds = [c.seconds for c in measured if c.seconds is not None]
-        points = [c.points for c in measured if c.points is not None]
-        basis = measured[0].basis if measured else ""
-        if measured:
-            found[name] = Cause(pool(seconds) if seconds else None, pool(points) if points else None, basis)
+def kept_runs(runs: list[Record], flags) -> list[Record]:
+    """The runs that enter a pooled figure: those the speed check did not flag, or all of them
+    where it flagged every one (the answer then says so)."""
+    return [run for run in runs if run.run_id not in flags] or list(runs)
+
+
+def pooled_throughput(runs: list[Record], flags) -> Estimate | None:
+    """X: the mean throughput of a configuration's kept runs, with a t interval over them."""
+    values = [run.metrics.throughput_units_per_s for run in kept_runs(runs, flags) if run.metrics]
+    return Estimate.of_runs(values) if values else None
+
+
+def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
+    """X(1) for one run, as the table prints it: its reference runs' pooled throughput (the speed
+    check's flagged runs left out while others remain); None, with the reason, without one."""
+    found, basis = reference_runs(record, records)
+    flags = {flag.run_id for flag in probe_flags([other for _, other in records])}
+    pooled = pooled_throughput(found, flags) if found else None
+    return (pooled.value if pooled else None), basis
+
+
+def pooled_efficiency(runs: list[Record], references: list[Record], flags) -> Estimate | None:
+    """E(N) = X(N) / (N X(1)) of the pooled X of the same kept runs the table shows, with the delta
+    method's interval over the runs; measured once on either side, the one run's steps' interval
+    (`configurations.efficiency_against`), which covers that run only."""
+    kept = [run for run in kept_runs(runs, flags) if run.metrics]
+    refs = [run for run in kept_runs(references, flags) if run.metrics]
+    if not kept or not refs:
+        return None
+    x_n = [run.metrics.throughput_units_per_s for run in kept]
+    x_1 = [run.metrics.throughput_units_per_s for run in refs]
+    estimate = ratio_of_independent_means(x_n, x_1, kept[0].spec.world_size)
+    if estimate.has_interval or len(kept) > 1:
+        return estimate
+    _, one = efficiency_against(kept[0], refs)
+    if one is None or not one.has_interval or not one.value > 0:
+        return estimate
+    return one.scaled(estimate.value / one.value)
+
+
+def _pooled_ratio(measured: list[tuple[Estimate, float]], scale: float, min_runs: int = 2) -> Estimate:
+    """A figure's runs (value, the step it is a share of) as the ratio of their means."""
+    if len(measured) == 1:
+        return measured[0][0].scaled(scale / measured[0][1])
+    found = ratio_of_means([e.value for e, _ in measured], [step for _, step in measured], "runs", scale)
+    if len(measured) < min_runs:
+        return Estimate(found.value, None, None, found.samples, "runs", None)
     return found
 
 
-def _pooled(values: list[Estimate | None]) -> Estimate | None:
-    present = [value for value in values if value is not None]
-    return pool(present) if present else None
+def _pool_causes(runs: list[RunAnswer], attribute: str, names) -> dict[str, Cause]:
+    """Each cause's seconds pooled over the runs, and its points the pooled seconds over the pooled
+    step (a ratio of means): the two never differ in sign. Figures measured once per run (a run
+    without the ablation) get an interval over the runs only from 3 runs on."""
+    found = {}
+    for name in names:
+        measured = [(run, getattr(run, attribute)[name]) for run in runs if name in getattr(run, attribute)]
+        if not measured:
+            continue
+        basis = measured[0][1].basis
+        if all(c.seconds is not None and c.seconds.over == "exact" for _, c in measured):
+            found[name] = Cause(Estimate.exact(0.0), Estimate.exact(0.0), basis)
+            continue
+        timed = [(run, c) for run, c in measured if c.seconds is not None]
+        if not timed:
+            found[name] = Cause(None, None, basis)
+            continue
+        once = any(c.seconds.over == "once" for _, c in timed) or not all(run.in_place for run, _ in timed)
+        # A check's points are over the timed step; a cause's over the ablation's DDP step.
+        step = (lambda run: run.step_s) if attribute == "checks" else (lambda run: run.cause_step_s)
+        if len(timed) == 1:
+            seconds, points = timed[0][1].seconds, timed[0][1].points
+        else:
+            seconds = pool([c.seconds for _, c in timed])
+            points = _pooled_ratio([(c.seconds, step(run)) for run, c in timed], 100.0, 3 if once else 2)
+            if once and len(timed) < 3:
+                seconds = Estimate(seconds.value, None, None, seconds.samples, "runs", None)
+        found[name] = Cause(seconds, points, basis)
+    return found
 
 
-def pool_runs(members: list[RunAnswer], flags: dict[str, str]) -> Answer:
+def pool_runs(members: list[RunAnswer], flags: dict[str, str], references: list[Record] | None = None) -> Answer:
+    """A configuration's answer from its runs' (`references`: its X(1) runs, every round's)."""
     kept = [run for run in members if run.run_id not in flags] or members
     left_out = {run.run_id: flags[run.run_id] for run in members if run not in kept}
     answer = Answer(kept, left_out, every_run=list(members))
-    answer.efficiency = _pooled([run.efficiency for run in kept])
-    answer.in_process = _pooled([run.in_process for run in kept])
-    answer.gap = _pooled([run.gap for run in kept])
+    records = [run.record for run in kept]
+    answer.throughput = pooled_throughput(records, flags)
+    if references is None:  # one run read alone (the closing screen): its own E(N)
+        references = []
+        answer.efficiency = kept[0].efficiency if len(kept) == 1 else None
+    else:
+        answer.reference_throughput = pooled_throughput(references, flags) if references else None
+        answer.efficiency = pooled_efficiency(records, references, flags) if references else None
+    placed = [run for run in kept if run.in_process is not None and run.bottom_step is not None]
+    if len(placed) == 1:
+        answer.in_process = placed[0].in_process
+    elif placed:
+        answer.in_process = ratio_of_means(
+            [run.bottom_step.value for run in placed], [run.ddp_step.value for run in placed], "runs"
+        )
+    steps = [run.cause_step_s for run in kept]
+    answer.step = Estimate.of_runs(steps) if len(steps) > 1 else kept[0].ddp_step or Estimate.of_runs(steps)
+    if answer.efficiency is not None and answer.in_process is not None:
+        answer.gap = _gap(answer.efficiency, answer.in_process)
     answer.causes = _pool_causes(kept, "causes", CAUSE_NAMES)
     answer.checks = _pool_causes(kept, "checks", ("reference_vs_alone", "timed_vs_ablation"))
     answer.straggler = pooled([run.straggler for run in kept])
-    references = {ref for run in members for ref in run.reference_run_ids}
-    answer.machine = [flags[run_id] for run_id in sorted({*answer.run_ids, *left_out, *references}) if run_id in flags]
+    reference_ids = {ref for run in members for ref in run.reference_run_ids} | {ref.run_id for ref in references}
+    answer.machine = [
+        flags[run_id] for run_id in sorted({*answer.run_ids, *left_out, *reference_ids}) if run_id in flags
+    ]
     return answer
+
+
+def _gap(efficiency: Estimate, in_process: Estimate) -> Estimate:
+    """E(N) - the in-process efficiency, percentage points: the check between two processes' speed
+    and the in-process figure, not a cause."""
+    value = 100 * (efficiency.value - in_process.value)
+    if efficiency.se is None or in_process.se is None:
+        return Estimate(value, None, None, min(efficiency.samples, in_process.samples), "runs", None)
+    se = 100 * math.hypot(efficiency.se, in_process.se)
+    samples = min(efficiency.samples, in_process.samples)
+    half = t_975(samples - 1) * se
+    over = "runs" if "runs" in (efficiency.over, in_process.over) else "rounds"
+    return Estimate(value, value - half, value + half, samples, over, se)
 
 
 def _order(record: Record) -> tuple:
@@ -187,6 +319,7 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
         raise ExplainError("no ok DDP run in the sweep: add `ddp` to --strategies (ddpbench sweep)")
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     grouped: dict[tuple, list[RunAnswer]] = {}
+    references: dict[tuple, dict[str, Record]] = {}
     # Runs refused for one reason are named together: a sweep's repeats usually share it.
     refused: dict[str, list[str]] = {}
     for record in sorted(runs, key=_order):
@@ -196,6 +329,60 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
             reason = str(exc).removeprefix(f"{record.run_id}: ")
             refused.setdefault(reason, []).append(record.run_id)
             continue
-        grouped.setdefault(configuration_key(record.spec), []).append(found)
+        key = configuration_key(record.spec)
+        grouped.setdefault(key, []).append(found)
+        references.setdefault(key, {}).update({run.run_id: run for run in reference_runs(record, records)[0]})
     problems = [f"{', '.join(run_ids)}: {reason}" for reason, run_ids in refused.items()]
-    return [pool_runs(members, flags) for members in grouped.values()], problems
+    answers = [pool_runs(members, flags, list(references[key].values())) for key, members in grouped.items()]
+    return answers, problems
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the scaling table shows of one configuration, from the same estimates as its answer."""
+
+    throughput: Estimate | None
+    efficiency: Estimate | None
+    in_process: Estimate | None
+    runs: int
+    left_out: int
+    reference: str
+    """Where E(N) is blank, why (no X(1) run in the sweep); else what X(1) is, where it needs saying."""
+    configuration: str
+    """The configuration's identity, as a short id (`config.identity.identity_id`)."""
+
+
+def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
+    """Run id -> its configuration's figures, for every ok run: X pooled over the kept runs, E(N)
+    of that X against X(1) pooled alike (1 exactly for a reference run), and the in-process
+    efficiency; a configuration explain answers takes its answer's figures, so the table and
+    explain print one estimate."""
+    flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
+    try:
+        answers = answer_sweep(records)[0]
+    except ExplainError:
+        answers = []
+    by_key = {configuration_key(answer.record.spec): answer for answer in answers}
+    groups: dict[tuple, list[Record]] = {}
+    for _, record in records:
+        if record.status == "ok" and record.metrics is not None:
+            groups.setdefault(configuration_key(record.spec), []).append(record)
+    found = {}
+    for key, runs in groups.items():
+        kept = kept_runs(runs, flags)
+        answer = by_key.get(key)
+        throughput = pooled_throughput(runs, flags)
+        references, reason = reference_runs(runs[0], records)
+        script = runs[0].spec.script is not None
+        reference = ("" if not script else SCRIPT_REFERENCE) if references or is_reference(runs[0].spec) else reason
+        if answer is not None:
+            throughput, efficiency, in_process = answer.throughput, answer.efficiency, answer.in_process
+        elif is_reference(runs[0].spec):
+            efficiency, in_process = Estimate.exact(1.0), None  # X(1) against itself, by definition
+        else:
+            efficiency, in_process = pooled_efficiency(runs, references, flags) if references else None, None
+        figures = Figures(
+            throughput, efficiency, in_process, len(kept), len(runs) - len(kept), reference, identity_id(runs[0].spec)
+        )
+        found.update({run.run_id: figures for run in runs})
+    return found

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ddpbench.analysis.ablation import CAUSE_NAMES, ZERO_AT_ONE_RANK, Ablation
 from ddpbench.analysis.configurations import efficiency_against
-from ddpbench.analysis.estimates import Estimate, points_lost, standard_error
+from ddpbench.analysis.estimates import Estimate, points_lost, ratio_of_means, standard_error
 from ddpbench.analysis.registry import record_iteration_times_s
 from ddpbench.analysis.straggler import Straggler, from_ablation
 from ddpbench.config.workloads import short_workload_name
@@ -122,7 +122,7 @@ class Cause:
     seconds: Estimate | None
     """Seconds per step; None where the run could not measure it (`basis` says why)."""
     points: Estimate | None
-    """Percentage points of efficiency (seconds over the DDP step, x 100)."""
+    """Percentage points of efficiency: the mean seconds over the mean DDP step, x 100."""
     basis: str
 
     @property
@@ -164,7 +164,15 @@ class RunAnswer:
     """E(N) - the in-process efficiency, percentage points (with the ablation and a reference run)."""
     ddp_step: Estimate | None = None
     """The ablation's DDP step, seconds: what the causes' points are shares of."""
+    bottom_step: Estimate | None = None
+    """The ablation's one-device step, seconds: the in-process efficiency is it over `ddp_step`."""
     rounds: int = 0
+
+    @property
+    def cause_step_s(self) -> float:
+        """The step a cause's points are shares of: the ablation's DDP step, or without the
+        ablation the timed window's."""
+        return self.ddp_step.value if self.ddp_step is not None else self.step_s
 
     @property
     def run_id(self) -> str:
@@ -187,6 +195,14 @@ def step_time_s(record: Record) -> float:
     return record.metrics.window_s / record.metrics.timed_steps
 
 
+def in_process_efficiency(ablation: Ablation) -> Estimate:
+    """One run's in-process efficiency: its mean one-device step over its mean DDP step (a ratio of
+    means over the rounds, so 1 minus it is the causes' points added up)."""
+    bottom, top = ablation.rounds["bottom"], ablation.rounds["top"]
+    paired = [r for r in bottom if r in top]
+    return ratio_of_means([bottom[r] for r in paired], [top[r] for r in paired], "rounds")
+
+
 def answer_from_ablation(
     record: Record, ablation: Ablation, references: list[Record], reference_ids: list[str]
 ) -> RunAnswer:
@@ -201,11 +217,15 @@ def answer_from_ablation(
         if one and name in ZERO_AT_ONE_RANK:
             causes[name] = Cause(Estimate.exact(0.0), Estimate.exact(0.0), "one rank: nothing shared, no network")
             continue
-        points = [100 * values[r] / top[r] for r in values if r in top]
-        causes[name] = Cause(Estimate.of_rounds(list(values.values())), Estimate.of_rounds(points), _basis(name))
+        paired = [r for r in values if r in top]
+        # Points are the cause's mean over the mean DDP step (a ratio of means), so they read as
+        # its milliseconds over the step beside them, sign and all.
+        points = ratio_of_means([values[r] for r in paired], [top[r] for r in paired], "rounds", 100.0)
+        causes[name] = Cause(Estimate.of_rounds(list(values.values())), points, _basis(name))
     step = step_time_s(record)
     reference_step, efficiency = efficiency_against(record, references)
-    in_process = Estimate.of_rounds(list(rounds["efficiency"].values()))
+    in_process = in_process_efficiency(ablation)
+    paired = [r for r in rounds["bottom"] if r in top]
     ddp_step = Estimate.of_rounds(list(top.values()))
     answer = RunAnswer(
         record,
@@ -218,6 +238,7 @@ def answer_from_ablation(
         from_ablation(record, ablation),
         in_place=True,
         ddp_step=ddp_step,
+        bottom_step=Estimate.of_rounds([rounds["bottom"][r] for r in paired]),
         rounds=ablation.round_count(),
     )
     if efficiency is not None:

@@ -1,27 +1,26 @@
 """What a configuration is, which run is its X(1), and E(N) pooled over a configuration's runs. No
 torch.
 
-A configuration is everything that defines what a run measures: workload, size, precision, device,
-scaling mode, threads per device, strategy, world size, batch and DDP options. Its runs (a sweep's
-repeats) are samples of the same thing, in separate processes at separate times.
+A configuration is everything that defines what a run measures, one identity for every view
+(`config.identity`). Its runs (a sweep's repeats) are samples of the same thing, in separate
+processes at separate times.
 
-E(N) is pooled as per-run ratios: each run of a configuration is divided by the reference run of
-its own round (the sweep runs one round of every configuration after another, so the two ran
-minutes apart), or, where that round has none, by the median of the reference runs; the
-configuration's E(N) is the mean of those ratios with a t interval over the runs
-(`estimates.pool`). A run the speed check flags (`probes`) enters no pooled figure, unless every
-run of the configuration is flagged.
+One run's E(N) (`efficiency_against`, what explain --detail shows per run) divides it by the
+reference run of its own round (the sweep runs one round of every configuration after another, so
+the two ran minutes apart), or, where that round has none, by the median of the reference runs. A
+configuration's E(N) is not pooled from those: it is the ratio of its pooled X to the pooled X(1)
+(`answers.pooled_efficiency`), so it reproduces the X printed beside it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
 
 from ddpbench.analysis.estimates import Estimate, standard_error
 from ddpbench.analysis.registry import record_iteration_times_s
+from ddpbench.config.identity import identity, identity_key
 from ddpbench.config.spec import RunSpec
 from ddpbench.config.workloads import SCRIPT_PREFIX
 from ddpbench.records.schema import Record
@@ -36,8 +35,20 @@ def threads_per_device(spec: RunSpec) -> int | None:
 
 
 def setting_key(spec: RunSpec) -> tuple:
-    """What X(1) must share with a run: workload, size, precision, device, scaling, threads per device."""
-    return (spec.workload, spec.size, spec.precision, spec.device, spec.scaling, threads_per_device(spec))
+    """What X(1) must share with a run: its configuration (`config.identity`) but for the strategy,
+    world size, nodes, batch and DDP knobs, with threads per device for threads per rank."""
+    found = identity(spec)
+    return (
+        found["workload"],
+        json.dumps(found["script"]),
+        found["size"],
+        found["precision"],
+        found["device"],
+        found["scaling"],
+        threads_per_device(spec),
+        found["num_workers"],
+        found["data_dir"],
+    )
 
 
 def reference_batch(spec: RunSpec) -> int | None:
@@ -49,8 +60,8 @@ def reference_batch(spec: RunSpec) -> int | None:
 
 
 def configuration_key(spec: RunSpec) -> tuple:
-    ddp = json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else ""
-    return (*setting_key(spec), spec.strategy_name, spec.world_size, spec.batch_size, ddp)
+    """The configuration's identity (`config.identity`): its runs are repeats of each other."""
+    return identity_key(spec)
 
 
 def is_script(workload: str) -> bool:
@@ -93,13 +104,6 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
         return [], reason
     kind = "DDP x1" if script else "local"
     return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
-
-
-def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> tuple[float | None, str]:
-    """X(1) for one run: the median throughput of its reference runs; None, with the reason, without one."""
-    found, basis = reference_runs(record, records)
-    values = [run.metrics.throughput_units_per_s for run in found if run.metrics]
-    return (statistics.median(values) if values else None), basis
 
 
 def round_references(record: Record, candidates: list[Record], flagged: set[str]) -> list[Record]:

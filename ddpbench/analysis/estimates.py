@@ -3,12 +3,16 @@ runs. No torch.
 
 One run is one sample of the machine: the same configuration's figures move from one process to the
 next by more than one run's rounds can see (on the 2-core development machine, 23 % apart in one
-make bench: docs/measurements/cpu-suite.md). So a configuration's figure is pooled over its runs
-(`pool`): the mean of the runs' figures, with a Student's t interval over the runs (K - 1 degrees of
-freedom). Where the runs happen to agree more closely than their own rounds allow, the rounds'
-variance holds instead (the mean of the runs' squared standard errors over K, with the rounds'
-degrees of freedom). A configuration measured once keeps its run's interval, which covers that run's
-rounds only (`over == "rounds"`).
+make bench: docs/measurements/cpu-suite.md). So a configuration's figure is pooled over its runs,
+with one rule: a mean is the mean of the runs' figures (`pool`), a ratio is the ratio of the pooled
+means (`ratio_of_means`, `ratio_of_independent_means`), its standard error from the delta method,
+and its interval is Student's t over the runs with K - 1 degrees of freedom, whatever the runs show.
+The interval covers this configuration's long-run mean on this machine. A configuration measured
+once keeps its run's interval, which covers that run's rounds only (`over == "rounds"`).
+
+A ratio of means, not a mean of ratios: single steps range from a fifth to one and a half times
+each other, and the mean of their ratios is biased (it can print a cause larger than the whole
+loss, or of the other sign than its milliseconds).
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ class Estimate:
         return cls(mean, mean - half, mean + half, len(values), "rounds", se)
 
     @classmethod
+    def of_runs(cls, values: list[float]) -> Estimate:
+        """The mean of a configuration's per-run values, with a t interval over the runs (K - 1)."""
+        mean = statistics.fmean(values)
+        return _interval(mean, standard_error(values), len(values), "runs")
+
+    @classmethod
     def exact(cls, value: float) -> Estimate:
         """Zero (or any value) by construction: one rank shares nothing and sends nothing."""
         return cls(value, value, value, 0, "exact", 0.0)
@@ -126,29 +136,51 @@ class Estimate:
 
 
 def pool(estimates: list[Estimate]) -> Estimate:
-    """A configuration's figure from its runs' (see the module's docstring). Exact figures stay
-    exact; one run keeps its own interval."""
+    """A configuration's figure from its runs' (see the module's docstring): their mean, with a t
+    interval over the runs, K - 1 degrees of freedom. Exact figures stay exact; one run keeps its
+    own interval."""
     if not estimates:
         raise ValueError("nothing to pool")
     if all(estimate.over == "exact" for estimate in estimates):
         return Estimate.exact(statistics.fmean(e.value for e in estimates))
     if len(estimates) == 1:
         return estimates[0]
-    runs = len(estimates)
-    mean = statistics.fmean(e.value for e in estimates)
-    # Two estimates of the mean's variance, each with its own degrees of freedom: the runs' spread
-    # (K - 1) and, where that spread is smaller than the runs' own rounds allow, their rounds'
-    # (the rounds of all runs together, pooled). The larger one holds.
-    spread = statistics.variance([e.value for e in estimates]) / runs
-    within = [e for e in estimates if e.se is not None and math.isfinite(e.se)]
-    floor = statistics.fmean(e.se**2 for e in within) / runs if within else 0.0
-    if spread >= floor:
-        variance, df = spread, runs - 1
-    else:
-        variance, df = floor, sum(max(e.samples - 1, 1) for e in within)
-    se = math.sqrt(variance)
-    half = t_975(df) * se
-    return Estimate(mean, mean - half, mean + half, runs, "runs", se)
+    return Estimate.of_runs([e.value for e in estimates])
+
+
+def _interval(value: float, se: float, samples: int, over: str) -> Estimate:
+    if not math.isfinite(se) or samples < 2:
+        return Estimate(value, None, None, samples, over, None)
+    half = t_975(samples - 1) * se
+    return Estimate(value, value - half, value + half, samples, over, se)
+
+
+def ratio_of_means(numerators: list[float], denominators: list[float], over: str, scale: float = 1.0) -> Estimate:
+    """mean(numerators) / mean(denominators) x scale, paired samples (the rounds of one run, or the
+    runs of one configuration), with the delta method's standard error (the residuals
+    a - R b over the mean of b) and Student's t at n - 1 degrees of freedom."""
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError("a ratio of means needs paired, non-empty samples")
+    mean_b = statistics.fmean(denominators)
+    ratio = statistics.fmean(numerators) / mean_b
+    samples = len(numerators)
+    if samples < 2:
+        return Estimate(ratio * scale, None, None, samples, over, None)
+    residuals = [(a - ratio * b) / mean_b for a, b in zip(numerators, denominators)]
+    return _interval(ratio * scale, abs(scale) * standard_error(residuals), samples, over)
+
+
+def ratio_of_independent_means(numerators: list[float], denominators: list[float], divisor: float = 1.0) -> Estimate:
+    """mean(numerators) / (divisor x mean(denominators)) over two independent sets of runs (a
+    configuration's and its reference's), with the delta method's standard error and Student's t at
+    min(K) - 1 degrees of freedom; no interval where either side ran once."""
+    mean_a, mean_b = statistics.fmean(numerators), statistics.fmean(denominators)
+    value = mean_a / (divisor * mean_b)
+    samples = min(len(numerators), len(denominators))
+    if samples < 2:
+        return Estimate(value, None, None, samples, "runs", None)
+    relative = math.hypot(standard_error(numerators) / mean_a, standard_error(denominators) / mean_b)
+    return _interval(value, abs(value) * relative, samples, "runs")
 
 
 def points_lost(efficiency: Estimate) -> Estimate:

@@ -5,8 +5,8 @@ Definitions (also in the README):
 - speedup S(N) = X(N) / X(1), where X(1) is the `local` run (one device, no wrapper).
 - scaling efficiency E(N) = X(N) / (N * X(1)). With weak scaling (the default) every device keeps
   its batch; with strong scaling the global batch is fixed and split over the devices.
-A configuration run several times shows once: X(N) is the median of its runs, E(N) and the
-in-process efficiency are pooled over them with their 95 % intervals (`configurations` says how).
+A configuration run several times shows once, with the answers model's figures (`answers`): X(N)
+the mean of its runs, E(N) of those X, the in-process efficiency, each with its 95 % interval.
 """
 
 from __future__ import annotations
@@ -20,17 +20,10 @@ import pandas as pd
 
 from ddpbench.analysis import registry
 from ddpbench.analysis.ablation import NoAblation, read_ablation
-from ddpbench.analysis.configurations import (
-    SCRIPT_REFERENCE,
-    efficiency_against,
-    is_script,
-    reference_runs,
-    round_references,
-)
-from ddpbench.analysis.configurations import (
-    is_reference as is_reference_spec,
-)
-from ddpbench.analysis.estimates import Estimate, pool
+from ddpbench.analysis.answers import table_figures
+from ddpbench.analysis.causes import in_process_efficiency as in_process_of
+from ddpbench.analysis.configurations import threads_per_device
+from ddpbench.analysis.estimates import Estimate
 from ddpbench.analysis.labels import strategy_label
 from ddpbench.analysis.probes import probe_flags
 from ddpbench.config.spec import TORCHRUN_STRATEGIES, strategy_order
@@ -104,8 +97,7 @@ def record_row(record: Record, path: str | None = None) -> dict:
         "batch_size": batch,
         "global_batch": batch * spec.world_size if batch else None,
         "threads_per_rank": threads,
-        # DataParallel's one process drives N devices with N slices of cores.
-        "threads_per_device": threads // spec.nproc if threads and spec.strategy == "dp" else threads,
+        "threads_per_device": threads_per_device(spec),
         "ddp_options": json.dumps(dataclasses.asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else "",
         "sample_unit": metrics.sample_unit if metrics else None,
         "timed_steps": metrics.timed_steps if metrics else None,
@@ -141,7 +133,7 @@ def in_process_efficiency(record: Record) -> Estimate | None:
     if record.status != "ok" or record.spec.strategy != "ddp":
         return None
     try:
-        return Estimate.of_rounds(list(read_ablation(record).rounds["efficiency"].values()))
+        return in_process_of(read_ablation(record))
     except NoAblation:
         return None
 
@@ -163,89 +155,39 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     # the sentence that says so, or empty.
     flags = {flag.run_id: flag.sentence() for flag in probe_flags([record for _, record in records])}
     frame["probe_flag"] = [flags.get(run_id, "") for run_id in frame["run_id"]]
-    # Each run's E(N) against the reference run of its own round (`configurations`), to be pooled.
-    found = {}
-    for _, record in records:
-        if record.status == "ok" and record.metrics is not None and is_reference_spec(record.spec):
-            found[record.run_id] = Estimate.exact(1.0)  # X(1) against itself, by definition
-        elif record.status == "ok" and record.metrics is not None:
-            candidates, _ = reference_runs(record, records)
-            found[record.run_id] = efficiency_against(record, round_references(record, candidates, set(flags)))[1]
-    for column, read in (("value", "value"), ("low", "low"), ("high", "high"), ("se", "se"), ("samples", "samples")):
-        name = "run_efficiency" if column == "value" else f"run_efficiency_{column}"
-        frame[name] = [getattr(found[r], read) if found.get(r) is not None else None for r in frame["run_id"]]
+    # Each run's configuration's figures, as explain answers it (`answers.table_figures`): the
+    # table prints them, it does not pool them again.
+    figures = table_figures(records)
+    for name in ("throughput", "efficiency", "in_process"):
+        for part in ("value", "low", "high"):
+            column = f"configuration_{name}" + ("" if part == "value" else f"_{part}")
+            frame[column] = [_part(figures, run_id, name, part) for run_id in frame["run_id"]]
+    frame["configuration"] = [figures[r].configuration if r in figures else r for r in frame["run_id"]]
+    frame["configuration_reference"] = [figures[r].reference if r in figures else "" for r in frame["run_id"]]
+    frame["configuration_runs"] = [figures[r].runs if r in figures else None for r in frame["run_id"]]
+    frame["configuration_left_out"] = [figures[r].left_out if r in figures else None for r in frame["run_id"]]
     return frame
 
 
-def _setting(row: pd.Series) -> tuple:
-    """A row's CONFIGURATION as a key: a script has no size, and NaN never equals NaN."""
-    return tuple(None if pd.isna(row[c]) else row[c] for c in CONFIGURATION)
-
-
-def _reference_batch(row: pd.Series) -> float:
-    """The local run that is this row's X(1) has the per-device batch (weak scaling) or the
-    global batch (strong scaling: one device takes it all)."""
-    return row["batch_size"] if row["scaling"] == "weak" else row["global_batch"]
-
-
-def is_reference(rows: pd.DataFrame) -> pd.Series:
-    """The rows that are X(1): a workload's local run; a script's DDP run at world size 1."""
-    scripts = rows["workload"].astype(str).str.startswith(SCRIPT_PREFIX)
-    ddp_one = (rows["strategy"] == "ddp") & (rows["world_size"] == 1)
-    return (~scripts & (rows["strategy"] == "local")) | (scripts & ddp_one)
-
-
-def _estimates(rows: pd.DataFrame, prefix: str, value: str) -> list[Estimate]:
-    """The rows' per-run estimates (value, low, high, se and samples columns) that have a value: the
-    same estimates `estimates.pool` gets from explain, so the table pools them alike."""
-    found = []
-    for _, row in rows.iterrows():
-        if pd.isna(row[value]):
-            continue
-        low, high, se, samples = (row[f"{prefix}_{part}"] for part in ("low", "high", "se", "samples"))
-        has = not (pd.isna(low) or pd.isna(high))
-        found.append(
-            Estimate(
-                float(row[value]),
-                float(low) if has else None,
-                float(high) if has else None,
-                int(samples) if not pd.isna(samples) else 1,
-                "exact" if has and low == high else "rounds",
-                None if pd.isna(se) else float(se),
-            )
-        )
-    return found
-
-
-def _pooled_columns(rows: pd.DataFrame) -> pd.Series:
-    """A configuration's E(N) and in-process efficiency pooled over its runs (runs the speed check
-    flagged left out, unless all were), with their intervals."""
-    kept = rows[rows["probe_flag"] == ""] if (rows["probe_flag"] == "").any() else rows
-    found = {}
-    for name, prefix, value in (
-        ("efficiency", "run_efficiency", "run_efficiency"),
-        ("in_process_efficiency", "in_process", "in_process_efficiency"),
-    ):
-        estimates = _estimates(kept, prefix, value)
-        estimate = pool(estimates) if estimates else None
-        found[name] = estimate.value if estimate else np.nan
-        found[f"{name}_low"] = estimate.low if estimate and estimate.low is not None else np.nan
-        found[f"{name}_high"] = estimate.high if estimate and estimate.high is not None else np.nan
-        found[f"{name}_runs"] = len(estimates)
-    found["runs_left_out"] = len(rows) - len(kept)
-    return pd.Series(found)
+def _part(figures: dict, run_id: str, name: str, part: str) -> float | None:
+    estimate = getattr(figures[run_id], name) if run_id in figures else None
+    value = getattr(estimate, part) if estimate is not None else None
+    return np.nan if value is None else value
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration, strategy and world size (ok runs only): the table's metrics (the
-    median of its runs), E(N) against X(1), the local run of the same configuration, and the
-    in-process efficiency, both pooled over the configuration's runs with their 95 % intervals, and
+    """One row per configuration, strategy and world size (ok runs only): X, E(N) against X(1) (the
+    local run of the same configuration) and the in-process efficiency from the answers model
+    (`answers.table_figures`), with their 95 % intervals, the table's other metrics (the median of
+    its runs), and
     speedup = E(N) x N. Runs that differ in size, precision, device, batch, threads per device,
     scaling mode or DDP options are never combined. Without a matching local run, speedup and
     efficiency stay empty and `reference` says why. `in_run_efficiency` and its half-width are the
     in-process efficiency under the names scaling.csv had before 0.2."""
     numeric = [metric.name for metric in registry.METRICS if metric.in_scaling_table]
-    keys = CONFIGURATION + ["strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
+    # `configuration` is the identity (`config.identity`): it alone decides which runs are one row;
+    # the other keys are what the row shows of it.
+    keys = ["configuration", *CONFIGURATION, "strategy", "world_size", "batch_size", "global_batch", "ddp_options"]
     pooled = [
         f"{name}{part}" for name in ("efficiency", "in_process_efficiency") for part in ("", "_low", "_high", "_runs")
     ]
@@ -275,30 +217,31 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
+    # X, E(N) and the in-process efficiency are the configuration's, from the answers model; the
+    # table's other metrics are the median of the runs.
+    medians = [name for name in numeric if name != "throughput"]
     grouped = ok.groupby(keys, as_index=False, dropna=False).agg(
-        **{name: (name, "median") for name in numeric},
+        **{name: (name, "median") for name in medians},
+        throughput=("configuration_throughput", "first"),
+        efficiency=("configuration_efficiency", "first"),
+        efficiency_low=("configuration_efficiency_low", "first"),
+        efficiency_high=("configuration_efficiency_high", "first"),
+        in_process_efficiency=("configuration_in_process", "first"),
+        in_process_efficiency_low=("configuration_in_process_low", "first"),
+        in_process_efficiency_high=("configuration_in_process_high", "first"),
+        runs_left_out=("configuration_left_out", "first"),
+        reference=("configuration_reference", "first"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
         oversubscribed=("oversubscribed", "any"),
         busy=("busy", "any"),
     )
-    figures = ok.groupby(keys, dropna=False)[list(ok.columns)].apply(_pooled_columns).reset_index()
-    grouped = grouped.merge(figures, on=keys, how="left")
-    has_reference = set()
-    for _, row in grouped[is_reference(grouped)].iterrows():
-        has_reference.add(_setting(row) + (row["batch_size"],))
-    notes = []
-    for _, row in grouped.iterrows():
-        key = _setting(row) + (_reference_batch(row),)
-        script = is_script(row["workload"])
-        notes.append(
-            (SCRIPT_REFERENCE if script else "")
-            if key in has_reference
-            else f"no {'DDP x1' if script else 'local'} run with batch {_reference_batch(row):.0f} and "
-            f"{row['threads_per_device']} thread(s) per device"
-        )
-    table = grouped.assign(reference=notes)
+    grouped["efficiency_runs"] = grouped["runs"] - grouped["runs_left_out"]
+    grouped["in_process_efficiency_runs"] = np.where(
+        grouped["in_process_efficiency"].notna(), grouped["efficiency_runs"], 0
+    )
+    table = grouped
     without = table["reference"].str.startswith("no ")
     for column in ("efficiency", "efficiency_low", "efficiency_high"):
         table.loc[without, column] = np.nan
@@ -407,7 +350,8 @@ def format_side_by_side(table: pd.DataFrame) -> str:
     )
     most = int(table["runs"].max())
     pooled = (
-        f" Each configuration ran {most} times: X is their median, E ± its 95 % interval over the runs."
+        f" Each configuration ran {most} times: X is their mean, E is the X(N) beside it over N times X(1), ± its"
+        " 95 % interval (delta method, Student's t over the runs)."
         if most > 1
         else " One run per configuration: each ± covers that run's steps only, not the next run."
     )
@@ -435,20 +379,13 @@ def format_side_by_side(table: pd.DataFrame) -> str:
 
 
 def blank_efficiency_lines(table: pd.DataFrame) -> str:
-    """Why a row's E is blank: the X(1) it needs is not in the sweep (a script that keeps its global
-    batch, as nanoGPT does, steps another per-device batch at world size 1)."""
-    lines = []
-    references = table[is_reference(table)]
-    for _, row in table[table["reference"].str.startswith("no ")].iterrows():
-        line = f"\nE blank for {row['workload']} {row['strategy']} x{row['world_size']}: {row['reference']}"
-        others = references[references["workload"] == row["workload"]]["batch_size"]
-        if is_script(row["workload"]) and not others.empty:
-            line += (
-                f"; its DDP x1 run stepped {', '.join(f'{b:.0f}' for b in sorted(set(others)))} per device: the "
-                "script keeps its global batch (strong scaling), which E against the same per-device batch does "
-                "not cover"
-            )
-        lines.append(line)
+    """Why a row's E is blank: the X(1) it needs is not in the sweep (`configurations.reference_runs`
+    says why; a script that keeps its global batch, as nanoGPT does, steps another per-device batch
+    at world size 1)."""
+    lines = [
+        f"\nE blank for {row['workload']} {row['strategy']} x{row['world_size']}: {row['reference']}"
+        for _, row in table[table["reference"].str.startswith("no ")].iterrows()
+    ]
     return "".join(dict.fromkeys(lines))
 
 

@@ -30,7 +30,6 @@ RANK_COLUMNS = [
     "step_p50_s",
     "step_p90_s",
     "step_max_s",
-    "slowest_steps_pct",
     "no_sync_p50_s",
     "measure_s",
     "above_median_pct",
@@ -50,13 +49,13 @@ def hosts(record: Record) -> list[str]:
 
 
 def rank_frame(record: Record) -> pd.DataFrame:
-    """One row per rank: its host, step-time percentiles, how often it was the slowest rank of a
-    step, its no_sync replay median where there is one, and how far the straggler measure sits
-    above the median rank's."""
+    """One row per rank: its host, step-time percentiles, its no_sync replay median where there is
+    one, and how far the straggler measure sits above the median rank's. (No "slowest rank in % of
+    steps": under DDP the ranks step in lockstep, so that count names someone every step whatever
+    the ranks are; whether one held the others back is `straggler`'s.)"""
     matrix = step_matrix(record)
     if matrix is None:
         return pd.DataFrame(columns=RANK_COLUMNS)
-    slowest = np.bincount(matrix.argmax(axis=0), minlength=matrix.shape[0])
     percentiles = np.percentile(matrix, [50, 90], axis=1)
     frame = pd.DataFrame(
         {
@@ -65,7 +64,6 @@ def rank_frame(record: Record) -> pd.DataFrame:
             "step_p50_s": percentiles[0],
             "step_p90_s": percentiles[1],
             "step_max_s": matrix.max(axis=1),
-            "slowest_steps_pct": 100.0 * slowest / matrix.shape[1],
         }
     )
     replay = record.overlap.no_sync if record.overlap else None

@@ -17,8 +17,11 @@ noise would read as a positive wait. So identical ranks read zero on average, an
 straggler only where its 95 % interval excludes zero and both halves chose the same rank.
 
 The phase: with the ablation, the phase (data, forward, backward, optimizer) of the slowest rank's
-own step on DDP on one rank that is longest beyond the median rank's; with traces, the slowest
-rank's phase that holds most of the critical path across ranks. The replay times whole steps only.
+own step on DDP on one rank that is longest beyond the median rank's, named only where that lead is
+beyond noise (its 95 % interval over the rounds, or pooled over the runs, above zero); else the rank
+is named with "phase unclear". With traces, the lead is the slowest rank's time on the critical
+path across ranks in that phase beyond the other ranks' mean, per profiled step, with its interval
+over the steps. The replay times whole steps only: a rank it names has its phase unclear.
 """
 
 from __future__ import annotations
@@ -52,10 +55,18 @@ class Straggler:
     """ablation, collectives, replay, or none."""
     halves_agree: bool = True
     phase: str | None = None
-    """The phase the slowest rank was in (data, forward, backward, optimizer), where seen."""
+    """The phase the slowest rank was in (data, forward, backward, optimizer), where its lead is
+    beyond noise; None: phase unclear."""
     host: str | None = None
     why_not: str = ""
     """Where no source applies: why."""
+    leads: dict[str, Estimate] | None = None
+    """Per phase, the slowest rank's lead over the median rank's (seconds per step), where measured."""
+
+    @property
+    def phase_words(self) -> str:
+        """`in its backward`, or `phase unclear` where no phase's lead is beyond noise."""
+        return f"in its {self.phase}" if self.phase else "phase unclear"
 
     @property
     def named(self) -> bool:
@@ -77,8 +88,7 @@ class Straggler:
             return f"Cannot tell whether a rank held the others back: {self.why_not}."
         figure = _figure(self.wait)
         if self.named:
-            phase = f", in its {self.phase}" if self.phase else ""
-            return f"{self.who().capitalize()} held the others back{phase}: they wait {figure} for it."
+            return f"{self.who().capitalize()} held the others back ({self.phase_words}): they wait {figure} for it."
         if self.wait.significant and self.wait.value > 0:
             return (
                 f"The ranks take turns being the slowest (the halves name different ranks): the others wait "
@@ -95,6 +105,7 @@ class Straggler:
             "source": self.source,
             "halves_agree": self.halves_agree,
             "wait_s": self.wait.as_dict() if self.wait else None,
+            "phase_leads_s": {phase: lead.as_dict() for phase, lead in (self.leads or {}).items()},
             "why_not": self.why_not or None,
         }
 
@@ -117,11 +128,20 @@ def from_ablation(record: Record, ablation: Ablation) -> Straggler:
         return Straggler(Estimate.exact(0.0), None, "ablation", why_not="one rank: no other rank to wait for")
     wait = Estimate.of_rounds(list(ablation.rounds["straggler_wait"].values()))
     leads = {
-        phase: statistics.fmean(values.values()) for phase in PHASES if (values := ablation.rounds.get(f"lead:{phase}"))
+        phase: Estimate.of_rounds(list(values.values()))
+        for phase in PHASES
+        if (values := ablation.rounds.get(f"lead:{phase}"))
     }
-    phase = max(leads, key=leads.get) if leads and max(leads.values()) > 0 else None
     slowest = ablation.slowest_rank
-    return Straggler(wait, slowest, "ablation", ablation.halves_agree, phase, _host(record, slowest))
+    return Straggler(
+        wait, slowest, "ablation", ablation.halves_agree, lead_phase(leads), _host(record, slowest), leads=leads
+    )
+
+
+def lead_phase(leads: dict[str, Estimate]) -> str | None:
+    """The phase whose lead is largest among those beyond noise and positive; None: phase unclear."""
+    beyond = {phase: lead.value for phase, lead in leads.items() if lead.significant and lead.value > 0}
+    return max(beyond, key=beyond.get) if beyond else None
 
 
 def _split_half(per_rank: np.ndarray, slowest_is_min: bool) -> tuple[list[float], list[int], bool]:
@@ -150,8 +170,6 @@ def _split_half(per_rank: np.ndarray, slowest_is_min: bool) -> tuple[list[float]
 
 def from_collectives(record: Record, job) -> Straggler:
     """From a CrossRankJob (`ddpbench.analysis.collectives.match_job`) of the run's traces."""
-    from ddpbench.analysis.critical_path import job_paths, path_summary
-
     steps = sorted(job.steps)
     waits = np.zeros((job.ranks, len(steps)))
     position = {step: i for i, step in enumerate(steps)}
@@ -163,9 +181,29 @@ def from_collectives(record: Record, job) -> Straggler:
     wait = Estimate.of_rounds(values)
     slowest = Counter(chosen).most_common(1)[0][0]
     rank = job.timelines[slowest].rank
-    held = [row for row in path_summary(job_paths(job))["held"] if row["rank"] == rank and row["phase"] in PHASES]
-    phase = max(held, key=lambda row: row["ms_per_step"])["phase"] if held else None
-    return Straggler(wait, rank, "collectives", agree, phase, _host(record, rank))
+    leads = _path_leads(job, rank)
+    return Straggler(wait, rank, "collectives", agree, lead_phase(leads), _host(record, rank), leads=leads or None)
+
+
+def _path_leads(job, rank: int) -> dict[str, Estimate]:
+    """Per phase, per profiled step, the slowest rank's time on the critical path across ranks
+    beyond the other ranks' mean in the same phase, with its interval over the steps."""
+    from ddpbench.analysis.critical_path import job_paths
+
+    others = [timeline.rank for timeline in job.timelines if timeline.rank != rank]
+    paths = job_paths(job)
+    if not others or len(paths) < 2:
+        return {}
+    held = [path.by_rank_phase() for path in paths]
+    return {
+        phase: Estimate.of_rounds(
+            [
+                (step.get((rank, phase), 0.0) - statistics.fmean(step.get((o, phase), 0.0) for o in others)) / 1e6
+                for step in held
+            ]
+        )
+        for phase in PHASES
+    }
 
 
 def from_replay(record: Record) -> Straggler | None:
@@ -204,16 +242,22 @@ def pooled(found: list[Straggler]) -> Straggler:
         return measured[0]
     ranks = Counter(s.rank for s in measured if s.rank is not None)
     rank = ranks.most_common(1)[0][0] if ranks else None
-    phases = Counter(s.phase for s in measured if s.phase and s.rank == rank)
     agree = all(s.halves_agree for s in measured) and len(ranks) <= 1
     sources = {s.source for s in measured}
+    # Each phase's lead pooled over the runs that name this rank (t over those runs): the phase is
+    # named only where its pooled lead is beyond noise.
+    same = [s for s in measured if s.rank == rank and s.leads]
+    leads = {
+        phase: pool([s.leads[phase] for s in same]) for phase in PHASES if same and all(phase in s.leads for s in same)
+    }
     return Straggler(
         pool([s.wait for s in measured]),
         rank,
         sources.pop() if len(sources) == 1 else "mixed",
         agree,
-        phases.most_common(1)[0][0] if phases else None,
+        lead_phase(leads),
         next((s.host for s in measured if s.rank == rank), None),
+        leads=leads or None,
     )
 
 

@@ -1,10 +1,13 @@
 """A whole job's traces: every rank file of a folder analysed in parallel processes, a summary that
-fits one screen, and the cross-rank straggler ranking per step. No torch.
+fits one screen, and, as a cross-check, the ranks' arrival order at the collectives per step. No
+torch.
 
 Each worker process holds one trace at a time (a 1,024-rank job's traces are gigabytes; only
 their per-step summaries come back), so memory is bounded by `jobs` traces whatever the job's
-size. The straggler ranking follows HolisticTraceAnalysis's idea: at each step, the rank whose
-first collective starts last is the one everybody waited for.
+size. The arrival order follows HolisticTraceAnalysis's idea: at each step, the rank whose first
+collective starts last. It is a cross-check, not the straggler: it names a rank at every step even
+where the ranks are identical; whether a rank held the others back, with its interval, is
+`ddpbench explain`'s (`analysis.straggler`).
 """
 
 from __future__ import annotations
@@ -163,7 +166,10 @@ def _summary(analyses: list[TraceAnalysis], per_rank: bool) -> str:
         )
     ranking = straggler_ranking(analyses)
     if ranking:
-        lines.append("stragglers (the rank whose collectives start last in a step; everyone waits for it):")
+        lines.append(
+            "arrival order, a cross-check (the rank whose collectives start last in a step: some rank is last in "
+            "every step, even among identical ranks; ddpbench explain says whether one held the others back):"
+        )
         for row in ranking[:RANKED]:
             lines.append(
                 f"  rank {row['rank']}: last in {row['last_in_steps']} of {row['of_steps']} steps, "
@@ -172,7 +178,7 @@ def _summary(analyses: list[TraceAnalysis], per_rank: bool) -> str:
         if len(ranking) > RANKED:
             lines.append(f"  ... and {len(ranking) - RANKED} more ranks were last in some step (--json lists all)")
     elif len(analyses) > 1:
-        lines.append("stragglers: no step with collectives in every trace")
+        lines.append("arrival order: no step with collectives in every trace")
     if not per_rank and len(analyses) > PER_RANK_TABLE_LIMIT:
         lines.append("per-rank table: --per-rank; everything: --json")
     return "\n".join(lines)

@@ -369,6 +369,7 @@ def command_gate(args: argparse.Namespace) -> int:
         recent_rows,
         sweep_id,
         values_of,
+        with_current_keys,
         without_runs,
     )
     from ddpbench.gate.values import MEASURE_NAMES, side_values
@@ -394,6 +395,8 @@ def command_gate(args: argparse.Namespace) -> int:
         else:
             folder, found = gate_series(store, ok, args.candidate, args.baseline == "history")
             wanted = args.baseline == "history" or bool(found)
+        # Series stored before the one configuration identity match the candidate's configurations.
+        found = with_current_keys(found, ok)
         recent, method, own_rows = {}, "", 0
         if wanted:
             # A sweep added to the history before it was gated is there already: its own rows are no

@@ -64,7 +64,7 @@ def load_run_record(path: str):
 
 def sweep_reference(run: str, record) -> tuple[float | None, str]:
     """X(1) for a run from its own sweep (SWEEP/runs/RUN.json), as the scaling table takes it."""
-    from ddpbench.analysis.configurations import reference_throughput
+    from ddpbench.analysis.answers import reference_throughput
     from ddpbench.records.store import read_records
 
     folder = os.path.abspath(run if os.path.isdir(run) else os.path.dirname(run))

@@ -205,8 +205,9 @@ def compare_values(
     ]
     if not matched:
         raise GateError(
-            "no configuration of the candidate matches one of the baseline (same workload, size, "
-            "strategy, world size, batch, precision, device and DDP options)"
+            "no configuration of the candidate matches one of the baseline (the same workload file or name, "
+            "size, strategy, world size and nodes, batch, precision, device, threads per rank, scaling, "
+            "data-loader workers, data folder and DDP options; docs/concepts.md, Configuration)"
         )
     pending = []
     for key in matched:
@@ -220,12 +221,15 @@ def compare_values(
                 continue
             extra = (history or {}).get(key, {}).get(measure)
             evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6])
+            # E(N) shows the mean of its per-run values: the answers model's E(N), as the table and
+            # explain show it (`values.efficiencies`); the other measures their runs' median.
+            middle = statistics.fmean if measure == "efficiency" else statistics.median
             comparison = Comparison(
                 describe(key),
                 measure,
                 "pass",
-                statistics.median(before),
-                statistics.median(after),
+                middle(before),
+                middle(after),
                 math.exp(evidence.change),
                 len(before),
                 len(after),

@@ -28,6 +28,7 @@ from ddpbench.gate.values import (
     describe,
     efficiencies,
     group_by_key,
+    legacy_matches,
     local_key,
     run_key,
     series_name,
@@ -128,14 +129,18 @@ def sweep_id(path: str) -> str | None:
 
 def values_by_run(records: list[Record]) -> list[tuple[Record, dict[str, float | None]]]:
     """Each run with its own value of every measure (None where it has none). Every run needs a
-    throughput; E(N) pairs a run with a local run as the gate does (`values.efficiencies`)."""
+    throughput; E(N) is the run's X over N times the pooled X(1), as the gate reads it
+    (`values.efficiencies`), none for a run the speed check flagged."""
+    from ddpbench.analysis.probes import probe_flags
+
     groups = group_by_key(records)
+    flags = {flag.run_id for flag in probe_flags(records)}
     measured = []
     for key, runs in groups.items():
         ordered = by_start(runs)
         local = groups.get(local_key(runs[0])) if key[2] != "local" and key[3] > 1 else None
-        # With a throughput for every run, efficiencies() gives one value per run, in start order.
-        scaling = efficiencies(ordered, local) if local else []
+        # One value (or None) per run, in start order.
+        scaling = efficiencies(ordered, local, flags) if local else []
         for position, record in enumerate(ordered):
             own = side_values([record]).get(key, {})  # this run alone: its throughput and exposed share
             values = {measure: (own.get(measure) or [None])[0] for measure in MEASURE_NAMES}
@@ -187,10 +192,14 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
     by_key: dict[tuple, list[dict]] = {}
     for key, row in rows:
         by_key.setdefault(key, []).append(row)
-    updated = []
+    updated, retired = [], []
     for key, new_rows in by_key.items():
         path = os.path.join(folder, series_name(key) + ".csv")
         series = read_series(path) if os.path.exists(path) else Series(path, describe(key), key)
+        # A history written before the one identity: its series move to the current name and key.
+        for legacy in legacy_series(folder, key):
+            series.rows += legacy.rows
+            retired.append(legacy.path)
         if tuple(series.key) != tuple(json.loads(json.dumps(list(key)))):
             raise HistoryError(f"{path}: holds another configuration ({series.configuration})")
         seen = {(row["sweep"], row["run_id"]) for row in series.rows}
@@ -199,7 +208,44 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
         updated.append(series)
     for series in updated:
         write_atomic(series.path, format_series(series))
+    for path in retired:
+        os.remove(path)
     return folder, notes
+
+
+def legacy_series(folder: str, key: tuple) -> list[Series]:
+    """The series in `folder` stored under a legacy key that is this configuration's
+    (`values.legacy_matches`): a history written before the one identity."""
+    if not os.path.isdir(folder):
+        return []
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".csv"):
+            series = read_series(os.path.join(folder, name))
+            if legacy_matches(tuple(series.key), key):
+                found.append(series)
+    return found
+
+
+def with_current_keys(series: dict[tuple, Series], records: list[Record]) -> dict[tuple, Series]:
+    """The series with those stored under a legacy key re-keyed to the configurations of `records`
+    they match (rows merged, oldest first, where the current key has a series of its own too); a
+    legacy series that matches none keeps its key."""
+    keys = {key_of(record) for record in records}
+    found: dict[tuple, Series] = {}
+    for key, one in series.items():
+        targets = [k for k in keys if legacy_matches(tuple(key), k)] or [tuple(key)]
+        for target in targets:
+            if target in found:
+                rows = sorted(
+                    found[target].rows + one.rows, key=lambda row: (row["ended_at"], row["sweep"], row["run_id"])
+                )
+                found[target] = Series(found[target].path, found[target].configuration, target, rows)
+            else:
+                found[target] = Series(
+                    one.path, describe(target) if target != tuple(key) else one.configuration, target, list(one.rows)
+                )
+    return found
 
 
 def read_store_history(store, machine_class: str, suite: str) -> dict[tuple, Series]:

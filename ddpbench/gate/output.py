@@ -94,8 +94,9 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
             f"{ratio:>6} {p:>8} {noise:>6} {mde:>5} {runs:>5}  {verdict}{note}"
         )
     lines.append(
-        f"ratio = candidate / baseline, above 1 is better (exposed communication: (1 - share now) / (1 - share "
-        f"before)); regression when one-sided p < {settings.family_alpha:g} / comparisons AND ratio < "
+        f"ratio = candidate / baseline, above 1 is better (no_sync share, the no_sync replay's cross-check: (1 - "
+        f"share now) / (1 - share before)); regression when one-sided p < {settings.family_alpha:g} / comparisons "
+        f"AND ratio < "
         f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown that rule (test and "
         f"threshold) catches {settings.power:.0%} of the time; runs = "
         f"{'rounds' if any(c.paired for c in comparisons) else 'runs per side'} needed to see "

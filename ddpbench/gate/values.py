@@ -4,10 +4,12 @@ configuration. No torch.
 Measures (each one number per run, the numbers users read):
 - throughput: global samples (or tokens) in the timed window / its wall time, i.e. the mean step,
   so a stall in one step out of ten counts;
-- efficiency: scaling efficiency E(N) = X(N) / (N * X(1)) of a run at world size N, with X(1) the
-  local run of the same sweep (with --repeat, the local run of the same repeat, so each value
-  carries the noise of both runs it comes from);
-- exposed_share: the share of a DDP step that is exposed communication, from the no_sync replay of
+- efficiency: per run, its X(N) over N times X(1), with X(1) the answers model's (the mean of the
+  sweep's local runs the speed check did not flag), so the mean of a configuration's values is the
+  E(N) the table and explain show; runs the speed check flagged have none, as they enter no E(N)
+  there;
+- exposed_share: a cross-check, not the report's exposed communication: the share of a DDP step
+  beyond the same steps under no_sync() (it holds bucket copies and waits too), from the replay of
   the rank exposing most: exposed / step time. Compared as -log(1 - share), the log of how much
   faster the step would be without it, so "10 % worse" means the same thing as for throughput.
 """
@@ -17,33 +19,79 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import statistics
 from collections.abc import Callable
-from dataclasses import asdict
 
 from ddpbench.analysis import registry
+from ddpbench.config.identity import canonical_workload, identity
 from ddpbench.records.schema import Record
 
 MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
 MEASURE_LABELS = {
     "throughput": "throughput",
     "efficiency": "scaling efficiency",
-    "exposed_share": "exposed communication (share of step)",
+    "exposed_share": "no_sync share (cross-check)",
 }
 
 
+LEGACY_KEY_LENGTH = 8
+"""Keys of before the one identity: (workload as written, size, strategy, world size, batch,
+precision, device, DDP options), without threads, scaling, data-loader workers, data folder, nodes
+or a script's path and arguments. History series stored under them still match (`legacy_matches`)."""
+DEFAULTS = {"script": None, "nnodes": 1, "scaling": "weak", "num_workers": 0, "data_dir": None}
+"""What a legacy key's runs are taken to have had (ddpbench's defaults: the options it lacked)."""
+
+
+def _key(found: dict) -> tuple:
+    ddp = json.dumps(found["ddp"], sort_keys=True) if found["ddp"] else ""
+    rest = {name: found[name] for name in (*DEFAULTS, "threads_per_rank")}
+    return (
+        found["workload"],
+        found["size"],
+        found["strategy"],
+        found["world_size"],
+        found["batch_size"],
+        found["precision"],
+        found["device"],
+        ddp,
+        json.dumps(rest, sort_keys=True),
+    )
+
+
 def run_key(record: Record) -> tuple:
-    """What defines a configuration: runs with equal keys are repeats of each other."""
-    spec = record.spec
-    ddp = json.dumps(asdict(spec.ddp), sort_keys=True) if spec.uses_ddp_knobs else ""
-    # Compiled runs are series of their own (`ddp+compile`); eager ones keep the plain name.
-    name = spec.strategy_name
-    return (spec.workload, spec.size, name, spec.world_size, spec.batch_size, spec.precision, spec.device, ddp)
+    """What defines a configuration (`config.identity`, the table's and explain's too): runs with
+    equal keys are repeats of each other. The first eight parts are the legacy key's, in canonical
+    form; the last holds the rest of the identity as sorted JSON."""
+    return _key(identity(record.spec))
+
+
+def legacy_matches(legacy: tuple, key: tuple) -> bool:
+    """Whether a series stored under a legacy key is this configuration's: the same eight parts
+    (its workload in canonical form) and ddpbench's defaults for what the legacy key lacked; any
+    threads per rank (a machine class and suite ran one)."""
+    if len(legacy) != LEGACY_KEY_LENGTH or len(key) != LEGACY_KEY_LENGTH + 1:
+        return False
+    rest = json.loads(key[-1])
+    same = (canonical_workload(str(legacy[0])), *legacy[1:]) == tuple(key[:LEGACY_KEY_LENGTH])
+    return same and all(rest.get(name) == value for name, value in DEFAULTS.items())
 
 
 def describe(key: tuple) -> str:
-    workload, size, strategy, world_size, batch, precision, device, ddp = key
-    return f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+    workload, size, strategy, world_size, batch, precision, device = key[:7]
+    text = f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+    if len(key) > LEGACY_KEY_LENGTH:
+        # What else sets this configuration apart, where it is not ddpbench's default.
+        rest = json.loads(key[-1])
+        if rest.get("script") and len(rest["script"]) > 1:
+            text += " args " + " ".join(rest["script"][1:])
+        if rest.get("nnodes", 1) != 1:
+            text += f" {rest['nnodes']} nodes"
+        if rest.get("scaling", "weak") != "weak":
+            text += f" {rest['scaling']} scaling"
+        if rest.get("num_workers"):
+            text += f" {rest['num_workers']} loader workers"
+        if rest.get("data_dir"):
+            text += f" data {rest['data_dir']}"
+    return text
 
 
 def series_name(key: tuple) -> str:
@@ -54,12 +102,24 @@ def series_name(key: tuple) -> str:
 
 
 def local_key(record: Record) -> tuple:
-    """The key of the local run that is X(1) for this run: same workload, size, precision and
-    device, with the per-device batch (weak scaling) or the global batch (strong scaling)."""
-    workload, size, _, world_size, batch, precision, device, _ = run_key(record)
-    if getattr(record.spec, "scaling", "weak") == "strong":
-        batch = batch * world_size
-    return (workload, size, "local", 1, batch, precision, device, "")
+    """The key of the run that is X(1) for this run (a script's: its DDP x1 run): the same identity
+    but for the strategy, world size, nodes and DDP options, with the per-device batch (weak
+    scaling) or the global batch (strong scaling) and the threads of one device."""
+    from ddpbench.analysis.configurations import reference_batch, threads_per_device
+
+    found = identity(record.spec)
+    found.update(
+        strategy="local",
+        world_size=1,
+        nnodes=1,
+        ddp=None,
+        batch_size=reference_batch(record.spec),
+        threads_per_rank=threads_per_device(record.spec),
+    )
+    if record.spec.script is not None:
+        # A script has no run without DDP: its X(1) is its DDP run at world size 1 (`configurations`).
+        found.update(strategy="ddp", ddp=identity(record.spec)["ddp"])
+    return _key(found)
 
 
 def throughput(record: Record) -> float | None:
@@ -95,18 +155,22 @@ def by_start(records: list[Record]) -> list[Record]:
     return sorted(records, key=lambda r: (r.started_at or r.ended_at or "", r.run_id))
 
 
-def efficiencies(runs: list[Record], local_runs: list[Record]) -> list[float]:
-    """Per-run E(N): the i-th run at N (by start time) against the i-th local run when both were
-    repeated equally often, else against the median local throughput."""
+def efficiencies(runs: list[Record], local_runs: list[Record], flags=frozenset()) -> list[float | None]:
+    """Per run (in the order given), X(N) / (N X(1)) with X(1) pooled over the kept local runs
+    (`answers.pooled_throughput`); None for a run the speed check flagged (while others remain) or
+    without a throughput."""
+    from ddpbench.analysis.answers import kept_runs, pooled_throughput
+
+    reference = pooled_throughput([run for run in local_runs if throughput(run)], flags)
+    if reference is None:
+        return [None for _ in runs]
+    kept = {run.run_id for run in kept_runs(runs, flags)}
     world_size = runs[0].spec.world_size
-    local = [x for x in (throughput(r) for r in by_start(local_runs)) if x]
-    if not local:
-        return []
-    ordered = [throughput(r) for r in by_start(runs)]
-    if len(local) == len(ordered):
-        return [x / (world_size * x1) for x, x1 in zip(ordered, local) if x]
-    reference = statistics.median(local)
-    return [x / (world_size * reference) for x in ordered if x]
+    found = []
+    for run in runs:
+        x = throughput(run)
+        found.append(x / (world_size * reference.value) if x and run.run_id in kept else None)
+    return found
 
 
 def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
@@ -119,7 +183,10 @@ def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
 def side_values(records: list[Record]) -> dict[tuple, dict[str, list[float]]]:
     """Per configuration and measure, the per-run values (natural scale) of one side's ok runs.
     Measures that do not apply (efficiency of a local run, exposed share without replay) are absent."""
+    from ddpbench.analysis.probes import probe_flags
+
     groups = group_by_key(records)
+    flags = {flag.run_id for flag in probe_flags(records)}
     values: dict[tuple, dict[str, list[float]]] = {}
     readers: dict[str, Callable[[Record], float | None]] = {"throughput": throughput, "exposed_share": exposed_share}
     for key, runs in groups.items():
@@ -132,7 +199,7 @@ def side_values(records: list[Record]) -> dict[tuple, dict[str, list[float]]]:
                 found[measure] = measured
         reference = local_key(runs[0])
         if key[2] != "local" and key[3] > 1 and reference in groups:
-            measured = efficiencies(runs, groups[reference])
+            measured = [value for value in efficiencies(by_start(runs), groups[reference], flags) if value is not None]
             if measured:
                 found["efficiency"] = measured
         values[key] = found

@@ -3,11 +3,11 @@ answers (`ddpbench.analysis.answers`, one per configuration; the runs the speed 
 out). No torch.
 
 For every DDP configuration both sides answered with at least two runs, each cause per run in ms
-per step and in points (100 x its seconds over that run's DDP step), then the candidate's mean less
-the baseline's with a 95 % interval: Student's t over the runs of both sides with their run-to-run
-spread pooled (as the gate pools the noise of its measures), the standard error never smaller than
-the runs' own rounds allow (as `estimates.pool` floors it). Beside the causes, the model's own
-compute: the single-device reference's step (each DDP run's own round's `local` run).
+per step, then the candidate's mean less the baseline's with a 95 % interval: Student's t over the
+runs of both sides with their run-to-run spread pooled (as the gate pools the noise of its
+measures), n_b + n_c - 2 degrees of freedom whatever the runs show (`estimates` keeps one pooling
+rule). Beside the causes, the model's own compute: the single-device reference's step (each DDP
+run's own round's `local` run).
 
 A cause grew, and is named, when both hold:
 - a one-sided t-test of "its ms per step did not grow" is significant at CAUSE_FAMILY_ALPHA (5 %)
@@ -16,8 +16,8 @@ A cause grew, and is named, when both hold:
 - it grew by at least half the gate's threshold (`--max-regression`) of the baseline's DDP step (2.5
   % of it at 5 %): a cause measured very precisely can grow by a significant sliver no one should
   chase.
-The test is on milliseconds, not points: a run's points divide by its own DDP step, which a planted
-cause lengthens on one side only, so the baseline's short steps turn its noise into wide points.
+The test is on milliseconds; the points shown are that change over the baseline's pooled DDP step
+(the answers model's), so they never differ from the milliseconds in sign.
 The compute's test is on the log of the single-device step, its growth the ms it added. Named causes
 come largest first, by the ms they added per step. Where waiting for the slowest rank grew, the rank
 and the phase it was in are the candidate's straggler's (the in-process ablation's own steps, or the
@@ -137,26 +137,17 @@ def _t_975(df: float) -> float:
     return float(special.stdtrit(df, 0.975)) if math.isfinite(df) else 1.959964
 
 
-def change_over_runs(
-    baseline: list[float], candidate: list[float], within_b: list | None = None, within_c: list | None = None
-) -> tuple[Estimate, float] | None:
+def change_over_runs(baseline: list[float], candidate: list[float]) -> tuple[Estimate, float] | None:
     """Mean candidate less mean baseline of per-run values, with a 95 % interval and the one-sided
     p-value of 'no growth': Student's t with the run-to-run spread pooled over both sides (as the
-    gate pools the noise of its measures), its standard error never smaller than the runs' own
-    rounds allow (`within_*`: each run's standard error, as `estimates.pool` floors it), so that
-    runs that agree by chance make nothing significant. None with fewer than MIN_RUNS a side."""
+    gate pools the noise of its measures), n_b + n_c - 2 degrees of freedom. None with fewer than
+    MIN_RUNS a side; the data never chooses the rule."""
     n_b, n_c = len(baseline), len(candidate)
     if n_b < MIN_RUNS or n_c < MIN_RUNS:
         return None
     df = n_b + n_c - 2
     spread = ((n_b - 1) * statistics.variance(baseline) + (n_c - 1) * statistics.variance(candidate)) / df
     se = math.sqrt(spread * (1 / n_b + 1 / n_c))
-    floor = 0.0
-    for within, n in ((within_b, n_b), (within_c, n_c)):
-        known = [w for w in within or [] if w is not None and math.isfinite(w)]
-        if known:
-            floor += statistics.fmean(w * w for w in known) / n
-    se = max(se, math.sqrt(floor))
     value = statistics.fmean(candidate) - statistics.fmean(baseline)
     if se == 0:
         return Estimate(value, value, value, n_b + n_c, "runs", 0.0), (0.0 if value > 0 else 1.0)
@@ -185,26 +176,16 @@ def as_percent(change: Estimate) -> Estimate:
 # --- one configuration ---------------------------------------------------------------------------
 
 
-def _step(run) -> float:
-    """The DDP step a run's causes are shares of: the ablation's (in place), else the timed window's."""
-    return run.ddp_step.value if run.ddp_step is not None else run.step_s
-
-
-def run_figures(answer: Answer, name: str) -> tuple[list[float], list[float], list, list] | None:
-    """Per run of the answer, the cause's seconds per step and its points (100 x seconds over the
-    run's DDP step), each with the run's own standard error; None where a run did not measure it or
+def run_seconds(answer: Answer, name: str) -> list[float] | None:
+    """Per run of the answer, the cause's seconds per step; None where a run did not measure it or
     it is zero by construction."""
-    seconds, points, seconds_se, points_se = [], [], [], []
+    seconds = []
     for run in answer.runs:
         cause = run.causes.get(name)
         if cause is None or cause.seconds is None or cause.seconds.over == "exact":
             return None
-        step = _step(run)
         seconds.append(cause.seconds.value)
-        points.append(100 * cause.seconds.value / step)
-        seconds_se.append(cause.seconds.se)
-        points_se.append(None if cause.seconds.se is None else 100 * cause.seconds.se / step)
-    return seconds, points, seconds_se, points_se
+    return seconds
 
 
 def _cause_changes(before: Answer, after: Answer) -> tuple[list[Change], list[str]]:
@@ -219,7 +200,7 @@ def _cause_changes(before: Answer, after: Answer) -> tuple[list[Change], list[st
             f"sides (the {side}'s runs: {why})"
         )
     for name in names:
-        b, c = run_figures(before, name), run_figures(after, name)
+        b, c = run_seconds(before, name), run_seconds(after, name)
         if b is None or c is None:
             measured = after.causes.get(name) or before.causes.get(name)
             if name == "straggler_wait" and (measured is None or measured.seconds is None):
@@ -228,11 +209,12 @@ def _cause_changes(before: Answer, after: Answer) -> tuple[list[Change], list[st
                     "): it needs the in-process ablation, or traces of every rank (profiling on: drop --no-profile)"
                 )
             continue
-        seconds = change_over_runs(b[0], c[0], b[2], c[2])
-        points = change_over_runs(b[1], c[1], b[3], c[3])
-        if seconds is None or points is None:
+        seconds = change_over_runs(b, c)
+        if seconds is None:
             continue
-        changes.append(Change(name, seconds[0], points[0], seconds[1]))
+        # Its points: the change in seconds over the baseline's pooled DDP step (the answers
+        # model's), so points and milliseconds never differ in sign.
+        changes.append(Change(name, seconds[0], seconds[0].scaled(100 / before.step.value), seconds[1]))
     return changes, needs
 
 
@@ -247,7 +229,7 @@ def _compute_change(before: Answer, after: Answer) -> tuple[Change | None, Estim
         return None, ddp_pct
     seconds, _ = change_over_runs(reference_b, reference_c)
     # Its points: what it added over the baseline's DDP step, the share a cause would hold.
-    points = seconds.scaled(100 / statistics.fmean(_step(r) for r in before.runs))
+    points = seconds.scaled(100 / before.step.value)
     return Change(COMPUTE, seconds, points, slowdown[1], slowdown=as_percent(slowdown[0])), ddp_pct
 
 
@@ -270,7 +252,7 @@ def compare_answers(before: Answer, after: Answer, why: Why, settings: GateSetti
         needs.append("the single-device run's slowdown was not compared: it needs each side's local runs")
     why.needs += needs
     why.level = CAUSE_FAMILY_ALPHA / max(1, len(changes))
-    why.min_seconds = settings.max_regression / 2 * statistics.fmean(_step(r) for r in before.runs)
+    why.min_seconds = settings.max_regression / 2 * before.step.value
     for change in changes:
         change.grew = change.p_value < why.level and change.seconds.value >= why.min_seconds
     why.changes = changes

@@ -40,8 +40,8 @@ def straggler_words(straggler: dict) -> str:
     if not straggler["named"] or straggler["rank"] is None:
         return f"no single rank: the ranks take turns being the slowest (from {source})"
     host = f" on {straggler['host']}" if straggler.get("host") else ""
-    phase = f", in its {straggler['phase']}" if straggler.get("phase") else ""
-    return f"rank {straggler['rank']}{host} held the others back{phase} (from {source})"
+    phase = f"in its {straggler['phase']}" if straggler.get("phase") else "phase unclear"
+    return f"rank {straggler['rank']}{host} held the others back, {phase} (from {source})"
 
 
 def change_line(why: Why, change: Change) -> str:

@@ -62,12 +62,13 @@ GLOSSARY = [
         "intervals are merged separately; overlap = time both are active / time communication is active.",
     ),
     (
-        "exposed communication",
-        "Communication time not overlapped by computation, per step. Estimated three ways: "
-        "from the trace; as the step time with all-reduce minus the step time of the same "
-        "in-memory batches under no_sync(), alternating, after the timed window; and from "
-        "DDP's reducer timers over those replayed steps (their overlap runs start-to-end "
-        "rather than being a true intersection).",
+        "exposed communication's cross-checks",
+        "Three other estimates, in the appendix, each measuring something else than the exposed "
+        "communication defined above: the trace's communication time not overlapped by computation; "
+        "the no_sync replay (the step time with all-reduce minus the step time of the same in-memory "
+        "batches under no_sync(), alternating, after the timed window: it also holds DDP's bucket copies "
+        "and the waits); and DDP's reducer timers over those replayed steps (their overlap runs "
+        "start-to-end rather than being a true intersection).",
     ),
     (
         "profiled step",

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from markupsafe import Markup
 
-from ddpbench.analysis.configurations import reference_throughput
+from ddpbench.analysis.answers import reference_throughput
 from ddpbench.analysis.network import ProfileError, load_profile
 from ddpbench.analysis.projection import ProjectionError, RunModel, WhatIf, project
 from ddpbench.analysis.projection_validation import validation_cases

@@ -61,8 +61,9 @@ def communication_section(data: ReportData) -> list[Markup]:
     if not spread.empty:
         blocks.append(
             Markup(
-                "<p>Exposed communication across the ranks of each DDP run (no_sync replay), with the "
-                "rank exposing most named:</p>"
+                "<p>Cross-check, the no_sync replay across the ranks of each DDP run (each rank's DDP step "
+                "beyond its no_sync step: it also holds DDP's bucket copies and the waits, so it is not the "
+                "exposed communication above), with the rank where it is largest named:</p>"
             )
         )
         blocks.append(

@@ -199,7 +199,7 @@ def large_runs_blocks(records: list[Record]) -> list[Markup]:
         found = run_straggler(record)
         blocks.append(Markup("<h3>{}</h3>").format(title))
         blocks.append(
-            Markup('<p><strong>Stragglers:</strong> <span class="{}">{}</span> {}</p>').format(
+            Markup('<p><strong>Held the others back:</strong> <span class="{}">{}</span> {}</p>').format(
                 "status-failed" if found.named else "status-ok", found.sentence(), _basis(found)
             )
         )
@@ -228,9 +228,7 @@ def large_runs_blocks(records: list[Record]) -> list[Markup]:
 def slowest_ranks_table(per_rank: pd.DataFrame) -> Markup:
     measure = ranks.measure_name(per_rank)
     shown = per_rank.sort_values("measure_s", ascending=False).head(ranks.SLOWEST_SHOWN)
-    shown = shown[
-        ["rank", "host", "step_p50_s", "step_p90_s", "no_sync_p50_s", "above_median_pct", "slowest_steps_pct"]
-    ].copy()
+    shown = shown[["rank", "host", "step_p50_s", "step_p90_s", "no_sync_p50_s", "above_median_pct"]].copy()
     for column in ("step_p50_s", "step_p90_s", "no_sync_p50_s"):
         shown[column] = shown[column] * 1000
     shown.columns = [
@@ -240,7 +238,6 @@ def slowest_ranks_table(per_rank: pd.DataFrame) -> Markup:
         "step p90 (ms)",
         "no_sync p50 (ms)",
         f"{measure} vs median rank (%)",
-        "slowest rank in (% of steps)",
     ]
     return Markup("<p>The {} slowest of {} ranks by {}:</p>").format(len(shown), len(per_rank), measure) + table_html(
         shown, {c: "{:,.2f}" for c in shown.columns[2:]} | {shown.columns[5]: "{:+.1f}"}, text_columns=("host",)

@@ -76,7 +76,7 @@ def _held_back(answer: Answer) -> str:
     if straggler.wait is None:
         return "cannot tell"
     if straggler.named:
-        return f"{straggler.who()}" + (f", in its {straggler.phase}" if straggler.phase else "")
+        return f"{straggler.who()}, {straggler.phase_words}"
     return "no rank beyond noise"
 
 

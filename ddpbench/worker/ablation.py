@@ -5,8 +5,8 @@ In the record they are the gradient timeline's kinds.
 
 Its steps, each adding one thing to the one before:
 - `alone`: the module unwrapped, this rank alone (the other ranks wait at a barrier): the one-device
-  step. One rank per round takes this turn, in rotation, so its cost does not grow with the world
-  size.
+  step. One rank per round takes this turn, in rotation (`alone_rank`), so its cost does not
+  grow with the world size.
 - `unwrapped`: the module unwrapped, every rank at once: adds host contention (ranks sharing memory
   bandwidth, caches, host CPU and PCIe).
 - `solo`: DDP over a process group of this rank alone: adds DDP overhead, without a network.
@@ -49,10 +49,11 @@ threads go quiet first (OpenMP's threads spin for milliseconds after a parallel 
 
 
 def ablation_rounds(timed_steps: int) -> int:
-    """Rounds of the ablation: an eighth of the timed steps, between 4 and 8 (a round costs
-    LEAD_IN_PER_SEGMENT + MARKED_PER_SEGMENT steps of each of its five kinds; the default CPU suite's
-    55 timed steps get 6 rounds, 3 for each half that the slowest rank is chosen and read on)."""
-    return max(4, min(8, timed_steps // 8))
+    """Rounds of the ablation: an eighth of the timed steps, between 5 and 8 (a round costs
+    LEAD_IN_PER_SEGMENT + MARKED_PER_SEGMENT steps of each of its five kinds). At least 5 rounds:
+    4 degrees of freedom within each run, whatever the steps (`ddpbench run`'s defaults would give
+    4); the default CPU suite's 55 timed steps get 6 rounds."""
+    return max(5, min(8, timed_steps // 8))
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,12 @@ def step_kinds(ddp_model, step_on, world_size: int, solo_step_on=None, unwrapped
 
 
 def alone_rank(block: int, world_size: int) -> int:
-    return block % world_size
+    """The rank that steps alone in a block. The segments' order alternates every block; at 2 ranks
+    each rank takes two blocks in a row (0, 0, 1, 1, ...), so that the alone rank and the order vary
+    apart: each half the analysis splits the rounds into (`ablation.split_rounds`: rounds 0 and 3
+    of every four against 1 and 2) holds a round where each rank stepped alone, one in each order.
+    With more ranks, plain rotation, so that every rank takes a turn soonest."""
+    return (block // 2) % 2 if world_size == 2 else block % world_size
 
 
 def run_ablation(timeline, kinds: list[StepKind], batches, blocks: int, rank: int, world_size: int) -> dict:
