@@ -24,9 +24,10 @@ EXIT_MEANINGS = {
     0: "pass",
     1: "a regression, or a configuration that is not comparable (the lines above say which, and why)",
     2: "bad input or data (the line above says what); nothing was compared",
-    3: "a comparison too weak to see the gate's target (--fail-underpowered)",
+    3: "inconclusive: a comparison looks slower than the threshold but not significantly (the lines above say how "
+    "many runs a side would decide), or one too weak to see the gate's target (--fail-underpowered)",
     4: "a regression the machine may account for (a busy machine, the canary's drift, or a process at another "
-    "speed): confirm it on a quiet machine or with a same-job A/B",
+    "speed), or a pass a faster machine could explain: confirm it on a quiet machine or with a same-job A/B",
 }
 """The exit codes of `ddpbench gate` and `ddpbench ab` (ddpbench.commands.gate), in words."""
 
