@@ -27,9 +27,15 @@ ESCAPES = ["../../escaped", "/tmp/ddpbench-escaped", "a/../../escaped", "..", "a
         ("a//b", True, "it holds '..', '.' or an empty folder name"),
         ("a/", True, "it holds '..', '.' or an empty folder name"),
         ("/abs", True, "it is an absolute path"),
-        ("a\\b", True, "it holds a backslash or a NUL"),
-        ("a\0b", False, "it holds a backslash or a NUL"),
-        (" x", False, "it starts or ends with a space"),
+        ("a\\b", True, "it holds '\\\\'"),
+        ("a\0b", False, "it holds '\\x00'"),
+        (" x", False, "it holds ' '"),
+        ("inj\n#SBATCH --mail-user=x", True, "it holds '\\n'"),
+        ("a;b", False, "it holds ';'"),
+        ("$(x)", False, "it holds '$'"),
+        ("x" * 129, False, "it is 129 characters long"),
+        ("x" * 128, False, None),
+        ("Nightly_1.2-b", False, None),
         ("", False, "it is empty"),
         (None, False, "it is empty"),
     ],
@@ -90,7 +96,7 @@ def test_sbatch_with_an_escaping_sweep_id_writes_no_batch_script(tmp_path, capsy
     out = tmp_path / "a" / "b" / "o"
     code = main(["sbatch", *SWEEP_ARGS, "--out", str(out), "--sweep-id", "../../escaped", "--print"])
     _, err = capsys.readouterr()
-    assert code == 2 and err.startswith("ddpbench sbatch: error: --sweep-id must be a name inside --out")
+    assert code == 2 and err.startswith("ddpbench sbatch: error: --sweep-id must be a plain name inside --out")
     assert not os.path.exists(tmp_path / "a" / "escaped") and not os.path.exists(out)
 
 
@@ -116,3 +122,65 @@ def test_history_export_refuses_a_stored_name_that_leaves_its_folder(tmp_path, c
     _, err = capsys.readouterr()
     assert code == 2 and "a stored suite must be a plain name" in err, err
     assert not os.path.exists(tmp_path / "csv") and not os.path.exists(tmp_path / "escaped")
+
+
+def sbatch_directive_words(line: str) -> list[str]:
+    """An #SBATCH line's words as sbatch reads them (slurm src/sbatch/opt.c, _get_argument): blanks
+    split words, a backslash takes the next character as it is, single or double quotes group,
+    and an unquoted '#' ends the line."""
+    words, word, quote, escaped, started = [], "", None, False, False
+    for character in line[len("#SBATCH") :]:
+        if escaped:
+            word, escaped, started = word + character, False, True
+        elif character == "\\":
+            escaped = True
+        elif quote:
+            if character == quote:
+                quote = None
+            else:
+                word += character
+        elif character in "'\"":
+            quote, started = character, True
+        elif character == "#":
+            break
+        elif character.isspace():
+            if started:
+                words.append(word)
+            word, started = "", False
+        else:
+            word, started = word + character, True
+    return words + ([word] if started else [])
+
+
+def test_a_user_path_with_quotes_blanks_and_a_hash_is_quoted_in_the_batch_script(tmp_path, capsys):
+    out = tmp_path / 'my "out" #1 \\ $HOME'
+    code = main(["sbatch", *SWEEP_ARGS, "--out", str(out), "--sweep-id", "n1", "--print", "--account", "a b"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    lines = (out / "n1" / "sbatch.sh").read_text().splitlines()
+    directives = {line.split("=")[0]: sbatch_directive_words(line) for line in lines if line.startswith("#SBATCH")}
+    assert directives["#SBATCH --output"] == [f"--output={out / 'n1' / 'slurm-%j.out'}"]
+    assert directives["#SBATCH --account"] == ["--account=a b"]
+    assert directives["#SBATCH --job-name"] == ["--job-name=ddpbench-n1"]
+
+
+@pytest.mark.parametrize("option", ["--out", "--sbatch-option"])
+def test_a_line_break_that_would_write_its_own_directive_is_refused(tmp_path, capsys, option):
+    value = "o\n#SBATCH --mail-user=x"
+    args = ["--out", str(tmp_path / value)] if option == "--out" else ["--out", str(tmp_path / "o"), option, value]
+    code = main(["sbatch", *SWEEP_ARGS, "--sweep-id", "n1", "--print", *args])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "line break" in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_two_sweep_ids_never_share_a_trainjob_name():
+    """`Nightly/1`, `nightly-1`, `nightly_1` and `nightly.1` once all made ddpbench-nightly-1-n2: the
+    one applied last replaced the other jobs. An id that is a name already keeps it as it is."""
+    from ddpbench.running.trainjob import job_name
+
+    ids = ["Nightly/1", "nightly-1", "nightly_1", "nightly.1", "nightly/1", "NIGHTLY-1"]
+    names = [job_name(sweep_id, 2) for sweep_id in ids]
+    assert len(set(names)) == len(ids), names
+    assert job_name("nightly-1", 2) == "ddpbench-nightly-1-n2"
+    assert all(name.startswith("ddpbench-nightly-1-") and name.endswith("-n2") for name in names)
