@@ -45,9 +45,9 @@ def add_report_parser(commands) -> None:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    from ddpbench.report.html import build_report
+    from ddpbench.report.html import report_words
 
     if args.format != "html":
         return command_export(args)
-    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output, args.profile))}")
+    print(on_sweep_folder(args.sweep_dir, lambda: report_words(args.sweep_dir, args.output, args.profile)))
     return 0
