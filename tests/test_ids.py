@@ -184,3 +184,25 @@ def test_two_sweep_ids_never_share_a_trainjob_name():
     assert len(set(names)) == len(ids), names
     assert job_name("nightly-1", 2) == "ddpbench-nightly-1-n2"
     assert all(name.startswith("ddpbench-nightly-1-") and name.endswith("-n2") for name in names)
+
+
+def test_ids_stored_before_the_plain_name_rule_keep_loading(tmp_path):
+    """A record whose run id has a blank (written before the rule) loads, and gates; a new run
+    with that id is refused."""
+    import json
+    import shutil
+
+    from conftest import FIXTURES
+
+    from ddpbench.records.store import load_record
+
+    source = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-ddp-n2.json")
+    record = json.load(open(source))
+    record["run_id"] = record["spec"]["run_id"] = "old run #1"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(record))
+    assert load_record(str(path)).spec.run_id == "old run #1"
+    shutil.copy(path, tmp_path / "again.json")
+    assert main(["gate", "--baseline", str(path), "--candidate", str(tmp_path / "again.json")]) == 0
+    with pytest.raises(SpecError, match="--run-id must be a plain name"):
+        check_id("--run-id", "old run #1", "--out")
