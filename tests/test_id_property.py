@@ -231,3 +231,31 @@ def test_two_plain_sweep_ids_never_share_a_trainjob_name(first, second):
         assert "too long" in str(exc)
         return
     assert names[0] != names[1], (first, second, names)
+
+
+SAVED_SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "sweeps", "cpu-mlp-with-failure")
+
+
+@END_TO_END
+@given(value=ids)
+def test_a_baseline_is_saved_under_its_machine_class_and_a_plain_suite_only(value):
+    """`history baseline` names its folder after the sweep's stored suite: a plain name is kept, any
+    other becomes `custom`, and nothing lands outside --baselines."""
+    import json
+    import shutil
+
+    with work_folder() as (root, work):
+        sweep = os.path.join(root, "sweep")
+        shutil.copytree(SAVED_SWEEP, sweep, ignore=shutil.ignore_patterns("traces", "logs"))
+        with open(os.path.join(sweep, "manifest.json")) as handle:
+            manifest = json.load(handle)
+        manifest["options"] = {"suite": value}
+        with open(os.path.join(sweep, "manifest.json"), "w") as handle:
+            json.dump(manifest, handle)
+        baselines = os.path.join(work, "b")
+        code, err = run_command(["history", "baseline", sweep, "--baselines", baselines])
+        assert code == 0, err
+        folders = {os.path.relpath(os.path.dirname(path), baselines) for path in files_under(baselines)}
+        suite = value if expected_plain(value, nested=False) else "custom"
+        assert {folder.split(os.sep)[1] for folder in folders} == {suite}, (value, folders)
+        assert all(inside(path, baselines) for path in files_under(root) if not inside(path, sweep))
