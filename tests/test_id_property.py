@@ -43,7 +43,7 @@ def expected_plain(value: str, nested: bool) -> bool:
     return bool(PLAIN_ID.fullmatch(value)) and len(value) <= MAX_ID_LENGTH and (nested or "/" not in value)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000, deadline=None, database=None)
 @given(value=ids, nested=st.booleans())
 def test_the_id_check_accepts_exactly_the_plain_names(value, nested):
     assert (id_problem(value, nested) is None) == expected_plain(value, nested), value
@@ -114,7 +114,10 @@ def no_launches(monkeypatch):
     monkeypatch.setattr(tune, "launch", stop)
 
 
-END_TO_END = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# No example database: nothing is written into the checkout (a failure prints its example to rerun).
+END_TO_END = settings(
+    max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 SWEEP = ["--suite", "smoke", "--strategies", "local", "--device", "cpu"]
 
 
@@ -218,7 +221,7 @@ def test_history_export_writes_a_stored_suite_only_as_a_folder_of_its_own(value)
         assert written and all(inside(path, os.path.join(out, "cpu-x-2c", value)) for path in written)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000, deadline=None, database=None)
 @given(first=ids, second=ids)
 def test_two_plain_sweep_ids_never_share_a_trainjob_name(first, second):
     from ddpbench.running.trainjob import job_name
