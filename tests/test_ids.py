@@ -206,3 +206,28 @@ def test_ids_stored_before_the_plain_name_rule_keep_loading(tmp_path):
     assert main(["gate", "--baseline", str(path), "--candidate", str(tmp_path / "again.json")]) == 0
     with pytest.raises(SpecError, match="--run-id must be a plain name"):
         check_id("--run-id", "old run #1", "--out")
+
+
+def test_a_run_id_made_from_a_workload_file_of_any_name_is_a_plain_name_of_its_own(tmp_path):
+    """A user's file may be named anything (`my model.py`); the run ids made from it are plain
+    names, and two files whose names clean up alike keep apart by a short hash."""
+    from ddpbench.config.ids import plain_name
+
+    assert plain_name("mlp") == "mlp"  # a plain name stays as it is
+    made = [plain_name(name) for name in ("my model.make", "my-model.make", "my_model;make", "-x.make", "é")]
+    assert all(id_problem(name) is None for name in made) and len(set(made)) == len(made), made
+    assert made[1] == "my-model.make" and made[0].startswith("my-model.make-")
+    from ddpbench.config.plan import SweepOptions, plan_sweep
+
+    for name in ("my model.py", "my-model.py"):
+        (tmp_path / name).write_text("def make(size='tiny'):\n    raise NotImplementedError\n")
+    options = SweepOptions(
+        device="cpu",
+        max_world_size=2,
+        cores=2,
+        suite="cpu",
+        workloads=(f"{tmp_path / 'my model.py'}:make", f"{tmp_path / 'my-model.py'}:make"),
+        strategies=("local",),
+    )
+    run_ids = [spec.run_id for spec in plan_sweep(options, str(tmp_path / "out"))]
+    assert all(id_problem(run_id) is None for run_id in run_ids) and len(set(run_ids)) == len(run_ids), run_ids
