@@ -169,7 +169,7 @@ def test_trainjob_manifests_carry_the_names_they_should_for_any_sweep_id(value):
             assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
             assert manifest["metadata"]["annotations"]["ddpbench/sweep-id"] == value
             report = shlex.split(manifest["metadata"]["annotations"]["ddpbench/report-command"])
-            assert report[-1] == os.path.join("/results", value), report
+            assert report[4:] == [os.path.join("/results", value), "--sweep-id", value], report
 
 
 @END_TO_END

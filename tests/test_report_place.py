@@ -91,3 +91,14 @@ def test_a_sweep_keeps_its_id_with_its_folders_in_its_manifest(work):
     assert sweep_id_of(folder) == "nightly/2026-12-01"
     shutil.move(folder, "moved")  # a folder that no longer ends with its id is named by itself
     assert sweep_id_of("moved") == "moved"
+
+
+def test_a_sweep_without_a_manifest_is_told_its_id(work, capsys):
+    """A TrainJob's sweep folder holds the pods' records and no manifest: its report command names
+    the id, and the report follows it; an id the folder does not end with is refused."""
+    sweep = saved_sweep(work / "results", "nightly/k8s")
+    os.unlink(os.path.join(sweep, "manifest.json"))
+    assert report(sweep, capsys) == "report: reports/k8s/index.html"  # the folder's name, told nothing
+    assert report(sweep, capsys, "--sweep-id", "nightly/k8s") == "report: reports/nightly/k8s/index.html"
+    assert main(["report", sweep, "--sweep-id", "weekly/k8s"]) == 2
+    assert "is not the end of the sweep's folder" in capsys.readouterr().err

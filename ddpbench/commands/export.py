@@ -39,7 +39,10 @@ def command_export(args: argparse.Namespace) -> int:
         raise SpecError("--network is for the HTML report's projection sections; --format pytest-benchmark has none")
     # Beside the sweep's HTML report, reports/<sweep-id>/, or in the sweep's own folder where that
     # holds another sweep's report.
-    output, why = (args.output, "") if args.output else default_report_path(args.sweep_dir, "pytest-benchmark.json")
+    given = getattr(args, "sweep_id", None)
+    output, why = (
+        (args.output, "") if args.output else default_report_path(args.sweep_dir, "pytest-benchmark.json", given)
+    )
     written = on_sweep_folder(args.sweep_dir, lambda: export(args.sweep_dir, output, args.format))
     print(f"exported: {written}" + (f" ({why}, which is left as it is)" if why else ""))
     return 0

@@ -231,7 +231,8 @@ def command_trainjob(args: argparse.Namespace) -> int:
     if args.pg_timeout_s is not None:
         plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
     folder = args.manifests or os.path.join("trainjobs", sweep_id)
-    report_command = shlex.join([cluster.python, "-m", "ddpbench", "report", sweep_dir])
+    # The pods write no sweep manifest: the report is told the id, sub-folders included.
+    report_command = shlex.join([cluster.python, "-m", "ddpbench", "report", sweep_dir, "--sweep-id", sweep_id])
     # Every node count of the plan: with --node-counts 2,4 the local reference and DataParallel still run on one
     # node. Every job's name is checked before the first manifest is written.
     counts = sorted({spec.nnodes for spec in plan})

@@ -22,20 +22,36 @@ OWN_FOLDER = "report"
 """The report's folder inside the sweep, where the default place belongs to another sweep."""
 
 
-def sweep_id_of(sweep_dir: str) -> str:
-    """The sweep's id as it was given, sub-folders included (the manifest keeps it), where the
-    folder still ends with it; else the folder's name (a sweep moved, or one from before)."""
+def _ends_with(folder: str, sweep_id: object) -> bool:
+    if not isinstance(sweep_id, str) or stored_id_problem(sweep_id, nested=True):
+        return False
+    return folder == sweep_id or folder.endswith(os.sep + sweep_id.replace("/", os.sep))
+
+
+def sweep_id_of(sweep_dir: str, given: str | None = None) -> str:
+    """The sweep's id, sub-folders included: `given` (report --sweep-id, for a sweep whose folder
+    has no manifest, a TrainJob's), else as the manifest keeps it, where the folder ends with it;
+    else the folder's name (a sweep moved, or one from before)."""
     folder = os.path.normpath(sweep_dir)
-    name = os.path.basename(folder)
+    if given is not None:
+        return given
     try:
         with open(os.path.join(sweep_dir, "manifest.json"), encoding="utf-8") as handle:
             stored = json.load(handle).get("sweep_id")
     except (OSError, ValueError, AttributeError):
-        return name
-    if not isinstance(stored, str) or stored_id_problem(stored, nested=True):
-        return name
-    ends = folder == stored or folder.endswith(os.sep + stored.replace("/", os.sep))
-    return stored if ends else name
+        stored = None
+    return stored if _ends_with(folder, stored) else os.path.basename(folder)
+
+
+def check_given_id(sweep_dir: str, sweep_id: str) -> str:
+    """A --sweep-id given to report: a plain id that the sweep's folder ends with, or SpecError."""
+    from ddpbench.config.errors import SpecError
+    from ddpbench.config.ids import check_id
+
+    check_id("--sweep-id", sweep_id, "reports/", nested=True)
+    if not _ends_with(os.path.normpath(sweep_dir), sweep_id):
+        raise SpecError(f"--sweep-id {sweep_id!r} is not the end of the sweep's folder {sweep_dir!r}")
+    return sweep_id
 
 
 def owner_line(sweep_dir: str) -> str:
@@ -59,9 +75,9 @@ def report_owner(path: str) -> str | None:
     return html.unescape(found[1])
 
 
-def default_report_path(sweep_dir: str, file_name: str = "index.html") -> tuple[str, str]:
+def default_report_path(sweep_dir: str, file_name: str = "index.html", sweep_id: str | None = None) -> tuple[str, str]:
     """(where the sweep's report goes, why not in reports/<sweep-id>/ where it does not: "" there)."""
-    place = os.path.join(REPORTS, *sweep_id_of(sweep_dir).split("/"), file_name)
+    place = os.path.join(REPORTS, *sweep_id_of(sweep_dir, sweep_id).split("/"), file_name)
     index = os.path.join(os.path.dirname(place), "index.html")
     if not os.path.exists(index) and not os.path.exists(place):
         return place, ""
