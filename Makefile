@@ -92,11 +92,24 @@ lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# Every GPU path once, within a 9-minute budget (--budget-s 540), with the interpreter given (one
+# Every GPU path once, within a budget sized to the node, with the interpreter USE_PYTHON names (one
 # that already has torch: nothing is installed or downloaded). Summary: results/gpu-check-*/gpu_check.{txt,json}.
+# PYTHON=, its older spelling, still works and says so; given both, they must name the same interpreter.
 GPU_CHECK_ARGS ?=
+GPU_CHECK_PYTHON := $(if $(USE_PYTHON),$(USE_PYTHON),$(if $(filter command line,$(origin PYTHON)),$(PYTHON)))
 gpu-check:
-	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+ifeq ($(GPU_CHECK_PYTHON),)
+	@echo "make gpu-check: give the interpreter that has the node's torch: make gpu-check USE_PYTHON=python3" >&2; exit 2
+endif
+ifeq ($(origin PYTHON)$(if $(USE_PYTHON),+use),command line+use)
+ifneq ($(PYTHON),$(USE_PYTHON))
+	@echo "make gpu-check: PYTHON=$(PYTHON) and USE_PYTHON=$(USE_PYTHON) name two interpreters; give USE_PYTHON only" >&2; exit 2
+endif
+endif
+ifeq ($(origin PYTHON)$(if $(USE_PYTHON),+use),command line)
+	@echo "make gpu-check: PYTHON= is deprecated here, use USE_PYTHON=$(PYTHON) as every target takes" >&2
+endif
+	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,14 +1,15 @@
-"""One prepared check of every GPU path, within a 9-minute budget (--budget-s).
+"""One prepared check of every GPU path, within a budget sized to the node (--budget-s fixes it).
 
-    python benchmarks/gpu_check.py [--out DIR] [--budget-s 540] [--only name,name]
-    make gpu-check PYTHON=/path/to/python   # the interpreter that already has torch
+    python benchmarks/gpu_check.py [--out DIR] [--budget-s S] [--only name,name]
+    make gpu-check USE_PYTHON=/path/to/python   # the interpreter that already has torch
 
 It uses the interpreter it is started with and adds this project by path (nothing is installed
 or downloaded), runs each check in its own processes with its own time limit, keeps going after a
 check fails, and writes `gpu_check.json` (every check with pass/fail and its figures) and
 `gpu_check.txt` (one line per check) into the output folder, rewritten after every check so a
-check that is killed loses nothing already measured. Exit code 0 when every check that ran
-passed, 1 otherwise.
+check that is killed loses nothing already measured. Exit code 0 when every check that applies to
+the node ran and passed, 1 when one failed, 3 when none failed but one did not run (out of budget,
+or pytest missing): the last line names those (benchmarks/gpu_check_plan.py).
 
 Checks, in order: preflight (device, driver, NCCL, bf16, packages, refusal of more GPUs than
 there are), an event-clock and matrix-product probe, resnet50 bf16 under local / ddp / dp,
@@ -29,12 +30,12 @@ import math
 import os
 import sys
 import time
-import traceback
 from datetime import datetime
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
 
+from gpu_check_plan import Ledger, PlannedCheck, run_plan  # noqa: E402
 from gpu_check_probe import PROBE_CODE, judge_probe  # noqa: E402
 from gpu_check_processes import (  # noqa: E402  (this folder: sys.path[0] when run as a script)
     CheckFailed,
@@ -42,7 +43,6 @@ from gpu_check_processes import (  # noqa: E402  (this folder: sys.path[0] when 
     python_json,
     run_command,
     tail,
-    utc_now,
 )
 
 from ddpbench.analysis.peaks import device_peak  # noqa: E402  (no torch: safe before the checks)
@@ -87,68 +87,14 @@ def mfu_text(metrics: dict) -> str:
     return "unknown" if metrics.get("mfu") is None else f"{100 * metrics['mfu']:.1f} %"
 
 
-class Checker:
-    def __init__(self, out_dir: str, budget_s: float):
-        self.out_dir = out_dir
-        self.deadline = time.monotonic() + budget_s
-        self.summary = {
-            "started_at": utc_now(),
-            "python": sys.executable,
-            "project": PROJECT,
-            "device": None,
-            "checks": [],
-        }
+class Checker(Ledger):
+    """The checks themselves; the budget and the summary files are the Ledger's."""
+
+    def __init__(self, out_dir: str, budget_s: float | None, clock=time.monotonic):
+        super().__init__(out_dir, budget_s, clock)
+        self.summary["project"] = PROJECT
         self.records: dict[str, dict] = {}
         self.device_name: str | None = None
-
-    # --- bookkeeping ---------------------------------------------------------------------
-    def left_s(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def run(self, name: str, needs_s: float, check) -> None:
-        started = time.monotonic()
-        entry = {"name": name, "ok": None, "seconds": 0.0, "figures": {}, "message": ""}
-        if self.left_s() < needs_s:
-            entry["message"] = f"not run: {self.left_s():.0f} s of the budget left, it needs about {needs_s:.0f} s"
-        else:
-            try:
-                entry["message"] = check(entry["figures"]) or "ok"
-                entry["ok"] = True
-            except CheckFailed as exc:
-                entry["ok"], entry["message"] = False, str(exc)
-            except CheckSkipped as exc:
-                entry["message"] = f"not run: {exc}"
-            except Exception as exc:  # a broken check must not stop the others
-                entry["ok"], entry["message"] = False, f"{type(exc).__name__}: {exc}"
-                entry["traceback"] = traceback.format_exc()
-        entry["seconds"] = round(time.monotonic() - started, 1)
-        self.summary["checks"].append(entry)
-        self.write()
-        verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[entry["ok"]]
-        print(f"{verdict}  {name:<34} {entry['seconds']:6.1f} s  {entry['message']}", flush=True)
-
-    def write(self) -> None:
-        checks = self.summary["checks"]
-        self.summary.update(
-            ended_at=utc_now(),
-            passed=sum(c["ok"] is True for c in checks),
-            failed=sum(c["ok"] is False for c in checks),
-            skipped=sum(c["ok"] is None for c in checks),
-        )
-        with open(os.path.join(self.out_dir, "gpu_check.json"), "w", encoding="utf-8") as handle:
-            json.dump(self.summary, handle, indent=1, sort_keys=True, default=str)
-        lines = [
-            f"ddpbench GPU check  {self.summary['started_at']}  python {sys.executable}",
-            f"device: {json.dumps(self.summary['device'], default=str)}",
-        ]
-        for check in checks:
-            verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[check["ok"]]
-            lines.append(f"{verdict}  {check['name']:<34} {check['seconds']:6.1f} s  {check['message']}")
-        lines.append(
-            f"{self.summary['passed']} passed, {self.summary['failed']} failed, " f"{self.summary['skipped']} skipped"
-        )
-        with open(os.path.join(self.out_dir, "gpu_check.txt"), "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
 
     def ddpbench(self, *args: str, timeout_s: float) -> tuple[int, str]:
         return run_command([sys.executable, "-m", "ddpbench", *args], timeout_s, self.out_dir)
@@ -376,8 +322,13 @@ class Checker:
             "project", self.record_path("resnet50-ddp"), "--world", "8", "--network", "h200-nvswitch", timeout_s=60
         )
         figures["project"] = tail(output, 12)
-        if code != 0 or "contention" not in output:
-            problems.append(f"project exited {code}: {tail(output)}")
+        # One rank has no contention probe (nothing to contend with): the projection must say it
+        # assumed none; with more ranks it must use the probe it has.
+        one_rank = record["spec"]["world_size"] == 1
+        said = "not measured (no probe" in output
+        if code != 0 or said != one_rank:
+            expected = "no probe, assumed none" if one_rank else "the measured contention probe"
+            problems.append(f"project exited {code}, expected {expected}: {tail(output)}")
         if problems:
             raise CheckFailed("; ".join(problems))
         return tail(output, 3)
@@ -449,13 +400,7 @@ class Checker:
     def ddp_two_gpus(self, figures: dict) -> str:
         """DDP over NCCL across two GPUs: the only check here that compares ranks. On one GPU the
         averaging and replica checks have a single rank and are recorded as not checked."""
-        gpus = (self.summary.get("device") or {}).get("gpu_count") or 0
-        figures["gpu_count"] = gpus
-        if gpus < 2:
-            raise CheckSkipped(
-                f"this machine has {gpus} GPU(s): one GPU cannot check that DDP averages gradients "
-                "or keeps replicas in sync (there is no second rank to compare); needs 2 GPUs"
-            )
+        figures["gpu_count"] = self.gpu_count  # the plan runs it only with 2 or more
         record = self.one_run("gpt2-ddp-2gpu", [*GPT2_BF16_TWO, "--nproc", "2"], figures)
         checks = record["checks"]
         undecided = [
@@ -613,14 +558,38 @@ class Checker:
         return summary[-1]
 
 
+def build_plan(checker: Checker) -> list[PlannedCheck]:
+    """The checks in order, with the seconds each needs at least (the budget adds up these)."""
+    return [
+        PlannedCheck("preflight", 20, checker.preflight),
+        PlannedCheck("event clock and matmul probe", 20, checker.probe),
+        PlannedCheck("resnet50 bf16 local", 40, checker.resnet("local")),
+        PlannedCheck("resnet50 bf16 ddp (nccl)", 45, checker.resnet("ddp")),
+        PlannedCheck("resnet50 bf16 dp", 40, checker.resnet("dp")),
+        PlannedCheck("trace analyze (own nccl trace)", 5, checker.trace_analyze),
+        PlannedCheck("gradient timeline and project (nccl)", 10, checker.contention_projection),
+        PlannedCheck("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
+        # One GPU cannot check that DDP averages gradients or keeps replicas in sync: no second rank.
+        PlannedCheck("ddp averaging on 2 gpus (nccl)", 60, checker.ddp_two_gpus, min_gpus=2),
+        PlannedCheck("gpt2 fsdp2 + compile (nccl)", 90, checker.compiled_and_sharded("fsdp2", "default")),
+        PlannedCheck(
+            "gpt2 ddp + compiled autograd (nccl)", 90, checker.compiled_and_sharded("ddp", "compiled-autograd")
+        ),
+        PlannedCheck("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
+        PlannedCheck("sweep --gpus 1, table, report", 90, checker.sweep),
+        PlannedCheck("tests/test_cuda.py", 120, checker.cuda_tests),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="output folder (default results/gpu-check-<time>)")
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=540.0,
-        help="total seconds; checks that no longer fit are skipped and say so (default 540)",
+        default=None,
+        help="total seconds (default: sized to the node, the checks' minimum times with headroom); a check "
+        "that no longer fits is not run, and the exit code is then 3",
     )
     parser.add_argument("--only", default=None, help="comma-separated check names to run (default: all)")
     args = parser.parse_args(argv)
@@ -629,34 +598,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.makedirs(out_dir, exist_ok=True)
     checker = Checker(out_dir, args.budget_s)
-    plan = [  # name, seconds it needs at least, check
-        ("preflight", 20, checker.preflight),
-        ("event clock and matmul probe", 20, checker.probe),
-        ("resnet50 bf16 local", 40, checker.resnet("local")),
-        ("resnet50 bf16 ddp (nccl)", 45, checker.resnet("ddp")),
-        ("resnet50 bf16 dp", 40, checker.resnet("dp")),
-        ("trace analyze (own nccl trace)", 5, checker.trace_analyze),
-        ("gradient timeline and project (nccl)", 10, checker.contention_projection),
-        ("gpt2 fp16 + fp16 compression", 40, checker.gpt2_fp16),
-        ("ddp averaging on 2 gpus (nccl)", 60, checker.ddp_two_gpus),
-        ("gpt2 fsdp2 + compile (nccl)", 90, checker.compiled_and_sharded("fsdp2", "default")),
-        ("gpt2 ddp + compiled autograd (nccl)", 90, checker.compiled_and_sharded("ddp", "compiled-autograd")),
-        ("vit_b_16 bf16 + loader workers", 40, checker.vit_workers),
-        ("sweep --gpus 1, table, report", 90, checker.sweep),
-        ("tests/test_cuda.py", 120, checker.cuda_tests),
-    ]
-    only = set(args.only.split(",")) if args.only else None
     print(f"GPU check -> {out_dir}", flush=True)
-    for name, needs_s, check in plan:
-        if only and name.split()[0] not in only and name not in only:
-            continue
-        checker.run(name, needs_s, check)
-    checker.write()
-    print(
-        f"{checker.summary['passed']} passed, {checker.summary['failed']} failed, "
-        f"{checker.summary['skipped']} skipped; summary in {out_dir}/gpu_check.txt and gpu_check.json"
-    )
-    return 0 if checker.summary["failed"] == 0 else 1
+    code = run_plan(checker, build_plan(checker), set(args.only.split(",")) if args.only else None)
+    print(f"{checker.closing_line()}; summary in {out_dir}/gpu_check.txt and gpu_check.json (exit code {code})")
+    return code
 
 
 if __name__ == "__main__":

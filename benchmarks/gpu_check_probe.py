@@ -66,7 +66,12 @@ def judge_probe(found: dict, device_name: str | None, figures: dict) -> str:
         )
     peak = device_peak(device_name)
     message = f"events/wall {found['events_over_wall']:.4f}, bf16 matmul {found['bf16_matmul_tflops']:.0f} TFLOP/s"
-    if peak is not None:
+    if peak is None:  # unchecked is not a pass: a throttled or misconfigured GPU would slip through
+        problems.append(
+            f"unknown GPU {device_name!r}: no published peak to check the bf16 matmul against (add its "
+            "datasheet's dense figures to ddpbench/analysis/peaks.py)"
+        )
+    else:
         fraction = found["bf16_matmul_tflops"] / peak.tflops["bf16"]
         figures["bf16_matmul_fraction_of_peak"] = fraction
         low, high = MATMUL_FRACTION_RANGE

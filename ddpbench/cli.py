@@ -8,6 +8,8 @@ import signal
 import sys
 
 from ddpbench.commands.arguments import DEPRECATED_DEST, USAGE_ERROR, OneLineErrorParser
+from ddpbench.commands.bisect import add_bisect_parser
+from ddpbench.commands.bundle import add_bundle_parser
 from ddpbench.commands.canary import add_canary_parser
 from ddpbench.commands.comm import add_comm_parser
 from ddpbench.commands.explain import add_explain_parser
@@ -28,9 +30,9 @@ from ddpbench.config.spec import SpecError
 GROUPS = (
     ("measure (starts processes, writes records)", ("run", "sweep", "tune")),
     ("read a sweep (from its records; starts nothing)", ("table", "explain", "report")),
-    ("compare (the CI gate, and what it compares with)", ("gate", "ab", "history")),
+    ("compare (the CI gate, and what it compares with)", ("gate", "ab", "bisect", "history")),
     ("cluster (a sweep on many nodes)", ("sbatch", "trainjob")),
-    ("tools", ("comm", "project", "trace", "canary")),
+    ("tools", ("comm", "project", "trace", "canary", "bundle")),
 )
 """`ddpbench --help` lists the commands by what people do with them; every listed command is in
 one group (tests/test_cli_surface.py), old names are not listed."""
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(commands)
     add_gate_parser(commands)
     add_ab_parser(commands)
+    add_bisect_parser(commands)
     add_history_parser(commands)
     add_sbatch_parser(commands)
     add_trainjob_parser(commands)
@@ -65,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_project_parser(commands)
     add_trace_parser(commands)
     add_canary_parser(commands)
+    add_bundle_parser(commands)
     add_export_parser(commands)  # old names, not listed: each says what replaces it
     add_baseline_parser(commands)
     parser.description = "Benchmark PyTorch DDP training and its scaling.\n\n" + command_groups(commands)
@@ -98,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     run_args = []
-    if argv[:1] == ["ab"] and "--" in argv:  # what follows -- goes to `ddpbench run` untouched
+    if argv[:1] in (["ab"], ["bisect"]) and "--" in argv:  # what follows -- goes to `ddpbench run` untouched
         cut = argv.index("--")
         argv, run_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.command == "ab":
+    if args.command in ("ab", "bisect"):
         args.run_args = run_args
     signal.signal(signal.SIGTERM, _raise_terminated)
     # Deprecated options a command used: said after its output, and not after a usage error,

@@ -20,6 +20,9 @@ from ddpbench.running.diagnose import out_of_memory
 from ddpbench.running.resolve import resolve
 
 REAL_GPU_TRACE = os.path.join(FIXTURES, "traces", "nccl-ddp-2gpu-rank0.json.gz")
+# ddpbench's own run on one H200 (torch 2.11, CUDA 13, NCCL 2.28.9): gpt2 bf16 under DDP over NCCL,
+# 3 profiled steps; the trace keeps its kernels, launches and step annotations (CPU ops dropped).
+H200_TRACE = os.path.join(FIXTURES, "traces", "h200-gpt2-bf16-ddp1-rank0.json.gz")
 
 
 def test_cpu_tests_run_with_the_gpus_hidden(monkeypatch):
@@ -309,6 +312,41 @@ def test_kernels_without_a_launch_event_are_counted(tmp_path):
     assert "have no launch event with their correlation id" in format_trace_table([analysis])
 
 
+def test_kernels_queued_before_the_profiled_window_are_not_missing_launches(tmp_path):
+    # On the H200 the previous step's optimizer kernels (25 multi_tensor_apply) still ran when the
+    # window opened: their launches were before it, with lower correlation ids than any recorded.
+    kernels = analyze_trace(H200_TRACE).summary()["kernels"]
+    assert kernels["launched_before_trace"] == 25 and kernels["without_launch"] == 0, kernels
+    placed = kernels["analysed"] + kernels["outside_analysed_steps"] + kernels["launched_before_trace"]
+    assert placed == kernels["total"]
+    # A launch missing inside the recorded range is still counted as one the analysis cannot link.
+    trace = json.load(gzip.open(H200_TRACE))
+    launches = sorted(
+        e["args"]["correlation"] for e in trace["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")
+    )
+    dropped = set(launches[len(launches) // 2 : len(launches) // 2 + 10])
+    trace["traceEvents"] = [
+        e
+        for e in trace["traceEvents"]
+        if not (e.get("cat") in ("cuda_runtime", "cuda_driver") and e["args"]["correlation"] in dropped)
+    ]
+    path = tmp_path / "rank-0.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    kernels = analyze_trace(str(path)).summary()["kernels"]
+    assert 0 < kernels["without_launch"] <= 10 and kernels["launched_before_trace"] == 25, kernels
+
+
+def test_a_bf16_run_on_an_h200_reads_as_bf16_though_cudnn_names_its_attention_f16():
+    from test_cuda import BF16_KERNEL, UNTYPED_KERNEL, fp16_only_kernels
+
+    trace = json.load(gzip.open(H200_TRACE))
+    names = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    assert any(BF16_KERNEL.search(n) for n in names)
+    assert any(UNTYPED_KERNEL.search(n) and "f16" in n for n in names)  # the case the exclusion is for
+    assert fp16_only_kernels(names) == []
+    assert fp16_only_kernels(["void at::native::vectorized_elementwise_kernel<4, c10::Half>"])  # fp16 still seen
+
+
 def test_a_trace_analysis_failure_is_an_error_of_the_run():
     from ddpbench.records.schema import RankResult, Record
     from ddpbench.worker.main import add_overlap
@@ -341,7 +379,10 @@ def test_mfu_uses_the_published_peak_of_the_device_and_precision():
         "peak_flops_per_s"
     ] == pytest.approx(156e12)
     unknown = model_flops_utilisation(1e9, 1.0, "NVIDIA GeForce RTX 4090", "bf16")
-    assert unknown["mfu"] is None and unknown["basis"]["reason"] == "no published peak for this device"
+    assert unknown["mfu"] is None
+    assert (
+        unknown["basis"]["reason"] == "unknown GPU: no published peak for 'NVIDIA GeForce RTX 4090' in ddpbench's table"
+    )
     assert model_flops_utilisation(1e9, 1.0, None, "fp32")["mfu"] is None
 
 
@@ -400,3 +441,31 @@ def test_the_worker_reads_the_two_tf32_settings_apart():
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]
+
+
+# --- public scripts that assume a GPU, run on a machine without one ---------------------------
+
+
+@pytest.mark.parametrize(
+    "raised, says",
+    [
+        # pytorch/examples distributed/ddp-tutorial-series/multigpu_torchrun.py under --device cpu
+        (
+            "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+            "installed a driver from http://www.nvidia.com/Download/index.aspx",
+            "asks for a GPU and this machine has none (Found no NVIDIA driver): run it on a GPU node",
+        ),
+        # huggingface/pytorch-image-models train.py --device cpu under --device cpu
+        (
+            "ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+            "single-device/multiple-device GPU modules or CPU modules, but got device_ids [device(type='cpu')], "
+            "output_device None, and module parameters {device(type='cpu')}.",
+            "passes device_ids to DistributedDataParallel for a CPU model",
+        ),
+    ],
+)
+def test_a_script_that_needs_a_gpu_is_told_so(raised, says):
+    from ddpbench.running.diagnose import known_pitfall
+
+    assert says in known_pitfall(raised)
+    assert known_pitfall("RuntimeError: something of the script's own") is None

@@ -379,3 +379,60 @@ def test_a_pod_that_never_arrives_stops_the_others_with_why(capsys):
         f"ddpbench: pod 0 of j (127.0.0.1:{port}) did not start run 3 within 1 s; the remaining runs are not "
         "started\n"
     )
+
+
+def test_every_pod_of_several_nodes_waits_a_bounded_time_for_pod_0s_name(tmp_path, capsys):
+    """pod 0 hosts the rendezvous store only if PET_MASTER_ADDR resolves to itself; the headless
+    service's record comes late. The script waits for it before the first barrier, with a fake
+    resolver and clock here: it retries until the name resolves, and gives up at the timeout."""
+    from ddpbench.running import dns_wait
+    from ddpbench.running.trainjob import node_script
+
+    script = node_script([(["--workload", "mlp"], "rdzv-1")], nodes=2, nproc_per_node=8, python="python", job="j")
+    lines = script.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "-m ddpbench.running.dns_wait" in line)
+    assert '--host "$PET_MASTER_ADDR"' in lines[wait] and lines[wait].endswith("|| exit 1")
+    assert wait < lines.index("barrier 1")
+    one_node = node_script([(["--workload", "mlp", "--nproc", "8"], None)], nodes=1, nproc_per_node=8, python="python")
+    assert "dns_wait" not in one_node  # torchrun --standalone: no name to resolve
+
+    now = [0.0]
+    answers = iter([OSError("Name or service not known")] * 3 + [None])
+
+    def resolve(host):
+        answer = next(answers)
+        if answer:
+            raise answer
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    assert dns_wait.wait_for_name("pod-0.job", 300, resolve, lambda: now[0], sleep) == (True, 4, "")
+    assert now[0] == 3 * dns_wait.RETRY_S
+
+    def never(host):
+        raise OSError("Name or service not known")
+
+    now[0] = 0.0
+    resolved, attempts, error = dns_wait.wait_for_name("pod-0.job", 10, never, lambda: now[0], sleep)
+    assert (resolved, attempts, error) == (False, 6, "Name or service not known") and now[0] == 10
+    assert dns_wait.main(["--host", "no-such-pod.invalid", "--timeout", "0"]) == 1
+    assert "did not resolve within 0 s" in capsys.readouterr().err
+
+
+def test_the_minimum_trainer_release_is_stated_and_the_crd_has_the_api_it_rests_on(tmp_path, crd):
+    from ddpbench.running.trainjob import MINIMUM_TRAINER
+
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    # The manifests need runtimePatches; the API it replaced (before v2.2.0) is gone from this CRD.
+    assert "runtimePatches" in spec and "podTemplateOverrides" not in spec
+    assert MINIMUM_TRAINER == "v2.2.1"
+    with open(os.path.join(REPO, "docs", "kubernetes.md")) as handle:
+        assert f"Kubeflow Trainer {MINIMUM_TRAINER} or later" in handle.read()
+    done = ddpbench(
+        "trainjob", "--node-counts", "1", "--gpus-per-node", "8", "--workloads", "mlp", "--image", "i",
+        "--sweep-id", "t", "--manifests", str(tmp_path), cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"needs Kubeflow Trainer {MINIMUM_TRAINER} or later" in done.stdout

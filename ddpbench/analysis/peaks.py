@@ -14,7 +14,8 @@ peak, summed; the effective peak is the FLOPs over that time.
 
 Peaks are the dense tensor-core figures of NVIDIA's datasheets: the datasheets print bf16, fp16
 and tf32 *with sparsity*, which is twice the dense rate, so those are halved here. fp32 is the
-non-tensor-core rate. A device not in the table gets no MFU (marked unknown), never a guess.
+non-tensor-core rate. A device not in the table gets no MFU ("unknown GPU"), never a guess, and the
+GPU check's matrix-product probe fails on it rather than pass unchecked.
 """
 
 from __future__ import annotations
@@ -37,9 +38,27 @@ class DevicePeak:
 
 H100_H200_SXM = {"bf16": 989.5, "fp16": 989.5, "tf32": 494.5, "fp32": 67.0}
 NVL = {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}
+H100_PCIE = {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0}
+A100 = {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}
 
-# Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100".
+# Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100", "GB200" before "B200".
+# Not here, so "unknown GPU": H20 (NVIDIA publishes no datasheet for it on nvidia.com; the figures in
+# circulation are second-hand) and AMD's Instinct GPUs (ddpbench refuses ROCm builds of torch).
 PEAKS = (
+    DevicePeak(
+        "GB200",
+        r"GB200",
+        {"bf16": 2500.0, "fp16": 2500.0, "tf32": 1250.0, "fp32": 80.0},
+        "NVIDIA GB200 NVL72 page (nvidia.com/en-us/data-center/gb200-nvl72), per 72 GPUs: FP16/BF16 360 PFLOPS, "
+        "TF32 180 PFLOPS with sparsity; FP32 5,760 TFLOPS",
+    ),
+    DevicePeak(
+        "B200",
+        r"\bB200\b",
+        {"bf16": 2250.0, "fp16": 2250.0, "tf32": 1125.0, "fp32": 75.0},
+        "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per 8 GPUs: FP16/BF16 36 PFLOPS, "
+        "TF32 18 PFLOPS with sparsity; FP32 600 TFLOPS",
+    ),
     DevicePeak(
         "H200 NVL",
         r"H200 NVL",
@@ -64,9 +83,25 @@ PEAKS = (
     DevicePeak(
         "H100 PCIe",
         r"H100 PCIe",
-        {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0},
+        H100_PCIE,
         "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): BF16/FP16 1,513, TF32 756 TFLOPS "
         "with sparsity; FP32 51 TFLOPS",
+    ),
+    # The H800 and A800 are the H100 and A100 with a slower NVLink for export; their datasheets give
+    # the same compute.
+    DevicePeak(
+        "H800 PCIe",
+        r"H800 PCIe",
+        H100_PCIE,
+        "NVIDIA H800 PCIe datasheet (NVIDIA China data-center site): BF16/FP16 1,513, TF32 756 TFLOPS "
+        "with sparsity; FP32 51 TFLOPS",
+    ),
+    DevicePeak(
+        "H800 SXM",
+        r"H800",
+        H100_H200_SXM,
+        "NVIDIA H800 SXM5 datasheet (NVIDIA China data-center site): BF16/FP16 1,979, TF32 989 TFLOPS "
+        "with sparsity; FP32 67 TFLOPS",
     ),
     DevicePeak(
         "H100 SXM",
@@ -78,9 +113,15 @@ PEAKS = (
     DevicePeak(
         "A100",
         r"A100",
-        {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+        A100,
         "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16/FP16 312, TF32 156 TFLOPS "
         "dense; FP32 19.5 TFLOPS",
+    ),
+    DevicePeak(
+        "A800",
+        r"A800",
+        A100,
+        "NVIDIA A800 datasheet (NVIDIA China data-center site): BF16/FP16 312, TF32 156 TFLOPS dense; FP32 19.5 TFLOPS",
     ),
     DevicePeak(
         "L40S",
@@ -141,7 +182,11 @@ def model_flops_utilisation(
     }
     peak = device_peak(device_name)
     if peak is None:
-        basis["reason"] = "no published peak for this device" if device_name else "no GPU (CPU run): no published peak"
+        basis["reason"] = (
+            f"unknown GPU: no published peak for {device_name!r} in ddpbench's table"
+            if device_name
+            else "no GPU (CPU run): no published peak"
+        )
         return {"mfu": None, "basis": basis}
     # Seconds per FLOP at peak, weighted by each class's share: a harmonic mean of the two peaks.
     seconds_per_flop = (

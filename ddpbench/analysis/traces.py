@@ -141,8 +141,9 @@ class TraceAnalysis:
     steps: list[TraceStep] = field(default_factory=list)
     kernels: dict | None = None
     """GPU: how many kernels the trace holds, and how many (and how much of their time) could not
-    be placed in an analysed step: no launch event with their correlation id, or launched
-    outside the analysed steps (the last step is always dropped)."""
+    be placed in an analysed step: no launch event with their correlation id, launched before the
+    trace began (queued in the step before the profiled window), or launched outside the analysed
+    steps (the last step is always dropped)."""
     hta: dict | None = None
     """mode hta: overlap_pct, compute_us, non_compute_us, idle_us, kernel_span_us over all kept kernels."""
 
@@ -179,6 +180,7 @@ class _Events:
     ends: np.ndarray
     role: np.ndarray  # 0 compute, 1 communication, 2 other
     anchor: np.ndarray  # the time that decides the event's step (CPU launch time for GPU kernels)
+    early: np.ndarray | None = None  # GPU: no launch event, launched before the trace's first one
 
 
 def rank_in_trace(trace: TraceFile, path: str) -> tuple[int | None, str]:
@@ -224,7 +226,7 @@ def _scan(events: list[TraceEvent]) -> _Scan:
 
 def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
     if not scan.gpu_rows:
-        return _Events(*(np.zeros(0),) * 4)
+        return _Events(*(np.zeros(0),) * 4, early=np.zeros(0, dtype=bool))
     ts, dur, names, categories, correlations = zip(*scan.gpu_rows)
     starts = np.asarray(ts, dtype=float)
     ends = starts + np.asarray(dur, dtype=float)
@@ -238,7 +240,17 @@ def _gpu_events(scan: _Scan, hta_rounding: bool) -> _Events:
     )
     launches = scan.launches
     anchor = np.array([launches.get(c, np.nan) for c in correlations], dtype=float)
-    return _Events(starts, ends, role, anchor)
+    # Correlation ids grow with every launch. A kernel with no launch event whose id is below the
+    # trace's first recorded launch was queued before the profiler's active window opened (the GPU
+    # still ran the step before it: seen on an H200, the previous optimizer step's kernels): it
+    # belongs to no profiled step, and nothing is missing. One with an id inside the recorded range
+    # is a launch the analysis cannot link.
+    first = min((c for c in launches if isinstance(c, int | float)), default=None)
+    early = np.array(
+        [c not in launches and first is not None and isinstance(c, int | float) and c < first for c in correlations],
+        dtype=bool,
+    )
+    return _Events(starts, ends, role, anchor, early)
 
 
 def closure_steps(optimizer_steps: list[tuple[float, float]], backward_starts: list[float]) -> set:
@@ -403,8 +415,9 @@ def analyze_trace(path: str, mode: str = "ddpbench") -> TraceAnalysis:
 def _kernel_accounting(gpu: _Events, analysed: np.ndarray) -> dict:
     """Kernels the step analysis could not use, counted rather than dropped silently."""
     kernel = gpu.role != 2
-    unlaunched = kernel & np.isnan(gpu.anchor)
-    outside = kernel & ~analysed & ~unlaunched
+    early = kernel & gpu.early
+    unlaunched = kernel & np.isnan(gpu.anchor) & ~early
+    outside = kernel & ~analysed & ~unlaunched & ~early
     duration = gpu.ends - gpu.starts
     return {
         "total": int(kernel.sum()),
@@ -412,6 +425,7 @@ def _kernel_accounting(gpu: _Events, analysed: np.ndarray) -> dict:
         "without_launch": int(unlaunched.sum()),
         "without_launch_us": float(duration[unlaunched].sum()),
         "outside_analysed_steps": int(outside.sum()),
+        "launched_before_trace": int(early.sum()),
     }
 
 

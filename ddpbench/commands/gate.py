@@ -82,8 +82,9 @@ def add_gate_parser(commands) -> None:
         default=None,
         metavar="BASE",
         help="on a regression, rerun the flagged configurations here against BASE (a ddpbench working tree, "
-        "run by its own .venv when it has one, e.g. .gate-base/<sha>, or a Python executable), base and "
-        "candidate interleaved; the verdict is the confirmation's",
+        "run by its own .venv when it has one, e.g. .gate-base/<sha>, a Python executable, or a git ref of the "
+        "repository holding the candidate's workload file, run from its own worktree against your checkout), "
+        "base and candidate interleaved; the verdict is the confirmation's",
     )
     confirm.add_argument(
         "--confirm-rounds", type=int, default=5, help="rounds of base then candidate per configuration (default 5)"
@@ -117,10 +118,16 @@ def add_ab_parser(commands) -> None:
         usage="ddpbench ab A B [options] -- RUN_OPTIONS (those of ddpbench run, e.g. --workload mlp --nproc 2)",
         description="Run one configuration in two environments (code trees or Pythons), A B A B ..., and gate B "
         "against A with a paired test: what gate --confirm-with does for the configurations a comparison flags, "
-        "for one you name. make gate BASE=<ref> runs it against a git ref's code.",
+        "for one you name. make gate BASE=<ref> runs it against a git ref's code. A and B may be two git refs of "
+        "your own repository (the one holding the workload file or --script): each runs from its own worktree with "
+        "this ddpbench and this Python.",
     )
-    ab.add_argument("a", help="environment A: a Python executable (runs this ddpbench) or a ddpbench working tree")
-    ab.add_argument("b", help="environment B, the candidate")
+    ab.add_argument(
+        "a",
+        help="environment A: a Python executable (runs this ddpbench), a ddpbench working tree, or a git ref of "
+        "the repository holding the workload file or --script (each ref then runs from its own worktree)",
+    )
+    ab.add_argument("b", help="environment B, the candidate (a git ref where A is one)")
     ab.add_argument("--rounds", type=int, default=5, help="rounds of A then B (default 5, at least 2)")
     ab.add_argument("--python", default=None, help="Python for working trees (default: this one)")
     ab.add_argument("--out", default=None, help="records go to OUT/a and OUT/b (default results/ab-<time>)")
@@ -315,6 +322,7 @@ def confirm_step(args: argparse.Namespace, candidate, settings):
     from ddpbench.gate.ab import HERE_REPO, MIN_ROUNDS, check_imports, resolve_side
     from ddpbench.gate.compare import GateError
     from ddpbench.gate.confirm import base_side, confirm
+    from ddpbench.gate.user_tree import confirm_base
 
     if args.confirm_with is None:
         return None
@@ -322,21 +330,35 @@ def confirm_step(args: argparse.Namespace, candidate, settings):
         raise GateError(
             f"--confirm-rounds must be at least {MIN_ROUNDS} (a paired test needs two); got {args.confirm_rounds}"
         )
-    base = base_side(args.confirm_with)
-    here = resolve_side("B", HERE_REPO, sys.executable)
-    check_imports(base)
+    commit, base = None, None
+    if not os.path.exists(args.confirm_with):
+        # A git ref of the user's repository: its worktree is made only if a regression is confirmed.
+        commit = confirm_base(args.confirm_with, candidate, sys.executable, HERE_REPO)
+        here = commit.candidate
+    else:
+        base, here = base_side(args.confirm_with), resolve_side("B", HERE_REPO, sys.executable)
+    check_imports(base or here)
     out_dir = os.path.abspath(args.confirm_out or os.path.join("results", f"confirm-{time.strftime('%Y%m%d-%H%M%S')}"))
-    return lambda comparisons: confirm(
-        comparisons,
-        candidate,
-        base,
-        here,
-        args.confirm_rounds,
-        out_dir,
-        settings,
-        args.allow_failed_runs,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+
+    def confirmed(comparisons):
+        try:
+            return confirm(
+                comparisons,
+                candidate,
+                commit.base() if commit else base,
+                here,
+                args.confirm_rounds,
+                out_dir,
+                settings,
+                args.allow_failed_runs,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+                rewrite=commit.rewrite if commit else None,
+            )
+        finally:
+            if commit is not None:
+                commit.trees.prune()
+
+    return confirmed
 
 
 def command_gate(args: argparse.Namespace) -> int:
@@ -513,11 +535,12 @@ def why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, candid
 
 
 def command_ab(args: argparse.Namespace) -> int:
-    from ddpbench.gate.ab import check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
+    from ddpbench.gate.ab import HERE_REPO, check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
     from ddpbench.gate.compare import GateError
+    from ddpbench.gate.user_tree import are_refs, commit_sides
     from ddpbench.running.resolve import resolve
 
-    run_args = args.run_args
+    run_args, trees = args.run_args, None
     try:
         settings = gate_settings(args)
         validate_rounds(args.rounds)
@@ -526,18 +549,29 @@ def command_ab(args: argparse.Namespace) -> int:
         run_parser = OneLineErrorParser(prog="ddpbench ab -- (run options)")
         add_run_arguments(run_parser)
         resolve(spec_from_args(run_parser.parse_args(run_args)))
-        sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
-        versions = [check_imports(side) for side in sides]
+        if are_refs(args.a, args.b):
+            # Two commits of the user's repository: this ddpbench and this Python on both sides.
+            sides, run_args, trees = commit_sides([args.a, args.b], run_args, args.python or sys.executable, HERE_REPO)
+            versions = [check_imports(sides[0])] * 2
+        else:
+            sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
+            versions = [check_imports(side) for side in sides]
     except (GateError, ValueError) as exc:
+        if trees is not None:
+            trees.prune()
         raise SpecError(str(exc)) from None
     out_dir = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
     print(
         f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
         file=sys.stderr,
     )
-    rounds = run_ab(
-        sides[0], sides[1], run_args, args.rounds, out_dir, progress=lambda line: print(line, file=sys.stderr)
-    )
+    try:
+        rounds = run_ab(
+            sides[0], sides[1], run_args, args.rounds, out_dir, progress=lambda line: print(line, file=sys.stderr)
+        )
+    finally:
+        if trees is not None:
+            trees.prune()
     comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
     if not comparisons:
         raise SpecError("; ".join(notes) or "no round produced records to compare")

@@ -32,6 +32,12 @@ from ddpbench.config.spec import DEVICES, DDPKnobs, SpecError, resolve_device
 def add_sweep_parser(commands) -> None:
     sweep = commands.add_parser("sweep", help="a scaling sweep: local, ddp, dp over world sizes 1, 2, 4, ...")
     add_sweep_arguments(sweep)
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (runs, world sizes, rounds) and its estimated time and trace disk, start nothing; "
+        "with --gpus G it plans for a node of G GPUs without asking this machine for them",
+    )
     exit_codes(
         sweep,
         "0 every run is ok",
@@ -147,7 +153,8 @@ def node_shape(args: argparse.Namespace) -> tuple[int, int, tuple[int, ...], str
 
 
 def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None) -> SweepOptions:
-    from ddpbench.host.torch_env import check_gpu_build, check_installed
+    from ddpbench.host.gpu_needs import check_not_rocm
+    from ddpbench.host.torch_env import check_gpu_build, check_installed, gpu_build
 
     # The runs use this interpreter's torch, here or in the batch job: missing or too old is said
     # before torch is asked how many GPUs there are.
@@ -155,6 +162,7 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
     gpu_count, cores, nodes, machine = shape or node_shape(args)
     device = resolve_device("cuda" if args.gpus else args.device, gpu_count)
     if device == "cuda" and shape is None:  # CUDA on this machine's torch; NCCL per run, by resolve()
+        check_not_rocm(gpu_build())
         check_gpu_build(1)
     if device == "cuda":
         largest = args.gpus or args.nproc or gpu_count
@@ -190,6 +198,27 @@ def sweep_options_from_args(args: argparse.Namespace, shape: tuple | None = None
     )
 
 
+def dry_run(args: argparse.Namespace) -> int:
+    """The plan and its estimated cost; nothing started, nothing written. With --gpus G the node is
+    one of G GPUs: a plan for a GPU node can be read on a laptop."""
+    from ddpbench.config.plan import plan_sweep
+    from ddpbench.config.plan_cost import plan_cost, plan_lines
+    from ddpbench.host.facts import usable_cores
+
+    if args.resume:
+        raise SpecError("--dry-run plans a new sweep; leave out --resume")
+    shape = None
+    if args.gpus and args.launcher != "slurm":
+        shape = (args.gpus, usable_cores(), args.nodes, f"a node of {args.gpus} GPUs")
+    options = sweep_options_from_args(args, shape)
+    plan = plan_sweep(options, os.path.join(args.out, args.sweep_id or "dry-run"))
+    node = shape[3] if shape else f"this machine ({options.device})"
+    print(f"sweep plan: {len(plan)} runs on {node}, suite {options.suite} (--dry-run: nothing started)")
+    for line in [*plan_lines(plan), *plan_cost(plan).lines()]:
+        print(line)
+    return 0
+
+
 def command_sweep(args: argparse.Namespace) -> int:
     from ddpbench.config.plan import plan_sweep
     from ddpbench.report.html import report_words
@@ -198,6 +227,8 @@ def command_sweep(args: argparse.Namespace) -> int:
 
     if args.resume and not args.sweep_id:
         raise SpecError("--resume needs --sweep-id: the sweep to carry on with")
+    if args.dry_run:
+        return dry_run(args)
     options = None if args.resume else sweep_options_from_args(args)
     if args.sweep_id is not None:
         check_id("--sweep-id", args.sweep_id, f"--out ({args.out!r})", nested=True)

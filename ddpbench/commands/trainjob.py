@@ -259,7 +259,10 @@ def command_trainjob(args: argparse.Namespace) -> int:
         written.append((path, nodes, count))
     for path, nodes, count in written:
         print(f"{path}: {nodes} node(s) x {per_node}, {count} run(s)")
-    print(f"submit: kubectl apply -f {shlex.quote(folder)}")
+    print(
+        f"submit: kubectl apply -f {shlex.quote(folder)}  (needs Kubeflow Trainer {trainjob.MINIMUM_TRAINER} or "
+        "later: spec.runtimePatches; kubectl get crd trainjobs.trainer.kubeflow.org -o yaml | grep runtimePatches)"
+    )
     print(
         f"when every job has ended (kubectl get trainjobs), write the report where {args.volume_claim} is mounted: "
         f"{report_command}"

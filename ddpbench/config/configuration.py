@@ -91,6 +91,7 @@ NOT_CONFIGURATION: dict[str, str] = {
     "verbose": "what reaches the terminal",
     "oom_backoff": "retries with a smaller batch, which the record then keeps as the batch",
     "fault": "a testing aid: a planted fault fails its run, which is never compared",
+    "dry_run": "prints the plan and runs nothing",
 }
 """Options of `ddpbench sweep` that change nothing a run measures, each with why."""
 

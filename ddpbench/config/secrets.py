@@ -93,3 +93,26 @@ def hide_in_batch_script(argv: list[str]) -> tuple[list[str], dict[str, str], di
 
 def has_hidden(args: tuple[str, ...] | list[str]) -> bool:
     return any(arg == HIDDEN or arg.endswith("=" + HIDDEN) for arg in args)
+
+
+# In free text (a log, a record read as text): an environment variable whose name says secret, as
+# NAME=value or "NAME": "value", and a command-line option whose last name part says so, as in
+# secret_positions.
+_SECRET_VARIABLE = re.compile(
+    r'(\b[A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*(?:=|"\s*:\s*"))([^\s"\',]+)'
+)
+_SECRET_OPTION = re.compile(
+    r"(--(?:[A-Za-z0-9]+[-_.])*(?:" + "|".join(sorted(SECRET_NAME_PARTS)) + r")(?:=|\s+))(?!-)([^\s\"',]+)",
+    re.IGNORECASE,
+)
+
+
+def redact_text(text: str) -> str:
+    """Any text with its secrets hidden: access keys by their look, secret-named variables and options,
+    and the password of a user:password@ URL (the record's own rule for variable values)."""
+    from ddpbench.host.facts import redact_value
+
+    text = SECRET_VALUE.sub(HIDDEN, text)
+    text = _SECRET_VARIABLE.sub(lambda match: match[1] + HIDDEN, text)
+    text = _SECRET_OPTION.sub(lambda match: match[1] + HIDDEN, text)
+    return redact_value(text)

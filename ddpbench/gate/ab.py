@@ -25,6 +25,7 @@ import numpy as np
 from ddpbench.gate import stats
 from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unusable
 from ddpbench.gate.values import describe, run_key, side_values, to_log
+from ddpbench.host.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, record_path
 
@@ -42,10 +43,25 @@ class Side:
     python: str
     code: str
     """The ddpbench checkout it runs (put first on PYTHONPATH)."""
+    tree: str | None = None
+    """A commit of the user's repository: its worktree (`gate.user_tree`), where the run starts and
+    which comes first on the import path; None: the user's code is wherever the run options say."""
+    checkout: str | None = None
+    """The user's main checkout, from which nothing of theirs may be imported (with `tree`)."""
 
     def environ(self) -> dict:
         path = os.environ.get("PYTHONPATH")
-        return {**os.environ, "PYTHONPATH": self.code + (os.pathsep + path if path else "")}
+        first = [self.code]
+        own = {}
+        if self.tree is not None:
+            src = os.path.join(self.tree, "src")
+            first = [self.tree, *([src] if os.path.isdir(src) else []), self.code]
+            own = {OWN_TREE_ENV: self.tree, USER_CHECKOUT_ENV: self.checkout or self.tree}
+        return {**os.environ, **own, "PYTHONPATH": os.pathsep.join(first + ([path] if path else []))}
+
+    @property
+    def cwd(self) -> str:
+        return self.tree or self.code
 
 
 def resolve_side(name: str, given: str, python: str | None = None) -> Side:
@@ -111,6 +127,7 @@ def end_round(process: subprocess.Popen) -> None:
 
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
     run_id = f"{side.name.lower()}-r{round_index:02d}"
+    out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
     command = [
         side.python,
         "-m",
@@ -122,10 +139,13 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         "--run-id",
         run_id,
     ]
-    # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
-    process = subprocess.Popen(
-        command, env=side.environ(), cwd=side.code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    # What the round says on stderr is kept beside its record: a run refused before it started (the
+    # commit's workload file does not parse, say) writes no record, and this is then its reason.
+    side_dir = os.path.join(out_dir, side.name.lower())
+    os.makedirs(side_dir, exist_ok=True)
+    with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
+        # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
+        process = subprocess.Popen(command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=said)
     try:
         code = process.wait(timeout=round_timeout(run_args))
     except subprocess.TimeoutExpired:
@@ -135,6 +155,18 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         end_round(process)
         raise
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
+
+
+def round_said(record_file: str) -> str:
+    """The last line the round printed on stderr (see `run_round`), or "" where there is none."""
+    run_id = os.path.splitext(os.path.basename(record_file))[0]
+    side_dir = os.path.dirname(os.path.dirname(record_file))
+    try:
+        with open(os.path.join(side_dir, f"{run_id}.stderr"), encoding="utf-8", errors="replace") as said:
+            lines = [line.strip() for line in said if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def load_round(path: str) -> Record | None:

@@ -29,6 +29,23 @@ def machine_class(record: Record) -> str:
     return f"cpu-{slug(env.cpu_model)}-{env.cpu_cores}c"
 
 
+def machine_class_here() -> str:
+    """This machine's class as `machine_class` names it from a record, without starting torch: the
+    GPUs nvidia-smi lists (those CUDA_VISIBLE_DEVICES leaves visible, where it names indices), else
+    the CPU model and the cores this process may use."""
+    from ddpbench.host.facts import _nvidia_smi, cpu_model, nvidia_driver_present, usable_cores
+
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1")
+    listed = _nvidia_smi("--query-gpu=name", "--format=csv,noheader") if nvidia_driver_present() else None
+    names = [line.strip() for line in (listed or "").splitlines() if line.strip()] if not hidden else []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if names and visible and all(part.strip().isdigit() for part in visible.split(",")):
+        names = [names[int(part)] for part in visible.split(",") if int(part) < len(names)]
+    if names:
+        return f"{len(names)}x-{slug(names[0])}"
+    return f"cpu-{slug(cpu_model())}-{usable_cores()}c"
+
+
 def suite_of(sweep_dir: str) -> str:
     try:
         with open(os.path.join(sweep_dir, "manifest.json"), encoding="utf-8") as handle:

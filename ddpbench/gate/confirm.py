@@ -104,6 +104,7 @@ def confirm(
     settings: stats.GateSettings,
     allow_failed: bool = False,
     progress=print,
+    rewrite=None,
 ) -> Confirmation:
     """Rerun every flagged configuration as base/candidate rounds and gate each with the paired
     test; the family-wise false-alarm rate is shared by all the configurations confirmed."""
@@ -121,7 +122,9 @@ def confirm(
         if not answerable:
             continue
         try:
-            to_run.append((configuration, answerable, run_options(records[configuration].spec)))
+            options = run_options(records[configuration].spec)
+            # Commits of the user's repository: the workload file as it lies inside each side's tree.
+            to_run.append((configuration, answerable, rewrite(options) if rewrite else options))
         except (KeyError, GateError) as exc:
             reason = str(exc) if isinstance(exc, GateError) else "no successful candidate run to rerun"
             result.kept += [c for c in comparisons if c.configuration == configuration and c.measure in answerable]

@@ -33,10 +33,14 @@ class TraceKernels(Part):
     total: int
     analysed: int
     without_launch: int
-    """No launch event carries their correlation id, so they belong to no step."""
+    """No launch event carries their correlation id, though it lies within the trace's launches:
+    a launch the analysis cannot link. They belong to no step."""
     without_launch_us: float
     outside_analysed_steps: int
     """Launched outside the analysed steps (the last step is always dropped)."""
+    launched_before_trace: int = 0
+    """No launch event, with a correlation id below the trace's first launch: queued before the
+    profiler's window opened (the GPU still ran the step before it). Not an error."""
 
 
 class TraceSummary(Part):

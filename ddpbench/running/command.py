@@ -99,6 +99,20 @@ def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) 
     # a user's own settings win.
     dumps = os.path.join(os.path.dirname(os.path.abspath(heartbeat_dir)), HANG_DUMPS_FOLDER)
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(dumps, "nccl_trace_rank_"))
-    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    for names, default in FLIGHT_RECORDER_VARIABLES:
+        value = next((env[name] for name in names if env.get(name)), default or os.path.join(dumps, "nccl_trace_rank_"))
+        for name in names:
+            env.setdefault(name, value)
     return env
+
+
+# The Flight Recorder's settings under both of their names, with one value (a user's, under either
+# name, wins): torch 2.5 to 2.7 read only TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE;
+# later releases read TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE first and the old names after
+# (pytorch#152563 made the recorder vendor-neutral; torch 2.14's libtorch holds all four names). Set
+# under one name only, an older torch records nothing (a buffer of 0) and its hang dumps come out empty.
+# (names, default; None: the hang-dumps folder's prefix)
+FLIGHT_RECORDER_VARIABLES = (
+    (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"), "2000"),
+    (("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None),
+)

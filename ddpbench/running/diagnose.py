@@ -183,6 +183,8 @@ def diagnose(
         status = "failed"
         cause = root_cause(errors)
         error["message"] = f"rank {cause} raised {errors[cause]['message']}"
+        if _COLLECTIVE_TIMEOUT.search(errors[cause]["message"]):  # no rank fell behind: all were slow
+            error["message"] += f" ({RAISE_PG_TIMEOUT})"
         pitfall = known_pitfall(errors[cause]["message"])
         if pitfall:
             error["message"], error["kind"] = pitfall, "known_pitfall"
@@ -210,15 +212,42 @@ PITFALLS = (
         "torch.compile's DDPOptimizer refused the bucket cap: its own first bucket (1 MiB) is larger than "
         "the cap; use --bucket-cap-mb 1 or more with --compile default, or --compile compiled-autograd",
     ),
+    # Public scripts that hard-code CUDA (pytorch/examples' DDP tutorial calls torch.cuda.set_device,
+    # nanoGPT builds its device from LOCAL_RANK as cuda:N) fail this way on a machine without GPUs.
+    (
+        re.compile(r"Found no NVIDIA driver|Torch not compiled with CUDA enabled|No CUDA GPUs are available"),
+        "the code asks for a GPU and this machine has none ({raised}): run it on a GPU node with --device cuda",
+    ),
+    # timm's train.py passes device_ids=[device] to DDP for any device; PyTorch accepts device_ids only
+    # for GPU modules, so on CPU the script's own DDP call fails.
+    (
+        re.compile(r"device_ids and output_device arguments only work with single-device/multiple-device GPU"),
+        "the code passes device_ids to DistributedDataParallel for a CPU model, which PyTorch refuses (on CPU "
+        "device_ids must be None); run it on GPUs with --device cuda, or leave device_ids out on CPU",
+    ),
 )
 
 
 def known_pitfall(message: str) -> str | None:
-    return next((explanation for pattern, explanation in PITFALLS if pattern.search(message)), None)
+    """A sentence that says what to do about a failure others have met, or None."""
+    for pattern, explanation in PITFALLS:
+        found = pattern.search(message)
+        if found:
+            return explanation.format(raised=found.group(0))
+    return None
+
+
+RAISE_PG_TIMEOUT = (
+    "a collective waits at most the process-group timeout (a sweep's is 50 expected steps, at least 60 s, "
+    "plus 600 s with --compile); if the ranks were only slow (compiling, loading), raise it with --pg-timeout "
+    "SECONDS on run, sweep or trainjob"
+)
 
 
 def describe_hang(error: dict, hang: dict, log_dir: str, beats: dict[int, dict]) -> None:
-    """The hang's fields in the record's error: who, where, and the evidence kept for it."""
+    """The hang's fields in the record's error: who, where, and the evidence kept for it; and how to
+    give the ranks longer, where they were only slow."""
+    error["message"] += f" ({RAISE_PG_TIMEOUT})"
     error["hung_ranks"] = hang["ranks"]
     error["hang_evidence"] = hang["explanation"]
     error["hang"] = {**hang, "evidence": hang_evidence.collect(log_dir, beats, hang)}

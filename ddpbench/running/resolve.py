@@ -18,7 +18,8 @@ from ddpbench.config.ids import plain_name
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.host.facts import usable_cores, visible_gpu_count
-from ddpbench.host.torch_env import check_gpu_build, check_installed
+from ddpbench.host.gpu_needs import check_dp_memory, check_not_rocm, check_strategy_torch, first_gpu_memory_bytes
+from ddpbench.host.torch_env import check_gpu_build, check_installed, gpu_build
 from ddpbench.running import slurm
 
 
@@ -36,6 +37,7 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     here = gpu_count is None
     if here:
         check_installed()
+        check_strategy_torch(spec.strategy)
     spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
     if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
         node_gpus, node_cores, rendezvous = slurm.placement(spec)
@@ -46,6 +48,7 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     cores = usable_cores() if cores is None else cores
     device = resolve_device(spec.device, gpu_count)
     if here and device == "cuda":  # before counting GPUs: a torch without CUDA sees none
+        check_not_rocm(gpu_build())
         check_gpu_build(spec.world_size if spec.launched_by_torchrun else 1)
     if device == "cuda" and spec.nproc > gpu_count:
         raise SpecError(
@@ -64,6 +67,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
             f"--compile {spec.compile} on cpu needs a C++ compiler: torch's inductor builds its CPU kernels with one "
             "(g++ or c++ on PATH, or CXX); install g++, or use --compile off"
         )
+    if here and spec.device == "cuda" and spec.script is None:
+        check_dp_memory(spec, first_gpu_memory_bytes())
     if spec.strategy == "fsdp2" and spec.script is None:
         check_shardable(spec.workload, spec.size or "tiny")
     return spec

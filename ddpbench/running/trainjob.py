@@ -39,6 +39,12 @@ from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id, short_hash
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
+MINIMUM_TRAINER = "v2.2.1"
+"""The oldest Kubeflow Trainer release these manifests need: `spec.runtimePatches` (which adds the
+results volume and /dev/shm) replaced `podTemplateOverrides` in v2.2.0 (kubeflow/trainer#3309), and
+v2.2.1 lets a suspended TrainJob's runtimePatches change when it is resumed (#3489), which Kueue's
+admission does. Checked against the CRD at kubeflow/trainer 8c0f505 (2026-08-21), which has
+runtimePatches and no podTemplateOverrides; the v2.2.1 CRD itself is not checked here."""
 RUNTIME = "torch-distributed"
 """The ClusterTrainingRuntime Kubeflow Trainer ships for PyTorch (torchrun, PET_* variables)."""
 CONTAINER = "node"
@@ -208,6 +214,8 @@ def node_script(
         "failed=0",
     ]
     if nodes > 1:
+        # pod 0 hosts each run's rendezvous store only if PET_MASTER_ADDR resolves to itself (dns_wait)
+        lines.append(f'{shlex.quote(python)} -m ddpbench.running.dns_wait --host "$PET_MASTER_ADDR" || exit 1')
         lines += barrier_lines(job, nodes, python, barrier_timeout_s)
     for number, (arguments, rdzv_id) in enumerate(runs, 1):
         if nodes > 1:

@@ -31,6 +31,7 @@ from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
 from ddpbench.host.facts import host_facts
 from ddpbench.host.load import busiest
+from ddpbench.host.own_tree import check_own_tree
 from ddpbench.records.schema import (
     Check,
     CompileStats,
@@ -135,6 +136,7 @@ class Trainer:
         torch.set_num_threads(spec.threads_per_rank)
         torch.manual_seed(spec.seed)  # same initial weights everywhere; DDP also broadcasts rank 0's
         self.workload = build_workload(spec.workload, spec.size, spec.data_dir)
+        check_own_tree()  # one commit of the user's repository: its code, not the checkout's
         self.spec = spec.replace(batch_size=spec.batch_size or self.workload.batch_size)
         self.device = rank.device
         # DataParallel takes the global batch in one forward and splits it across its devices.

@@ -17,6 +17,7 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.own_tree import check_own_tree
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.script.ending import end_of_script
 from ddpbench.worker.script.observer import NotDDPTraining, Observer, ScriptNotMeasurable, StopScript
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
     finally:
         observer.uninstall()
+    check_own_tree()  # one commit of the user's repository: its code, not the checkout's
     return end_of_script(spec, observer, session, stopped)
 
 

@@ -1,0 +1,234 @@
+"""`ddpbench bisect --good REF --bad REF -- RUN_OPTIONS`: the first commit of the user's repository
+that made a configuration slower (the search: gate/bisect.py). No torch."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+from ddpbench.commands.arguments import (
+    BAD_INPUT,
+    INTERRUPTED,
+    OneLineErrorParser,
+    add_run_arguments,
+    exit_codes,
+    spec_from_args,
+)
+from ddpbench.commands.bisect_text import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
+from ddpbench.config.errors import SpecError
+
+DEFAULT_RECORDS = os.path.join("results", "bisect")
+GUESS_RUN_S = 30.0
+"""Seconds a run takes, for the estimate before the first round is timed (start-up, torch's import
+and a short run on CPU)."""
+
+
+def add_bisect_parser(commands) -> None:
+    bisect = commands.add_parser(
+        "bisect",
+        help="the first commit of your repository that made a configuration slower",
+        usage="ddpbench bisect --good REF --bad REF [options] -- RUN_OPTIONS (those of ddpbench run, naming "
+        "--workload path/file.py:factory or --script path/train.py in your repository)",
+        description="Find the first commit between a good and a bad one that made one configuration slower. "
+        "Each step is a same-job A/B of a commit against the good one (ddpbench ab's rounds and paired test), "
+        "from worktrees of the repository holding the workload file or script, with this ddpbench and this "
+        "Python. Records are kept per commit, so an interrupted bisection resumes and a repeated one answers "
+        "from them. See docs/bisect.md.",
+    )
+    bisect.add_argument("--good", required=True, metavar="REF", help="a commit that is not slower")
+    bisect.add_argument("--bad", required=True, metavar="REF", help="a later commit that is slower")
+    bisect.add_argument(
+        "--threshold",
+        default="5%",
+        help="the margin: a commit is bad when its slowdown against --good is beyond it, good when within it "
+        "(5, 5%% or 0.05; default 5%%, the gate's --max-regression)",
+    )
+    bisect.add_argument(
+        "--family-alpha",
+        default="1%",
+        help="how often a step may answer wrongly, spent over its planned looks (default 1%%, the gate's)",
+    )
+    bisect.add_argument("--rounds", type=int, default=4, help="rounds of a step's first look (default 4, at least 2)")
+    bisect.add_argument(
+        "--max-rounds",
+        type=int,
+        default=12,
+        help="rounds after which a step says cannot tell; it looks after --rounds, twice that, ... (default 12)",
+    )
+    bisect.add_argument(
+        "--records",
+        default=DEFAULT_RECORDS,
+        help=f"where the rounds' records are kept, per machine class, ddpbench version and run options "
+        f"(default {DEFAULT_RECORDS})",
+    )
+    bisect.add_argument("--json-file", dest="json", default=None, metavar="FILE", help="also write the answer as JSON")
+    exit_codes(
+        bisect,
+        "0 the first bad commit found",
+        f"{EXIT_NONE} no commit slower beyond the margin (the bad commit is not)",
+        f"{EXIT_CANNOT_TELL} cannot tell within --max-rounds (it says what it would need)",
+        f"{EXIT_MACHINE} the machine: the step that named the commit had runs on a busy machine or at another "
+        "speed (as the gate's 4): rerun on a quiet machine",
+        BAD_INPUT,
+        INTERRUPTED,
+    )
+    bisect.set_defaults(handler=command_bisect)
+
+
+def ddpbench_version() -> str:
+    """The version records are kept under: the package's, and the commit of this checkout."""
+    from ddpbench import __version__
+    from ddpbench.gate.ab import HERE_REPO
+    from ddpbench.gate.base_env import git
+
+    sha = git(HERE_REPO, "rev-parse", "--short=12", "HEAD")
+    return __version__ + (f"+{sha.stdout.strip()}" if sha.returncode == 0 else "")
+
+
+def commit_range(repo: str, good: str, bad: str) -> list[tuple[str, str]]:
+    """(sha, subject) of the good commit, then each commit after it up to the bad one, oldest first
+    (the first-parent line from good to bad: a merged branch is tested at its merge)."""
+    from ddpbench.gate.base_env import git
+    from ddpbench.gate.user_tree import TreeError
+
+    if good == bad or git(repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
+        raise TreeError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: give the older, good commit")
+    listed = git(repo, "log", "--reverse", "--first-parent", "--ancestry-path", "--format=%H %s", f"{good}..{bad}")
+    rows = [line.split(" ", 1) for line in listed.stdout.splitlines() if line.strip()]
+    subject = git(repo, "log", "-1", "--format=%s", good).stdout.strip()
+    return [(good, subject)] + [(row[0], row[1] if len(row) > 1 else "") for row in rows]
+
+
+def estimate_lines(commits: int, looks: list[int], run_s: float, timed: bool) -> str:
+    """Steps: the bad commit, then halving the commits between (one more where they are not a power of two)."""
+    between = max(0, commits - 2)
+    steps = 1 + (math.ceil(math.log2(between + 1)) if between else 0)
+    fewest, most = 2 * looks[0] * steps, 2 * looks[-1] * steps
+    source = "from these records' runs" if timed else "a guess until a run is timed"
+    return (
+        f"estimate: {between} commit(s) between good and bad: about {steps} steps of {looks[0]}-{looks[-1]} rounds, "
+        f"{fewest}-{most} runs, {fewest * run_s / 60:.0f}-{most * run_s / 60:.0f} minutes at {run_s:.0f} s a run "
+        f"({source}); records already kept are not run again"
+    )
+
+
+def kept_run_seconds(folder: str) -> float | None:
+    from ddpbench.records.store import read_records
+
+    walls = []
+    if os.path.isdir(folder):
+        for step in os.listdir(folder):
+            for side in ("a", "b"):
+                side_folder = os.path.join(folder, step, side)
+                if os.path.isdir(side_folder):
+                    walls += [r.launch.wall_s for _, r in read_records(side_folder)[0] if r.launch is not None]
+    return sum(walls) / len(walls) if walls else None
+
+
+def command_bisect(args: argparse.Namespace) -> int:
+    from ddpbench.gate.ab import HERE_REPO, Side, check_imports
+    from ddpbench.gate.base_env import git
+    from ddpbench.gate.baselines import machine_class_here
+    from ddpbench.gate.bisect import BadCommit, Bisection, planned_looks, store_key
+    from ddpbench.gate.compare import GateError
+    from ddpbench.gate.stats import GateSettings, parse_fraction
+    from ddpbench.gate.user_tree import Trees, inside_tree, resolve_commit, user_file
+    from ddpbench.running.resolve import resolve
+
+    given_args = list(args.run_args)
+    try:
+        settings = GateSettings(
+            max_regression=parse_fraction(args.threshold, "--threshold"),
+            family_alpha=parse_fraction(args.family_alpha, "--family-alpha"),
+        )
+        looks = planned_looks(args.rounds, args.max_rounds)
+        if not given_args:
+            raise GateError("give the run options after --, those of ddpbench run (e.g. --workload models.py:net)")
+        if any(a.split("=")[0] in ("--out", "--run-id") for a in given_args):
+            raise GateError("bisect sets --out and --run-id itself; records go to --records")
+        run_parser = OneLineErrorParser(prog="ddpbench bisect -- (run options)")
+        add_run_arguments(run_parser, script=True)
+        spec = resolve(spec_from_args(run_parser.parse_args(given_args)))
+        if spec.nnodes > 1 or spec.launcher != "local":
+            raise GateError("bisect runs on one node, in this job (--nnodes 1, the local launcher): see docs/bisect.md")
+        found = user_file(given_args)
+        if found is None:
+            raise GateError(
+                "bisect needs the run options to name a workload file (--workload path/file.py:factory) or a "
+                "script (--script path/train.py) in the git repository to bisect"
+            )
+        repo, inside = found
+        good, bad = resolve_commit(repo, args.good, "--good"), resolve_commit(repo, args.bad, "--bad")
+        commits = commit_range(repo, good, bad)
+        trees = Trees(repo, inside)
+        for sha, _ in commits:
+            trees.check(sha)  # a changed worktree is refused before anything runs
+        for ref, sha in ((args.good, good), (args.bad, bad)):
+            if git(repo, "cat-file", "-e", f"{sha}:{inside}").returncode != 0:
+                raise GateError(f"{ref} ({sha[:12]}) has no {inside}")
+        run_args = inside_tree(given_args, inside)
+        # This Python and this ddpbench run every side: checked once.
+        torch_version = check_imports(Side("A", repo, sys.executable, HERE_REPO))
+    except (GateError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    machine, version = machine_class_here(), ddpbench_version()
+    folder = os.path.join(args.records, store_key(machine, version, run_args, repo))
+    subjects = dict(commits)
+    say(f"bisect {inside} in {repo}: good {good[:12]}, bad {bad[:12]}; torch {torch_version}; records -> {folder}")
+    kept = kept_run_seconds(folder)
+    say(estimate_lines(len(commits), looks, kept or GUESS_RUN_S, kept is not None))
+    started = time.monotonic()
+
+    def run_round(side_name: str, sha: str, index: int, step_folder: str) -> None:
+        from ddpbench.gate.ab import load_round
+        from ddpbench.gate.ab import run_round as ab_round
+
+        name = side_name.upper()
+        ref = good if name == "A" else sha
+        side = trees.side(name, ref, ref, sys.executable, HERE_REPO)
+        path, code = ab_round(side, run_args, step_folder, index)
+        record = load_round(path)
+        status = record.status if record else f"no record (exit {code})"
+        speed = f", {record.metrics.throughput_units_per_s:,.1f}/s" if record and record.metrics else ""
+        say(f"  {sha[:12]} round {index} {name}: {status}{speed} ({(time.monotonic() - started) / 60:.1f} min in all)")
+
+    bisection = Bisection(
+        [sha for sha, _ in commits],
+        run_round,
+        folder,
+        settings,
+        args.rounds,
+        args.max_rounds,
+        progress=say,
+        on_step=lambda step: say(step_line(step, subjects)),
+    )
+    try:
+        result = bisection.run()
+    except BadCommit as exc:
+        raise SpecError(str(exc)) from None
+    finally:
+        trees.prune()
+    from ddpbench.commands.bisect_text import answer
+
+    return answer(result, args, settings, subjects, given_args, bisection, time.monotonic() - started)
+
+
+def step_line(step, subjects: dict) -> str:
+    subject = subjects.get(step.sha, "")
+    source = f"{step.new_runs} new runs" if step.new_runs else "from records"
+    if step.verdict == "skip":
+        return f"  {step.sha[:12]} {subject}: skipped, {step.reason}"
+    figure = ""
+    if step.comparison is not None:
+        figure = (
+            f": slowdown {100 * step.slowdown:.1f} % [{100 * step.low:.1f}, {100 * step.high:.1f}] over "
+            f"{step.rounds} rounds"
+        )
+    return f"  {step.sha[:12]} {subject}: {step.verdict}{figure} ({source})"

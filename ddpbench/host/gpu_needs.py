@@ -1,0 +1,100 @@
+"""What a GPU run needs that can be said before any process starts, in one line each: the torch
+release its strategy needs, a GPU ddpbench can drive (NVIDIA's: ROCm is refused), and for
+`nn.DataParallel` room on its first GPU for the whole batch's outputs.
+
+No torch imported: versions come from the installed package's metadata, the GPU's memory from
+nvidia-smi, the ROCm build from the facts `torch_env.gpu_build` already asked of torch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ddpbench.config.errors import SpecError
+from ddpbench.config.spec import RunSpec
+from ddpbench.host import facts
+from ddpbench.host.torch_env import installed, release
+
+STRATEGY_TORCH = {
+    "fsdp2": (
+        (2, 6),
+        "FSDP2's fully_shard is public as torch.distributed.fsdp.fully_shard from torch 2.6 (2.5 has it only "
+        "under torch.distributed._composable)",
+    ),
+}
+"""strategy -> (oldest torch release, why). The other strategies run on every torch ddpbench takes
+(2.5 and later): DDP and DataParallel always, the composable `replicate` since 2.1."""
+
+
+def check_strategy_torch(strategy: str, torch_version: str | None = None) -> None:
+    """SpecError where this torch is older than the strategy needs."""
+    if strategy not in STRATEGY_TORCH:
+        return
+    version = installed("torch").version if torch_version is None else torch_version
+    if version is None:
+        return  # torch missing altogether is said by torch_env.check_installed
+    oldest, why = STRATEGY_TORCH[strategy]
+    if release(version) < oldest:
+        raise SpecError(
+            f"--strategy {strategy} needs torch {'.'.join(map(str, oldest))} or later; this python has torch "
+            f"{version}: {why}. Use a newer torch, or leave {strategy} out (--strategy ddp)"
+        )
+
+
+def check_not_rocm(build: dict) -> None:
+    """SpecError for a ROCm build of torch (`build` as torch_env.gpu_build returns it): AMD GPUs go through
+    torch.cuda, but ddpbench counts GPUs, reads the driver and topology, and names communication kernels
+    the NVIDIA way, so a run there would measure wrongly or not at all."""
+    if build.get("hip"):
+        raise SpecError(
+            f"torch {build.get('version')} is a ROCm build (HIP {build['hip']}): ddpbench supports NVIDIA GPUs "
+            "only (it counts GPUs, reads the driver, topology and NCCL kernels the NVIDIA way); run on CPU "
+            "(--device cpu) or on an NVIDIA node"
+        )
+
+
+# --- nn.DataParallel's first GPU ---------------------------------------------------------------
+OUTPUT_ELEMENTS_PER_SAMPLE = {("gpt2", "full"): 1024 * 50257}
+"""Built-in workloads whose outputs are large enough to matter: gpt2's logits, context x vocabulary.
+The vision models' 1000 logits and the MLP's outputs are a few kB a sample."""
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+FLOAT32_BYTES = 4
+DP_FIRST_GPU_SHARE = 0.5
+"""The share of the first GPU the gathered outputs may take: it also holds its own replica, its
+activations, the optimizer state and the scatter of the inputs."""
+
+
+def dp_gathered_bytes(spec: RunSpec) -> float | None:
+    """Bytes nn.DataParallel keeps on its first GPU for the whole batch's outputs: the gathered outputs
+    in the run's precision, the loss's float32 copy of them (gpt2's loss upcasts), and the gradients of
+    both. None for a workload whose outputs are small or unknown."""
+    per_sample = OUTPUT_ELEMENTS_PER_SAMPLE.get((spec.workload, spec.size or "full"))
+    if spec.strategy != "dp" or per_sample is None:
+        return None
+    batch = (spec.batch_size or 8) * spec.world_size  # gpt2's own batch is 8 a device
+    return batch * per_sample * 2 * (PRECISION_BYTES[spec.precision] + FLOAT32_BYTES)
+
+
+@functools.cache
+def first_gpu_memory_bytes() -> int | None:
+    """Total memory of GPU 0 from nvidia-smi (MiB), without starting CUDA in this process."""
+    found = facts._nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits", "--id=0")
+    try:
+        return int(float(found.strip().splitlines()[0])) * 2**20 if found else None
+    except (ValueError, IndexError):
+        return None
+
+
+def check_dp_memory(spec: RunSpec, memory_bytes: int | None) -> None:
+    """SpecError where dp's gathered outputs would take more than half of the first GPU."""
+    needed = dp_gathered_bytes(spec)
+    if needed is None or memory_bytes is None or needed <= DP_FIRST_GPU_SHARE * memory_bytes:
+        return
+    batch = (spec.batch_size or 8) * spec.world_size
+    fits = int(DP_FIRST_GPU_SHARE * memory_bytes / (needed / batch)) // spec.world_size
+    advice = f"give --batch-size {fits} or less, " if fits >= 1 else ""
+    raise SpecError(
+        f"dp at world size {spec.world_size} gathers {spec.workload}'s outputs for all {batch} samples on its first "
+        f"GPU: about {needed / 1e9:.1f} GB ({spec.precision} logits, the loss's float32 copy and both gradients), "
+        f"more than half of its {memory_bytes / 1e9:.0f} GB; {advice}or leave dp out (--strategies local,ddp)"
+    )

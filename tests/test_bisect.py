@@ -1,0 +1,353 @@
+"""Bisection over the user's own repository: the search against a fake runner that writes records
+(good, bad, skipped and undecidable commits; resuming; a repeat answered from records), refs
+refused in one line, the import check, a script bisected through the real path resolution and
+worktrees, and one real step with the user's package installed in editable mode from the checkout.
+
+The fake runner's throughputs are fixed numbers (a seeded drift shared by both runs of a round,
+and a per-run jitter), so every assert on the search is deterministic: none can fail by chance."""
+
+import json
+import os
+import subprocess
+import sys
+
+import msgspec
+import numpy as np
+import pytest
+from conftest import REPO, ddpbench
+from test_gate import SWEEP
+
+from ddpbench.gate.bisect import BAD, CANNOT_TELL, GOOD, SKIP, BadCommit, Bisection, planned_looks
+from ddpbench.gate.compare import load_side
+from ddpbench.gate.stats import GateSettings
+from ddpbench.gate.user_tree import TreeError, Trees, confirm_base, inside_tree, user_file
+from ddpbench.host.own_tree import modules_outside
+from ddpbench.records.store import write_record
+
+COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # 0 good, 8 bad
+
+
+class FakeRunner:
+    """Writes each round's record as a run would: throughput = base / drift / the commit's slowdown."""
+
+    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=()):
+        self.template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
+        self.slowdowns, self.broken, self.jitter, self.stop_after = slowdowns, set(broken), jitter, stop_after
+        self.refused = set(refused)
+        """Commits whose run is refused before it starts: no record, one line on stderr (as ab keeps it)."""
+        self.runs = 0
+
+    def factor(self, sha: str) -> float:
+        index = COMMITS.index(sha)
+        return max((s for i, s in self.slowdowns.items() if i <= index), default=1.0)
+
+    def __call__(self, side: str, sha: str, index: int, folder: str) -> None:
+        if self.stop_after is not None and self.runs >= self.stop_after:
+            raise KeyboardInterrupt
+        self.runs += 1
+        if side == "b" and COMMITS.index(sha) in self.refused:
+            os.makedirs(os.path.join(folder, side), exist_ok=True)
+            with open(os.path.join(folder, side, f"b-r{index:02d}.stderr"), "w") as said:
+                said.write("ddpbench run: error: workload file 'model.py' is not valid Python\n")
+            return
+        seed = COMMITS.index(sha) * 1000 + index
+        drift = 1.0 + 0.3 * np.random.default_rng(seed).random()  # shared by A and B of the round
+        jitter = 1.0 + self.jitter * np.random.default_rng(seed * 2 + (side == "b")).standard_normal()
+        factor = drift * jitter * (self.factor(sha) if side == "b" else 1.0)
+        metrics = msgspec.structs.replace(
+            self.template.metrics, throughput_units_per_s=self.template.metrics.throughput_units_per_s / factor
+        )
+        record = msgspec.structs.replace(self.template, run_id=f"{side}-r{index:02d}", metrics=metrics)
+        if side == "b" and COMMITS.index(sha) in self.broken:
+            record = msgspec.structs.replace(record, status="failed")
+        write_record(record, os.path.join(folder, side))
+
+
+def bisect(tmp_path, runner, **options) -> Bisection:
+    return Bisection(COMMITS, runner, str(tmp_path / "records"), GateSettings(), progress=lambda line: None, **options)
+
+
+def test_finds_the_first_slower_commit_and_a_repeat_runs_nothing(tmp_path):
+    runner = FakeRunner({5: 1.3})
+    result = bisect(tmp_path, runner).run()
+    assert result.verdict == "found" and result.first_bad == COMMITS[5]
+    verdicts = {step.sha: step.verdict for step in result.steps}
+    assert verdicts[COMMITS[8]] == BAD and verdicts[COMMITS[4]] == GOOD and verdicts[COMMITS[5]] == BAD
+    assert result.deciding.low > 0.05 and result.deciding.slowdown == pytest.approx(1 - 1 / 1.3, abs=0.02)
+    assert result.new_runs == runner.runs and runner.runs > 0
+    again = FakeRunner({5: 1.3})
+    repeat = bisect(tmp_path, again).run()
+    assert repeat.first_bad == COMMITS[5] and again.runs == 0 and repeat.new_runs == 0
+    assert [s.sha for s in repeat.steps] == [s.sha for s in result.steps]
+
+
+def test_an_interrupted_bisection_resumes_from_its_records(tmp_path):
+    whole = FakeRunner({3: 1.3})
+    bisect(tmp_path / "whole", whole).run()
+    first = FakeRunner({3: 1.3}, stop_after=13)  # stops between A and B of a round
+    with pytest.raises(KeyboardInterrupt):
+        bisect(tmp_path, first).run()
+    rest = FakeRunner({3: 1.3})
+    result = bisect(tmp_path, rest).run()
+    assert result.first_bad == COMMITS[3]
+    # The round cut between its A and B runs again whole, A then B: one run more than uninterrupted.
+    assert first.runs + rest.runs == whole.runs + 1
+
+
+def test_a_commit_that_cannot_train_is_skipped_and_named(tmp_path):
+    result = bisect(tmp_path, FakeRunner({6: 1.3}, broken={4})).run()
+    assert result.first_bad == COMMITS[6]
+    skipped = [step for step in result.steps if step.verdict == SKIP]
+    assert [step.sha for step in skipped] == [COMMITS[4]] and "failed" in skipped[0].reason
+    # One that cannot even be imported: its run is refused, and what it said is the reason.
+    result = bisect(tmp_path / "3", FakeRunner({6: 1.3}, refused={4})).run()
+    reason = next(step.reason for step in result.steps if step.verdict == SKIP)
+    assert result.first_bad == COMMITS[6] and "wrote no record" in reason and "not valid Python" in reason
+    # Only an untestable commit left before the first bad one: either may be it (as git bisect says).
+    result = bisect(tmp_path / "2", FakeRunner({5: 1.3}, broken={5})).run()
+    assert result.verdict == CANNOT_TELL and result.candidates == [COMMITS[5], COMMITS[6]]
+
+
+def test_no_slower_commit_and_a_slowdown_at_the_margin(tmp_path):
+    runner = FakeRunner({})
+    result = bisect(tmp_path, runner).run()
+    assert result.verdict == "none" and len(result.steps) == 1 and result.deciding.high < 0.05
+    # Unchanged code answers before the last look (at 4 rounds t(3) at 0.33 % is 7.5: the 1 % jitter's
+    # interval then just reaches the margin; 8 rounds clear it).
+    assert runner.runs < 2 * planned_looks(4, 12)[-1]
+    # 5 % slower with a 4 % jitter: the interval straddles the margin at every look.
+    runner = FakeRunner({2: 1 / 0.95}, jitter=0.04)
+    result = bisect(tmp_path / "2", runner, max_rounds=8).run()
+    assert result.verdict == CANNOT_TELL and result.deciding.verdict == CANNOT_TELL
+    reason = result.deciding.reason
+    assert result.deciding.rounds == 8 and ("rounds would tell" in reason or "no number of rounds" in reason)
+
+
+def test_the_good_commit_must_train(tmp_path):
+    runner = FakeRunner({})
+    runner.template = msgspec.structs.replace(runner.template, status="failed")
+    with pytest.raises(BadCommit, match="good commit"):
+        bisect(tmp_path, runner).run()
+
+
+def test_looks_are_planned_and_checked():
+    assert planned_looks(4, 12) == [4, 8, 12] and planned_looks(3, 8) == [3, 6, 8]
+    with pytest.raises(ValueError, match="--rounds must be at least 2"):
+        planned_looks(1, 4)
+
+
+def test_imports_from_the_checkout_are_found(tmp_path):
+    checkout, tree = tmp_path / "co", tmp_path / "co" / ".git" / "ddpbench-worktrees" / "abc"
+    module = type(sys)("mine")
+    module.__file__ = str(checkout / "mypkg" / "__init__.py")
+    own = type(sys)("own")
+    own.__file__ = str(tree / "mypkg" / "__init__.py")
+    elsewhere = type(sys)("numpy")
+    elsewhere.__file__ = np.__file__
+    venv = type(sys)("torch")  # a virtual environment kept inside the checkout is not the user's code
+    venv.__file__ = str(checkout / ".venv" / "lib" / "python3.11" / "site-packages" / "torch" / "__init__.py")
+    modules = {"mine": module, "own": own, "numpy": elsewhere, "torch": venv}
+    found = modules_outside(str(tree), str(checkout), modules)
+    assert [name for name, _ in found] == ["mine"]
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def small_repo(tmp_path, files: list[dict]) -> str:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    for number, changes in enumerate(files):
+        for name, text in changes.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"commit {number}")
+    return str(repo)
+
+
+TRAIN = "import sys\nSTEP_SLEEP = {}\n"
+
+
+def test_a_script_bisects_through_its_own_worktrees(tmp_path):
+    repo = small_repo(tmp_path, [{"scripts/train.py": TRAIN.format(i)} for i in range(5)])
+    shas = git(repo, "log", "--reverse", "--format=%H").split()
+    args = ["--script", os.path.join(repo, "scripts", "train.py"), "--nproc", "2", "--", "--epochs", "1"]
+    top, inside = user_file(args)
+    assert top == os.path.realpath(repo) and inside == os.path.join("scripts", "train.py")
+    assert inside_tree(args, inside) == ["--script", inside, "--nproc", "2", "--", "--epochs", "1"]
+    assert inside_tree(["--workload=/x/models/w.py:net"], "models/w.py") == ["--workload=models/w.py:net"]
+    assert inside_tree(["--workload", "mlp"], "models/w.py") == ["--workload", "mlp"]  # a built-in: unchanged
+    assert user_file(["--workload", "mlp", "--", "--script", "x.py"]) is None  # after --: the script's own
+    trees = Trees(top, inside)
+    seen = {}
+    fake = FakeRunner({1: 1.3})
+
+    def run_round(side, sha, index, folder):
+        tree = trees.tree(shas[0] if side == "a" else sha)
+        seen[sha] = open(os.path.join(tree, inside)).read()  # the script as that commit has it
+        slower = side == "b" and int(seen[sha].split("= ")[1]) >= 3  # commit 3 plants the slowdown
+        fake(side, COMMITS[1 if slower else 0], index, folder)
+
+    try:
+        result = Bisection(shas, run_round, str(tmp_path / "rec"), GateSettings(), progress=lambda _: None).run()
+        assert result.first_bad == shas[3]
+        assert seen[shas[3]] == TRAIN.format(3) and seen[shas[2]] == TRAIN.format(2)
+        assert os.path.isdir(trees.root) and len(trees.used) >= 3
+    finally:
+        trees.prune()
+    assert not os.path.exists(trees.root) and git(repo, "worktree", "list").count("\n") == 1
+
+
+WORKLOAD = """import time
+
+import torch
+from torch import nn
+
+from ddpbench import SyntheticDataset, Workload
+from mypkg import SLEEP_S, UNIT
+
+
+class Slow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 1)
+
+    def forward(self, x):
+        time.sleep(SLEEP_S)
+        return self.layer(x)
+
+
+def net(size, data_dir=None):
+    def make_sample(generator):
+        x = torch.randn(8, generator=generator)
+        return x, x.sum(dim=0, keepdim=True)
+
+    return Workload(
+        model=Slow(),
+        make_dataset=lambda length: SyntheticDataset(length, make_sample),
+        loss=nn.functional.mse_loss,
+        batch_size=4,
+        sample_unit=UNIT,
+    )
+"""
+
+
+PYPROJECT = '[project]\nname = "mypkg"\nversion = "0.1"\n[tool.setuptools]\npackages = ["mypkg"]\n'
+
+
+SRC_LAYOUT = PYPROJECT.replace("[tool.setuptools]\n", '[tool.setuptools]\npackage-dir = {"" = "src"}\n')
+
+
+def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
+    run = ["--", "--workload", "w.py:net", "--strategy", "local"]
+    done = ddpbench("ab", "no-such-ref", "HEAD", *run, cwd=repo)
+    assert done.returncode == 2 and "names no commit" in done.stderr and len(done.stderr.splitlines()) == 1
+    done = ddpbench("bisect", "--good", "HEAD", "--bad", "HEAD", *run, cwd=repo)
+    assert done.returncode == 2 and "not an ancestor" in done.stderr
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    folder = os.path.join(repo, ".git", "ddpbench-worktrees", sha)
+    git(repo, "worktree", "add", "--detach", folder, sha)
+    with open(os.path.join(folder, "w.py"), "a") as handle:
+        handle.write("# changed\n")
+    done = ddpbench("ab", "HEAD", "HEAD", *run, cwd=repo)
+    assert done.returncode == 2 and "changes to tracked files" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not os.path.exists(os.path.join(repo, "results"))  # nothing ran, nothing written
+
+
+@pytest.mark.launches
+def test_one_real_step_runs_each_commits_own_package_despite_an_editable_install(tmp_path):
+    """The user's package is installed in editable mode from the main checkout, which holds the bad
+    commit's code; the good commit's runs must still import the good commit's package. It lives in
+    src/ (as packaging guides advise): not on the import path of a process started in the tree, so
+    without the tree's src/ first, the editable install would hand every side the checkout's."""
+    repo = small_repo(
+        tmp_path,
+        [
+            {"w.py": WORKLOAD, "src/mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'good'\n", "pyproject.toml": SRC_LAYOUT},
+            {"src/mypkg/__init__.py": "SLEEP_S = 0.03\nUNIT = 'bad'\n"},
+        ],
+    )
+    prefix, hook = tmp_path / "prefix", tmp_path / "hook"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+        + ["--prefix", str(prefix), "-e", repo],
+        check=True,
+        capture_output=True,
+    )
+    site = next(str(p) for p in prefix.rglob("site-packages"))
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({site!r})\n")
+    env = {"PYTHONPATH": os.pathsep.join([REPO, str(hook)])}
+    check = subprocess.run(
+        [sys.executable, "-c", "import mypkg; print(mypkg.__file__)"], cwd=tmp_path, env={**os.environ, **env}
+    )
+    assert check.returncode == 0  # the editable install is live for the processes the bisection starts
+    out = tmp_path / "bisect.json"
+    done = ddpbench(
+        "bisect", "--good", "HEAD~1", "--bad", "HEAD", "--rounds", "2", "--max-rounds", "2",
+        "--family-alpha", "40%", "--records", str(tmp_path / "records"), "--json-file", str(out), "--",
+        "--workload", "w.py:net", "--strategy", "local", "--steps", "6", "--warmup", "1", "--no-profile",
+        cwd=repo, env=env,
+    )  # fmt: skip
+    # 4: named, but the machine was busy during a run (other tests, other people): the answer stands.
+    assert done.returncode in (0, 4), done.stdout + done.stderr
+    answer = json.loads(out.read_text())
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert answer["first_bad"] == head and "first bad commit" in done.stdout and "reproduce: " in done.stdout
+    records = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(tmp_path / "records")
+        for name in names
+        if os.path.basename(folder) == "runs" and name.endswith(".json")
+    ]
+    units = {}
+    assert len(records) == 4
+    for path in records:
+        side = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        units.setdefault(side, set()).add(json.load(open(path))["metrics"]["sample_unit"])
+    # The checkout (and its editable install) holds the bad commit: the good side ran its own package.
+    assert units == {"a": {"good"}, "b": {"bad"}}
+    assert git(repo, "worktree", "list").count("\n") == 1  # pruned
+
+
+def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
+    template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
+    workload = os.path.join(repo, "w.py") + ":net"
+    record = msgspec.structs.replace(template, spec=template.spec.replace(workload=workload))
+    with pytest.raises(TreeError, match="nor a commit of"):
+        confirm_base("no-such-ref", [record], sys.executable, REPO)
+    with pytest.raises(TreeError, match="they have none"):
+        confirm_base("HEAD", [template], sys.executable, REPO)
+    commit = confirm_base("HEAD", [record], sys.executable, REPO)
+    assert commit.rewrite(["--workload", workload, "--nproc", "2"]) == ["--workload", "w.py:net", "--nproc", "2"]
+    assert commit.trees.used == [] and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
+
+
+def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):
+    import argparse
+
+    from ddpbench.commands.bisect_text import answer
+
+    bisection = bisect(tmp_path, FakeRunner({5: 1.3}))
+    result = bisection.run()
+    subjects = {sha: f"subject {i}" for i, sha in enumerate(COMMITS)}
+    out = tmp_path / "answer.json"
+    given = ["--workload", "w.py:net", "--nproc", "2"]
+    code = answer(result, argparse.Namespace(json=str(out)), GateSettings(), subjects, given, bisection, 60.0)
+    printed = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    # 4 where the fixture's records were measured on a busy machine or flagged by the speed check.
+    assert code == (4 if document["machine"] else 0) and document["exit_code"] == code
+    assert f"first bad commit: {COMMITS[5][:12]} subject 5" in printed and "interval" in printed
+    assert (
+        f"ddpbench ab {COMMITS[0][:12]} {COMMITS[5][:12]} --rounds" in printed and "-- --workload w.py:net" in printed
+    )
+    assert document["first_bad"] == COMMITS[5] and document["why"] and isinstance(document["why"][0], dict)
+    assert "Bonferroni" in printed and document["level_per_look"] == pytest.approx(0.01 / 3)
