@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install bench test test-fast lint gate clean hta-venv otava-venv gpu-check docs
+.PHONY: install install-test bench test test-fast lint gate clean hta-venv otava-venv gpu-check docs
 
 # setuptools boxes a notice about editable installs in asterisks; a newcomer reads it as an error.
 # It only says that folders named like the package take precedence over it, so it is filtered.
@@ -23,19 +23,25 @@ $(STAMP): pyproject.toml constraints.txt
 
 # USE_PYTHON=python3: the interpreter given, with the torch it already has (a GPU node's PyTorch
 # container, a conda or module environment), instead of .venv. `install` then checks that torch and
-# torchvision are there and new enough (one line and exit code 2 if not), and pip installs what else
-# ddpbench needs beside them, holding them where they are; nothing when all of it is there already.
-# Every command runs this checkout (PYTHONPATH), as .venv's editable install does.
+# torchvision are there and new enough (one line and exit code 2 if not), and pip installs only what
+# else ddpbench needs to run and that environment lacks, holding torch and torchvision where they
+# are and upgrading nothing already there, and says what it added; nothing when all of it is there
+# already. The test tools (pytest-xdist, ruff, playwright, ...) go in only for test, test-fast and
+# lint (install-test), which say so. Every command runs this checkout (PYTHONPATH), as .venv's
+# editable install does.
 USE_PYTHON ?=
 ifeq ($(USE_PYTHON),)
 PY := $(BIN)/python
 DDPBENCH := $(BIN)/ddpbench
 install: $(STAMP)
+install-test: $(STAMP)
 else
 PY := PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(USE_PYTHON)
 DDPBENCH := $(PY) -m ddpbench
 install:
-	$(QUIET_EDITABLE) $(PY) -m ddpbench.host.torch_env --install . --extra test --editable --if-needed --quiet
+	$(PY) -m ddpbench.host.torch_env --requirements . --quiet
+install-test:
+	$(PY) -m ddpbench.host.torch_env --requirements . --extra test --quiet
 endif
 
 bench: install
@@ -73,16 +79,16 @@ endif
 endif
 
 # The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
-test: install
+test: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`
 # (torchrun runs, worker processes, a browser).
-test-fast: install
+test-fast: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not launches" tests
 
 # ruff's lint and format check, configured in pyproject.toml (`ruff format .` fixes the format).
-lint: install
+lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 

@@ -176,6 +176,7 @@ FILE_ORDER = (
     "test_gate_ab.py",
     "test_two_hosts.py",  # alone: a 2-node run and the same over a shaped link, 85-110 s
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
+    "test_faster_machine.py",  # alone: a sweep held to a quarter of a core, then a free one: about 2 minutes
     "test_install.py",  # pip installs beside a torch, two small sweeps: about 1.5 minutes
     "test_overlap_phases.py",
     "test_faults.py",

@@ -251,3 +251,29 @@ def test_a_missing_ref_is_a_one_line_usage_error(repo, capsys):
     assert only_error_line(capsys.readouterr().err) == (
         "make gate BASE=<ref>: error: the following arguments are required: ref"
     )
+
+
+@pytest.mark.parametrize(
+    "factors, code",
+    [
+        ({"python_loop": (1.46, 1.48), "matmul_fp32": (1.2, 1.25)}, 4),  # the issue's figures: +46 to +48 %
+        ({"python_loop": (1.03, 1.04)}, 0),  # could hide 3.8 % at most: within the 5 % threshold
+        ({"python_loop": (0.8, 1.5)}, 0),  # start and end straddle the baseline's: no move beyond noise
+    ],
+)
+def test_a_pass_on_a_machine_that_got_faster_is_no_pass_where_it_could_hide_the_threshold(tmp_path, factors, code):
+    """A held-out workload 25 % slower measured 1.085 times faster: the candidate's machine checks
+    ran 46-48 % faster. That speed-up could hide a 19 % slowdown: no pass, exit 4."""
+    baseline = with_canary(scaled_copy(tmp_path, "base", 1.0, keep=OK_RUNS), canary_runs({}))
+    candidate = with_canary(scaled_copy(tmp_path, "cand", 1 / 1.085, keep=OK_RUNS), canary_runs(factors))
+    done, verdict = gate(tmp_path, baseline, candidate)
+    assert done.returncode == code, done.stdout + done.stderr
+    if code == 4:
+        words = (
+            "faster machine: the candidate's canary ran 46.0% faster (python_loop, at least), which could hide a "
+            "31.5% slowdown, more than the 5% threshold: no pass"
+        )
+        assert words in done.stdout and words in verdict["notes"][-1], done.stdout
+        assert verdict["hidden_slowdown"] == {"probe": "python_loop", "slowdown": pytest.approx(1 - 1 / 1.46)}
+    else:
+        assert "faster machine" not in done.stdout and "hidden_slowdown" not in verdict

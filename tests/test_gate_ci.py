@@ -79,14 +79,75 @@ def test_the_meanings_cover_the_gates_exit_codes():
     assert exit_line(7, None).startswith("ddpbench gate exited 7: not an exit code of the gate")
 
 
-def test_a_json_the_user_names_is_read_and_none_is_added_after_the_run_options():
-    assert with_verdict_file(["ddpbench", "gate", "--json", "v.json"], "t.json") == (
-        ["ddpbench", "gate", "--json", "v.json"],
-        "v.json",
-    )
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--json-file", "v.json"],
+        ["--json-file=v.json"],
+        ["--json-f", "v.json"],
+        ["--json-fi=v.json"],
+        ["--json", "v.json"],
+    ],
+)
+@pytest.mark.parametrize(
+    "program",
+    [
+        ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
+        [".venv/bin/ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
+        ["python", "-m", "ddpbench", "ab", "a", "b"],
+        # make gate BASE=<ref> GATE_ARGS="..." (the Makefile's own command): its options go to ddpbench ab
+        ["python", "-m", "ddpbench.gate.base_env", "main", "--rounds", "5"],
+    ],
+)
+def test_the_verdict_file_the_user_names_is_kept_in_any_spelling_the_gate_accepts(program, spelling):
+    """The gate's own parser reads the command: the wrapper adds no file of its own after the user's."""
+    command = [*program, *spelling, "--", "--workload", "mlp"]
+    assert with_verdict_file(command, "t.json") == (command, "v.json")
+
+
+def test_a_verdict_file_is_added_before_the_run_options_where_none_is_named():
     assert with_verdict_file(["x", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
-        ["x", "ab", "a", "b", "--json", "t.json", "--", "--workload", "mlp"]
+        ["x", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
     )
+    command = ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"]
+    assert with_verdict_file(command, "t.json") == ([*command, "--json-file", "t.json"], "t.json")
+    # Arguments the gate refuses are left as they are: it says why, exit 2.
+    assert with_verdict_file(["ddpbench", "gate", "--bogus"], "t.json") == (["ddpbench", "gate", "--bogus"], None)
+
+
+def workflow_gate_command() -> str:
+    """The nightly workflow's gate line, as written (its continuation lines joined)."""
+    with open(os.path.join(REPO, ".github", "workflows", "nightly-gpu.yml"), encoding="utf-8") as handle:
+        job = yaml.safe_load(handle)
+    script = next(s["run"] for s in job["jobs"]["gate"]["steps"] if "ddpbench.gate.ci" in s.get("run", ""))
+    joined = script.replace("\\\n", " ")
+    return next(line.strip() for line in joined.splitlines() if "-m ddpbench.gate.ci" in line)
+
+
+def test_the_nightly_workflows_gate_line_writes_the_verdict_to_its_json_file(tmp_path):
+    """The workflow's own line, run as written in a checkout-like folder: its --json-file is where the
+    verdict lands (it once got a scratch file's --json appended after it, and was never written)."""
+    work = tmp_path / "checkout"
+    work.mkdir()
+    os.symlink(os.path.dirname(os.path.dirname(sys.executable)), work / ".venv")
+    candidate = repeated_sweep(work / "results" / "gate-123", 1.0)
+    shutil.copytree(repeated_sweep(tmp_path / "base", 1.0), work / baseline_dir(candidate))
+    line = workflow_gate_command().replace("${{ github.run_id }}", "123").replace("$baseline", "auto")
+    assert "--json-file gate-verdict.json" in line, line
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", line],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=cpu_environment(DDPBENCH_HISTORY=str(tmp_path / "none.sqlite")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads((work / "gate-verdict.json").read_text())
+    assert verdict["verdict"] == "pass" and verdict["comparisons"]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; "), last
+    assert re.search(r"comparisons? (cannot see|sees) 9\.75%", last), last
 
 
 def test_the_runs_a_side_needed_are_said_from_the_verdict():

@@ -5,6 +5,7 @@ first), and `pip install` or `make bench USE_PYTHON=...` beside the torch an env
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -54,8 +55,11 @@ def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_v
     ).stdout.splitlines()
     assert not [line for line in planned if "venv" in line or ".installed-stamp" in line], planned
     prefix = f"PYTHONPATH={ROOT} {python} -m "
-    install = f"{prefix}ddpbench.host.torch_env --install . --extra test --editable --if-needed --quiet"
-    assert [line.split("' ", 1)[-1] for line in planned if "torch_env" in line] == [install]  # once, for all four
+    # bench installs what ddpbench needs to run; test, test-fast and lint the test tools too, once.
+    assert [line for line in planned if "torch_env" in line] == [
+        f"{prefix}ddpbench.host.torch_env --requirements . --quiet",
+        f"{prefix}ddpbench.host.torch_env --requirements . --extra test --quiet",
+    ]
     assert f"{prefix}ddpbench sweep --gpus 8" in [line.strip() for line in planned]
     assert f"{prefix}pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests" in planned
     assert f"{prefix}ruff check ." in planned
@@ -156,6 +160,87 @@ def smoke_sweep_ok(folder, runs: list[str]) -> None:
     assert manifest["state"] == "finished" and manifest["runs"] == dict.fromkeys(runs, "ok"), manifest
 
 
+def pip_freeze(python: str) -> dict[str, str]:
+    """`pip freeze` of an environment, as name -> version (names normalised)."""
+    lines = run_ok([python, "-m", "pip", "freeze", "--all"], timeout=120).stdout.splitlines()
+    pairs = (line.split("==", 1) for line in lines if "==" in line)
+    return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pairs}
+
+
+def runtime_closure(site: str) -> set[str]:
+    """ddpbench's runtime requirements and everything they need, as installed in `site`."""
+    from ddpbench.host.torch_env import project_requirements
+
+    wanted = [Requirement(line).name for line in project_requirements(ROOT, ())]
+    installed = {
+        re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower(): dist
+        for dist in importlib.metadata.distributions(path=[site])
+    }
+    found: set[str] = set()
+    todo = [re.sub(r"[-_.]+", "-", name).lower() for name in wanted]
+    while todo:
+        name = todo.pop()
+        if name in found or name not in installed:
+            continue
+        found.add(name)
+        for line in installed[name].requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(re.sub(r"[-_.]+", "-", requirement.name).lower())
+    return found
+
+
+# First in this file: its environment then holds torch and torchvision only (the pip install below
+# adds ddpbench's requirements to the same environment).
+@pytest.mark.launches  # it installs, and sweeps
+def test_make_bench_with_use_python_adds_only_what_ddpbench_needs_to_run(environment_with_torch, checkout, tmp_path):
+    """`make bench USE_PYTHON=...` into an environment of torch, torchvision and what they need: pip
+    freeze afterwards is the same plus ddpbench's runtime requirements and their dependencies, no
+    version of what was there changed, and no test tool (it once added 47 packages: playwright,
+    ruff, pytest-xdist, accelerate, jsonschema among them)."""
+    python, site = environment_with_torch
+    before = fingerprint(site)
+    frozen = pip_freeze(python)
+    sweep = f"--suite smoke --strategies ddp --max-nproc 1 --repeat 1 --out {tmp_path / 'out'} --sweep-id m"
+    done = run_ok(
+        ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
+        cwd=checkout,
+        timeout=900,
+        env={**MAKE_ENVIRONMENT, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert not (checkout / ".venv").exists()
+    torch, vision = before["torch"][0], before["torchvision"][0]
+    assert f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site})" in done.stdout
+    assert fingerprint(site) == before
+    smoke_sweep_ok(tmp_path / "out" / "m", ["mlp-ddp-n1"])
+    after = pip_freeze(python)
+    added = {name: version for name, version in after.items() if name not in frozen}
+    print("pip freeze, added by make bench:", ", ".join(f"{n}=={v}" for n, v in sorted(added.items())))
+    assert {name: after.get(name) for name in frozen} == frozen  # nothing there changed
+    closure = runtime_closure(site)
+    assert set(added) == closure - set(frozen), (sorted(added), sorted(closure - set(frozen)))
+    assert "pandas" not in frozen and "pandas" in added  # the environment lacked them: the diff shows them
+    assert not {"ruff", "playwright", "pytest-xdist", "accelerate", "jsonschema", "hypothesis"} & set(after)
+    assert "ddpbench" not in after  # the checkout runs from PYTHONPATH, nothing of it is installed
+    # It says what it installed: the same packages.
+    line = next(line for line in done.stdout.splitlines() if line.startswith("ddpbench: added "))
+    assert line == f"ddpbench: added {len(added)} package(s): " + ", ".join(
+        f"{name} {version}" for name, version in sorted(added.items())
+    )
+    assert "for test" not in done.stdout
+    # The second time everything is there: nothing is installed, so nothing is fetched.
+    again = run_ok(
+        ["make", "--no-print-directory", "install", f"USE_PYTHON={python}"], cwd=checkout, env=MAKE_ENVIRONMENT
+    )
+    assert again.stdout.strip().splitlines()[1:] == [
+        f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site}); "
+        "it needs torch 2.5 or later and torchvision 0.20 or later"
+    ]
+    # make test would add the test tools, and says so (planned only here: they are large downloads).
+    planned = run_ok(["make", "-n", "install-test", f"USE_PYTHON={python}"], cwd=checkout, env=MAKE_ENVIRONMENT)
+    assert "--requirements . --extra test" in planned.stdout
+
+
 @pytest.mark.launches  # it installs, and sweeps with what it installed
 def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_there(
     environment_with_torch, checkout, tmp_path
@@ -182,31 +267,3 @@ def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_th
     )
     assert "report: reports/s/index.html" in swept.stdout
     smoke_sweep_ok(tmp_path / "out" / "s", ["mlp-ddp-n1", "mlp-ddp-n2"])
-
-
-@pytest.mark.launches  # it installs, and sweeps
-def test_make_bench_with_use_python_builds_no_venv_and_keeps_the_torch(environment_with_torch, checkout, tmp_path):
-    python, site = environment_with_torch
-    before = fingerprint(site)
-    sweep = f"--suite smoke --strategies ddp --nproc 1 --repeat 1 --out {tmp_path / 'out'} --sweep-id m"
-    done = run_ok(
-        ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
-        cwd=checkout,
-        timeout=900,
-        env={**MAKE_ENVIRONMENT, "CUDA_VISIBLE_DEVICES": ""},
-    )
-    assert not (checkout / ".venv").exists()
-    torch, vision = before["torch"][0], before["torchvision"][0]
-    assert f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site})" in done.stdout
-    assert fingerprint(site) == before
-    smoke_sweep_ok(tmp_path / "out" / "m", ["mlp-ddp-n1"])
-    # What was missing: the test tools at least (the test above, where it ran, installed the rest).
-    assert "ddpbench: installing . beside them, with " in done.stdout and "ruff==0.8.4" in done.stdout
-    # The second time everything is there: nothing is installed, so nothing is fetched.
-    again = run_ok(
-        ["make", "--no-print-directory", "install", f"USE_PYTHON={python}"], cwd=checkout, env=MAKE_ENVIRONMENT
-    )
-    assert again.stdout.strip().splitlines()[1:] == [
-        f"ddpbench: keeps torch {torch} and torchvision {vision} of {python} (in {site}); "
-        "it needs torch 2.5 or later and torchvision 0.20 or later"
-    ]

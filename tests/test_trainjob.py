@@ -135,7 +135,7 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
         assert {"name": "results", "persistentVolumeClaim": {"claimName": "ddpbench-results"}} in pod["volumes"]
         assert script.count("--out /results/k8s-demo ") == script.count(" -m ddpbench run ") > 0
         assert manifest["metadata"]["annotations"]["ddpbench/report-command"] == (
-            "python -m ddpbench report /results/k8s-demo"
+            "python -m ddpbench report /results/k8s-demo --sweep-id k8s-demo"
         )
     # A manifest the API server would refuse is refused here too: the check can fail.
     broken = manifests[2]

@@ -158,6 +158,10 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    from ddpbench.config.ids import check_id
+
+    if getattr(args, "run_id", None):  # a new id: a plain name (a stored record's keeps loading)
+        check_id("--run-id", args.run_id, "--out")
     script = script_from_args(args)
     if script is None:
         return from_args(RunSpec, args)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from ddpbench.commands.arguments import deprecated_command, exit_codes, on_sweep_folder
 from ddpbench.config.errors import SpecError
@@ -32,17 +31,18 @@ def add_export_parser(commands) -> None:
     )
 
 
-def default_export_path(sweep_dir: str) -> str:
-    """Beside the sweep's HTML report: reports/<sweep-id>/pytest-benchmark.json."""
-    return os.path.join("reports", os.path.basename(os.path.normpath(sweep_dir)), "pytest-benchmark.json")
-
-
 def command_export(args: argparse.Namespace) -> int:
     from ddpbench.report.export import export
+    from ddpbench.report.where import default_report_path
 
     if getattr(args, "profile", None):
         raise SpecError("--network is for the HTML report's projection sections; --format pytest-benchmark has none")
-    output = args.output or default_export_path(args.sweep_dir)
+    # Beside the sweep's HTML report, reports/<sweep-id>/, or in the sweep's own folder where that
+    # holds another sweep's report.
+    given = getattr(args, "sweep_id", None)
+    output, why = (
+        (args.output, "") if args.output else default_report_path(args.sweep_dir, "pytest-benchmark.json", given)
+    )
     written = on_sweep_folder(args.sweep_dir, lambda: export(args.sweep_dir, output, args.format))
-    print(f"exported: {written}")
+    print(f"exported: {written}" + (f" ({why}, which is left as it is)" if why else ""))
     return 0

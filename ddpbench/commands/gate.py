@@ -99,9 +99,12 @@ def add_gate_parser(commands) -> None:
         "0 pass",
         "1 a regression (confirmed, with --confirm-with) or something not comparable (a failed run, a missing "
         "configuration, other machines)",
-        f"{EXIT_UNDERPOWERED} with --fail-underpowered: a comparison too weak to see its target",
-        f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy) or a run the speed "
-        "check flags: rerun, or confirm with --confirm-with",
+        f"{EXIT_UNDERPOWERED} inconclusive: a comparison looks slower than the threshold but not significantly "
+        "(it says how many runs a side would decide); with --fail-underpowered also a comparison too weak to see "
+        "its target",
+        f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy), a run the speed "
+        "check flags, or a candidate machine so much faster that it could hide a slowdown beyond the threshold: "
+        "rerun, or confirm with --confirm-with",
         BAD_INPUT,
         INTERRUPTED,
     )
@@ -133,7 +136,8 @@ def add_ab_parser(commands) -> None:
         ab,
         "0 pass: B no slower than A",
         "1 B regressed against A, or a round failed",
-        f"{EXIT_UNDERPOWERED} with --fail-underpowered: too few or too noisy rounds to see the target",
+        f"{EXIT_UNDERPOWERED} inconclusive: B looks slower than the threshold but not significantly (it says how "
+        "many rounds would decide); with --fail-underpowered also too few or too noisy rounds to see the target",
         BAD_INPUT,
         INTERRUPTED,
     )
@@ -184,8 +188,11 @@ def gate_exit(
     why: list | None = None,
 ) -> int:
     """Print, write --summary-md and --json, and return the exit code: 0 pass, 1 regression or not
-    comparable, 3 (only with --fail-underpowered) a comparison too weak to see its target, 4 a
-    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, or
+    comparable, 3 a comparison that looks slower than the threshold but not significantly
+    (inconclusive), or (only with --fail-underpowered) one too weak to see its target, 4 a
+    regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, a
+    pass or inconclusive verdict whose candidate machine ran faster by more than could hide the
+    threshold, or
     one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`), and
     any verdict on a configuration with a run the probe flags (`flagged`, `busy.probe_flagged`).
     `why` (`gate.why.Why`, one per configuration) says why each configuration that regressed did,
@@ -194,8 +201,8 @@ def gate_exit(
     has answered the drift question)."""
     from ddpbench.gate.busy import busy_regressions, busy_words, flagged_comparisons, flagged_words
     from ddpbench.gate.compare import overall_verdict, underpowered
-    from ddpbench.gate.drift import canary_json, canary_table, drift_words, judge_drift
-    from ddpbench.gate.output import as_json, format_table, markdown_summary, percent, sight_lines
+    from ddpbench.gate.drift import canary_json, canary_table, drift_words, hidden_slowdown, hidden_words, judge_drift
+    from ddpbench.gate.output import as_json, format_table, inconclusive_lines, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
     if not any(c.verdict != "n/a" for c in comparisons):
@@ -211,6 +218,8 @@ def gate_exit(
     print(format_table(comparisons, settings))
     for line in sight_lines(comparisons, settings):
         print(f"sight: {line}")
+    for line in inconclusive_lines(comparisons, settings):
+        print(f"inconclusive: {line}")
     for note in notes:
         print(f"note: {note}")
     if why is not None:
@@ -228,6 +237,13 @@ def gate_exit(
     if drift:
         # With --confirm-with given, the confirmation below is the answer: no advice to run one.
         notes = notes + [drift_words(canary, getattr(args, "confirm_with", False) is None)]
+    # A candidate machine that got faster could hide a slowdown: no pass where it could hide more
+    # than the threshold (a regression stays one: the code is slower still).
+    hidden = hidden_slowdown(canary, settings.max_regression) if canary is not None else None
+    if hidden and result in ("pass", "inconclusive") and any(c.measure == "throughput" for c in comparisons):
+        notes = notes + [hidden_words(hidden, settings.max_regression, getattr(args, "confirm_with", False) is None)]
+        extra = {**(extra or {}), "hidden_slowdown": {"probe": hidden.fastest.probe, "slowdown": hidden.hidden}}
+        drift = True  # exit 4, as for a machine that slowed
     loaded = busy_regressions(busy or {}, comparisons)
     if busy:
         extra = {**(extra or {}), "busy_runs": busy}
@@ -251,10 +267,8 @@ def gate_exit(
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes, why))
     if args.json:
         write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
-    if result != "pass":
-        return EXIT_DRIFT if drift else EXIT_FAIL
-    if unsteady:
-        return EXIT_DRIFT
+    if result != "pass" or drift:
+        return EXIT_DRIFT if drift else EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 
@@ -298,7 +312,7 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
         document["confirmation"] = confirmation
         write_atomic(args.json, json.dumps(document, indent=1) + "\n")
     if result != "pass":
-        return EXIT_FAIL
+        return EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
 
 

@@ -40,14 +40,26 @@ def add_report_parser(commands) -> None:
         "(default: the sweep's comm/profile.json, if any)",
     )
     add_deprecated_option(report, "--profile", dest="profile", instead="--network FILE|PRESET")
+    report.add_argument(
+        "--sweep-id",
+        default=None,
+        metavar="ID",
+        help="the sweep's id, sub-folders included (nightly/2026-12-01), for a folder whose manifest does not say it "
+        "(a TrainJob sweep's): the report goes to reports/ID/ (default: the manifest's id, else the folder's name)",
+    )
     exit_codes(report, "0 written")
     report.set_defaults(handler=command_report)
 
 
 def command_report(args: argparse.Namespace) -> int:
-    from ddpbench.report.html import build_report
+    from ddpbench.report.html import report_words
+    from ddpbench.report.where import check_given_id
 
+    if args.sweep_id is not None:
+        check_given_id(args.sweep_dir, args.sweep_id)
     if args.format != "html":
         return command_export(args)
-    print(f"report: {on_sweep_folder(args.sweep_dir, lambda: build_report(args.sweep_dir, args.output, args.profile))}")
+    print(
+        on_sweep_folder(args.sweep_dir, lambda: report_words(args.sweep_dir, args.output, args.profile, args.sweep_id))
+    )
     return 0

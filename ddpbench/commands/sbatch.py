@@ -90,7 +90,7 @@ def command_sbatch(args: argparse.Namespace) -> int:
     if args.partition and nodes > (total := slurm.check_partition(args.partition)):
         raise SpecError(f"asked for {nodes} nodes; partition {args.partition!r} has {total}")
     options = [
-        f"--{name}={value}"
+        f"--{name}={slurm.directive_word(value, '--' + name)}"
         for name, value in (("partition", args.partition), ("time", args.time), ("account", args.account))
         if value
     ]

@@ -221,7 +221,7 @@ def dry_run(args: argparse.Namespace) -> int:
 
 def command_sweep(args: argparse.Namespace) -> int:
     from ddpbench.config.plan import plan_sweep
-    from ddpbench.report.html import build_report
+    from ddpbench.report.html import report_words
     from ddpbench.running.resolve import resolve
     from ddpbench.running.sweep import prepare, run_sweep
 
@@ -239,7 +239,7 @@ def command_sweep(args: argparse.Namespace) -> int:
     for spec in plan or []:  # every planned run is valid on this machine before the first starts
         resolve(spec)
     manifest, plan = prepare(
-        sweep_dir, plan, stored_options, args.resume, tuple(getattr(args, "script_args", None) or ())
+        sweep_dir, plan, stored_options, args.resume, tuple(getattr(args, "script_args", None) or ()), sweep_id
     )
     print(f"sweep {sweep_id}: {len(plan)} runs -> {sweep_dir}", file=sys.stderr)
     run_sweep(
@@ -255,5 +255,5 @@ def command_sweep(args: argparse.Namespace) -> int:
     for line in closing_lines(sweep_dir):
         print(line)
     status = print_table(sweep_dir, save=True)
-    print(f"report: {build_report(sweep_dir)}  (ddpbench explain {sweep_dir}: every cause, and what to try)")
+    print(f"{report_words(sweep_dir)}  (ddpbench explain {sweep_dir}: every cause, and what to try)")
     return status

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import os
 import posixpath
+import shlex
 import time
 
 from ddpbench.commands.arguments import (
@@ -207,7 +208,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
     )
     out = args.out or args.mount_path
     trainjob.check_out_on_volume(out, args.mount_path)
-    sweep_id = args.sweep_id or f"{time.strftime('%Y%m%d-%H%M%S')}-k8s"
+    sweep_id = args.sweep_id if args.sweep_id is not None else f"{time.strftime('%Y%m%d-%H%M%S')}-k8s"
     check_id("--sweep-id", sweep_id, "--out on the volume", nested=True)
     sweep_dir = posixpath.join(out, sweep_id)
     device = "cuda" if args.gpus else "cpu"
@@ -230,7 +231,8 @@ def command_trainjob(args: argparse.Namespace) -> int:
     if args.pg_timeout_s is not None:
         plan = [spec.replace(pg_timeout_s=args.pg_timeout_s) for spec in plan]
     folder = args.manifests or os.path.join("trainjobs", sweep_id)
-    report_command = f"{cluster.python} -m ddpbench report {sweep_dir}"
+    # The pods write no sweep manifest: the report is told the id, sub-folders included.
+    report_command = shlex.join([cluster.python, "-m", "ddpbench", "report", sweep_dir, "--sweep-id", sweep_id])
     # Every node count of the plan: with --node-counts 2,4 the local reference and DataParallel still run on one
     # node. Every job's name is checked before the first manifest is written.
     counts = sorted({spec.nnodes for spec in plan})
@@ -258,8 +260,8 @@ def command_trainjob(args: argparse.Namespace) -> int:
     for path, nodes, count in written:
         print(f"{path}: {nodes} node(s) x {per_node}, {count} run(s)")
     print(
-        f"submit: kubectl apply -f {folder}  (needs Kubeflow Trainer {trainjob.MINIMUM_TRAINER} or later: "
-        "spec.runtimePatches; kubectl get crd trainjobs.trainer.kubeflow.org -o yaml | grep runtimePatches)"
+        f"submit: kubectl apply -f {shlex.quote(folder)}  (needs Kubeflow Trainer {trainjob.MINIMUM_TRAINER} or "
+        "later: spec.runtimePatches; kubectl get crd trainjobs.trainer.kubeflow.org -o yaml | grep runtimePatches)"
     )
     print(
         f"when every job has ended (kubectl get trainjobs), write the report where {args.volume_claim} is mounted: "

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ddpbench.config.faults import fault_applies
+from ddpbench.config.ids import plain_name
 from ddpbench.config.options import comma_list, flag, node_counts, positive_int, same_flag
 from ddpbench.config.spec import (
     COMPILE_MODES,
@@ -297,7 +298,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     )
     configurations: list[RunSpec] = []
     for workload, default_batch in workloads.items():
-        name = short_workload_name(workload)
+        name = plain_name(short_workload_name(workload))  # a user's file may be named anything: ids are plain
         # local is the reference X(1): eager always, compiled too where asked
         modes = [
             (s, m)

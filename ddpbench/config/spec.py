@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 from ddpbench.config.errors import SpecError
 from ddpbench.config.faults import USAGE as FAULT_USAGE
 from ddpbench.config.faults import Fault, check_fault_fits, parse_fault
-from ddpbench.config.ids import check_id
+from ddpbench.config.ids import check_stored_id
 from ddpbench.config.options import flag
 
 Strategy = Literal["local", "ddp", "dp", "fsdp2", "replicate"]
@@ -147,9 +147,11 @@ def _one_of(name: str, value: Any, allowed: tuple) -> None:
 def check_plain_name(name: str, value: str) -> None:
     """A name that becomes one file or folder inside the output folder (`runs/<run_id>.json`,
     `logs/<run_id>/`): one path component, so no value can reach outside it (a run removes its
-    old record before it starts). Empty means "choose one"."""
+    old record before it starts). Empty means "choose one". A spec read back from a record goes
+    through here too, so this is the stored-id check: a new id is checked where it is given
+    (`--run-id`, ddpbench.config.ids.check_id) or made (plain names only)."""
     if value:
-        check_id(name, value, "the output folder")
+        check_stored_id(name, value, "the output folder")
 
 
 def _at_least(name: str, value: Any, minimum: int) -> None:

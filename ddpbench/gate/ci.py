@@ -11,6 +11,8 @@ exits with the gate's own code. `make gate` runs the gate through it; a CI job t
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -22,24 +24,68 @@ EXIT_MEANINGS = {
     0: "pass",
     1: "a regression, or a configuration that is not comparable (the lines above say which, and why)",
     2: "bad input or data (the line above says what); nothing was compared",
-    3: "a comparison too weak to see the gate's target (--fail-underpowered)",
+    3: "inconclusive: a comparison looks slower than the threshold but not significantly (the lines above say how "
+    "many runs a side would decide), or one too weak to see the gate's target (--fail-underpowered)",
     4: "a regression the machine may account for (a busy machine, the canary's drift, or a process at another "
-    "speed): confirm it on a quiet machine or with a same-job A/B",
+    "speed), or a pass a faster machine could explain: confirm it on a quiet machine or with a same-job A/B",
 }
 """The exit codes of `ddpbench gate` and `ddpbench ab` (ddpbench.commands.gate), in words."""
 
 
-def with_verdict_file(command: list[str], path: str) -> tuple[list[str], str]:
-    """The command with `--json` naming a file, and that file: the user's where given, else `path`
-    (before a `--`, whose tail belongs to `ddpbench run`)."""
+def gate_arguments(command: list[str]) -> tuple[str, list[str]] | None:
+    """(the ddpbench command, its arguments before any `--`) of the gate command this wraps:
+    `ddpbench gate ...`, `python -m ddpbench ab ...`, or `python -m ddpbench.gate.base_env REF
+    ...`, whose options other than its own go to `ddpbench ab` (as `ab`, with its two sides).
+    None for a command that is none of these."""
     head = command[: command.index("--")] if "--" in command else command
-    for i, arg in enumerate(head):
-        if arg == "--json" and i + 1 < len(head):
-            return command, head[i + 1]
-        if arg.startswith("--json="):
-            return command, arg.partition("=")[2]
-    cut = len(head)
-    return [*command[:cut], "--json", path, *command[cut:]], path
+    for index, word in enumerate(head[:-1]):
+        program = os.path.basename(word)
+        if program == "ddpbench" or (word == "ddpbench" and index and head[index - 1] == "-m"):
+            if head[index + 1] in ("gate", "ab"):
+                return head[index + 1], head[index + 2 :]
+            return None
+        if word == "ddpbench.gate.base_env" and index and head[index - 1] == "-m":
+            from ddpbench.gate.base_env import parse
+
+            with contextlib.redirect_stderr(io.StringIO()):
+                try:
+                    _, verdict_args, _ = parse(head[index + 1 :])
+                except SystemExit:
+                    return None
+            return "ab", ["A", "B", *verdict_args]
+    return None
+
+
+def named_verdict_file(command: list[str]) -> str | None | bool:
+    """The verdict file the wrapped gate command names, read by the gate's own parser, so that
+    every spelling it accepts counts (`--json-file X`, `--json-file=X`, an abbreviation, the old
+    `--json`); None where it names none; False where its arguments do not parse (the gate will say
+    why, exit 2)."""
+    found = gate_arguments(command)
+    if found is None:
+        return None
+    from ddpbench.cli import build_parser
+
+    subcommand, arguments = found
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            args, _ = build_parser().parse_known_args([subcommand, *arguments])
+        except SystemExit:
+            return False
+    return getattr(args, "json", None)
+
+
+def with_verdict_file(command: list[str], path: str) -> tuple[list[str], str | None]:
+    """The command with a verdict file, and that file: the user's where the command names one in
+    any spelling, else `path`, added as `--json-file` before a `--` (whose tail belongs to
+    `ddpbench run`). A command whose arguments do not parse is left as it is (no file)."""
+    named = named_verdict_file(command)
+    if named is False:
+        return command, None
+    if named:
+        return command, named
+    cut = command.index("--") if "--" in command else len(command)
+    return [*command[:cut], "--json-file", path, *command[cut:]], path
 
 
 def runs_words(verdict: dict) -> str:
@@ -89,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = None
         try:
             # A verdict file left by an earlier gate says nothing about this one (bad input writes none).
-            if os.path.getmtime(verdict_path) >= started - 1:
+            if verdict_path and os.path.getmtime(verdict_path) >= started - 1:
                 with open(verdict_path, encoding="utf-8") as handle:
                     verdict = json.load(handle)
         except (OSError, ValueError):

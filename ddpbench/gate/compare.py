@@ -27,7 +27,9 @@ from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, read_records
 
 ENV_FIELDS = ("gpu_names", "gpu_count", "cpu_model", "torch", "cuda", "nccl")
-VERDICTS = ("pass", "improvement", "regression", "not comparable", "n/a")
+VERDICTS = ("pass", "improvement", "inconclusive", "regression", "not comparable", "n/a")
+INTERVAL_LEVEL = 0.95
+"""The level of the ratio's interval a comparison shows (`ratio_low`, `ratio_high`)."""
 Values = dict[tuple, dict[str, list[float]]]
 
 
@@ -41,7 +43,8 @@ class Comparison:
     measure: str
     """throughput, efficiency, exposed_share; "run" for a run that cannot be compared."""
     verdict: str
-    """pass, improvement, regression, not comparable, or n/a."""
+    """pass, improvement, inconclusive (slower than the threshold, not significantly), regression,
+    not comparable, or n/a."""
     baseline: float | None = None
     """Median of the baseline's per-run values (natural scale: units/s, or a fraction)."""
     candidate: float | None = None
@@ -66,6 +69,10 @@ class Comparison:
     exactly at the threshold is caught at most half the time, however many runs)."""
     threshold_power: float | None = None
     """Probability that this comparison flags a slowdown exactly the size of the threshold."""
+    ratio_low: float | None = None
+    """Lower end of the ratio's 95 % interval (INTERVAL_LEVEL)."""
+    ratio_high: float | None = None
+    """Upper end of the ratio's 95 % interval."""
     se: float | None = None
     """Standard error of the log change."""
     df: float | None = None
@@ -255,6 +262,8 @@ def finish(
         comparison.alpha = alpha
         comparison.paired = paired
         comparison.se = evidence.se
+        low, high = stats.interval(evidence, INTERVAL_LEVEL)
+        comparison.ratio_low, comparison.ratio_high = math.exp(low), math.exp(high)
         comparison.df = evidence.df if math.isfinite(evidence.df) else None
         # What it can see, by the power of the whole rule (test and threshold), not the test alone.
         sight = stats.sight(evidence, noise, alpha, settings, paired_rounds=paired)
@@ -292,6 +301,8 @@ def overall_verdict(comparisons: list[Comparison]) -> str:
         return "not comparable"
     if "regression" in verdicts:
         return "regression"
+    if "inconclusive" in verdicts:
+        return "inconclusive"
     return "pass"
 
 

@@ -15,6 +15,11 @@ conservative:
 - the move must be a slowdown of at least DRIFT_MIN_MOVE, in the same direction as the regression,
   and at least DRIFT_SHARE of every regression on the log scale: a 30 % regression needs a probe at
   least 16 % slower. One regression the canary cannot account for makes the verdict a regression.
+
+The other way round, a machine that got faster hides a slowdown: a candidate whose canary ran at
+least 21 % faster than the baseline's (beyond the readings' spread, as above) could be 17 % slower
+in code and still measure as fast. Where the slowdown it could hide is more than the threshold,
+the gate does not pass (`hidden_slowdown`): exit 4, as for a machine that slowed.
 """
 
 from __future__ import annotations
@@ -122,6 +127,36 @@ def judge_drift(view: CanaryView, comparisons: list[Comparison]) -> CanaryView:
         return view
     view.drift = all(math.log(slowest.least_change) <= DRIFT_SHARE * math.log(c.ratio) for c in regressions)
     return view
+
+
+@dataclass(frozen=True)
+class HiddenSlowdown:
+    """A candidate machine faster than the baseline's, beyond its canary's spread."""
+
+    fastest: ProbeMove
+    """The probe that moved most towards faster (its `least_change` above 1)."""
+    hidden: float
+    """The slowdown (fraction of throughput) that speed-up could hide: 1 - 1 / least_change."""
+
+
+def hidden_slowdown(view: CanaryView, max_regression: float) -> HiddenSlowdown | None:
+    """The slowdown a faster candidate machine could hide, where it is more than the threshold
+    (None: the machine did not get faster beyond its readings' spread, or not by that much)."""
+    moved = [m for m in view.moves if m.least_change is not None and m.least_change > 1]
+    if not moved:
+        return None
+    fastest = max(moved, key=lambda m: m.least_change)
+    hidden = 1 - 1 / fastest.least_change
+    return HiddenSlowdown(fastest, hidden) if hidden > max_regression else None
+
+
+def hidden_words(found: HiddenSlowdown, max_regression: float, confirm_option: bool = False) -> str:
+    move = found.fastest
+    return (
+        f"faster machine: the candidate's canary ran {move.least_change - 1:.1%} faster ({move.probe}, at least), "
+        f"which could hide a {found.hidden:.1%} slowdown, more than the {100 * max_regression:.3g}% threshold: "
+        "no pass; confirm with `make gate BASE=<ref>`" + (" or --confirm-with" if confirm_option else "")
+    )
 
 
 def _figure(value: float | None) -> str:

@@ -86,7 +86,7 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
         noise = f"{c.noise:.1%}" if c.noise is not None and math.isfinite(c.noise) else ""
         mde = _slowdown(c.mde) if c.mde is not None else ""
         runs = _needed(c) if c.mde is not None else ""
-        verdict = c.verdict.upper() if c.verdict in ("regression", "not comparable") else c.verdict
+        verdict = c.verdict.upper() if c.verdict in ("regression", "inconclusive", "not comparable") else c.verdict
         note = f"  ({c.note})" if c.note else ""
         label = c.label if c.measure != "run" else "run"
         lines.append(
@@ -96,13 +96,32 @@ def format_table(comparisons: list[Comparison], settings: GateSettings) -> str:
     lines.append(
         f"ratio = candidate / baseline, above 1 is better (no_sync share, the no_sync replay's cross-check: (1 - "
         f"share now) / (1 - share before)); regression when one-sided p < {settings.family_alpha:g} / comparisons "
-        f"AND ratio < "
-        f"{1 - settings.max_regression:.2f}. noise = run-to-run spread used; MDE = slowdown that rule (test and "
+        f"AND ratio < {1 - settings.max_regression:.2f}; inconclusive when the ratio is below it but p is not. "
+        f"noise = run-to-run spread used; MDE = slowdown that rule (test and "
         f"threshold) catches {settings.power:.0%} of the time; runs = "
         f"{'rounds' if any(c.paired for c in comparisons) else 'runs per side'} needed to see "
         f"{percent(settings.target)} ({_seeing(settings)})."
     )
     return "\n".join(lines)
+
+
+def inconclusive(comparison: Comparison, settings: GateSettings) -> str:
+    """In words: how much slower an inconclusive comparison looks, its interval, and the runs that
+    would decide it (those that see the target)."""
+    c = comparison
+    unit = "rounds" if c.paired else "runs per side"
+    return (
+        f"looks {1 - c.ratio:.1%} slower (ratio {c.ratio:.3f}, 95% interval {c.ratio_low:.3f} to "
+        f"{c.ratio_high:.3f}), beyond the {percent(settings.max_regression)} threshold but not significant "
+        f"(p = {c.p_value:.2g}, a regression needs < {c.alpha:.2g}): noise could explain it, and so could a real "
+        f"slowdown; {_needed(c)} {unit} would decide it (they see {percent(settings.target)})"
+    )
+
+
+def inconclusive_lines(comparisons: list[Comparison], settings: GateSettings) -> list[str]:
+    return [
+        f"{c.configuration}, {c.label}: {inconclusive(c, settings)}" for c in comparisons if c.verdict == "inconclusive"
+    ]
 
 
 def sight_lines(comparisons: list[Comparison], settings: GateSettings) -> list[str]:
@@ -115,7 +134,7 @@ def markdown_summary(
     """The CI job summary; `why` (`gate.why.Why`s) adds the cause lines and reproducing commands."""
     result = overall_verdict(comparisons)
     lines = [f"## ddpbench gate: {result.upper()}", ""]
-    failing = [c for c in comparisons if c.verdict in ("regression", "not comparable")]
+    failing = [c for c in comparisons if c.verdict in ("regression", "inconclusive", "not comparable")]
     if failing:
         lines += ["What failed:", ""]
         for c in failing:
@@ -124,6 +143,8 @@ def markdown_summary(
                     f"- **{c.configuration}**, {c.label}: {1 - c.ratio:.1%} worse (ratio {c.ratio:.3f}, "
                     f"p = {c.p_value:.2g} < {c.alpha:.2g})"
                 )
+            elif c.verdict == "inconclusive":
+                lines.append(f"- **{c.configuration}**, {c.label}: inconclusive: {inconclusive(c, settings)}")
             else:
                 lines.append(f"- **{c.configuration}**: not comparable: {c.note}")
         lines.append("")
@@ -156,7 +177,7 @@ def markdown_summary(
             f"{c.noise:.1%} ({c.noise_source})" if c.noise is not None else c.note,
             _slowdown(c.mde) if c.mde is not None else "",
             _needed(c) if c.mde is not None else "",
-            f"**{c.verdict}**" if c.verdict in ("regression", "not comparable") else c.verdict,
+            f"**{c.verdict}**" if c.verdict in ("regression", "inconclusive", "not comparable") else c.verdict,
         ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     lines += [

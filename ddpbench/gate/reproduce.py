@@ -1,6 +1,8 @@
 """A command that reproduces a configuration the gate flagged: one `ddpbench sweep` line limited to
-that configuration (its workload, its strategy with the single-device reference, its world size,
-batch, precision, steps and DDP options) with the candidate's repeats. No torch.
+that configuration, with the candidate's repeats. Every option that defines a configuration
+(ddpbench.config.configuration: the workload, the strategy with the single-device reference, the
+world size, batch, precision, steps, threads, loader workers, profiled steps and every DDP option)
+is written from that one declaration, in its current spelling. No torch.
 
 A user's workload file is named in the record as the sweep was given it, often relative to the
 folder the sweep ran in, which the record does not keep. So the command names a folder and gives
@@ -11,20 +13,19 @@ keeps the path as recorded and says so.
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
+import functools
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
 
+from ddpbench.config.configuration import CONFIGURATION_OPTIONS, ConfigurationOption, spec_value
 from ddpbench.config.plan import SUITES, world_sizes
 from ddpbench.config.secrets import HIDDEN
-from ddpbench.config.spec import DDPKnobs, RunSpec
+from ddpbench.config.spec import RunSpec
 from ddpbench.config.workloads import is_user_workload
 from ddpbench.records.schema import Record
-
-SWEEP_KNOBS = ("comm_hook", "bucket_cap_mb")
-"""The DDP options `ddpbench sweep` takes (the others only `ddpbench run`)."""
 
 
 @dataclass
@@ -82,93 +83,149 @@ def _sweep_options(candidate_dir: str) -> dict:
         return {}
 
 
-def _workload_options(spec: RunSpec, candidate_dir: str, cwd: str, notes: list[str]) -> tuple[list[str], str | None]:
+@functools.cache
+def _sweep_actions() -> dict:
+    """`ddpbench sweep`'s options by destination: their defaults and kinds, for the generic forms."""
+    from ddpbench.commands.sweep import add_sweep_arguments
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_sweep_arguments(parser)
+    actions: dict = {}
+    for action in parser._actions:
+        actions.setdefault(action.dest, action)  # the current spelling is declared first
+    return actions
+
+
+def _generic(option: ConfigurationOption, spec: RunSpec) -> list[str]:
+    """`value` and `switch` options: the run's value where it is not the sweep option's default."""
+    value = spec_value(spec, option.fields[0])
+    default = _sweep_actions()[option.dest].default
+    if value is None:
+        return []
+    if option.form == "switch":
+        if value == default:
+            return []
+        if isinstance(_sweep_actions()[option.dest], argparse.BooleanOptionalAction) and not value:
+            return ["--no-" + option.flag[2:]]
+        return [option.flag]
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    return [] if shown is not None and str(value) == str(shown) else [option.flag, str(value)]
+
+
+@dataclass
+class _Context:
+    spec: RunSpec
+    runs: int
+    options: dict
+    """The candidate sweep's options, as its manifest keeps them."""
+    candidate_dir: str
+    cwd: str
+    notes: list[str] = field(default_factory=list)
+    folder: str | None = None
+
+    @property
+    def largest(self) -> int:
+        """The sweep's processes per node: a local run keeps its sweep's, so that it gets the threads it had."""
+        spec = self.spec
+        return spec.nproc if spec.launched_by_torchrun else self.options.get("max_world_size", spec.nproc)
+
+
+def _workloads(context: _Context) -> list[str]:
+    spec = context.spec
     if spec.script is not None:
-        script = spec.script
-        folder, path = locate(script.path, candidate_dir, cwd)
-        if path is None:
-            notes.append(f"the script {script.path} is not found from here: run it from the folder the sweep ran in")
-            path = script.path
-        options = ["--script", path, "--sample-unit", script.sample_unit]
-        if script.units_per_sample is not None:
-            options += ["--units-per-sample", str(script.units_per_sample)]
-        if script.run_to_end:
-            options.append("--run-to-end")
-        if any(HIDDEN in arg for arg in script.args):
-            notes.append("the script's arguments hold secrets the record does not keep: give them again after --")
-        return options + (["--", *script.args] if script.args else []), folder
+        return []
     workload = spec.workload
     if not is_user_workload(workload):
-        return ["--workloads", workload], None
+        return ["--workloads", workload]
     path, _, factory = workload.rpartition(":")
-    folder, found = locate(path, candidate_dir, cwd)
+    folder, found = locate(path, context.candidate_dir, context.cwd)
     if found is None:
-        notes.append(
+        context.notes.append(
             f"the workload file {path} is not found from here nor above the candidate's folder: run the command "
             "from the folder the sweep ran in"
         )
-        return ["--workloads", workload], None
-    return ["--workloads", f"{found}:{factory}"], folder
+        return ["--workloads", workload]
+    context.folder = folder
+    return ["--workloads", f"{found}:{factory}"]
+
+
+def _script(context: _Context) -> list[str]:
+    script = context.spec.script
+    if script is None:
+        return []
+    folder, path = locate(script.path, context.candidate_dir, context.cwd)
+    if path is None:
+        context.notes.append(
+            f"the script {script.path} is not found from here: run it from the folder the sweep ran in"
+        )
+        path = script.path
+    context.folder = folder
+    if any(HIDDEN in arg for arg in script.args):
+        context.notes.append("the script's arguments hold secrets the record does not keep: give them again after --")
+    return ["--script", path]
+
+
+def _threads(context: _Context) -> list[str]:
+    spec = context.spec
+    if spec.threads_per_rank is None:
+        return []
+    # A dp process drives its N devices with N slices of the cores: the option is one slice.
+    per_device = spec.threads_per_rank // (spec.world_size if spec.strategy == "dp" else 1)
+    return ["--threads-per-rank", str(max(1, per_device))]
+
+
+def _batch(context: _Context, scaling: str) -> list[str]:
+    spec = context.spec
+    if spec.batch_size is None or spec.script is not None or spec.scaling != scaling:
+        return []
+    if scaling == "strong":
+        return ["--global-batch", str(spec.batch_size * spec.world_size)]
+    return ["--batch-size", str(spec.batch_size)]
+
+
+OWN = {
+    "workloads": _workloads,
+    "path": _script,
+    "script_args": lambda c: ["--", *c.spec.script.args] if c.spec.script is not None and c.spec.script.args else [],
+    "strategies": lambda c: [
+        "--strategies",
+        "ddp" if c.spec.script is not None else ",".join(dict.fromkeys(["local", c.spec.strategy])),
+    ],
+    "device": lambda c: [] if c.spec.device == "cuda" else ["--device", c.spec.device],
+    "gpus": lambda c: ["--gpus-per-node", str(c.largest)] if c.spec.device == "cuda" else [],
+    "nproc": lambda c: [] if c.spec.device == "cuda" else ["--max-nproc", str(c.largest)],
+    "launcher": lambda c: ["--launcher", c.spec.launcher] if c.spec.nnodes > 1 else [],
+    "nodes": lambda c: ["--node-counts", str(c.spec.nnodes)] if c.spec.nnodes > 1 else [],
+    "scaling": lambda c: ["--scaling", "strong"] if c.spec.scaling == "strong" else [],
+    "batch_size": lambda c: _batch(c, "weak"),
+    "global_batch": lambda c: _batch(c, "strong"),
+    "threads_per_rank": _threads,
+}
+"""How the reproduce command writes the options declared `own` (ddpbench.config.configuration)."""
 
 
 def reproduction(runs: list[Record], candidate_dir: str, cwd: str) -> Reproduction:
-    """The command for a configuration, from its candidate runs (they share a configuration)."""
+    """The command for a configuration, from its candidate runs (they share a configuration): one
+    word group per option that defines a configuration (CONFIGURATION_OPTIONS), then the suite
+    whose defaults the sweep starts from and the candidate's repeats."""
     spec = runs[0].spec
-    notes: list[str] = []
-    workload, folder = _workload_options(spec, candidate_dir, cwd, notes)
-    script_args = []
-    if "--" in workload:
-        cut = workload.index("--")
-        workload, script_args = workload[:cut], workload[cut:]
-    strategies = "ddp" if spec.script is not None else ",".join(dict.fromkeys(["local", spec.strategy]))
-    argv = ["sweep", *workload, "--strategies", strategies]
-    if spec.compile != "off":
-        argv += ["--compile", spec.compile]
-    options = _sweep_options(candidate_dir)
-    # A device is a slice of cores set by the sweep's largest world size: a local run keeps its
-    # sweep's, so that it gets the threads it had.
-    nproc = spec.nproc if spec.launched_by_torchrun else options.get("max_world_size", spec.nproc)
-    if spec.device == "cuda":
-        argv += ["--gpus", str(nproc)]
-    else:
-        argv += ["--device", spec.device, "--nproc", str(nproc)]
-    if spec.nnodes > 1:
-        argv += ["--launcher", spec.launcher, "--nodes", str(spec.nnodes)]
-    suite = options.get("suite") if options.get("suite") in SUITES else None
+    context = _Context(spec, len(runs), _sweep_options(candidate_dir), candidate_dir, cwd)
+    argv, script_args = ["sweep"], []
+    for option in CONFIGURATION_OPTIONS:
+        words = OWN[option.dest](context) if option.form == "own" else _generic(option, spec)
+        if option.dest == "script_args":
+            script_args = words
+        else:
+            argv += words
+    suite = context.options.get("suite") if context.options.get("suite") in SUITES else None
     if suite:
         argv += ["--suite", suite]
-    if spec.size is not None:
-        argv += ["--size", spec.size]
-    if spec.batch_size is not None and spec.script is None:
-        if spec.scaling == "strong":
-            argv += ["--scaling", "strong", "--global-batch", str(spec.batch_size * spec.world_size)]
-        else:
-            argv += ["--batch-size", str(spec.batch_size)]
-    argv += ["--precision", spec.precision, "--steps", str(spec.steps), "--warmup", str(spec.warmup)]
-    argv += ["--repeat", str(len(runs))]
-    if spec.uses_ddp_knobs:
-        default = DDPKnobs()
-        for name in SWEEP_KNOBS:
-            value = getattr(spec.ddp, name)
-            if value != getattr(default, name) and value is not None:
-                argv += ["--" + name.replace("_", "-"), str(value)]
-        unset = [
-            knob.name
-            for knob in dataclasses.fields(DDPKnobs)
-            if knob.name not in SWEEP_KNOBS and getattr(spec.ddp, knob.name) != getattr(default, knob.name)
-        ]
-        if unset:
-            notes.append(f"DDP options ddpbench sweep does not take, set on the run: {', '.join(sorted(unset))}")
-    if not spec.profile:
-        argv.append("--no-profile")
-    elif spec.profile_active != RunSpec.profile_active:
-        argv += ["--profile-steps", str(spec.profile_active)]
-    argv += script_args
+    argv += ["--repeat", str(len(runs)), *script_args]
     if spec.launched_by_torchrun and spec.nnodes == 1:
         smallest = SUITES[suite or ("gpu" if spec.device == "cuda" else "cpu")].smallest_world_size
         others = [n for n in world_sizes(spec.nproc) if min(smallest, spec.nproc) <= n < spec.nproc]
         if others:
-            notes.append(
+            context.notes.append(
                 f"a sweep runs every world size up to its largest: this one also runs x{', x'.join(map(str, others))}"
             )
-    return Reproduction(argv, folder, notes)
+    return Reproduction(argv, context.folder, context.notes)

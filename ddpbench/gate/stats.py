@@ -159,6 +159,14 @@ def quantile(probability: float, df: float) -> float:
     return float(special.ndtri(probability) if not math.isfinite(df) else special.stdtrit(df, probability))
 
 
+def interval(evidence: Evidence, level: float = 0.95) -> tuple[float, float]:
+    """The change's two-sided `level` interval on the log scale (Student's t at its degrees of freedom)."""
+    if not math.isfinite(evidence.se):
+        return -math.inf, math.inf
+    half = quantile(0.5 + level / 2, evidence.df) * evidence.se
+    return evidence.change - half, evidence.change + half
+
+
 def p_worse(evidence: Evidence) -> float:
     """One-sided p-value of 'the candidate is no worse' (small when the change is clearly negative)."""
     if evidence.se == 0:
@@ -171,13 +179,15 @@ def p_worse(evidence: Evidence) -> float:
 
 def decide(evidence: Evidence, alpha: float, settings: GateSettings) -> tuple[str, float]:
     """(verdict, one-sided p-value of 'no worse'): regression only on significant evidence of a
-    change beyond the threshold; everything else passes."""
+    change beyond the threshold; inconclusive for an estimate beyond the threshold that is not
+    significant (noise could explain it, and so could a real slowdown: neither a pass nor a
+    regression); everything else passes."""
     p = p_worse(evidence)
     if math.isnan(p):
         return "pass", p
     ratio = math.exp(evidence.change)
-    if p < alpha and ratio < 1 - settings.max_regression:
-        return "regression", p
+    if ratio < 1 - settings.max_regression:
+        return ("regression" if p < alpha else "inconclusive"), p
     p_better = 1 - p if evidence.se > 0 else (0.0 if evidence.change > 0 else 1.0)
     if p_better < alpha and ratio > 1 + settings.max_regression:
         return "improvement", p

@@ -292,7 +292,7 @@ def side_answers(pairs: list[tuple[str, Record]]) -> tuple[dict[tuple, Answer], 
 
 def _verdict(comparisons: list[Comparison]) -> str:
     verdicts = {c.verdict for c in comparisons}
-    return next((v for v in ("regression", "improvement", "pass") if v in verdicts), "n/a")
+    return next((v for v in ("regression", "inconclusive", "improvement", "pass") if v in verdicts), "n/a")
 
 
 def explain_changes(

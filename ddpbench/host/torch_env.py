@@ -7,8 +7,10 @@ when a GPU run is asked for (as `visible_gpu_count` already does on a GPU machin
 
 As a command, `python -m ddpbench.host.torch_env` says which torch an install beside it keeps, or in
 one line why it cannot (exit code 2); with `--install .` it pip installs the project there with
-torch and torchvision held where they are. `make install USE_PYTHON=...` and container/Dockerfile
-install through it.
+torch and torchvision held where they are (container/Dockerfile does). With `--requirements .` it
+installs only what the project needs to run and is missing, nothing of the project itself and no
+test tools unless `--extra test` asks for them, and says what it added: `make bench USE_PYTHON=...`
+runs the checkout with the user's own environment (PYTHONPATH), which is where the user trains.
 """
 
 from __future__ import annotations
@@ -188,13 +190,62 @@ def install_beside(project_dir: str, extras: tuple[str, ...], editable: bool, if
     return done.returncode
 
 
+def _distributions() -> dict[str, str]:
+    """Every package this environment holds, by its normalised name, with its version."""
+    importlib.invalidate_caches()
+    return {
+        re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower(): dist.version
+        for dist in importlib.metadata.distributions()
+        if dist.metadata["Name"]
+    }
+
+
+def install_requirements(project_dir: str, extras: tuple[str, ...], quiet: bool) -> int:
+    """pip install what the project needs to run (and its `extras`) that this environment lacks, with
+    torch and torchvision pinned where they are. Nothing of the project itself (its commands run
+    from the checkout), nothing already there at a version that meets the requirement (pip leaves a
+    met requirement as it is), nothing at all when everything is met; then say what was added."""
+    found = check_installed()
+    runtime = unmet(project_requirements(project_dir, ()))
+    tools = [r for r in unmet(project_requirements(project_dir, extras)) if r not in runtime]
+    missing = runtime + tools
+    if not missing:
+        return 0
+    what = ", ".join(runtime) or "nothing"
+    print(
+        f"ddpbench: installing what it needs to run beside them: {what}"
+        + (f"; and, for {' and '.join(extras)}, {', '.join(tools)}" if tools else "")
+    )
+    before = _distributions()
+    with tempfile.NamedTemporaryFile("w", prefix="ddpbench-keep-", suffix=".txt") as keep:
+        keep.write("".join(f"{name}=={package.version}\n" for name, package in found.items()))
+        keep.flush()
+        command = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), "-c", keep.name]
+        done = subprocess.run([*command, *missing])
+    after = _distributions()
+    added = sorted(f"{name} {version}" for name, version in after.items() if name not in before)
+    changed = sorted(f"{name} {before[name]} -> {after[name]}" for name in before if after.get(name) != before[name])
+    print(f"ddpbench: added {len(added)} package(s): {', '.join(added) or 'none'}")
+    if changed:
+        print(f"ddpbench: pip changed what was there: {', '.join(changed)}", file=sys.stderr)
+        return 1
+    return done.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ddpbench.host.torch_env",
         description="Say which torch and torchvision an install of ddpbench beside them keeps, or why it cannot; "
         "with --install, install it there.",
     )
-    parser.add_argument("--install", metavar="PROJECT", help="pip install the project in this folder beside them")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--install", metavar="PROJECT", help="pip install the project in this folder beside them")
+    what.add_argument(
+        "--requirements",
+        metavar="PROJECT",
+        help="pip install only what the project in this folder needs to run and this environment lacks; "
+        "say what was added",
+    )
     parser.add_argument("--extra", action="append", default=[], help="an extra of the project to install too")
     parser.add_argument("--editable", action="store_true", help="install the project in editable mode")
     parser.add_argument(
@@ -212,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         f"ddpbench: keeps torch {torch.version} and torchvision {vision.version} of {sys.executable} "
         f"(in {torch.location}); it needs {needed()}"
     )
+    if args.requirements is not None:
+        return install_requirements(args.requirements, tuple(args.extra), args.quiet)
     if args.install is None:
         return 0
     return install_beside(args.install, tuple(args.extra), args.editable, args.if_needed, args.quiet)

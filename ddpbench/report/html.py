@@ -36,6 +36,7 @@ from ddpbench.report.sections_memory import memory_section
 from ddpbench.report.sections_runs import environment_section, history_section, runs_section, traces_section
 from ddpbench.report.sections_scaling import iterations_section, ranks_section, scaling_section, scaling_table_section
 from ddpbench.report.verdict import verdict_section
+from ddpbench.report.where import default_report_path, owner_line, sweep_id_of
 
 GLOSSARY = [
     (
@@ -99,11 +100,6 @@ _TEMPLATES = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-
-
-def default_report_path(sweep_dir: str) -> str:
-    sweep_id = os.path.basename(os.path.normpath(sweep_dir))
-    return os.path.join("reports", sweep_id, "index.html")
 
 
 @dataclass(frozen=True)
@@ -171,12 +167,15 @@ def _built(sections: list[Section], data: ReportData) -> list[dict]:
     return found
 
 
-def build_report(sweep_dir: str, out_path: str | None = None, profile: str | None = None) -> str:
-    """Write the report for a sweep folder and return its path."""
+def build_report(
+    sweep_dir: str, out_path: str | None = None, profile: str | None = None, sweep_id: str | None = None
+) -> str:
+    """Write the report for a sweep folder and return its path (by default reports/<sweep-id>/,
+    or the sweep's own folder where that holds another sweep's report: `report_place`)."""
     records, unreadable = read_records(sweep_dir)
     if not records and not unreadable:
         raise SpecError(f"{sweep_dir!r} holds no run records (expected {sweep_dir}/runs/*.json)")
-    out_path = out_path or default_report_path(sweep_dir)
+    out_path = out_path or default_report_path(sweep_dir, sweep_id=sweep_id)[0]
     runs = runs_frame(records)
     table = scaling_table(runs)
     try:
@@ -195,7 +194,8 @@ def build_report(sweep_dir: str, out_path: str | None = None, profile: str | Non
     )
     counts = runs["status"].value_counts().to_dict() if not runs.empty else {}
     page = _TEMPLATES.get_template("report.html.j2").render(
-        sweep_id=os.path.basename(os.path.normpath(sweep_dir)),
+        sweep_id=sweep_id_of(sweep_dir, sweep_id),
+        owner=owner_line(sweep_dir),
         sweep_dir=sweep_dir,
         run_count=len(runs),
         status_counts=", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
@@ -208,3 +208,13 @@ def build_report(sweep_dir: str, out_path: str | None = None, profile: str | Non
     )
     write_atomic(out_path, page)
     return out_path
+
+
+def report_words(
+    sweep_dir: str, out_path: str | None = None, profile: str | None = None, sweep_id: str | None = None
+) -> str:
+    """Write the report and say where it went: `report: PATH`, and why not in reports/<sweep-id>/
+    where the report went into the sweep's own folder."""
+    path, why = (out_path, "") if out_path else default_report_path(sweep_dir, sweep_id=sweep_id)
+    build_report(sweep_dir, path, profile, sweep_id)
+    return f"report: {path}" + (f" ({why}, which is left as it is)" if why else "")

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from datetime import datetime
 
+from ddpbench.config.ids import plain_name
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.host.facts import usable_cores, visible_gpu_count
@@ -136,7 +137,7 @@ def oversubscription_warning(figures: dict) -> str:
 
 
 def make_run_id(spec: RunSpec) -> str:
-    workload = short_workload_name(spec.workload)
+    workload = plain_name(short_workload_name(spec.workload))  # a user's file may be named anything
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
     return f"{workload}-{spec.strategy_name.replace('+', '-')}-n{spec.world_size}-{stamp}-{secrets.token_hex(2)}"
 

@@ -216,6 +216,28 @@ def check_partition(partition: str) -> int:
     return int(match[1]) if match else 0
 
 
+SAFE_DIRECTIVE_WORD = re.compile(r"[A-Za-z0-9._/%:=@+,-]+")
+"""What an #SBATCH value may hold without quotes."""
+
+
+def directive_word(value: str, what: str) -> str:
+    """`value` as one word of an #SBATCH line: as it is where it is plain, else in double quotes
+    with backslashes and quotes escaped (sbatch reads a directive's quotes and backslashes so; `#`
+    outside quotes would start a comment). A line break cannot be quoted in a directive: SpecError."""
+    if any(character in value for character in "\n\r\0"):
+        raise SpecError(f"{what} {value!r} cannot be written in an #SBATCH line: it holds a line break or a NUL")
+    if SAFE_DIRECTIVE_WORD.fullmatch(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def check_directive(option: str) -> str:
+    """A whole #SBATCH line the user gave (--sbatch-option): one line, as it is."""
+    if any(character in option for character in "\n\r\0"):
+        raise SpecError(f"--sbatch-option {option!r} is not one #SBATCH line: it holds a line break or a NUL")
+    return option
+
+
 def sbatch_script(
     sweep_argv: list[str],
     sweep_dir: str,
@@ -229,15 +251,15 @@ def sbatch_script(
     writes the report at the end. Submitted again (or requeued), it resumes the same sweep."""
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name=ddpbench-{os.path.basename(sweep_dir)}",
+        f"#SBATCH --job-name={directive_word('ddpbench-' + os.path.basename(sweep_dir), 'the job name')}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
-        f"#SBATCH --output={os.path.join(sweep_dir, 'slurm-%j.out')}",
+        f"#SBATCH --output={directive_word(os.path.join(sweep_dir, 'slurm-%j.out'), '--out')}",
     ]
     if gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
-    lines += [f"#SBATCH {option}" for option in options]
+    lines += [f"#SBATCH {check_directive(option)}" for option in options]
     sweep = [python, "-m", "ddpbench", "sweep", "--launcher", "slurm", *sweep_argv]
     # --resume is the sweep's own option: before a script's arguments, which follow --.
     cut = sweep.index("--") if "--" in sweep else len(sweep)

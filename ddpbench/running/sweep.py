@@ -72,10 +72,12 @@ def prepare(
     options: dict,
     resume: bool,
     script_args: tuple[str, ...] = (),
+    sweep_id: str | None = None,
 ) -> tuple[dict, list[RunSpec]]:
     """A new sweep folder with its manifest, or (resume) the stored one with its stored plan.
     Refuses to touch an existing sweep without `resume`, before anything runs. The manifest keeps a
-    script's arguments with their secrets hidden; a resume gets them again as `script_args`."""
+    script's arguments with their secrets hidden; a resume gets them again as `script_args`.
+    `sweep_id`: the id as given, sub-folders included (default: the folder's name)."""
     exists = os.path.exists(manifest_path(sweep_dir))
     if exists and not resume:
         raise SpecError(
@@ -93,7 +95,7 @@ def prepare(
     else:
         manifest = {
             "manifest_version": MANIFEST_VERSION,
-            "sweep_id": os.path.basename(os.path.normpath(sweep_dir)),
+            "sweep_id": sweep_id or os.path.basename(os.path.normpath(sweep_dir)),
             "options": redact_spec_dict(options),
             "plan": [redact_spec_dict(spec.to_dict()) for spec in plan],
             "machine": host_facts(),

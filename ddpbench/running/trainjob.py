@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddpbench.config.errors import SpecError
-from ddpbench.config.ids import check_id
+from ddpbench.config.ids import check_id, short_hash
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 MINIMUM_TRAINER = "v2.2.1"
@@ -148,9 +148,13 @@ def longest_pod_name(name: str, nodes: int) -> str:
 
 def job_name(sweep_id: str, nodes: int) -> str:
     """`ddpbench-<sweep-id>-n<nodes>`, lower case, as the CRD's name rule wants, short enough for
-    the pod names JobSet makes from it, or SpecError."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"ddpbench-{sweep_id}-n{nodes}".lower())
-    name = check_id("the TrainJob name", re.sub(r"-+", "-", name), "--manifests")  # its manifest's file name
+    the pod names JobSet makes from it, or SpecError. A sweep id that is not such a name already
+    (upper case, `.`, `_`, `/`) gets a short hash of itself: `Nightly/1` and `nightly-1` would
+    otherwise both be `ddpbench-nightly-1-n2`, and one job would replace the other."""
+    words = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", sweep_id.lower())).strip("-")
+    if words != sweep_id:
+        words = f"{words}-{short_hash(sweep_id)}".lstrip("-")
+    name = f"ddpbench-{words}-n{nodes}"
     pod = longest_pod_name(name, nodes)
     if len(pod) > NAME_LIMIT:
         room = len(sweep_id) - (len(pod) - NAME_LIMIT)
@@ -158,7 +162,7 @@ def job_name(sweep_id: str, nodes: int) -> str:
             f"the TrainJob name {name!r} is too long: JobSet names its pods after it ({pod!r}, {len(pod)} "
             f"characters) and Kubernetes allows {NAME_LIMIT}; give a --sweep-id of at most {max(room, 1)} characters"
         )
-    return name
+    return check_id("the TrainJob name", name, "--manifests")  # its manifest's file name
 
 
 def multi_node_arguments(rdzv_id: str) -> list[str]:
