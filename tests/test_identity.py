@@ -109,3 +109,26 @@ def test_history_stored_under_legacy_keys_matches_and_migrates(tmp_path):
     after = read_history(str(folder))
     assert all(len(key) == LEGACY_KEY_LENGTH + 1 for key in after) and len(after) == len(before)
     assert sorted(len(s.rows) for s in after.values()) == sorted(n + 1 for n in before.values())
+
+
+def test_the_identity_keys_by_every_declared_option_that_sets_runs_apart():
+    # One declaration (config.configuration) for the reproduce command and the identity: every
+    # sweep option it declares is either in the identity or named in UNKEYED with why.
+    from ddpbench.config.configuration import CONFIGURATION_OPTIONS, UNKEYED
+
+    # RunSpec fields that reach the identity under another name: nproc through world_size,
+    # compile through the strategy's name (ddp+compile), the script's parts through `script`.
+    through = {"nproc": "world_size", "compile": "strategy", "script": "script", "ddp": "ddp"}
+    covered = set()
+    for option in CONFIGURATION_OPTIONS:
+        if option.dest in UNKEYED:
+            continue
+        for field in option.fields:
+            top = field.split(".")[0]
+            name = through.get(top, top)
+            assert name in FIELD_NAMES, f"{option.flag} sets {field}, which the identity does not key by"
+            covered.add(name)
+    assert set(UNKEYED) <= {option.dest for option in CONFIGURATION_OPTIONS}
+    # Every part of the identity comes from a declared option (world_size from nproc and nodes),
+    # except the data folder, which `run --data-dir` sets and a sweep does not take.
+    assert set(FIELD_NAMES) - covered == {"data_dir"}, set(FIELD_NAMES) - covered

@@ -79,6 +79,20 @@ CONFIGURATION_OPTIONS: tuple[ConfigurationOption, ...] = (
     ConfigurationOption("script_args", "--", ("script.args",), "own"),
 )
 
+UNKEYED: dict[str, str] = {
+    "steps": "how long the run is measured: runs of other lengths are repeats of one configuration",
+    "warmup": "steps before the timed window, never counted",
+    "profile": "the profiled phase runs after the timed window",
+    "profile_active": "how many steps the profiled phase holds",
+    "slowdown": "planted work, a test of the gate: a slowed run is compared with its configuration's others",
+    "launcher": "how the processes start (torchrun, srun), not what they run",
+    "sample_unit": "how a script's throughput is counted, which the record keeps beside it",
+    "units_per_sample": "how a script's throughput is counted, which the record keeps beside it",
+    "run_to_end": "whether a script's own loop runs on after the measured steps",
+}
+"""Declared options that a reproduce command carries but that do not set runs apart: runs that differ
+only in these are repeats of one configuration (config.identity keys by all the others)."""
+
 NOT_CONFIGURATION: dict[str, str] = {
     "help": "prints the help",
     "suite": "chooses defaults (workloads, size, batch, steps) that the options above then carry",

@@ -2,9 +2,10 @@
 in the table, explain, the gate and the history alike. No torch.
 
 A configuration is every run option that changes what a run measures (`IDENTITY_FIELDS`, each with
-why). Options that change how long or how it is measured (steps, warm-up, profiling, seed, the
-output folder, the run id, the repeat number) are not part of it: runs that differ only in those
-are repeats.
+why). They are the options of `config.configuration.CONFIGURATION_OPTIONS`, the one declaration the
+reproduce command writes too, less those in its `UNKEYED` (how long or how a run is measured, planted
+work): runs that differ only in those, or in the seed, output folder, run id or repeat number, are
+repeats. tests/test_identity.py holds the two together.
 
 A user's file is one workload however it is written: `./w.py`, `w.py` and its absolute path are
 one, `a/train.py` and `b/train.py` are two (`canonical_path`: a path inside the folder the command
