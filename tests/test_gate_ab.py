@@ -145,7 +145,12 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
         "--no-profile",
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # Unchanged code: a pass, or, where two rounds' noise makes B look slower than the threshold
+    # without significance, inconclusive (exit 3, with its sentence); never a regression (exit 1 is
+    # the family's false alarm, at most 1 %).
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+    if done.returncode == 3:
+        assert "inconclusive: " in done.stdout and "rounds would decide it" in done.stdout, done.stdout
     lines = [line for line in done.stderr.splitlines() if line.startswith("round ")]
     assert [line.split(":")[0] for line in lines] == ["round 1/2 A", "round 1/2 B", "round 2/2 A", "round 2/2 B"]
     assert sorted(os.listdir(out / "a" / "runs")) == ["a-r01.json", "a-r02.json"]

@@ -190,9 +190,11 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
     in odd ones: with more than one rank a barrier gathers the ranks, one unmarked lead-in step of
     the kind follows, then its marked steps, each after a barrier of its own (but the alone
     rank's, which the others do not join). Rung 0 (`alone`) is stepped by one rank per
-    block, in rotation (this is rank 0: block 0 only); with one rank neither `alone` nor `solo`
-    runs. The process group has one rank; world_size is what the phase is told. The record says
-    the steps had the lead-in and holds the unwrapped steps, fully marked."""
+    block (`ablation.alone_rank`: at 2 ranks each rank two blocks in a row, so rank 0 here steps
+    alone in both); with one rank neither `alone` nor `solo` runs. The process group has one rank;
+    world_size is what the phase is told. The record says the steps had the lead-in and holds the unwrapped steps, fully marked."""
+    from ddpbench.worker.ablation import alone_rank
+
     results = results_of(phase_results, f"timeline-{world_size}")
     gather = ["barrier"] if world_size > 1 else []
     kinds = LADDER_KINDS if world_size > 1 else ("unwrapped", "with_ddp", "without_allreduce")
@@ -200,8 +202,8 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
     for block in range(2):
         for kind in kinds if block == 0 else kinds[::-1]:
             expected += gather
-            if kind == "alone" and block == 1:
-                continue  # rank 1's turn to step alone: rank 0 waits at the next barrier
+            if kind == "alone" and alone_rank(block, world_size) != 0:
+                continue  # another rank's turn to step alone: rank 0 waits at the next barrier
             name = STEP_NAMES[kind]
             together = gather if kind != "alone" else []  # every rank starts a marked step at once
             expected += [name] * LEAD_IN_PER_SEGMENT + [*together, "marked:", name] * MARKED_PER_SEGMENT
@@ -209,7 +211,11 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
     # The contention probe needs a second rank in the group: here it adds nothing.
     assert results["calls"] == expected
     per_block = MARKED_PER_SEGMENT
-    marked = {kind: (per_block if kind == "alone" else 2 * per_block) if kind in kinds else 0 for kind in LADDER_KINDS}
+    alone_blocks = sum(alone_rank(block, world_size) == 0 for block in range(2))  # at 2 ranks rank 0 takes both
+    marked = {
+        kind: (alone_blocks * per_block if kind == "alone" else 2 * per_block) if kind in kinds else 0
+        for kind in LADDER_KINDS
+    }
     assert results["marked"] == marked
     assert results["blocks"]["with_ddp"] == [0] * per_block + [1] * per_block
     assert results["lead_in_recorded"] is True
