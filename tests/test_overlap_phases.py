@@ -192,7 +192,8 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
     rank's, which the others do not join). Rung 0 (`alone`) is stepped by one rank per
     block (`ablation.alone_rank`: at 2 ranks each rank two blocks in a row, so rank 0 here steps
     alone in both); with one rank neither `alone` nor `solo` runs. The process group has one rank;
-    world_size is what the phase is told. The record says the steps had the lead-in and holds the unwrapped steps, fully marked."""
+    world_size is what the phase is told. The record says the steps had the lead-in and holds the
+    unwrapped steps, fully marked."""
     from ddpbench.worker.ablation import alone_rank
 
     results = results_of(phase_results, f"timeline-{world_size}")
