@@ -120,14 +120,20 @@ def test_make_gpu_check_takes_use_python_like_every_target_and_python_as_a_depre
     assert "/opt/node/bin/python benchmarks/gpu_check.py" in done.stdout
     assert "PYTHON= is deprecated here, use USE_PYTHON=/opt/node/bin/python" in done.stdout
     # Two interpreters named: refused, never one of them silently.
+    # Neither of these may start the check: under `make test USE_PYTHON=...` the outer make's
+    # MAKEFLAGS would carry USE_PYTHON into them, so they run with it cleared, as make_gpu_check does.
+    clean = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "USE_PYTHON", "MAKEFLAGS")}
     done = subprocess.run(
         ["make", "--no-print-directory", "gpu-check", "PYTHON=/a/python", "USE_PYTHON=/b/python"],
         cwd=REPO,
         capture_output=True,
         text=True,
+        env=clean,
     )
     assert done.returncode != 0 and "name two interpreters" in done.stderr
-    done = subprocess.run(["make", "--no-print-directory", "gpu-check"], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "gpu-check"], cwd=REPO, capture_output=True, text=True, env=clean
+    )
     assert done.returncode != 0 and "make gpu-check USE_PYTHON=python3" in done.stderr
 
 

@@ -46,7 +46,8 @@ class Comparison:
     """pass, improvement, inconclusive (slower than the threshold, not significantly), regression,
     not comparable, or n/a."""
     baseline: float | None = None
-    """Median of the baseline's per-run values (natural scale: units/s, or a fraction)."""
+    """The baseline's per-run values, summarised (natural scale: units/s, or a fraction): their mean
+    for efficiency (the answers model's E(N)), their median for the other measures."""
     candidate: float | None = None
     ratio: float | None = None
     """exp(mean log change), oriented so that above 1 is better."""

@@ -16,10 +16,10 @@ conservative:
   and at least DRIFT_SHARE of every regression on the log scale: a 30 % regression needs a probe at
   least 16 % slower. One regression the canary cannot account for makes the verdict a regression.
 
-The other way round, a machine that got faster hides a slowdown: a candidate whose canary ran at
-least 21 % faster than the baseline's (beyond the readings' spread, as above) could be 17 % slower
-in code and still measure as fast. Where the slowdown it could hide is more than the threshold,
-the gate does not pass (`hidden_slowdown`): exit 4, as for a machine that slowed.
+The other way round, a machine that got faster hides a slowdown: a candidate whose canary ran
+faster than the baseline's, beyond the readings' spread as above, could be as much slower in code
+(a canary 21 % faster hides a 17 % slowdown) and still measure as fast. Where the slowdown it
+could hide is more than the threshold, the gate does not pass (`hidden_slowdown`): exit 4, as for a machine that slowed.
 """
 
 from __future__ import annotations
