@@ -22,7 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ddpbench.gate import stats
-from ddpbench.gate.values import MEASURE_LABELS, MEASURE_NAMES, describe, run_key, side_values, to_log
+from ddpbench.gate.values import (
+    MEASURE_LABELS,
+    MEASURE_NAMES,
+    describe,
+    reference_values,
+    run_key,
+    side_values,
+    to_log,
+)
 from ddpbench.records.schema import Record
 from ddpbench.records.store import UnreadableRecord, load_record, read_records
 
@@ -181,6 +189,7 @@ def _evidence(
     baseline_is_history: bool,
     settings: stats.GateSettings,
     device: str,
+    references: tuple[list[float], list[float]] | None = None,
 ):
     logs_b = np.array([to_log(measure, v) for v in baseline])
     logs_c = np.array([to_log(measure, v) for v in candidate])
@@ -190,7 +199,16 @@ def _evidence(
     noise = stats.estimate_noise(_noise_groups(logs_b, logs_c, history_logs, baseline_is_history), prior)
     if baseline_is_history:  # more candidate runs do not add history runs
         noise = dataclasses.replace(noise, fixed_baseline_runs=len(logs_b))
-    return stats.two_sample(logs_b, logs_c, noise), noise
+    evidence = stats.two_sample(logs_b, logs_c, noise)
+    if references is not None and all(references):
+        # Each side's per-run E(N) shares one pooled X(1) (the answers model's), so their spread
+        # misses X(1)'s noise: the change of log X(1) between the sides is added as an independent
+        # estimate (no change of its own: the E values already divide by it), Welch's df.
+        ref_b, ref_c = (np.log(np.asarray(values, dtype=float)) for values in references)
+        ref_noise = stats.estimate_noise({"X(1) runs": [ref_b, ref_c]}, settings.prior(device))
+        reference = stats.two_sample(ref_b, ref_c, ref_noise)
+        evidence = stats.combined(evidence, dataclasses.replace(reference, change=0.0))
+    return evidence, noise
 
 
 def compare_values(
@@ -200,9 +218,12 @@ def compare_values(
     measures: tuple[str, ...] = MEASURE_NAMES,
     history: Values | None = None,
     baseline_is_history: bool = False,
+    references: tuple[dict[tuple, list[float]], dict[tuple, list[float]]] | None = None,
 ) -> tuple[list[Comparison], list[str]]:
     """Every configuration both sides have, every measure both sides measured. `history` gives
-    more evidence of the noise (values since the last change point) where the baseline is a sweep."""
+    more evidence of the noise (values since the last change point) where the baseline is a sweep.
+    `references`, per side, the X(1) throughputs each configuration's E(N) values divide by
+    (`values.reference_values`): their noise is added to E(N)'s comparison."""
     unknown = [name for name in measures if name not in MEASURE_NAMES]
     if unknown:
         raise GateError(f"unknown measure {unknown[0]!r}; valid: {', '.join(MEASURE_NAMES)}")
@@ -228,7 +249,10 @@ def compare_values(
                     )
                 continue
             extra = (history or {}).get(key, {}).get(measure)
-            evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6])
+            shared = None
+            if measure == "efficiency" and references is not None:
+                shared = (references[0].get(key, []), references[1].get(key, []))
+            evidence, noise = _evidence(measure, before, after, extra, baseline_is_history, settings, key[6], shared)
             # E(N) shows the mean of its per-run values: the answers model's E(N), as the table and
             # explain show it (`values.efficiencies`); the other measures their runs' median.
             middle = statistics.fmean if measure == "efficiency" else statistics.median
@@ -286,12 +310,14 @@ def compare(
 ) -> tuple[list[Comparison], list[str]]:
     """Two sets of records: what cannot be compared, then every matched configuration and measure."""
     failures, notes = comparability(baseline, candidate, allow_failed, allow_missing)
+    kept_b, kept_c = [r for r in baseline if usable(r)], [r for r in candidate if usable(r)]
     comparisons, more = compare_values(
-        side_values([r for r in baseline if usable(r)]),
-        side_values([r for r in candidate if usable(r)]),
+        side_values(kept_b),
+        side_values(kept_c),
         settings,
         measures,
         history,
+        references=(reference_values(kept_b), reference_values(kept_c)),
     )
     return failures + comparisons, notes + more
 

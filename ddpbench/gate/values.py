@@ -173,6 +173,25 @@ def efficiencies(runs: list[Record], local_runs: list[Record], flags=frozenset()
     return found
 
 
+def reference_values(records: list[Record]) -> dict[tuple, list[float]]:
+    """Per configuration that has an E(N), the throughput of the X(1) runs its per-run E values
+    share as their denominator (the kept local runs, as `efficiencies` pools them). Every run's E
+    of one side divides by the same pooled X(1), so the spread of those values holds none of
+    X(1)'s noise: the comparison adds it from these (`compare.compare_values`)."""
+    from ddpbench.analysis.answers import kept_runs
+    from ddpbench.analysis.probes import probe_flags
+
+    groups = group_by_key(records)
+    flags = {flag.run_id for flag in probe_flags(records)}
+    found: dict[tuple, list[float]] = {}
+    for key, runs in groups.items():
+        reference = local_key(runs[0])
+        if key[2] != "local" and key[3] > 1 and reference in groups:
+            kept = kept_runs([run for run in groups[reference] if throughput(run)], flags)
+            found[key] = [throughput(run) for run in kept]
+    return found
+
+
 def group_by_key(records: list[Record]) -> dict[tuple, list[Record]]:
     groups: dict[tuple, list[Record]] = {}
     for record in records:
