@@ -349,3 +349,20 @@ def test_postgres_reads_the_password_from_pgpassword_or_pgpass(postgres, tmp_pat
     passfile.chmod(0o600)
     done = ddpbench("history", "add", SWEEP, "--store", url, env={"PGPASSFILE": str(passfile)})
     assert done.returncode == 0 and "0 new run(s), 5 already there" in done.stdout, done.stderr
+
+
+def test_names_stored_before_the_plain_name_rule_still_export(tmp_path):
+    from ddpbench.config.ids import plain_name
+
+    old, escaping = f"sqlite:///{tmp_path}/old.sqlite", f"sqlite:///{tmp_path}/escaping.sqlite"
+    with open_store(old) as store:
+        store.add_sweep([run("a", suite="nightly gpu")])
+    with open_store(escaping) as store:
+        store.add_sweep([run("b", suite="../escape")])
+    # A name that is only not plain exports, as a plain folder name; one that would leave the
+    # folder is still refused, before anything is written.
+    done = ddpbench("history", "export", str(tmp_path / "out"), "--store", old)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(tmp_path / "out" / "cpu-test-2c" / plain_name("nightly gpu"))
+    done = ddpbench("history", "export", str(tmp_path / "out2"), "--store", escaping)
+    assert done.returncode == 2 and "../escape" in done.stderr and not (tmp_path / "out2").exists(), done.stderr

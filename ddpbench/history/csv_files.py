@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ddpbench.config.ids import check_id
+from ddpbench.config.ids import check_stored_id, plain_name
 from ddpbench.gate.history import HistoryError, Series, format_series, read_history
 from ddpbench.gate.values import MEASURE_NAMES, series_name
 from ddpbench.history.store import Added, HistoryRun, Store
@@ -60,11 +60,12 @@ def export_folder(store: Store, root: str) -> list[str]:
     name); returns their paths."""
     places = store.places()
     for machine, suite in places:  # a shared store's names become folders here: checked before any is written
-        check_id("a stored machine class", machine, root)
-        check_id("a stored suite", suite, root)
+        check_stored_id("a stored machine class", machine, root)
+        check_stored_id("a stored suite", suite, root)
     written = []
     for machine, suite in places:
-        folder = os.path.join(root, machine, suite)
+        # Names stored before the plain-name rule (`nightly gpu`) still export, as plain folder names.
+        folder = os.path.join(root, plain_name(machine), plain_name(suite))
         for stored in store.series(machine, suite):
             path = os.path.join(folder, series_name(tuple(stored.key)) + ".csv")
             series = Series(path, stored.configuration, tuple(stored.key), [run.row() for run in stored.runs])
