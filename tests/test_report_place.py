@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES
 
 from ddpbench.cli import main
-from ddpbench.report.where import report_owner
+from ddpbench.report.where import OWNER_FILE, report_owner
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "slow-rank")
 
@@ -62,7 +62,8 @@ def test_one_id_under_two_out_folders_never_overwrites_the_other_sweeps_report(w
     )
     assert open("reports/nightly/index.html").read() == before
     assert report_owner(os.path.join(second, "report", "index.html")) == os.path.abspath(second)
-    assert os.listdir("reports") == ["nightly"] and os.listdir("reports/nightly") == ["index.html"]
+    assert os.listdir("reports") == ["nightly"]
+    assert sorted(os.listdir("reports/nightly")) == [OWNER_FILE, "index.html"]
     # The first sweep's own report is written again where it was; so is its pytest-benchmark file.
     assert report(first, capsys) == "report: reports/nightly/index.html"
     assert report(first, capsys, "--format", "pytest-benchmark") == "exported: reports/nightly/pytest-benchmark.json"
@@ -102,3 +103,13 @@ def test_a_sweep_without_a_manifest_is_told_its_id(work, capsys):
     assert report(sweep, capsys, "--sweep-id", "nightly/k8s") == "report: reports/nightly/k8s/index.html"
     assert main(["report", sweep, "--sweep-id", "weekly/k8s"]) == 2
     assert "is not the end of the sweep's folder" in capsys.readouterr().err
+
+
+def test_an_export_alone_is_written_again_where_it_was_and_a_linked_sweep_is_the_same_sweep(work, capsys):
+    sweep = saved_sweep(work / "results", "s2")
+    # No index.html: the folder's owner file says whose the export is, so the second goes where the first did.
+    for _ in range(2):
+        assert report(sweep, capsys, "--format", "pytest-benchmark") == "exported: reports/s2/pytest-benchmark.json"
+    # The same sweep reached through a symbolic link (a CI workspace's other path) is not another sweep.
+    os.symlink(work / "results", work / "linked")
+    assert report(str(work / "linked" / "s2"), capsys) == "report: reports/s2/index.html"

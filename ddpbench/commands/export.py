@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ddpbench.commands.arguments import deprecated_command, exit_codes, on_sweep_folder
 from ddpbench.config.errors import SpecError
@@ -33,7 +34,7 @@ def add_export_parser(commands) -> None:
 
 def command_export(args: argparse.Namespace) -> int:
     from ddpbench.report.export import export
-    from ddpbench.report.where import default_report_path
+    from ddpbench.report.where import claim, default_report_path
 
     if getattr(args, "profile", None):
         raise SpecError("--network is for the HTML report's projection sections; --format pytest-benchmark has none")
@@ -44,5 +45,7 @@ def command_export(args: argparse.Namespace) -> int:
         (args.output, "") if args.output else default_report_path(args.sweep_dir, "pytest-benchmark.json", given)
     )
     written = on_sweep_folder(args.sweep_dir, lambda: export(args.sweep_dir, output, args.format))
+    if not args.output and not why:
+        claim(os.path.dirname(written), args.sweep_dir)
     print(f"exported: {written}" + (f" ({why}, which is left as it is)" if why else ""))
     return 0

@@ -36,7 +36,7 @@ from ddpbench.report.sections_memory import memory_section
 from ddpbench.report.sections_runs import environment_section, history_section, runs_section, traces_section
 from ddpbench.report.sections_scaling import iterations_section, ranks_section, scaling_section, scaling_table_section
 from ddpbench.report.verdict import verdict_section
-from ddpbench.report.where import default_report_path, owner_line, sweep_id_of
+from ddpbench.report.where import claim, default_report_path, owner_line, sweep_id_of
 
 GLOSSARY = [
     (
@@ -217,4 +217,6 @@ def report_words(
     where the report went into the sweep's own folder."""
     path, why = (out_path, "") if out_path else default_report_path(sweep_dir, sweep_id=sweep_id)
     build_report(sweep_dir, path, profile, sweep_id)
+    if not out_path and not why:
+        claim(os.path.dirname(path), sweep_dir)
     return f"report: {path}" + (f" ({why}, which is left as it is)" if why else "")

@@ -54,9 +54,37 @@ def check_given_id(sweep_dir: str, sweep_id: str) -> str:
     return sweep_id
 
 
+OWNER_FILE = ".ddpbench-sweep-dir"
+"""Beside the files written in reports/<sweep-id>/: whose they are, for a folder that holds no
+index.html to say it (a pytest-benchmark export alone)."""
+
+
 def owner_line(sweep_dir: str) -> str:
     """What a report holds to say whose it is (the template puts it in its head)."""
     return os.path.abspath(sweep_dir)
+
+
+def claim(folder: str, sweep_dir: str) -> None:
+    """Mark a folder under reports/ as this sweep's (`OWNER_FILE`)."""
+    with open(os.path.join(folder, OWNER_FILE), "w", encoding="utf-8") as handle:
+        handle.write(owner_line(sweep_dir) + "\n")
+
+
+def _same_sweep(owner: str, sweep_dir: str) -> bool:
+    """One sweep folder however it was reached (a symbolic link, a CI workspace's other path)."""
+    return os.path.realpath(owner) == os.path.realpath(sweep_dir)
+
+
+def folder_owner(folder: str) -> str | None:
+    """Whose a folder under reports/ is: its index.html's owner line, else its `OWNER_FILE`."""
+    owner = report_owner(os.path.join(folder, "index.html"))
+    if owner is None:
+        try:
+            with open(os.path.join(folder, OWNER_FILE), encoding="utf-8") as handle:
+                owner = handle.read().strip() or None
+        except OSError:
+            return None
+    return owner
 
 
 def report_owner(path: str) -> str | None:
@@ -81,8 +109,8 @@ def default_report_path(sweep_dir: str, file_name: str = "index.html", sweep_id:
     index = os.path.join(os.path.dirname(place), "index.html")
     if not os.path.exists(index) and not os.path.exists(place):
         return place, ""
-    owner = report_owner(index)
-    if owner == owner_line(sweep_dir):
+    owner = folder_owner(os.path.dirname(place))
+    if owner is not None and _same_sweep(owner, sweep_dir):
         return place, ""
     whose = f"the report of {owner}" if owner else "a report that does not say whose it is"
     return os.path.join(sweep_dir, OWN_FOLDER, file_name), f"{os.path.dirname(place)} holds {whose}"
