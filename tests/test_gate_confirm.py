@@ -138,7 +138,11 @@ def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
     first = {c["configuration"].split()[0]: c["verdict"] for c in before if c["measure"] == "throughput"}
     assert first == {f"{FIXTURE}:same/tiny": "regression", f"{FIXTURE}:heavier_here/tiny": "regression"}
     final = {c["configuration"].split()[0]: c for c in verdict["comparisons"] if c["measure"] == "throughput"}
-    assert final[f"{FIXTURE}:same/tiny"]["verdict"] == "pass" and final[f"{FIXTURE}:same/tiny"]["paired"]
+    # The unchanged configuration is not confirmed: a pass, or inconclusive where four rounds' noise
+    # makes it look slower than the threshold without significance (never a regression but at the
+    # family's level, 1 %).
+    same = final[f"{FIXTURE}:same/tiny"]
+    assert same["verdict"] in ("pass", "inconclusive") and same["paired"], same
     heavier = final[f"{FIXTURE}:heavier_here/tiny"]
     assert heavier["verdict"] == "regression" and heavier["ratio"] < 0.5 and heavier["candidate_runs"] == 4
     # The rounds ran base then candidate, each in its own tree, and their records are kept.
