@@ -231,3 +231,20 @@ def test_a_run_id_made_from_a_workload_file_of_any_name_is_a_plain_name_of_its_o
     )
     run_ids = [spec.run_id for spec in plan_sweep(options, str(tmp_path / "out"))]
     assert all(id_problem(run_id) is None for run_id in run_ids) and len(set(run_ids)) == len(run_ids), run_ids
+
+
+@pytest.mark.parametrize("command", ["run --run-id", "tune --run-id"])
+def test_a_run_id_argparse_reads_as_nothing_is_refused_not_replaced(command, tmp_path, monkeypatch, capsys):
+    """`--run-id=--` reaches the command as [] (argparse drops the '--'): refused in one line, where a
+    check on truthiness took it for "choose one" and ran under a made-up id (found by the property test)."""
+    from ddpbench.running import launch, tune
+
+    monkeypatch.chdir(tmp_path)
+    refuse = lambda *a, **k: pytest.fail(f"{command} '--' started a run")  # noqa: E731
+    monkeypatch.setattr(launch, "launch_with_oom_backoff", refuse)
+    monkeypatch.setattr(tune, "launch", refuse)
+    argv = [arg for arg in COMMANDS[command]("X") if arg not in ("--run-id", "X")] + ["--run-id=--"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--run-id must be a plain name" in err, out + err
+    assert os.listdir(tmp_path) == []

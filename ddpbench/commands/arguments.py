@@ -160,7 +160,9 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     from ddpbench.config.ids import check_id
 
-    if getattr(args, "run_id", None):  # a new id: a plain name (a stored record's keeps loading)
+    # A new id: a plain name (a stored record's keeps loading); an empty one means "choose one". Not
+    # truthiness: argparse reads `--run-id=--` as [], which must be refused, not replaced by a made-up id.
+    if getattr(args, "run_id", None) not in (None, ""):
         check_id("--run-id", args.run_id, "--out")
     script = script_from_args(args)
     if script is None:
