@@ -103,9 +103,11 @@ def test_a_configurations_runs_are_one_answer_pooled_over_them():
         expected = 100 * statistics.fmean(seconds) / statistics.fmean(steps)
         assert answer.causes[name].points.value == pytest.approx(expected)
         assert answer.causes[name].points.over == "runs" and answer.causes[name].points.samples == 3
-    # Each DDP run alone is divided by the local run of its own round; the configuration's E(N) is
-    # its pooled X over N times the pooled X(1).
-    assert [run.reference_run_ids for run in answer.runs] == [["loc-r1"], ["loc-r2"], ["loc-r3"]]
+    # Each DDP run alone is divided by the local runs of every round, pooled (the X(1) the table
+    # prints), so the configuration's E(N), its pooled X over N times the pooled X(1), is also the
+    # mean of its runs' E(N).
+    assert [run.reference_run_ids for run in answer.runs] == [["loc-r1", "loc-r2", "loc-r3"]] * 3
+    assert answer.efficiency.value == pytest.approx(statistics.fmean(run.efficiency.value for run in answer.runs))
     assert answer.efficiency.over == "runs" and answer.efficiency.samples == 3
     x_n = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("slow2"))
     x_1 = statistics.fmean(r.metrics.throughput_units_per_s for _, r in records if r.run_id.startswith("loc"))

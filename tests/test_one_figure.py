@@ -180,6 +180,11 @@ def test_table_explain_report_gate_and_history_give_one_figure_per_configuration
             assert gate[describe(key)].baseline == pytest.approx(efficiency, rel=1e-12)
             values = [row_["efficiency"] for key_, row_ in history if key_ == key and row_["efficiency"] is not None]
             assert statistics.fmean(values) == pytest.approx(efficiency, rel=1e-12)
+            # One run's E(N) is one figure too: explain's by-run detail and the history row agree.
+            stored = {row_["run_id"]: row_["efficiency"] for key_, row_ in history if key_ == key}
+            for run in answer["by_run"]:
+                if stored.get(run["run_id"]) is not None:
+                    assert run["efficiency"]["value"] == pytest.approx(stored[run["run_id"]], rel=1e-12), run["run_id"]
         # The report's first screen: the headline configuration of each workload.
         shown = verdicts.get(f"{answer['configuration'].rsplit(' x', 1)[0]} x{spec.world_size}")
         if shown is not None and spec.world_size == max(

@@ -24,8 +24,8 @@ from ddpbench.analysis.configurations import (
     configuration_key,
     efficiency_against,
     is_reference,
+    kept_references,
     reference_runs,
-    round_references,
 )
 from ddpbench.analysis.estimates import (
     Estimate,
@@ -45,7 +45,7 @@ from ddpbench.records.schema import Record
 
 
 def answer_run(record: Record, records: list[tuple[str, Record]], flagged: set[str] = frozenset(), job=None):
-    """One ok DDP run (ddp, fsdp2, replicate) against its round's reference run, or ExplainError."""
+    """One ok DDP run (ddp, fsdp2, replicate) against its configuration's pooled X(1), or ExplainError."""
     spec = record.spec
     if not spec.launched_by_torchrun or record.status != "ok" or record.metrics is None:
         raise ExplainError(f"{record.run_id}: only ok runs of ddp, fsdp2 or replicate are explained")
@@ -55,7 +55,7 @@ def answer_run(record: Record, records: list[tuple[str, Record]], flagged: set[s
             "steps, which weak scaling keeps equal"
         )
     candidates, reason = reference_runs(record, records)
-    references = round_references(record, candidates, flagged)
+    references = kept_references(candidates, flagged)
     ids = [run.run_id for run in references]
     try:
         ablation = read_ablation(record)

@@ -5,11 +5,11 @@ A configuration is everything that defines what a run measures, one identity for
 (`config.identity`). Its runs (a sweep's repeats) are samples of the same thing, in separate
 processes at separate times.
 
-One run's E(N) (`efficiency_against`, what explain --detail shows per run) divides it by the
-reference run of its own round (the sweep runs one round of every configuration after another, so
-the two ran minutes apart), or, where that round has none, by the median of the reference runs. A
-configuration's E(N) is not pooled from those: it is the ratio of its pooled X to the pooled X(1)
-(`answers.pooled_efficiency`), so it reproduces the X printed beside it.
+One run's E(N) (`efficiency_against`, what explain --detail shows per run and the history stores)
+divides its X by N times the pooled X(1): the mean of the kept reference runs of every round, as
+the table prints it. A configuration's E(N) is the ratio of its pooled X to that X(1)
+(`answers.pooled_efficiency`), so it reproduces the X printed beside it and is the mean of its
+runs' E(N): one rule for every view.
 """
 
 from __future__ import annotations
@@ -106,24 +106,22 @@ def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[l
     return found, f"X(1) of the sweep's {kind} run ({', '.join(run.run_id for run in found)})"
 
 
-def round_references(record: Record, candidates: list[Record], flagged: set[str]) -> list[Record]:
-    """The reference runs one run is divided by: its own round's where there is one, else all of
-    them; runs the speed check flagged are left out while others remain."""
+def kept_references(candidates: list[Record], flagged: set[str]) -> list[Record]:
+    """The reference runs every run of a configuration is divided by: those of every round, less
+    the runs the speed check flagged while others remain (`answers.kept_runs`' rule)."""
     usable = [run for run in candidates if run.metrics]
-    kept = [run for run in usable if run.run_id not in flagged] or usable
-    same_round = [run for run in kept if run.spec.repeat == record.spec.repeat]
-    return same_round or kept
+    return [run for run in usable if run.run_id not in flagged] or usable
 
 
 def efficiency_against(record: Record, references: list[Record]) -> tuple[float | None, Estimate | None]:
-    """(t(1), E(N) = t(1) / t(N) with its interval) against the reference runs given (their median
-    throughput); (None, None) without one. One run's interval holds only its steps' spread and the
-    reference's, not the spread from one run to the next."""
+    """(t(1), E(N) = t(1) / t(N) with its interval) against the reference runs given (their mean
+    throughput, the pooled X(1)); (None, None) without one. One run's interval holds only its
+    steps' spread and the reference's, not the spread from one run to the next."""
     found = [run for run in references if run.metrics]
     if not found or record.metrics is None:
         return None, None
     spec, units = record.spec, record.metrics.units_per_sample
-    x1 = statistics.median(run.metrics.throughput_units_per_s for run in found)
+    x1 = statistics.fmean(run.metrics.throughput_units_per_s for run in found)
     batch = reference_batch(spec) or 1
     reference_step = batch * units / x1
     step = batch * spec.world_size * units / record.metrics.throughput_units_per_s

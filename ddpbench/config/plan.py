@@ -334,7 +334,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
                     )
                 )
     # Rounds: every configuration once, then every configuration again, so that a slow stretch of
-    # the machine falls on all of them alike and each DDP run has a reference run of its own round.
+    # the machine falls on all of them alike (X(1) pools the reference runs of every round).
     plan = [
         spec.replace(repeat=repeat, run_id=f"{spec.run_id}-r{repeat}" if options.repeat > 1 else spec.run_id)
         for repeat in range(1, options.repeat + 1)

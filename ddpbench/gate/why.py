@@ -6,8 +6,8 @@ For every DDP configuration both sides answered with at least two runs, each cau
 per step, then the candidate's mean less the baseline's with a 95 % interval: Student's t over the
 runs of both sides with their run-to-run spread pooled (as the gate pools the noise of its
 measures), n_b + n_c - 2 degrees of freedom whatever the runs show (`estimates` keeps one pooling
-rule). Beside the causes, the model's own compute: the single-device reference's step (each DDP
-run's own round's `local` run).
+rule). Beside the causes, the model's own compute: the single-device reference's step (the
+configuration's X(1), pooled over the `local` runs of every round).
 
 A cause grew, and is named, when both hold:
 - a one-sided t-test of "its ms per step did not grow" is significant at CAUSE_FAMILY_ALPHA (5 %)
