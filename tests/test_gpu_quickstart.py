@@ -221,3 +221,42 @@ def test_a_failed_run_keeps_its_output_where_the_page_says_and_bundles(tmp_path)
     files = bundled(tmp_path / "results" / "single-bundle.tar.gz")
     assert "single/runs/broken.json" in files and "single/logs/broken/output.log" in files
     assert not any(secret in "\n".join(files.values()) for secret in SECRETS)
+
+
+def image_layout() -> dict[str, str]:
+    """Checkout file -> its path in the image, from the recipe's COPY lines (a folder source copies
+    its tracked files below the destination folder; a destination ending in '/' takes each file's name)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    layout = {}
+    with open(os.path.join(REPO, "container", "Dockerfile"), encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("COPY"):
+                continue
+            *sources, destination = line.split()[1:]
+            for source in sources:
+                for path in tracked:
+                    if path == source:
+                        name = os.path.basename(path)
+                        layout[path] = destination + name if destination.endswith("/") else destination
+                    elif path.startswith(source.rstrip("/") + "/"):
+                        layout[path] = destination.rstrip("/") + path[len(source.rstrip("/")) :]
+    return layout
+
+
+def test_the_image_keeps_the_checkouts_layout_in_the_folder_the_page_starts_in():
+    """The page starts the container with `-w FOLDER`; every file the image holds lies at its checkout
+    path below FOLDER, so the Makefile's relative paths (benchmarks/gpu_check.py, tests/test_cuda.py,
+    pyproject.toml for `make install`) resolve as they do in a checkout."""
+    [folder] = {words[words.index("-w") + 1] for words in page_commands() if words[:2] == ["podman", "run"]}
+    layout = image_layout()
+    assert layout, "the recipe copies nothing"
+    moved = {path: where for path, where in layout.items() if where != f"{folder}/{path}"}
+    assert moved == {}, moved
+    # `make install USE_PYTHON=...` reads pyproject.toml through ddpbench.host.torch_env.
+    assert "$(PY) -m ddpbench.host.torch_env --requirements ." in make_targets_text()
+    assert {"pyproject.toml", "constraints.txt", "Makefile", "ddpbench/host/torch_env.py"} <= set(layout)
+
+
+def make_targets_text() -> str:
+    with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as handle:
+        return handle.read()

@@ -89,7 +89,7 @@ class ClusterOptions:
     gpus_per_node: int | None
     """GPUs each pod asks for (None: a CPU sweep, no GPUs)."""
     gpu_resource: str = "nvidia.com/gpu"
-    """The device plugin's resource name (amd.com/gpu on AMD)."""
+    """The NVIDIA device plugin's resource name (a MIG profile: nvidia.com/mig-3g.40gb); ROCm is refused."""
     cpus_per_node: int | None = None
     """CPUs each pod asks for; None asks for none."""
     memory_per_node: str | None = None
