@@ -274,6 +274,18 @@ def test_a_pass_on_a_machine_that_got_faster_is_no_pass_where_it_could_hide_the_
             "31.5% slowdown, more than the 5% threshold: no pass"
         )
         assert words in done.stdout and words in verdict["notes"][-1], done.stdout
-        assert verdict["hidden_slowdown"] == {"probe": "python_loop", "slowdown": pytest.approx(1 - 1 / 1.46)}
+        assert verdict["hidden_slowdown"] == {
+            "probe": "python_loop",
+            "slowdown": pytest.approx(1 - 1 / 1.46),
+            "no_pass": True,
+        }
+    elif "python_loop" in factors and min(factors["python_loop"]) > 1:
+        # Faster beyond noise, by less than the threshold could hide: said, and the pass stands.
+        words = (
+            "faster machine: the candidate's canary ran 3.0% faster (python_loop, at least), which could hide a "
+            "2.9% slowdown, within the 5% threshold: the verdict stands"
+        )
+        assert words in done.stdout and words in verdict["notes"][-1], done.stdout
+        assert verdict["hidden_slowdown"]["no_pass"] is False
     else:
         assert "faster machine" not in done.stdout and "hidden_slowdown" not in verdict
