@@ -9,11 +9,17 @@ included) and peak resident memory come from the operating system (wait4). On a 
 the wall time includes waiting for a core: CPU time is the steadier figure, and both are printed.
 
     flock /tmp/ddpbench-bench.lock python benchmarks/scale.py [--ranks 64,256,1024] [--trace-ranks 32,64,128]
+
+With --before CHECKOUT (another checkout of ddpbench, e.g. `git worktree add /tmp/before c29fe4f`),
+the table and the gate at the largest world size are also timed side by side with that code, on
+the same sweeps, alternating A B A B (--repeats times each), so that the machine's drift falls on
+both alike; the medians are compared with TARGETS_SIDE_BY_SIDE.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,12 +32,15 @@ sys.path.insert(0, HERE)
 import synthetic  # noqa: E402
 
 TARGETS = {"table": 3.0, "gate": 3.0, "report": 30.0, "trace analyze": 10.0}
+TARGETS_SIDE_BY_SIDE = {"table": 1.0, "gate": 1.5}
+"""Wall seconds at 1,024 ranks x 1,000 steps for the figures of one pass (the one-figure rework)."""
 REPORT_MEMORY_TARGET_MB = 1536
 
 
-def measure(command: list[str], cwd: str) -> dict:
-    """Run a command; its wall time, CPU time and peak RSS (the largest of it and its children)."""
-    env = {**os.environ, "PYTHONPATH": synthetic.REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def measure(command: list[str], cwd: str, repo: str = synthetic.REPO) -> dict:
+    """Run a command with `repo`'s ddpbench; its wall time, CPU time and peak RSS (the largest of it
+    and its children)."""
+    env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
@@ -108,6 +117,35 @@ def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list
     return rows
 
 
+def side_by_side(largest: int, work: str, before: str, repeats: int) -> list[str]:
+    """The table and the gate at `largest` ranks with this checkout's code and `before`'s, A B A B."""
+    import statistics
+
+    baseline, candidate = os.path.join(work, f"base-{largest}"), os.path.join(work, f"cand-{largest}")
+    commands = {
+        "table": ddpbench("table", baseline),
+        "gate": ddpbench("gate", "--baseline", baseline, "--candidate", candidate),
+    }
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(repeats):
+        for name, command in commands.items():
+            for side, repo in (("now", synthetic.REPO), ("before", before)):
+                found = measure(command, work, repo)
+                if found["exit"] not in (0, 1):
+                    raise SystemExit(f"{name} ({side}) failed ({found['exit']}): {found['error']}")
+                times.setdefault((name, side), []).append(found["wall_s"])
+    lines = [f"side by side at {largest} ranks, {repeats} alternating runs each (median wall s; every run):"]
+    for name in commands:
+        now, then = statistics.median(times[(name, "now")]), statistics.median(times[(name, "before")])
+        target = TARGETS_SIDE_BY_SIDE[name]
+        lines.append(
+            f"  {name:<6} now {now:5.2f} s, before {then:5.2f} s ({now / then:.2f}x); target < {target:.1f} s: "
+            f"{'met' if now < target else 'NOT met'}; now {', '.join(f'{t:.2f}' for t in times[(name, 'now')])}, "
+            f"before {', '.join(f'{t:.2f}' for t in times[(name, 'before')])}"
+        )
+    return lines
+
+
 def report(rows: list[dict]) -> str:
     lines = [f"{'what':<14} {'ranks':>6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'CPU ms/rank':>11}  target"]
     for row in rows:
@@ -135,17 +173,22 @@ def main() -> None:
     parser.add_argument("--trace-ranks", default="32,64,128", help="rank files for trace analysis")
     parser.add_argument("--steps", type=int, default=1000, help="timed steps per rank")
     parser.add_argument("--keep", default=None, help="build in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--before", default=None, help="another checkout: time table and gate side by side with it")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating runs of each side (--before)")
     args = parser.parse_args()
     ranks = [int(n) for n in args.ranks.split(",") if n]
     trace_ranks = [int(n) for n in args.trace_ranks.split(",") if n]
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", file=sys.stderr)
-    if args.keep:
-        os.makedirs(args.keep, exist_ok=True)
-        rows = run(ranks, trace_ranks, args.steps, args.keep)
-    else:
-        with tempfile.TemporaryDirectory(prefix="ddpbench-scale-") as work:
-            rows = run(ranks, trace_ranks, args.steps, work)
+    compared: list[str] = []
+    with contextlib.ExitStack() as stack:
+        work = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpbench-scale-"))
+        os.makedirs(work, exist_ok=True)
+        rows = run(ranks, trace_ranks, args.steps, work)
+        if args.before:
+            compared = side_by_side(max(ranks), work, os.path.abspath(args.before), args.repeats)
     print(report(rows))
+    for line in compared:
+        print(line)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
