@@ -32,6 +32,8 @@ sys.path.insert(0, HERE)
 import synthetic  # noqa: E402
 
 TARGETS = {"table": 3.0, "gate": 3.0, "report": 30.0, "trace analyze": 10.0}
+VERDICT_EXITS = (0, 1, 3, 4)
+"""Exit codes of an answer: table exits 1 on failed runs, the gate 1, 3 or 4 by its verdict."""
 TARGETS_SIDE_BY_SIDE = {"table": 1.0, "gate": 1.5}
 """Wall seconds at 1,024 ranks x 1,000 steps for the figures of one pass (the one-figure rework)."""
 REPORT_MEMORY_TARGET_MB = 1536
@@ -94,7 +96,7 @@ def run(ranks: list[int], trace_ranks: list[int], steps: int, work: str) -> list
         }
         for name, command in commands.items():
             found = measure(command, work)
-            if found["exit"] not in (0, 1):  # table and gate exit 1 on failed runs or a regression verdict
+            if found["exit"] not in VERDICT_EXITS:
                 raise SystemExit(f"{name} at {largest} ranks failed ({found['exit']}): {found['error']}")
             rows.append({"what": name, "ranks": largest, "sweep_ranks": total_ranks, **found})
             print(
@@ -131,7 +133,7 @@ def side_by_side(largest: int, work: str, before: str, repeats: int) -> list[str
         for name, command in commands.items():
             for side, repo in (("now", synthetic.REPO), ("before", before)):
                 found = measure(command, work, repo)
-                if found["exit"] not in (0, 1):
+                if found["exit"] not in VERDICT_EXITS:
                     raise SystemExit(f"{name} ({side}) failed ({found['exit']}): {found['error']}")
                 times.setdefault((name, side), []).append(found["wall_s"])
     lines = [f"side by side at {largest} ranks, {repeats} alternating runs each (median wall s; every run):"]
