@@ -55,17 +55,24 @@ def run_traces(record_path: str, record) -> list[str]:
     """A run record's rank traces, found as recorded or under the sweep folder the record lies in."""
     trace = record.overlap.trace if record.overlap else None
     sweep = os.path.dirname(os.path.dirname(os.path.abspath(record_path)))
-    return [_locate(path, sweep) for path in (trace.paths if trace else []) if path]
+    folders: dict[str, list[str]] = {}  # a run's traces share a folder: search it once
+    return [_locate(path, sweep, folders) for path in (trace.paths if trace else []) if path]
 
 
-def _locate(path: str, sweep: str) -> str:
+def _locate(path: str, sweep: str, folders: dict[str, list[str]]) -> str:
     """Paths are recorded as the run was given them (relative to where it ran): try them as they
-    are, then each of their tails under the sweep folder."""
+    are, then each of their tails under the sweep folder, longest first. `folders` keeps, per
+    recorded folder, the tails' folders that exist, so that a thousand ranks' traces cost one
+    search of the folders and one look per file."""
     if os.path.exists(path):
         return path
-    parts = os.path.normpath(path).split(os.sep)
-    for cut in range(len(parts)):
-        candidate = os.path.join(sweep, *parts[cut:])
+    folder, name = os.path.split(os.path.normpath(path))
+    if folder not in folders:
+        parts = folder.split(os.sep) if folder else []
+        tails = [os.path.join(sweep, *parts[cut:]) for cut in range(len(parts) + 1)]
+        folders[folder] = [tail for tail in tails if os.path.isdir(tail)]
+    for tail in folders[folder]:
+        candidate = os.path.join(tail, name)
         if os.path.exists(candidate):
             return candidate
     return path  # missing: the reader names it

@@ -17,8 +17,11 @@ from ddpbench.commands.arguments import (
     exit_codes,
     spec_from_args,
 )
-from ddpbench.commands.bisect_text import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
 from ddpbench.config.errors import SpecError
+
+# Here, not in bisect_text: every command's parser is built at start-up, and bisect_text's imports
+# (the A/B runner, scipy) would slow down every command, `ddpbench table` included.
+EXIT_FOUND, EXIT_NONE, EXIT_CANNOT_TELL, EXIT_MACHINE = 0, 1, 3, 4
 
 DEFAULT_RECORDS = os.path.join("results", "bisect")
 GUESS_RUN_S = 30.0
@@ -129,7 +132,7 @@ def kept_run_seconds(folder: str) -> float | None:
 
 
 def command_bisect(args: argparse.Namespace) -> int:
-    from ddpbench.gate.ab import HERE_REPO, Side, check_imports
+    from ddpbench.gate.ab import HERE_REPO, Side, check_imports, sets_out_or_run_id
     from ddpbench.gate.base_env import git
     from ddpbench.gate.baselines import machine_class_here
     from ddpbench.gate.bisect import BadCommit, Bisection, planned_looks, store_key
@@ -147,7 +150,7 @@ def command_bisect(args: argparse.Namespace) -> int:
         looks = planned_looks(args.rounds, args.max_rounds)
         if not given_args:
             raise GateError("give the run options after --, those of ddpbench run (e.g. --workload models.py:net)")
-        if any(a.split("=")[0] in ("--out", "--run-id") for a in given_args):
+        if sets_out_or_run_id(given_args):
             raise GateError("bisect sets --out and --run-id itself; records go to --records")
         run_parser = OneLineErrorParser(prog="ddpbench bisect -- (run options)")
         add_run_arguments(run_parser, script=True)

@@ -9,12 +9,11 @@ import os
 import shlex
 import sys
 
+from ddpbench.commands.bisect import EXIT_CANNOT_TELL, EXIT_FOUND, EXIT_MACHINE, EXIT_NONE  # noqa: E402
 from ddpbench.gate.ab import AB_MEASURES
 from ddpbench.gate.bisect import Bisection, Result, Step
 from ddpbench.gate.stats import GateSettings
 from ddpbench.records.store import read_records, write_atomic
-
-EXIT_FOUND, EXIT_NONE, EXIT_CANNOT_TELL, EXIT_MACHINE = 0, 1, 3, 4
 
 
 def _pct(value: float) -> str:

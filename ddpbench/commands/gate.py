@@ -544,7 +544,15 @@ def why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, candid
 
 
 def command_ab(args: argparse.Namespace) -> int:
-    from ddpbench.gate.ab import HERE_REPO, check_imports, paired_comparisons, resolve_side, run_ab, validate_rounds
+    from ddpbench.gate.ab import (
+        HERE_REPO,
+        check_imports,
+        paired_comparisons,
+        resolve_side,
+        run_ab,
+        sets_out_or_run_id,
+        validate_rounds,
+    )
     from ddpbench.gate.compare import GateError
     from ddpbench.gate.user_tree import are_refs, commit_sides
     from ddpbench.running.resolve import resolve
@@ -553,7 +561,7 @@ def command_ab(args: argparse.Namespace) -> int:
     try:
         settings = gate_settings(args)
         validate_rounds(args.rounds)
-        if any(a.split("=")[0] in ("--out", "--run-id") for a in run_args):
+        if sets_out_or_run_id(run_args):
             raise GateError("ab sets --out and --run-id itself; use ab's --out")
         run_parser = OneLineErrorParser(prog="ddpbench ab -- (run options)")
         add_run_arguments(run_parser)

@@ -125,20 +125,26 @@ def end_round(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def before_script_arguments(run_args: list[str], options: list[str]) -> list[str]:
+    """`run_args` with `options` added where `ddpbench run` reads them: before a `--`, after which
+    the words are a training script's own arguments (`--script train.py -- --epochs 1`)."""
+    if "--" not in run_args:
+        return [*run_args, *options]
+    split = run_args.index("--")
+    return [*run_args[:split], *options, *run_args[split:]]
+
+
+def sets_out_or_run_id(run_args: list[str]) -> bool:
+    """Whether the run options (before a `--`: after it, a script's own words) set what each round sets."""
+    own = run_args[: run_args.index("--")] if "--" in run_args else run_args
+    return any(arg.split("=")[0] in ("--out", "--run-id") for arg in own)
+
+
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
     run_id = f"{side.name.lower()}-r{round_index:02d}"
     out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
-    command = [
-        side.python,
-        "-m",
-        "ddpbench",
-        "run",
-        *run_args,
-        "--out",
-        os.path.join(out_dir, side.name.lower()),
-        "--run-id",
-        run_id,
-    ]
+    own = ["--out", os.path.join(out_dir, side.name.lower()), "--run-id", run_id]
+    command = [side.python, "-m", "ddpbench", "run", *before_script_arguments(run_args, own)]
     # What the round says on stderr is kept beside its record: a run refused before it started (the
     # commit's workload file does not parse, say) writes no record, and this is then its reason.
     side_dir = os.path.join(out_dir, side.name.lower())
