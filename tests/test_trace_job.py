@@ -64,6 +64,9 @@ def test_one_broken_file_is_named_and_the_others_still_analysed(job, tmp_path):
     assert done.returncode == 1
     parsed = json.loads(done.stdout)
     assert len(parsed["ranks"]) == 2 and "rank-9.pt.trace.json" in parsed["unreadable"][0]
+    # The arrival order under its own name; the old "stragglers" keys hold the same, deprecated.
+    assert parsed["arrival_order"] == parsed["stragglers"] and parsed["arrival_ranking"] == parsed["straggler_ranking"]
+    assert parsed["deprecated_keys"] == {"stragglers": "arrival_order", "straggler_ranking": "arrival_ranking"}
 
 
 def test_a_folder_without_traces_is_a_usage_error(tmp_path):

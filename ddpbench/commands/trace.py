@@ -64,12 +64,18 @@ def command_trace_analyze(args: argparse.Namespace) -> int:
     if not analyses:  # nothing to show: the input was wrong
         raise SpecError("; ".join(errors))
     if args.json:
+        order, ranking = stragglers(analyses), straggler_ranking(analyses)
         print(
             json.dumps(
                 {
                     "ranks": [a.summary() for a in analyses],
-                    "stragglers": stragglers(analyses),
-                    "straggler_ranking": straggler_ranking(analyses),
+                    # The arrival order is a cross-check that always names some rank, not a finding
+                    # of a straggler (explain's): new keys say so; the old ones stay, deprecated.
+                    "arrival_order": order,
+                    "arrival_ranking": ranking,
+                    "stragglers": order,
+                    "straggler_ranking": ranking,
+                    "deprecated_keys": {"stragglers": "arrival_order", "straggler_ranking": "arrival_ranking"},
                     "unreadable": errors,
                 },
                 indent=1,
