@@ -294,6 +294,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         f"{within} of {len(found['widths'])} (the widest ± {widest:.1f} pp)."
         if widest is not None
         else "No configuration at two ranks had an in-process efficiency.",
+        *wide_words(found["widths"]),
         "",
         "Beside it, each round's one-device step over its DDP step, over the configuration's runs: where a",
         "few rounds stray far from the middle, single steps, not the runs, make the interval wide.",
@@ -331,6 +332,32 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
     lines += ["", "## Against the criteria", "", "| criterion | met |", "|---|---|"]
     lines += [f"| {criterion} | {'yes' if met else 'no'} |" for criterion, met in judged]
     return "\n".join(lines) + "\n"
+
+
+def wide_words(widths: list[dict]) -> list[str]:
+    """Where the half-width is beyond the target, by workload: how many, with how many runs, and
+    how far their rounds spread (the highest round over the lowest)."""
+    wide = [row for row in widths if row["half_pp"] > WIDTH_TARGET_PP]
+    if not wide:
+        return []
+    lines = ["", "Beyond it, by workload:"]
+    for name in sorted({row["configuration"] for row in wide}):
+        rows = [row for row in wide if row["configuration"] == name]
+        every = [row for row in widths if row["configuration"] == name]
+        few_runs = sum(1 for row in rows if row["runs"] < 3)
+        spreads = [max(row["rounds"]) / min(row["rounds"]) for row in every if row["rounds"] and min(row["rounds"]) > 0]
+        lines.append(
+            f"- {name}: {len(rows)} of {len(every)} sweeps, ± {min(r['half_pp'] for r in rows):.1f} to "
+            f"{max(r['half_pp'] for r in rows):.1f} pp"
+            + (f"; {few_runs} of them kept 2 runs (a run left out by the speed check: t(1) = 12.7)" if few_runs else "")
+            + (
+                f"; its rounds' highest over lowest, per sweep: {min(spreads):.1f}x to {max(spreads):.1f}x"
+                if spreads
+                else ""
+            )
+            + "."
+        )
+    return lines
 
 
 def spread(ratios: list[float]) -> str:
