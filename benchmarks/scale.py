@@ -30,6 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import synthetic  # noqa: E402
+from measurement_page import commit_of, utc_now  # noqa: E402
+
+from ddpbench.host.facts import cpu_model, project_git  # noqa: E402
+
+SIDE_BY_SIDE_PAGE = os.path.join(synthetic.REPO, "docs", "measurements", "scale-side-by-side.md")
 
 TARGETS = {"table": 3.0, "gate": 3.0, "report": 30.0, "trace analyze": 10.0}
 VERDICT_EXITS = (0, 1, 3, 4)
@@ -177,7 +182,16 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="build in this folder and keep it (default: a temporary one)")
     parser.add_argument("--before", default=None, help="another checkout: time table and gate side by side with it")
     parser.add_argument("--repeats", type=int, default=5, help="alternating runs of each side (--before)")
+    parser.add_argument(
+        "--page", action="store_true", help=f"with --before, write {os.path.relpath(SIDE_BY_SIDE_PAGE, synthetic.REPO)}"
+    )
     args = parser.parse_args()
+    facts = project_git()
+    before_sha = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.before, capture_output=True, text=True).stdout
+        if args.before
+        else ""
+    ).strip()
     ranks = [int(n) for n in args.ranks.split(",") if n]
     trace_ranks = [int(n) for n in args.trace_ranks.split(",") if n]
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", file=sys.stderr)
@@ -191,6 +205,30 @@ def main() -> None:
     print(report(rows))
     for line in compared:
         print(line)
+    if compared and args.page:
+        text = "\n".join(
+            [
+                "# The table and the gate at 1,024 ranks, side by side with older code",
+                "",
+                "Written by `benchmarks/scale.py --before`, which built two synthetic sweeps (20 runs up to",
+                f"{max(ranks):,} ranks, {args.steps:,} timed steps per rank) and ran `ddpbench table` and",
+                "`ddpbench gate` on them with this checkout's code and the older checkout's, alternating, each in a",
+                "fresh process (wall time, Python's start included). Other figures at scale:",
+                "[Readers at 1,024 ranks](scale.md).",
+                "",
+                f"- **Commit**: {commit_of(facts['git_sha'], facts['git_dirty'])}; before: {before_sha or '?'}.",
+                f"- **Machine**: {os.cpu_count()} cores ({cpu_model()}); page written {utc_now()}.",
+                f"- **Command**: `python benchmarks/scale.py {' '.join(sys.argv[1:])}`.",
+                "",
+                "```text",
+                *compared,
+                "```",
+                "",
+            ]
+        )
+        with open(SIDE_BY_SIDE_PAGE, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {SIDE_BY_SIDE_PAGE}", file=sys.stderr)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
