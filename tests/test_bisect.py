@@ -434,3 +434,12 @@ def test_each_rounds_own_options_go_before_a_scripts_own_arguments():
     script = ["--script", "train.py", "--", "--out", "ckpt", "8"]
     assert before_script_arguments(script, own) == ["--script", "train.py", *own, "--", "--out", "ckpt", "8"]
     assert not sets_out_or_run_id(script) and sets_out_or_run_id(["--out=x", "--", "y"])
+
+
+def test_ab_takes_a_training_script_as_bisect_does(tmp_path):
+    """`ab REF REF -- --script train.py -- ARGS` reaches the refs' check; its run options were read
+    without --script, so a script's A/B was refused for a missing --workload."""
+    repo = small_repo(tmp_path, [{"train.py": SCRIPT}])
+    done = ddpbench("ab", "no-such-ref", "HEAD", "--", "--script", "train.py", "--nproc", "1", "--", "8", cwd=repo)
+    assert done.returncode == 2 and "names no commit" in done.stderr, done.stderr
+    assert "--workload" not in done.stderr

@@ -564,7 +564,7 @@ def command_ab(args: argparse.Namespace) -> int:
         if sets_out_or_run_id(run_args):
             raise GateError("ab sets --out and --run-id itself; use ab's --out")
         run_parser = OneLineErrorParser(prog="ddpbench ab -- (run options)")
-        add_run_arguments(run_parser)
+        add_run_arguments(run_parser, script=True)
         resolve(spec_from_args(run_parser.parse_args(run_args)))
         if are_refs(args.a, args.b):
             # Two commits of the user's repository: this ddpbench and this Python on both sides.
