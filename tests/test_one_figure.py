@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 
 import msgspec
@@ -107,6 +108,19 @@ def _script_sweep(folder) -> str:
     return str(folder)
 
 
+def _one_set(folder) -> str:
+    """Every case above in one sweep folder: the slow-rank runs (a named straggler), the runs the
+    speed check flagged, the default suite and a script's sweep, so that each output reads them
+    all at once, as a user's mixed results folder would be read."""
+    script = _script_sweep(folder / "script-part")
+    (folder / "runs").mkdir(parents=True)
+    for source in (SLOW_RANK, FLAGGED, DEFAULT_SUITE, script):
+        for name in os.listdir(os.path.join(source, "runs")):
+            shutil.copy(os.path.join(source, "runs", name), folder / "runs" / name)
+    shutil.rmtree(folder / "script-part")
+    return str(folder)
+
+
 def row_of(table, answer: dict, spec):
     """The table's row of one explained configuration."""
     rows = table[(table["strategy"] == answer["strategy"]) & (table["world_size"] == spec.world_size)]
@@ -124,18 +138,21 @@ def _verdict_rows(page: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("which", ["straggler", "flagged", "default-suite", "script"])
+@pytest.mark.parametrize("which", ["one-set", "straggler", "flagged", "default-suite", "script"])
 def test_table_explain_report_gate_and_history_give_one_figure_per_configuration(which, tmp_path):
     """Over one set of stored records (a named straggler, runs the speed check flagged, the default
     suite, a script's sweep): the table, explain's JSON, the report's first screen, the gate of the
     sweep against itself and its history rows give the same E(N), in-process efficiency, largest
     cause and straggler for every configuration they show."""
-    sweep = {
-        "straggler": SLOW_RANK,
-        "flagged": FLAGGED,
-        "default-suite": DEFAULT_SUITE,
-        "script": None,
-    }[which] or _script_sweep(tmp_path / "script-sweep")
+    if which == "one-set":
+        sweep = _one_set(tmp_path / "one-set")
+    else:
+        sweep = {
+            "straggler": SLOW_RANK,
+            "flagged": FLAGGED,
+            "default-suite": DEFAULT_SUITE,
+            "script": None,
+        }[which] or _script_sweep(tmp_path / "script-sweep")
     records = read_records(sweep)[0]
     done = ddpbench("explain", sweep, "--json-file", str(tmp_path / "explain.json"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -150,10 +167,13 @@ def test_table_explain_report_gate_and_history_give_one_figure_per_configuration
         if c.measure == "efficiency"
     }
     _, history, _ = sweep_rows(sweep)
-    if which == "flagged":
+    if which in ("flagged", "one-set"):
         assert any(answer["left_out"] for answer in explained), "the fixture should have a flagged run"
-    if which == "straggler":
+    if which in ("straggler", "one-set"):
         assert any(answer["straggler"]["named"] for answer in explained)
+    if which == "one-set":  # every case is in it: a script's configuration and the default suite's
+        assert any(answer["configuration"].startswith("train x") for answer in explained)
+        assert {"gpt2", "mlp", "resnet50"} <= {answer["configuration"].split(" ")[0] for answer in explained}
     checked = 0
     for answer in explained:
         efficiency = answer["efficiency"]["value"]
