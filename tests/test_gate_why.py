@@ -268,7 +268,7 @@ def simulated_answer(
 ):
     """An answer of `runs` runs whose causes are drawn around 1 ms each (run-to-run spread `noise_s`,
     each run's own rounds two thirds of it), plus `growth_s` per cause; the reference step spreads 10 %."""
-    run_answers = []
+    run_answers, reference_steps = [], []
     for _ in range(runs):
         causes = {}
         for name in CAUSE_NAMES:
@@ -277,6 +277,7 @@ def simulated_answer(
             seconds = Estimate(value, value - 2.5 * rounds_se, value + 2.5 * rounds_se, 8, "rounds", rounds_se)
             causes[name] = Cause(seconds, seconds.scaled(100 / step_s), "")
         reference = reference_s * (1 + growth_s.get(COMPUTE, 0.0)) * math.exp(rng.normal(0, 0.1))
+        reference_steps.append(reference)  # one local run per round, each with its own step
         run_answers.append(
             SimpleNamespace(
                 causes=causes, step_s=step_s, reference_step_s=reference, ddp_step=None, in_place=True, basis=""
@@ -293,6 +294,7 @@ def simulated_answer(
         straggler=straggler,
         record=record,
         step=Estimate.of_runs([step_s] * runs),
+        reference_steps_s=reference_steps,
     )
 
 
@@ -397,3 +399,19 @@ def test_each_kind_of_configuration_that_regressed_says_what_it_can(tmp_path):
             "ddpbench sweep --workloads mlp"
         )
     assert found["dp x2 b8 fp32 cpu"]["reproduce"]["argv"][4:6] == ["--strategies", "local,dp"]
+
+
+def test_the_models_own_compute_is_compared_over_the_local_runs_own_steps():
+    """Every DDP run divides by the same pooled X(1), so its per-run reference step has no spread:
+    compared over those copies, any change of the local runs read as certain (interval of width
+    zero). The comparison reads each kept local run's own step instead."""
+    from ddpbench.analysis.answers import answer_sweep
+    from ddpbench.gate.why import _compute_change
+    from ddpbench.records.store import read_records
+
+    answers, _ = answer_sweep(read_records(os.path.join(FIXTURES, "sweeps", "gate-why-backward"))[0])
+    answer = next(a for a in answers if a.world_size == 2)
+    steps = answer.reference_steps_s  # the kept local runs (the speed check flagged one), each its own
+    assert len(steps) >= 2 and len(set(steps)) == len(steps)
+    change, _ = _compute_change(answer, answer)
+    assert change.seconds.value == 0 and change.seconds.se > 0 and change.seconds.low < 0 < change.seconds.high

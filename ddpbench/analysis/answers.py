@@ -25,6 +25,7 @@ from ddpbench.analysis.configurations import (
     efficiency_against,
     is_reference,
     kept_references,
+    reference_batch,
     reference_runs,
 )
 from ddpbench.analysis.estimates import (
@@ -83,6 +84,9 @@ class Answer:
     """X: the mean throughput of the runs pooled (what the table prints)."""
     reference_throughput: Estimate | None = None
     """X(1): the mean throughput of the kept reference runs."""
+    reference_steps_s: list[float] = field(default_factory=list)
+    """Each kept reference run's own step (its batch over its throughput): the single-device
+    compute, one value per run, for comparisons over runs (every DDP run shares the pooled X(1))."""
     efficiency: Estimate | None = None
     """E(N) = X(N) / (N X(1)) of those two, unrounded."""
     in_process: Estimate | None = None
@@ -256,6 +260,12 @@ def pool_runs(members: list[RunAnswer], flags: dict[str, str], references: list[
     else:
         answer.reference_throughput = pooled_throughput(references, flags) if references else None
         answer.efficiency = pooled_efficiency(records, references, flags) if references else None
+        batch = reference_batch(records[0].spec) or 1
+        answer.reference_steps_s = [
+            batch * run.metrics.units_per_sample / run.metrics.throughput_units_per_s
+            for run in kept_runs(references, flags)
+            if run.metrics and run.metrics.throughput_units_per_s
+        ]
     placed = [run for run in kept if run.in_process is not None and run.bottom_step is not None]
     if len(placed) == 1:
         answer.in_process = placed[0].in_process

@@ -221,8 +221,9 @@ def _cause_changes(before: Answer, after: Answer) -> tuple[list[Change], list[st
 def _compute_change(before: Answer, after: Answer) -> tuple[Change | None, Estimate | None]:
     """The single-device reference's step, candidate against baseline, and the DDP step's."""
     ddp = log_change([r.step_s for r in before.runs], [r.step_s for r in after.runs])
-    reference_b = [r.reference_step_s for r in before.runs if r.reference_step_s]
-    reference_c = [r.reference_step_s for r in after.runs if r.reference_step_s]
+    # The reference runs' own steps, one per run: every DDP run divides by the same pooled X(1), so
+    # per-DDP-run copies of it would have no spread and make any change look certain.
+    reference_b, reference_c = before.reference_steps_s, after.reference_steps_s
     slowdown = log_change(reference_b, reference_c)
     ddp_pct = as_percent(ddp[0]) if ddp else None
     if slowdown is None:
