@@ -387,8 +387,8 @@ class RunSpec:
         default=1,
     )
     """Which run of its configuration this is (1, 2, ...): a sweep runs every configuration several
-    times, one round of every configuration after another, and pairs each DDP run with its round's
-    reference run. 1 in records made before repeats were numbered."""
+    times, one round of every configuration after another; E(N) divides by the reference runs of
+    every round, pooled. 1 in records made before repeats were numbered."""
     world_size: int = field(init=False, default=1)
     """Devices in the run, nproc * nnodes (for dp too, although it is one process). Derived;
     stored so that a record says it without arithmetic."""

@@ -103,6 +103,7 @@ ROUND_GRACE_S = 60.0
 
 
 def round_timeout(run_args: list[str]) -> float:
+    run_args = run_args[: run_args.index("--")] if "--" in run_args else run_args  # after it: the script's
     for index, arg in enumerate(run_args):
         name, equals, value = arg.partition("=")
         if name == "--run-timeout":
