@@ -8,8 +8,8 @@ agree when their difference, over its standard error (each side's, from its inte
 freedom), is within Student's t at Welch's degrees of freedom, at 95 %. Calibrated intervals agree
 about 95 % of the time; below 90 % they understate the spread from one sweep to the next. The test
 shows it can fail: the same figures with every standard error halved are judged beside them, and
-must fall below 90 % (half-widths in quadrature could not: with t(2) intervals, calibrated ones
-agree about 99 % of the time that way, and halved ones still about 90 %). The same count for single
+must fall below 90 % (half-widths in quadrature barely could: with t(2) intervals, calibrated
+ones agree about 99 % of the time that way, and halved ones still about 90 %). The same count for single
 runs (each run's own rounds, repeat r of one sweep against repeat r of the other) stands beside it
 for contrast. Then: whether each configuration's largest cause is the same in both sweeps (tied
 causes, and "within noise" on both sides, count as the same answer), the width of the in-process
@@ -265,7 +265,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
     agreeing = sum(1 for row in rows if row["agree"])
     halved = sum(1 for row in rows if row["halved"])
     lines.append(
-        f"| **all** | **{share(rows)}**, lower bound {100 * lower_bound(agreeing, len(rows)):.0f} % | "
+        f"| **all** | **{share(rows)}**, lower bound {100 * lower_bound(agreeing, len(rows)):.1f} % | "
         f"**{share(rows, 'halved')}** | **{share(single_rows)}** |"
     )
     lines += [
@@ -344,12 +344,13 @@ def wide_words(widths: list[dict]) -> list[str]:
     for name in sorted({row["configuration"] for row in wide}):
         rows = [row for row in wide if row["configuration"] == name]
         every = [row for row in widths if row["configuration"] == name]
-        few_runs = sum(1 for row in rows if row["runs"] < 3)
-        spreads = [max(row["rounds"]) / min(row["rounds"]) for row in every if row["rounds"] and min(row["rounds"]) > 0]
+        most = max(row["runs"] for row in every)
+        few_runs = sum(1 for row in rows if row["runs"] < most)
+        spreads = [max(row["rounds"]) / min(row["rounds"]) for row in rows if row["rounds"] and min(row["rounds"]) > 0]
         lines.append(
             f"- {name}: {len(rows)} of {len(every)} sweeps, ± {min(r['half_pp'] for r in rows):.1f} to "
             f"{max(r['half_pp'] for r in rows):.1f} pp"
-            + (f"; {few_runs} of them kept 2 runs (a run left out by the speed check: t(1) = 12.7)" if few_runs else "")
+            + (f"; {few_runs} of them pooled fewer runs than the others' {most} (a run left out)" if few_runs else "")
             + (
                 f"; its rounds' highest over lowest, per sweep: {min(spreads):.1f}x to {max(spreads):.1f}x"
                 if spreads

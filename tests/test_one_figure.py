@@ -174,6 +174,7 @@ def test_table_explain_report_gate_and_history_give_one_figure_per_configuration
     if which == "one-set":  # every case is in it: a script's configuration and the default suite's
         assert any(answer["configuration"].startswith("train x") for answer in explained)
         assert {"gpt2", "mlp", "resnet50"} <= {answer["configuration"].split(" ")[0] for answer in explained}
+        assert len(explained) == 8
     checked = 0
     for answer in explained:
         efficiency = answer["efficiency"]["value"]
