@@ -2,7 +2,8 @@
 independent estimates drawn from one normal law (3 runs a side, pooled as the answers model pools
 them), Welch's t at 95 % agrees about 95 % of the time, the same pairs with halved standard errors
 fall well below 90 %, while the half-widths in quadrature it replaced leave halved intervals at
-about 90 %. Synthetic data from a fixed seed: each share is one deterministic number, so these asserts cannot fail by chance."""
+about 90 %. Synthetic data from a fixed seed: each share is one deterministic number, so these
+asserts cannot fail by chance."""
 
 import os
 import random
