@@ -151,3 +151,14 @@ def test_the_launcher_and_the_worker_never_import_each_other():
         or (module.startswith("ddpbench.running") and dep.startswith("ddpbench.worker"))
     )
     assert crossings == []
+
+
+def test_the_command_line_starts_without_scipy_or_the_ab_runner():
+    """Every command's parser is built at start-up: what one command needs late (scipy, the A/B
+    runner) must not be imported by all of them (it cost `ddpbench table` 0.6 s)."""
+    import subprocess
+    import sys
+
+    code = "import sys, ddpbench.cli; print(sorted(m for m in ('scipy', 'ddpbench.gate.ab') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -17,11 +17,8 @@ from ddpbench.commands.arguments import (
     exit_codes,
     spec_from_args,
 )
+from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
 from ddpbench.config.errors import SpecError
-
-# Here, not in bisect_text: every command's parser is built at start-up, and bisect_text's imports
-# (the A/B runner, scipy) would slow down every command, `ddpbench table` included.
-EXIT_FOUND, EXIT_NONE, EXIT_CANNOT_TELL, EXIT_MACHINE = 0, 1, 3, 4
 
 DEFAULT_RECORDS = os.path.join("results", "bisect")
 GUESS_RUN_S = 30.0

@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from ddpbench.commands.bisect import EXIT_CANNOT_TELL, EXIT_FOUND, EXIT_MACHINE, EXIT_NONE  # noqa: E402
+from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_FOUND, EXIT_MACHINE, EXIT_NONE
 from ddpbench.gate.ab import AB_MEASURES
 from ddpbench.gate.bisect import Bisection, Result, Step
 from ddpbench.gate.stats import GateSettings
