@@ -260,6 +260,23 @@ def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
     assert not os.path.exists(os.path.join(repo, "results"))  # nothing ran, nothing written
 
 
+def editable_install(repo: str, tmp_path) -> dict:
+    """`pip install -e repo` into a prefix of the test's own, made live for every process started
+    with the returned environment (a sitecustomize adds its site-packages), as a user's editable
+    install is: the processes a bisection starts import the user's package from the checkout."""
+    prefix, hook = tmp_path / "prefix", tmp_path / "hook"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+        + ["--prefix", str(prefix), "-e", repo],
+        check=True,
+        capture_output=True,
+    )
+    site = next(str(p) for p in prefix.rglob("site-packages"))
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({site!r})\n")
+    return {"PYTHONPATH": os.pathsep.join([REPO, str(hook)])}
+
+
 @pytest.mark.launches
 def test_one_real_step_runs_each_commits_own_package_despite_an_editable_install(tmp_path):
     """The user's package is installed in editable mode from the main checkout, which holds the bad
@@ -273,17 +290,7 @@ def test_one_real_step_runs_each_commits_own_package_despite_an_editable_install
             {"src/mypkg/__init__.py": "SLEEP_S = 0.03\nUNIT = 'bad'\n"},
         ],
     )
-    prefix, hook = tmp_path / "prefix", tmp_path / "hook"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["--prefix", str(prefix), "-e", repo],
-        check=True,
-        capture_output=True,
-    )
-    site = next(str(p) for p in prefix.rglob("site-packages"))
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({site!r})\n")
-    env = {"PYTHONPATH": os.pathsep.join([REPO, str(hook)])}
+    env = editable_install(repo, tmp_path)
     check = subprocess.run(
         [sys.executable, "-c", "import mypkg; print(mypkg.__file__)"], cwd=tmp_path, env={**os.environ, **env}
     )
@@ -352,17 +359,7 @@ def test_a_training_script_bisects_for_real_with_each_commits_own_package(tmp_pa
             {"src/mypkg/__init__.py": "SLEEP_S = 0.03\n"},
         ],
     )
-    prefix, hook = tmp_path / "prefix", tmp_path / "hook"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["--prefix", str(prefix), "-e", repo],
-        check=True,
-        capture_output=True,
-    )
-    site = next(str(p) for p in prefix.rglob("site-packages"))
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({site!r})\n")
-    env = {"PYTHONPATH": os.pathsep.join([REPO, str(hook)])}
+    env = editable_install(repo, tmp_path)
     out = tmp_path / "bisect.json"
     done = ddpbench(
         "bisect", "--good", "HEAD~1", "--bad", "HEAD", "--rounds", "2", "--max-rounds", "2",
@@ -427,13 +424,16 @@ def test_each_rounds_own_options_go_before_a_scripts_own_arguments():
     """A round adds --out and --run-id where `ddpbench run` reads them: after a `--` they would be
     the script's (the round then wrote its record elsewhere and the commit was called unmeasurable);
     a script's own --out is its own business, not a clash with the round's."""
-    from ddpbench.gate.ab import before_script_arguments, sets_out_or_run_id
+    from ddpbench.gate.ab import ROUND_TIMEOUT_S, before_script_arguments, round_timeout, sets_out_or_run_id
 
     own = ["--out", "o", "--run-id", "a-r01"]
     assert before_script_arguments(["--workload", "mlp"], own) == ["--workload", "mlp", *own]
     script = ["--script", "train.py", "--", "--out", "ckpt", "8"]
     assert before_script_arguments(script, own) == ["--script", "train.py", *own, "--", "--out", "ckpt", "8"]
     assert not sets_out_or_run_id(script) and sets_out_or_run_id(["--out=x", "--", "y"])
+    # A script's own --run-timeout is not the round's.
+    assert round_timeout(["--script", "t.py", "--", "--run-timeout", "5"]) == ROUND_TIMEOUT_S
+    assert round_timeout(["--run-timeout", "5", "--", "x"]) == 605.0
 
 
 def test_ab_takes_a_training_script_as_bisect_does(tmp_path):
