@@ -1,0 +1,236 @@
+"""`make test` as a newcomer meets it, measured: each run is a fresh clone of this repository at a
+commit, where `make test` builds its own .venv (the install is inside the wall time) and runs the
+whole suite. While it runs, /proc is read every quarter second to count the real launches: torchrun
+jobs and the worker processes that ran training (started by torchrun or on their own).
+Writes docs/measurements/test-suite.md from every run saved in --out.
+
+    python benchmarks/test_suite.py --runs 3                    # three fresh clones of HEAD
+    python benchmarks/test_suite.py --runs 1 --ref ecc3b3e --label before   # an earlier commit, for comparison
+    python benchmarks/test_suite.py --analyse-only              # the page from the runs in --out
+
+Run it with the machine otherwise idle: the suite uses both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+from cpu_suite import load_average, machine  # noqa: E402
+from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
+
+PAGE = os.path.join(REPO, "docs", "measurements", "test-suite.md")
+SUMMARY = re.compile(r"^=+ (?P<text>.*\bin (?P<seconds>[\d.]+)s\b.*) =+$")
+DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
+SAMPLE_S = 0.25
+TARGET_S = 600
+
+
+def git(*args: str, cwd: str = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def kind_of(command: list[str]) -> str | None:
+    """Which launch a process is: a torchrun job, a training worker, or neither."""
+    if "torch.distributed.run" in command or (command and os.path.basename(command[0]) == "torchrun"):
+        return "torchrun_jobs"
+    for index, part in enumerate(command[:-1]):
+        if part == "-m" and command[index + 1] in ("ddpbench.worker", "ddpbench.worker.script"):
+            return "worker_processes"
+    return None
+
+
+class LaunchCounter(threading.Thread):
+    """Counts distinct processes of each kind by reading /proc; a process is (pid, start time), so a
+    reused pid counts again. One that lives less than a sample apart can be missed: a worker imports
+    torch first, which takes seconds here."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen: dict[tuple[int, str], str] = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                        command = [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+                    with open(f"/proc/{entry}/stat") as handle:
+                        started = handle.read().rsplit(")", 1)[1].split()[19]
+                except OSError:
+                    continue
+                kind = kind_of(command)
+                if kind:
+                    self.seen[(int(entry), started)] = kind
+            self.stop.wait(SAMPLE_S)
+
+    def counts(self) -> dict[str, int]:
+        kinds = list(self.seen.values())
+        return {kind: kinds.count(kind) for kind in ("torchrun_jobs", "worker_processes")}
+
+
+def parse_output(output: str) -> dict:
+    """The summary line's counts and the --durations list from pytest's output."""
+    counts, seconds = {}, None
+    for line in output.splitlines():
+        found = SUMMARY.match(line.strip())
+        if found:
+            seconds = float(found["seconds"])
+            for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", found["text"]):
+                counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
+    slowest = [
+        {"seconds": float(found["seconds"]), "phase": found["phase"], "test": found["test"]}
+        for found in (DURATION.match(line.strip()) for line in output.splitlines())
+        if found
+    ]
+    return {"counts": counts, "pytest_s": seconds, "slowest": slowest[:15]}
+
+
+def one_run(ref: str, folder: str) -> dict:
+    clone = os.path.join(folder, "clone")
+    shutil.rmtree(clone, ignore_errors=True)
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", REPO, clone], check=True)
+    git("checkout", "--quiet", ref, cwd=clone)
+    commit = git("rev-parse", "HEAD", cwd=clone)
+    counter = LaunchCounter()
+    load_before, started_at, started = load_average(), utc_now(), time.monotonic()
+    counter.start()
+    done = subprocess.run(["make", "test"], cwd=clone, capture_output=True, text=True)
+    wall_s = time.monotonic() - started
+    counter.stop.set()
+    counter.join()
+    output = done.stdout + done.stderr
+    with open(os.path.join(folder, "output.txt"), "w", encoding="utf-8") as handle:
+        handle.write(output)
+    shutil.rmtree(clone, ignore_errors=True)
+    return {
+        "ref": ref,
+        "commit": commit,
+        "started_at": started_at,
+        "wall_s": wall_s,
+        "exit_code": done.returncode,
+        "load_before": load_before,
+        "load_after": load_average(),
+        **counter.counts(),
+        **parse_output(output),
+    }
+
+
+def saved_runs(out: str) -> list[dict]:
+    runs = []
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        path = os.path.join(out, name, "run.json")
+        if os.path.exists(path):
+            with open(path) as handle:
+                runs.append(json.load(handle))
+    return runs
+
+
+def minutes(seconds: float | None) -> str:
+    return "not read" if seconds is None else f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
+
+
+def page(runs: list[dict], head: str, command: str) -> str:
+    before = [run for run in runs if run.get("label") == "before"]
+    after = [run for run in runs if run.get("label") != "before"]
+    lines = [
+        "# The test suite: `make test` on a fresh clone",
+        "",
+        f"Written by `{command}` on {utc_now()}, at commit {head[:7]}.",
+        f"Machine: {machine()}.",
+        "",
+        "Each run is a fresh `git clone` of the repository at the commit named; `make test` there builds its own",
+        "`.venv` from the machine's package cache (inside the wall time) and runs the whole suite on two pytest",
+        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs, and worker processes",
+        "(one per rank, or one for a run started without torchrun). The target is 10 minutes including the install.",
+        "",
+        "| run | commit | started | wall time (install included) | pytest's own time | passed | failed | skipped "
+        "| torchrun jobs | worker processes | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for index, run in enumerate(before + after, 1):
+        counts = run["counts"]
+        lines.append(
+            f"| {index}{' (before)' if run in before else ''} | {run['commit'][:7]} | {run['started_at']} "
+            f"| {minutes(run['wall_s'])}{'' if run['wall_s'] <= TARGET_S else ' (over 10 min)'} "
+            f"| {minutes(run['pytest_s'])} | {counts.get('passed', 0)} | {counts.get('failed', 0)} "
+            f"| {counts.get('skipped', 0)} | {run['torchrun_jobs']} | {run['worker_processes']} "
+            f"| {run['load_before']} / {run['load_after']} |"
+        )
+    lines.append("")
+    if after:
+        green = [run for run in after if run["exit_code"] == 0 and not run["counts"].get("failed")]
+        within = [run for run in green if run["wall_s"] <= TARGET_S]
+        lines += [
+            f"After: {len(green)} of {len(after)} runs green, {len(within)} of them within 10 minutes "
+            f"including the install.",
+            "",
+        ]
+    if before and after:
+        mean = lambda runs, key: sum(run[key] for run in runs) / len(runs)  # noqa: E731
+        lines += [
+            "Launches, before and after: "
+            f"{mean(before, 'torchrun_jobs'):.0f} torchrun jobs and {mean(before, 'worker_processes'):.0f} worker "
+            f"processes at {before[0]['commit'][:7]}; {mean(after, 'torchrun_jobs'):.0f} and "
+            f"{mean(after, 'worker_processes'):.0f} at {after[0]['commit'][:7]} (means over the runs of each commit).",
+            "",
+        ]
+    for index, run in enumerate(before + after, 1):
+        lines += [
+            f"## Run {index}: the 15 slowest ({run['commit'][:7]})",
+            "",
+            "| seconds | phase | test |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {item['seconds']:.1f} | {item['phase']} | `{item['test']}` |" for item in run["slowest"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="fresh clones to run `make test` in (default 3)")
+    parser.add_argument("--ref", default="HEAD", help="the commit to clone (default HEAD)")
+    parser.add_argument(
+        "--label", choices=("before", "after"), default="after", help="what the page calls these runs (default after)"
+    )
+    parser.add_argument("--out", default="/tmp/ddpbench-test-suite", help="where each run's output and figures go")
+    parser.add_argument("--analyse-only", action="store_true", help="write the page from the runs saved in --out")
+    add_page_options(parser, PAGE)
+    args = parser.parse_args(argv)
+    head = git("rev-parse", "HEAD")
+    if not args.analyse_only:
+        ref = git("rev-parse", args.ref)
+        for _ in range(args.runs):
+            folder = os.path.join(args.out, time.strftime("%Y%m%dT%H%M%S"))
+            os.makedirs(folder)
+            run = {"label": args.label, **one_run(ref, folder)}
+            with open(os.path.join(folder, "run.json"), "w") as handle:
+                json.dump(run, handle, indent=1)
+            print(
+                f"{run['commit'][:7]}: exit {run['exit_code']}, {minutes(run['wall_s'])}, {run['counts']}, "
+                f"{run['torchrun_jobs']} torchrun jobs, {run['worker_processes']} workers",
+                file=sys.stderr,
+            )
+    text = page(saved_runs(args.out), head, command_line("test_suite.py", argv))
+    print(text)
+    write_page(args, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
