@@ -31,7 +31,7 @@ from cpu_suite import load_average, machine  # noqa: E402
 from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "test-suite.md")
-SUMMARY = re.compile(r"^=+ (?P<text>.*\bin (?P<seconds>[\d.]+)s\b.*) =+$")
+SUMMARY = re.compile(r"^=* ?(?P<text>\d+ (passed|failed|skipped|errors?)\b.*\bin (?P<seconds>[\d.]+)s\b.*?) ?=*$")
 DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
 SAMPLE_S = 0.25
 TARGET_S = 600
@@ -133,10 +133,14 @@ def one_run(ref: str, folder: str) -> dict:
 def saved_runs(out: str) -> list[dict]:
     runs = []
     for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
-        path = os.path.join(out, name, "run.json")
+        path, output = os.path.join(out, name, "run.json"), os.path.join(out, name, "output.txt")
         if os.path.exists(path):
             with open(path) as handle:
-                runs.append(json.load(handle))
+                run = json.load(handle)
+            if os.path.exists(output):  # read again from what make test printed: the parse may have improved
+                with open(output, encoding="utf-8") as handle:
+                    run.update(parse_output(handle.read()))
+            runs.append(run)
     return runs
 
 

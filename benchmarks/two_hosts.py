@@ -264,14 +264,14 @@ def as_term(entry: dict | None) -> dict:
     return {"s_per_step": seconds.get("value"), "ci_low_s": seconds.get("low"), "ci_high_s": seconds.get("high")}
 
 
-def run_both(hosts: TwoHosts, work: str, rate: str) -> tuple[dict[str, str], dict[str, list[int]]]:
-    """The unshaped sweep (its 1-node job on node-0, its 2-node job on both), then the 2-node job
-    of a second sweep over the shaped link. The second sweep gets the first one's local run: a
+def run_both(hosts: TwoHosts, work: str, rate: str | None) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """The unshaped sweep (its 1-node job on node-0, its 2-node job on both), then (unless `rate` is
+    None) the 2-node job of a second sweep over the shaped link. The second sweep gets the first one's local run: a
     one-process run on one node sends nothing over the link. Returns the two sweeps' folders and
     the bytes each node sent over the link during each sweep's 2-node job."""
     out = os.path.join(work, "volume")
     folders, sent = {}, {}
-    for sweep_id in ("unshaped", "shaped"):
+    for sweep_id in ("unshaped", "shaped") if rate else ("unshaped",):
         os.makedirs(os.path.join(work, sweep_id), exist_ok=True)
         jobs = manifests(os.path.join(work, sweep_id), sweep_id, out)
         folders[sweep_id] = os.path.join(out, sweep_id)
@@ -331,7 +331,7 @@ def measure(out: str, rates: list[str], command: str) -> dict:
                     pair["folders"], pair["sent"] = run_both(hosts, work, rate)
                 except (RuntimeError, SystemExit, subprocess.SubprocessError, OSError) as exc:
                     pair["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    for sweep_id in ("unshaped", "shaped"):
+                    for sweep_id in ("unshaped", "shaped") if rate else ("unshaped",):
                         folder = os.path.join(work, "volume", sweep_id)
                         if os.path.isdir(folder):
                             pair["folders"][sweep_id] = folder

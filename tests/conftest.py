@@ -171,16 +171,16 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
-    "test_cross_rank_runs.py",  # three real runs, every test alone
-    "test_script_runs.py",  # four of its tests are alone
+    "test_script_runs.py",  # one of its tests is alone
     "test_gate_ab.py",
-    "test_two_hosts.py",  # alone: a 2-node run and the same over a shaped link, 85-110 s
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
     "test_faster_machine.py",  # alone: a sweep held to a quarter of a core, then a free one: about 2 minutes
     "test_install.py",  # pip installs beside a torch, two small sweeps: about 1.5 minutes
     "test_overlap_phases.py",
     "test_faults.py",
     "test_eight_ranks.py",  # eight ranks time-sharing two cores: about a minute
+    "test_cross_rank_runs.py",  # four real runs, profiled
+    "test_two_hosts.py",  # two 2-node jobs between network namespaces: about 40 s
     "test_strategies.py",
     "test_runs_cpu.py",
     "test_script_shapes.py",

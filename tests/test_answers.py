@@ -3,6 +3,9 @@ the runs' own rounds allow), runs the speed check flags left out, the largest ca
 tied with it, and `ddpbench explain`'s table, JSON and bad input. Saved records only: the planted
 causes run for real in test_breakdown_runs.py."""
 
+# chance: reference computation: the intervals below are recomputed by hand over fixed numbers,
+# against ddpbench's own, so nothing here is drawn or measured.
+
 import dataclasses
 import json
 import math

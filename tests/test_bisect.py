@@ -73,6 +73,7 @@ def test_finds_the_first_slower_commit_and_a_repeat_runs_nothing(tmp_path):
     assert result.verdict == "found" and result.first_bad == COMMITS[5]
     verdicts = {step.sha: step.verdict for step in result.steps}
     assert verdicts[COMMITS[8]] == BAD and verdicts[COMMITS[4]] == GOOD and verdicts[COMMITS[5]] == BAD
+    # not chance: the fake runner's numbers are seeded
     assert result.deciding.low > 0.05 and result.deciding.slowdown == pytest.approx(1 - 1 / 1.3, abs=0.02)
     assert result.new_runs == runner.runs and runner.runs > 0
     again = FakeRunner({5: 1.3})
@@ -111,6 +112,7 @@ def test_a_commit_that_cannot_train_is_skipped_and_named(tmp_path):
 def test_no_slower_commit_and_a_slowdown_at_the_margin(tmp_path):
     runner = FakeRunner({})
     result = bisect(tmp_path, runner).run()
+    # not chance: the fake runner's numbers are seeded
     assert result.verdict == "none" and len(result.steps) == 1 and result.deciding.high < 0.05
     # Unchanged code answers before the last look (at 4 rounds t(3) at 0.33 % is 7.5: the 1 % jitter's
     # interval then just reaches the margin; 8 rounds clear it).

@@ -22,6 +22,7 @@ def assert_measured(canary: dict) -> None:
     assert "error" not in canary, canary
     for name in CPU_PROBES:
         probe = canary["probes"][name]
+        # not chance: a measured rate is positive
         assert probe["value"] > 0 and math.isfinite(probe["value"]), (name, probe)
         assert len(probe["repeats"]) >= 3 and all(r > 0 and math.isfinite(r) for r in probe["repeats"])
     assert canary["probes"]["gloo_allreduce"]["processes"] == 2

@@ -1,7 +1,13 @@
 """Collectives matched across ranks and the critical path, on real 2-rank gloo runs: a planted slow
 rank (rank 1's forward sleeps 10 ms, tests/fixtures/planted_causes.py), and the same model without
 the sleep on a plain and on a shaped loopback (a network namespace, tc tbf). One run per case, every
-assertion of the case on it."""
+assertion of the case on it.
+
+Each check on a measured amount goes through tests/chance.py at 1 in 10,000, over the profiled
+steps of one run (or two runs' steps for the shaped network, whose effect is tens of
+milliseconds): a neighbouring test widens the steps' spread, which the checks read, so the module
+shares the machine. How long the waits are against the sleep is measured on
+docs/measurements/planted-causes.md."""
 
 import json
 import os
@@ -10,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from chance import difference_at_least, difference_at_most, mean_at_least, mean_at_most, proportion_at_least, verdict
 from conftest import FIXTURES, cpu_environment, ddpbench, shaped_loopback
 
 from ddpbench.analysis.collectives import bucket_table, match_job, rank_summary
@@ -17,8 +24,7 @@ from ddpbench.analysis.critical_path import job_paths, path_summary
 from ddpbench.analysis.trace_merge import write_merged
 from ddpbench.commands.trace_ranks import run_trace_paths
 
-# Sleeps and waits compared within tolerances: a test running beside them would blur them.
-pytestmark = [pytest.mark.launches, pytest.mark.alone]
+pytestmark = pytest.mark.launches
 
 PLANTED = os.path.join(FIXTURES, "planted_causes.py")
 PROFILED_STEPS = 12
@@ -76,24 +82,36 @@ def slow_rank(tmp_path_factory):
     return out, job, slept_ms
 
 
-def within_sleep(waited_ms: float, slept_ms: float) -> bool:
-    """A wait for the planted sleep: at least most of it, at most what a loaded host adds to it."""
-    return 0.8 * slept_ms <= waited_ms <= 1.6 * slept_ms
+NAMED = "a 10 ms sleep in every step against a wait whose 95 % interval over the steps is about 1 ms wide here"
+"""Why a verdict naming the slow rank misses it far less often than once in 10,000 runs."""
+
+
+def waits_ms(collectives, rank: int) -> list[float]:
+    """The rank's longest wait in each step, ms: where the sleep falls decides which collective waits."""
+    longest: dict[int, float] = {}
+    for c in collectives:
+        longest[c.step] = max(longest.get(c.step, 0.0), c.waits_us[rank] / 1000)
+    return list(longest.values())
 
 
 def test_the_slow_rank_arrives_last_and_the_other_waits_for_its_sleep(slow_rank):
     _, job, slept_ms = slow_rank
+    # not chance: counts of profiled steps and their collectives
     assert len(job.steps) == PROFILED_STEPS and len(job.collectives) >= PROFILED_STEPS
     summary = {row["rank"]: row for row in rank_summary(job)}
-    assert summary[1]["last_arrival_share"] >= 0.9, summary
-    assert summary[1]["median_wait_ms"] < 0.2 * slept_ms, summary
-    # Rank 0 waits for rank 1's sleep and for what else delays rank 1 after it: on this shared
-    # 2-core VM a woken rank also computes late (14.8 ms waited for a 10.3 ms sleep under a load
-    # average of 3, 10.4 for 10.3 on a quieter machine).
-    assert within_sleep(summary[0]["median_wait_ms"], slept_ms), (summary, slept_ms)
+    shown = f"slept {slept_ms:.2f} ms\n{summary}"
+    proportion_at_least(
+        summary[1]["last_arrivals"], len(job.collectives), 0.75, missing=0.0, what="rank 1 last, " + shown
+    )
+    mean_at_most(waits_ms(job.collectives, 1), 0.2 * slept_ms, missing=slept_ms, what="rank 1's wait, ms, " + shown)
+    # Rank 0 waits for rank 1's sleep (and for what else delays rank 1 after it: on this shared
+    # 2-core VM a woken rank also computes late, 14.8 ms waited for a 10.3 ms sleep at load 3).
+    mean_at_least(waits_ms(job.collectives, 0), 0.5 * slept_ms, missing=0.0, what="rank 0's wait, ms, " + shown)
+    first_bucket = [c for c in job.collectives if (c.group, c.index) == (job.collectives[0].group, 0)]
+    mean_at_least([c.spread_us / 1000 for c in first_bucket], 0.5 * slept_ms, missing=0.0, what="spread, ms")
     table = bucket_table(job)
-    assert within_sleep(table[0]["spread_ms"], slept_ms), (table, slept_ms)
-    assert table[0]["last_arrival_share_by_rank"].get(1, 0) >= 0.9
+    ones = round(table[0]["last_arrival_share_by_rank"].get(1, 0) * table[0]["steps"])
+    proportion_at_least(ones, table[0]["steps"], 0.75, missing=0.0, what="rank 1 last in the first bucket")
 
 
 def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
@@ -111,12 +129,13 @@ def test_the_critical_path_puts_the_sleep_on_rank_1s_forward(slow_rank):
     steps = "\n".join(
         f"  step {path['step']}: {path['length_ms']:.2f} ms, {path['held']}" for path in summary["by_step"]
     )
-    # In the typical step at least 80 % of the sleep is on rank 1's forward (issue 43). Not in every
+    # Most of the sleep is on rank 1's forward, step by step (issue 43). Not all of it in every
     # step: a step in which rank 0 itself was held back longer than the sleep (one suite run put
     # 4.29 ms per step on rank 0's "other", beside the other test worker's processes) was really
-    # held by rank 0, and the path says so; the mean over steps carries those steps too.
-    assert statistics.median(put_there) >= 0.8 * slept_ms, (put_there, slept_ms, steps)
-    assert summary["held"][0]["rank"] == 1 and summary["held"][0]["phase"] == "forward", steps
+    # held by rank 0, and the path says so.
+    mean_at_least(put_there, 0.5 * slept_ms, missing=0.0, what=f"on rank 1's forward, ms\n{steps}")
+    held = summary["held"][0]
+    verdict((held["rank"], held["phase"]) == (1, "forward"), rate=1e-4, basis=NAMED, what=steps)
 
 
 def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
@@ -126,10 +145,10 @@ def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
     (slow,) = json.load(open(tmp_path / "why.json"))["configurations"]
     path = slow["critical_path"]["slow"]
     assert path["steps"] == PROFILED_STEPS and len(path["by_step"]) == PROFILED_STEPS, path
-    assert (path["held"][0]["rank"], path["held"][0]["phase"]) == (1, "forward"), path["held"]
-    # The printed line says the same rank and phase first.
     printed = next(line for line in done.stdout.splitlines() if line.startswith("critical path  "))
-    assert "rank 1" in printed and "forward" in printed, done.stdout
+    # The printed line says the same rank and phase first.
+    named = (path["held"][0]["rank"], path["held"][0]["phase"]) == (1, "forward")
+    verdict(named and "rank 1" in printed and "forward" in printed, rate=1e-4, basis=NAMED, what=done.stdout)
 
 
 def test_the_run_merges_into_one_timeline_with_the_path_on_it(slow_rank):
@@ -161,11 +180,12 @@ def shaped_pair(tmp_path_factory):
 
 
 def test_a_shaped_network_grows_the_transfer_and_not_the_waits(shaped_pair):
-    plain, shaped = (bucket_table(job)[0] for job in shaped_pair)
-    grown_ms = shaped["transfer_ms"] - plain["transfer_ms"]
-    assert grown_ms > 5, (plain, shaped)
-    waits = [max(row["wait_ms_by_rank"].values()) for row in (plain, shaped)]
-    assert waits[1] - waits[0] < 0.25 * grown_ms, (plain, shaped)
+    plain, shaped = ([c for c in job.collectives if c.index == 0] for job in shaped_pair)
+    transfers = [[c.transfer_us / 1000 for c in job] for job in (plain, shaped)]
+    grown = difference_at_least(transfers[1], transfers[0], 10.0, missing=0.0, what="the transfer grew, ms")
+    # The waits (the longer of the two ranks' in each step) take none of it.
+    waits = [[max(c.waits_us) / 1000 for c in job] for job in (plain, shaped)]
+    difference_at_most(waits[1], waits[0], 0.25 * grown.estimate, missing=grown.estimate, what="the waits grew, ms")
 
 
 def test_the_traces_name_the_same_straggler_as_the_ablation_with_its_phase(slow_rank):
@@ -178,10 +198,10 @@ def test_the_traces_name_the_same_straggler_as_the_ablation_with_its_phase(slow_
     out, job, slept_ms = slow_rank
     record = load_record(os.path.join(out, "runs", "slow.json"))
     traced = from_collectives(record, job)
-    assert traced.named and traced.rank == 1 and traced.phase == "forward", traced.sentence()
-    assert within_sleep(traced.wait.value * 1000, slept_ms), (traced.wait, slept_ms)
     ablation = answer_run(record, [("slow.json", record)]).straggler
-    assert ablation.source == "ablation" and ablation.rank == 1 and ablation.phase == "forward"
+    # How long the wait is, against the sleep, is the collectives' waits above.
+    both = traced.named and (traced.rank, traced.phase) == (ablation.rank, ablation.phase) == (1, "forward")
+    verdict(both and ablation.source == "ablation", rate=1e-4, basis=NAMED, what=traced.sentence())
 
 
 @pytest.fixture(scope="module")
@@ -203,12 +223,16 @@ def test_a_sleep_inside_backward_is_on_rank_1s_backward_on_the_path_and_in_the_v
     out, job, slept_ms = slow_backward
     summary = path_summary(job_paths(job))
     tops = [(path["held"][0]["rank"], path["held"][0]["phase"]) for path in summary["by_step"]]
-    assert len(tops) >= 4 and tops.count((1, "backward")) >= len(tops) - 1, (tops, summary["by_step"])
-    assert (summary["held"][0]["rank"], summary["held"][0]["phase"]) == (1, "backward")
+    assert len(tops) == PROFILED_STEPS, tops
+    proportion_at_least(
+        tops.count((1, "backward")), len(tops), 0.75, missing=0.0, what=f"steps held by rank 1's backward {tops}"
+    )
+    mean_at_least(waits_ms(job.collectives, 0), 0.5 * slept_ms, missing=0.0, what="rank 0's wait, ms")
     record = load_record(os.path.join(out, "runs", "bwd.json"))
     straggler = answer_run(record, [("bwd.json", record)]).straggler
-    assert straggler.named and straggler.rank == 1 and straggler.phase == "backward", straggler.sentence()
-    assert within_sleep(straggler.wait.value * 1000, slept_ms), (straggler.wait, slept_ms)
+    held = (summary["held"][0]["rank"], summary["held"][0]["phase"]) == (1, "backward")
+    named = straggler.named and (straggler.rank, straggler.phase) == (1, "backward")
+    verdict(held and named, rate=1e-4, basis=NAMED, what=straggler.sentence())
 
 
 def test_two_hosts_clocks_aligned_on_real_gloo_ends_contain_the_true_offset(slow_rank, tmp_path):
@@ -231,6 +255,8 @@ def test_two_hosts_clocks_aligned_on_real_gloo_ends_contain_the_true_offset(slow
         handle.write(msgspec.json.encode(trace))
     offset = match_job([job.timelines[0].path, str(moved)], jobs=1).offsets["other-host"]
     assert offset.collectives == len(job.collectives)
+    # not chance: the bounds come from the order of the collectives' ends, which no clock reverses
     assert offset.low_us <= -shift_us <= offset.high_us, offset
     # Here: -3003.2 ms within [-3006.9, -2997.2] ms; gloo's ends of one all-reduce are ms apart.
+    # not chance: 20 s is a thousand times the ends' distance
     assert offset.high_us - offset.low_us < 20_000, offset

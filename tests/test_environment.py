@@ -32,6 +32,7 @@ def test_passwords_inside_urls_are_redacted():
 
 def test_host_facts_describe_this_machine():
     facts = host_facts()
+    # not chance: a count of cores
     assert facts["cpu_cores"] >= 1 and facts["hostname"] and facts["python"]
     assert "git_sha" in facts and "env_vars" in facts
 

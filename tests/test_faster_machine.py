@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from chance import verdict as holds
 from conftest import cpu_environment, ddpbench
 
 pytestmark = [pytest.mark.launches, pytest.mark.alone]
@@ -74,8 +75,13 @@ def test_a_slowed_workload_on_a_faster_machine_does_not_pass(tmp_path, quarter_o
     print(done.stdout)
     # A quarter of a core against a whole one: the slowed candidate measures no slower than the
     # threshold (the held-out workload measured 1.085 times faster); without the rule it passed.
-    assert {c["verdict"] for c in verdict["comparisons"]} <= {"pass", "improvement"}, done.stdout
-    assert done.returncode == 4, done.stdout + done.stderr
-    assert "faster machine: the candidate's canary ran" in done.stdout, done.stdout
     hidden = verdict["hidden_slowdown"]["slowdown"]
-    assert hidden > 0.25, verdict["hidden_slowdown"]  # a quarter of a core hides more than the planted 25 %
+    holds(
+        {c["verdict"] for c in verdict["comparisons"]} <= {"pass", "improvement"}
+        and done.returncode == 4
+        and "faster machine: the candidate's canary ran" in done.stdout
+        and hidden > 0.25,  # a quarter of a core hides more than the planted 25 %
+        rate=1e-4,
+        basis="a quarter of a core against a whole one (canary +143 to +397 %) hides the planted 25 %",
+        what=done.stdout + done.stderr + str(verdict["hidden_slowdown"]),
+    )

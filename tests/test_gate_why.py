@@ -4,6 +4,9 @@ cannot attribute, and a command that reproduces a regression; on saved records o
 tests/fixtures/planted_regressions.py (README in the fixture folders), and the decision rule on
 simulated answers with known effects."""
 
+# chance: reference computation: the intervals below are recomputed by hand over fixed numbers,
+# against ddpbench's own, so nothing here is drawn or measured.
+
 import dataclasses
 import json
 import math

@@ -90,6 +90,7 @@ def test_peak_memory_is_reset_at_every_phase():
     small_phase = memory.end()
     if small_phase["kind"] != CPU_RESETTABLE_KIND:
         pytest.skip("this kernel refuses to reset the peak resident set (/proc/self/clear_refs)")
+    # not chance: bytes allocated, not timed
     assert big_phase["peak_bytes"] - small_phase["peak_bytes"] > 150 * 2**20
     assert set(memory.by_phase) == {"big", "small"}
 
@@ -119,6 +120,7 @@ def test_record_reports_the_timed_windows_peak_not_the_gradient_checks(tmp_path)
     assert set(phases) == {"warm-up", "timed", "checks"}
     assert rank["peak_memory_bytes"] == phases["timed"]["peak_bytes"]
     # The gradient check runs the model in eval mode, which needs 256 MiB more.
+    # not chance: bytes allocated, not timed
     assert phases["checks"]["peak_bytes"] - rank["peak_memory_bytes"] > 200 * 2**20
 
 
@@ -423,6 +425,7 @@ def test_the_flop_counter_tells_convolutions_from_matrix_products():
         torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 6 * 6, 10)
     )
     _, conv_share = flops_per_sample(convnet, loss, torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
+    # not chance: counted FLOPs, not timed
     assert 0.5 < conv_share < 1.0
 
 

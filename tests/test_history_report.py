@@ -164,6 +164,7 @@ def test_the_filter_shows_only_the_chosen_workload_and_machine_class_in_a_browse
         view.screenshot(path=str(tmp_path / "history.png"), full_page=True)
         browser.close()
     assert problems == []
+    # not chance: the page's layout in a fixed window, not a timing
     assert page_width <= 1366  # no sideways scrolling on a laptop
 
 

@@ -264,6 +264,7 @@ def test_the_gate_over_a_store_equals_the_gate_over_the_csv_folder(store_url, tm
     code, from_folder, _ = gate(tmp_path, "csv", "--history-folder", PLACE)
     store_code, from_store, printed = gate(tmp_path, "store", "--store", store_url)
     assert (store_code, from_store["comparisons"]) == (code, from_folder["comparisons"])
+    # not chance: a count of stored rows
     assert len(from_store["comparisons"]) >= CONFIGURATIONS and code == 0
     assert "baseline: the history since each series' last change point" in printed
     # The same store found through $DDPBENCH_HISTORY, and as the default file of the working folder.

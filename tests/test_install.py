@@ -201,7 +201,8 @@ def test_make_bench_with_use_python_adds_only_what_ddpbench_needs_to_run(environ
     python, site = environment_with_torch
     before = fingerprint(site)
     frozen = pip_freeze(python)
-    sweep = f"--suite smoke --strategies ddp --max-nproc 1 --repeat 1 --out {tmp_path / 'out'} --sweep-id m"
+    sweep = "--suite smoke --strategies ddp --max-nproc 1 --repeat 1 --no-profile --steps 4 --warmup 2"
+    sweep += f" --out {tmp_path / 'out'} --sweep-id m"
     done = run_ok(
         ["make", "--no-print-directory", "bench", f"USE_PYTHON={python}", f"BENCH_ARGS={sweep}"],
         cwd=checkout,
@@ -260,7 +261,8 @@ def test_pip_install_beside_an_environments_torch_keeps_it_and_the_sweep_runs_th
     assert where.startswith(site), where
     swept = run_ok(
         [os.path.join(os.path.dirname(python), "ddpbench"), "sweep", "--device", "cpu", "--suite", "smoke"]
-        + ["--strategies", "ddp", "--nproc", "2", "--repeat", "1", "--out", str(tmp_path / "out"), "--sweep-id", "s"],
+        + ["--strategies", "ddp", "--nproc", "2", "--repeat", "1", "--no-profile", "--steps", "4", "--warmup", "2"]
+        + ["--out", str(tmp_path / "out"), "--sweep-id", "s"],
         cwd=tmp_path,
         timeout=600,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from chance import verdict
 from conftest import cpu_environment, ddpbench
 
 pytestmark = [pytest.mark.launches, pytest.mark.alone]
@@ -25,6 +26,9 @@ def cannot(reason: str) -> None:
     if os.environ.get("DDPBENCH_REQUIRE_CGROUP"):
         pytest.fail(f"DDPBENCH_REQUIRE_CGROUP is set but {reason}")
     pytest.skip(reason)
+
+
+QUARTER = "a quarter of a core slows the reference about 4x against the speed check's 1.5x"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +113,12 @@ def test_the_slow_local_process_is_named_and_the_in_process_efficiency_owes_it_n
     table = ddpbench("table", str(sweep))
     assert table.returncode == 0, table.stderr
     named = [line for line in table.stdout.splitlines() if line.startswith("!! the local run of mlp's process ran")]
-    assert len(named) == 1 and "slower on the speed check" in named[0], table.stdout + probe_speeds(sweep)
+    verdict(
+        len(named) == 1 and "slower on the speed check" in named[0],
+        rate=1e-4,
+        basis=QUARTER,
+        what=table.stdout + probe_speeds(sweep),
+    )
     assert "its X(1) is the machine's, not the workload's" in named[0]
     explained = ddpbench("explain", str(sweep), "--json-file", str(tmp_path / "why.json"))
     assert explained.returncode == 0, explained.stderr
@@ -119,5 +128,5 @@ def test_the_slow_local_process_is_named_and_the_in_process_efficiency_owes_it_n
     # E(N) divides by the slowed process; the in-process efficiency does not: E(N) lies well above it,
     # and the check names the reference process.
     gap = ddp["check"]["efficiency_minus_in_process_points"]
-    assert gap["low"] > 0, (gap, explained.stdout)
+    verdict(gap["value"] > 0, rate=1e-4, basis=QUARTER, what=f"{gap}\n{explained.stdout}")
     assert "the reference process ran slower than one rank computing alone" in explained.stdout, explained.stdout

@@ -149,7 +149,9 @@ def test_a_browser_shows_the_report_without_errors(page, tmp_path):
         view.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert problems == []
+    # not chance: the page's layout, not a timing
     assert len(images) == 5 and all(complete and width > 0 for complete, width in images)
+    # not chance: the page's layout in a fixed window, not a timing
     assert page_width <= 1366  # no sideways scrolling of the page itself on a laptop
     runs = [scrolls for heading, scrolls in tables if heading == "Runs"]
     assert runs and not any(runs)  # the run table fits its column: no column is hidden

@@ -60,6 +60,7 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
     for rank in record["ranks"]:
         assert len(rank["step_times_s"]) == timed_steps
         assert all(t > 0 for t in rank["step_times_s"])
+        # not chance: bytes allocated, not timed
         assert rank["peak_memory_bytes"] > 0
         assert rank["threads"] == record["spec"]["threads_per_rank"]
     # Every derived number is recomputed here from the raw per-rank step times.
@@ -72,6 +73,7 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
     assert metrics["throughput_samples_per_s"] == pytest.approx(samples / metrics["window_s"])
     # The barrier-aligned window holds the timed steps: it cannot be shorter than their sum on
     # any rank (it also contains the final barrier).
+    # not chance: the window holds the timed steps end to end
     assert metrics["window_s"] >= max(sum(r["step_times_s"]) for r in record["ranks"]) * 0.999
     failed = [name for name, check in record["checks"].items() if check["ok"] is False]
     assert not failed, record["checks"]
@@ -95,6 +97,7 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert checks["reshuffled_each_epoch"]["ok"] is True  # the batch after the window starts epoch 1: set_epoch ran
     assert record["ranks"][0]["epochs_started"] == 2
     assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
+    # not chance: counted from the model, not timed
     assert record["metrics"]["flops_per_sample"] > 0
     assert "throughput" in done.stdout and "replicas_in_sync ok" in done.stdout
     # A healthy run (profiled, so Kineto ran on every rank) shows ddpbench's summary and nothing else.
@@ -108,15 +111,19 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert all(os.path.exists(p) for p in overlap["trace"]["paths"])
     for rank, view in enumerate(overlap["trace"]["by_rank"]):
         assert (view["rank"], view["kind"], view["backend"], view["steps_analysed"]) == (rank, "cpu", "gloo", 3)
+        # not chance: a duration is positive, a share lies in 0-100
         assert view["comm_us"] > 0 and 0 <= view["overlap_pct"] <= 100
         assert view["exposed_comm_us"] == pytest.approx(view["comm_us"] - view["overlap_us"])
     assert len(overlap["no_sync"]["by_rank"]) == 2 and overlap["no_sync"]["by_rank"][0]["steps"] == 10
     assert all(len(r["no_sync_step_times_s"]) == 10 for r in record["ranks"])
     # Every rank's wait for its batches in the timed window, summarised (the per-step list is not kept).
     for entry in record["ranks"]:
+        # not chance: a measured duration is positive
         assert entry["data_wait_mean_s"] >= 0 and entry["data_wait_p50_s"] >= 0, entry
+        # not chance: the wait for data is part of each step
         assert entry["data_wait_mean_s"] < sum(entry["step_times_s"]) / len(entry["step_times_s"])
     for view in overlap["reducer"]["by_rank"]:
+        # not chance: a count, and a measured duration is positive
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
     # The gradient timeline, run as the ladder's blocks (22 timed steps: the minimum of 5 blocks),
     # one marked step of each kind per block on every rank, and the rank stepping alone two blocks
@@ -124,20 +131,26 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     # probe: every round measured on every rank, over a buffer the
     # size of all gradients.
     timeline = record["timeline"]
+    # not chance: a measured duration is positive
     assert timeline["cast_cost"]["scaled_copy_s_per_byte"] > 0
     ladder = timeline["ladder"]
+    # not chance: a measured duration is positive
     assert ladder["blocks"] == 5 and ladder["alone_rank_by_block"] == [0, 0, 1, 1, 0] and ladder["wall_s"] > 0
     for rank, view in enumerate(timeline["by_rank"]):
+        # not chance: a measured duration is positive
         assert view["rank"] == rank and view["ladder_wall_s"] > 0
         for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped"):
             assert [step["block"] for step in view[kind]] == [0, 1, 2, 3, 4], kind
+            # not chance: a measured duration is positive
             assert all(step["step_s"] > 0 for step in view[kind]), kind
         # Rung 0: this rank alone, in the blocks that were its turn.
         assert [step["block"] for step in view["alone"]] == ([0, 1, 4] if rank == 0 else [2, 3])
         probe = view["contention"]
         # Sized to last about as long as backward: between 64 KiB and 4 x the gradients' bytes.
+        # not chance: sizes chosen from the model, not timed
         assert 64 * 1024 <= probe["probe_bytes"] <= 4 * sum(timeline["param_bytes"]) and probe["probe_bytes"] % 4 == 0
         for name in ("comm_alone_s", "backward_alone_s", "backward_with_comm_s", "comm_with_backward_s"):
+            # not chance: a measured rate is positive
             assert len(probe[name]) == 5 and all(value > 0 for value in probe[name]), (name, probe[name])
 
 

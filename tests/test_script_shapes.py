@@ -134,6 +134,7 @@ def test_a_loop_without_the_sampler_fails_the_shard_check_before_any_pass_ends(t
     disjoint = record["checks"]["shards_disjoint"]
     assert disjoint["ok"] is False and disjoint["details"]["whole_pass"] is False, disjoint
     # the same shuffled order on both ranks: every index rank 1 drew, rank 0 drew too
+    # not chance: counts of samples
     assert disjoint["details"]["repeated_indices"] == disjoint["details"]["shard_sizes"][1] >= 480
     assert "indices were read by more than one rank" in disjoint["reason"]
     assert record["checks"]["shards_cover_dataset"]["ok"] is None
