@@ -109,7 +109,10 @@ def one_run(ref: str, folder: str) -> dict:
     counter = LaunchCounter()
     load_before, started_at, started = load_average(), utc_now(), time.monotonic()
     counter.start()
-    done = subprocess.run(["make", "test"], cwd=clone, capture_output=True, text=True)
+    # Each check of tests/chance.py writes its figures and power here (DDPBENCH_CHANCE_LOG).
+    checks = os.path.join(folder, "chance.log")
+    environment = {**os.environ, "DDPBENCH_CHANCE_LOG": checks}
+    done = subprocess.run(["make", "test"], cwd=clone, capture_output=True, text=True, env=environment)
     wall_s = time.monotonic() - started
     counter.stop.set()
     counter.join()
@@ -144,11 +147,39 @@ def saved_runs(out: str) -> list[dict]:
     return runs
 
 
+def stated_rates() -> list[tuple[str, float]]:
+    """The rates the tests state through tests/chance.py, read by its own scan (tests/test_chance.py)."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    import test_chance
+
+    return test_chance.stated_rates()
+
+
+POWER = re.compile(r"chance of failing were it [-\d.e+]+: (?P<power>[\d.]+)")
+
+
+def powers(out: str) -> dict[str, list[float]]:
+    """Per check (test and what it checks), the power it stated in each run that logged it."""
+    found: dict[str, list[float]] = {}
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name, "chance.log")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                test, _, text = line.rstrip("\n").partition("\t")
+                match = POWER.search(text)
+                if match:
+                    what = text.split(":", 1)[0]
+                    found.setdefault(f"{test.split('::', 1)[-1]}: {what}", []).append(float(match["power"]))
+    return found
+
+
 def minutes(seconds: float | None) -> str:
     return "not read" if seconds is None else f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
 
 
-def page(runs: list[dict], head: str, command: str) -> str:
+def page(runs: list[dict], head: str, command: str, out: str) -> str:
     before = [run for run in runs if run.get("label") == "before"]
     after = [run for run in runs if run.get("label") != "before"]
     lines = [
@@ -193,6 +224,29 @@ def page(runs: list[dict], head: str, command: str) -> str:
             f"{mean(after, 'worker_processes'):.0f} at {after[0]['commit'][:7]} (means over the runs of each commit).",
             "",
         ]
+    rates = stated_rates()
+    lines += [
+        "## Chance",
+        "",
+        "Every assert on a measured time, interval or rate goes through `tests/chance.py` and states its "
+        f"false-failure rate. At {head[:7]} the tests make {len(rates)} such checks (parametrizations counted); "
+        f"their stated rates sum to {sum(rate for _, rate in rates):.4f}, against the suite's budget of 0.01 "
+        "(`tests/test_chance.py` holds the sum, checks each helper's rate on synthetic draws, and scans for "
+        "asserts that go around it).",
+        "",
+    ]
+    stated = powers(out)
+    if stated:
+        lines += [
+            "Power: a check that names the value its samples would have without the effect under test "
+            "states its chance of failing then, from its own samples' spread. The lowest each stated over the "
+            "runs above:",
+            "",
+            "| check | lowest power | runs |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {name} | {min(values):.4f} | {len(values)} |" for name, values in sorted(stated.items())]
+        lines.append("")
     for index, run in enumerate(before + after, 1):
         lines += [
             f"## Run {index}: the 15 slowest ({run['commit'][:7]})",
@@ -230,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{run['torchrun_jobs']} torchrun jobs, {run['worker_processes']} workers",
                 file=sys.stderr,
             )
-    text = page(saved_runs(args.out), head, command_line("test_suite.py", argv))
+    text = page(saved_runs(args.out), head, command_line("test_suite.py", argv), args.out)
     print(text)
     write_page(args, text)
     return 0
