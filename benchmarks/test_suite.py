@@ -88,8 +88,8 @@ def parse_output(output: str) -> dict:
     counts, seconds = {}, None
     for line in output.splitlines():
         found = SUMMARY.match(line.strip())
-        if found:
-            seconds = float(found["seconds"])
+        if found:  # the last summary line counts
+            counts, seconds = {}, float(found["seconds"])
             for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", found["text"]):
                 counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
     slowest = [
@@ -190,8 +190,9 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
         "",
         "Each run is a fresh `git clone` of the repository at the commit named; `make test` there builds its own",
         "`.venv` from the machine's package cache (inside the wall time) and runs the whole suite on two pytest",
-        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs, and worker processes",
-        "(one per rank, or one for a run started without torchrun). The target is 10 minutes including the install.",
+        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs, and processes with",
+        "the worker's command line (one per rank, or one for a run started without torchrun, and the DataLoader",
+        "workers they fork). The target is 10 minutes including the install.",
         "",
         "| run | commit | started | wall time (install included) | pytest's own time | passed | failed | skipped "
         "| torchrun jobs | worker processes | load before / after |",

@@ -12,6 +12,10 @@ A check also says its power: given `missing`, the mean (or proportion) the sampl
 effect under test were absent, it computes the chance that the same check on samples of the same
 size and spread would fail then (noncentral t with the samples' own spread). The outcome and the
 failure message show it.
+
+The rates hold for samples that are independent and alike: the steps or rounds of one run. A drift
+of the whole machine between two runs is not in their spread, so a test that compares two runs
+holds the machine to itself (`alone`, tests/conftest.py).
 """
 
 from __future__ import annotations

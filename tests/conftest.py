@@ -171,6 +171,7 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
+    "test_cross_rank_runs.py",  # four real runs, profiled, alone
     "test_script_runs.py",  # one of its tests is alone
     "test_gate_ab.py",
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
@@ -179,7 +180,6 @@ FILE_ORDER = (
     "test_overlap_phases.py",
     "test_faults.py",
     "test_eight_ranks.py",  # eight ranks time-sharing two cores: about a minute
-    "test_cross_rank_runs.py",  # four real runs, profiled
     "test_two_hosts.py",  # two 2-node jobs between network namespaces: about 40 s
     "test_strategies.py",
     "test_runs_cpu.py",
