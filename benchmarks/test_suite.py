@@ -236,6 +236,13 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
         "asserts that go around it).",
         "",
     ]
+    measured = sorted({run["commit"][:7] for run in after} - {head[:7]})
+    if measured:
+        lines += [
+            f"The runs above measured {', '.join(measured)}; the checks are counted at {head[:7]}, and the "
+            "powers below are what the runs' checks stated.",
+            "",
+        ]
     stated = powers(out)
     if stated:
         lines += [
