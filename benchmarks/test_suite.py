@@ -170,7 +170,8 @@ def powers(out: str) -> dict[str, list[float]]:
                 test, _, text = line.rstrip("\n").partition("\t")
                 match = POWER.search(text)
                 if match:
-                    what = text.split(":", 1)[0]
+                    # What the check is, less the run's own figures some tests put in its name.
+                    what = re.sub(r", slept [\d.]+ ms| \[.*\]", "", text.split(":", 1)[0])
                     found.setdefault(f"{test.split('::', 1)[-1]}: {what}", []).append(float(match["power"]))
     return found
 

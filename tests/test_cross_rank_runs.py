@@ -104,10 +104,10 @@ def test_the_slow_rank_arrives_last_and_the_other_waits_for_its_sleep(slow_rank)
     shown = f"slept {slept_ms:.2f} ms\n{summary}"
     # Rank 1 arriving last is rank 0 waiting for it: the waits below. (A share of last arrivals over
     # 12 steps cannot be told from a coin's at 1 in 10,000; the waits can.)
-    mean_at_most(waits_ms(job.collectives, 1), 0.2 * slept_ms, missing=slept_ms, what="rank 1's wait, ms, " + shown)
+    mean_at_most(waits_ms(job.collectives, 1), 0.2 * slept_ms, missing=slept_ms, what="rank 1's wait, ms\n" + shown)
     # Rank 0 waits for rank 1's sleep (and for what else delays rank 1 after it: on this shared
     # 2-core VM a woken rank also computes late, 14.8 ms waited for a 10.3 ms sleep at load 3).
-    mean_at_least(waits_ms(job.collectives, 0), 0.5 * slept_ms, missing=0.0, what="rank 0's wait, ms, " + shown)
+    mean_at_least(waits_ms(job.collectives, 0), 0.5 * slept_ms, missing=0.0, what="rank 0's wait, ms\n" + shown)
     first_bucket = [c for c in job.collectives if (c.group, c.index) == (job.collectives[0].group, 0)]
     mean_at_least([c.spread_us / 1000 for c in first_bucket], 0.5 * slept_ms, missing=0.0, what="spread, ms")
     table = bucket_table(job)
