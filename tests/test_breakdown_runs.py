@@ -94,12 +94,6 @@ def explained(folder, tmp_path) -> dict[str, dict]:
         return {run["run_id"]: run for answer in json.load(handle)["configurations"] for run in answer["by_run"]}
 
 
-def ms(run: dict, name: str) -> float:
-    seconds = run["causes"][name]["seconds"]
-    assert seconds is not None, f"{name} not measured: {run['causes'][name]['basis']}"
-    return seconds["value"] * 1e3
-
-
 def table(*runs: dict) -> str:
     """The causes side by side, for a failure's message."""
     lines = []

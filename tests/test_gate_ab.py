@@ -135,7 +135,7 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
         "--json",
         str(tmp_path / "v.json"),
         "--family-alpha",
-        "0.001",
+        "0.0001",
         "--",
         "--workload",
         "mlp",
@@ -151,7 +151,7 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
     # Unchanged code: a pass, or, where two rounds' noise makes B look slower than the threshold
     # without significance, inconclusive (exit 3, with its sentence); never a regression (exit 1 is
     # the family's false alarm, --family-alpha).
-    holds(done.returncode in (0, 3), rate=1e-3, basis="--family-alpha 0.001", what=done.stdout + done.stderr)
+    holds(done.returncode in (0, 3), rate=1e-4, basis="--family-alpha 0.0001", what=done.stdout + done.stderr)
     if done.returncode == 3:
         assert "inconclusive: " in done.stdout and "rounds would decide it" in done.stdout, done.stdout
     lines = [line for line in done.stderr.splitlines() if line.startswith("round ")]
