@@ -20,7 +20,14 @@ Each trial is `ddpbench bisect --good <commit 0> --bad <commit 15> --threshold 1
 model.py:net --nproc 2 --steps S --warmup 5` from the repository's folder, with records of its own
 (no trial reads another's), timed from outside. The margin, 15 %, lies about halfway between no
 change and the planted 30 % on the log scale, so that a step can answer both "bad" for the planted commit
-and "good" for the others with the rounds this machine's noise allows. Judged:
+and "good" for the others with the rounds this machine's noise allows.
+
+Why 400 steps a run and 6 to 24 rounds a step: a step of this model takes about 3.5 ms, so 40 steps
+time 0.12 s of a 7 s run. Six runs of commit 0 at 40 steps ran 14,746-21,433 samples/s here, and
+identical code then read as different as the planted change (a step said "cannot tell" after 16
+rounds). At 400 steps (1.2 s timed, 1 s more a run) six runs of commit 0 ran 16,765-20,510 and of
+commit 11 10,624-15,108: the rounds' log ratios spread about 0.11, so a step's interval clears
+the margin at about 12 rounds on either side, and 24 leave room for a noisier hour. Judged:
 - planted: exit 0 (or 4: named, with a run on a busy machine), the first bad commit is commit 11,
   the first cause named is a communication cause, in at most 6 steps;
 - null: exit 1 and "no commit slower beyond noise".
@@ -261,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3, help="bisections of each repository (default 3)")
     parser.add_argument("--only", choices=("planted", "null"), default=None, help="one repository only")
     parser.add_argument("--gradient-floats", type=int, default=250_000, help="what commit 11 adds (default 250,000)")
-    parser.add_argument("--steps", type=int, default=40, help="timed steps a run (default 40)")
-    parser.add_argument("--rounds", type=int, default=4, help="bisect --rounds (default 4)")
-    parser.add_argument("--max-rounds", type=int, default=16, help="bisect --max-rounds (default 16)")
+    parser.add_argument("--steps", type=int, default=400, help="steps a run, 5 of them warm-up (default 400)")
+    parser.add_argument("--rounds", type=int, default=6, help="bisect --rounds (default 6)")
+    parser.add_argument("--max-rounds", type=int, default=24, help="bisect --max-rounds (default 24)")
     parser.add_argument(
         "--threshold",
         default="15%",
