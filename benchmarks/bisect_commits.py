@@ -6,15 +6,18 @@ tests/fixtures/planted_regressions.py's), over 16 commits numbered 0 (good) to 1
 - most commits change the file's code without changing what it trains (a constant, a comment, a
   helper, the order of its blocks' construction);
 - commit 7 rewrites how the model is built (a loop instead of a list) without changing its speed;
-- commit 11 makes the DDP step slower with one fixed change, the same in every trial: a parameter of
-  --gradient-floats floats (default 250,000, about 1 MiB) that enters the loss through one element
-  and that the optimizer leaves alone, so every step all-reduces that many more gradient bytes with
-  little compute (as tests/fixtures/planted_regressions.py's gradients case, whose 2,000,000 floats
-  slowed that MLP's DDP step by about 260 % in docs/measurements/gate-why.md: 250,000 is scaled
-  from it to about 30 %; the page gives the slowdown measured). The expected cause
-  is communication: exposed communication, or backward slowed by it.
+- commit 11 makes the DDP step slower with one fixed change, the same in every trial: rank 0 blocks
+  for --report-ms milliseconds (default 1.5) in every forward, as a per-step report to a metrics
+  service would (a sleep stands for the call, so that the change is the same on every trial and
+  machine). The other rank waits for it at the gradients' all-reduce, so the expected cause is
+  waiting for the slowest rank, and the rank that held the other back is rank 0, in forward.
+  1.5 ms on this model's 3.6 ms DDP step here is about a 30 % slowdown as bisect states one (1 - the
+  throughput ratio); an A/B of 6 rounds at 1 ms read 19.4 %. The page gives the slowdown measured.
+  (A first plant, 250,000 more gradient floats that enter the loss through one element, slowed
+  the step 26 % but spread it over compute, DDP overhead and communication, none beyond its noise
+  over 12 rounds: bisect found the commit and rightly named no single cause.)
 The null repository, bisected beside it in every trial (--only planted or --only null runs one),
-is the same without the wide parameter: no commit changes the speed.
+is the same without the report: no commit changes the speed.
 
 Each trial is `ddpbench bisect --good <commit 0> --bad <commit 15> --threshold 15% -- --workload
 model.py:net --nproc 2 --steps S --warmup 5` from the repository's folder, with records of its own
@@ -25,11 +28,13 @@ and "good" for the others with the rounds this machine's noise allows.
 Why 400 steps a run and 6 to 24 rounds a step: a step of this model takes about 3.5 ms, so 40 steps
 time 0.12 s of a 7 s run. Six runs of commit 0 at 40 steps ran 14,746-21,433 samples/s here, and
 identical code then read as different as the planted change (a step said "cannot tell" after 16
-rounds). At 400 steps (1.2 s timed, 1 s more a run) six runs of commit 0 ran 16,765-20,510 and of
-commit 11 10,624-15,108: the rounds' log ratios spread about 0.11, so a step's interval clears
-the margin at about 12 rounds on either side, and 24 leave room for a noisier hour. Judged:
+rounds). At 400 steps (1.2 s timed, 1 s more a run) six runs of commit 0 ran 16,765-20,510 and
+of commit 11 with the first plant (below) 10,624-15,108: the rounds' log ratios spread about 0.11,
+so a step's interval clears the margin at about 12 rounds on either side, and 24 leave room for a
+noisier hour. Judged:
 - planted: exit 0 (or 4: named, with a run on a busy machine), the first bad commit is commit 11,
-  the first cause named is a communication cause, in at most 6 steps;
+  the first cause named is waiting for the slowest rank, rank 0 the one that held the other back,
+  in at most 6 steps;
 - null: exit 1 and "no commit slower beyond noise".
 
 The whole measurement holds /tmp/ddpbench-bench.lock. Prints the page and writes it to --page
@@ -66,11 +71,14 @@ COMMITS = 16
 PLANTED_COMMIT = 11
 NEUTRAL_COMMIT = 7
 MAX_STEPS = 6
-COMMUNICATION_CAUSES = ("exposed_comm", "overlap_slowdown")
+EXPECTED_CAUSE = "straggler_wait"
 
 TEMPLATE = '''"""A model of a user's own repository (written by benchmarks/bisect_commits.py). {note}"""
 
+import time
+
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ddpbench import SyntheticDataset, Workload, default_optimizer
@@ -80,7 +88,7 @@ HIDDEN_LAYERS = 2
 NUM_CLASSES = 10
 BATCH_SIZE = 32
 LABEL = "revision {number}"
-EXTRA_FLOATS = {extra}
+REPORT_S = {report}
 
 
 def _sample(generator):
@@ -92,17 +100,11 @@ class Net(nn.Module):
         super().__init__()
 {build}
         self.head = nn.Linear(WIDTH, NUM_CLASSES)
-        # More gradient bytes, little compute: a parameter that enters the output through one element.
-        self.wide = nn.Parameter(torch.zeros(EXTRA_FLOATS)) if EXTRA_FLOATS else None
 
     def forward(self, x):
-        out = self.head(self.hidden(x))
-        return out + self.wide[:1] if self.wide is not None else out
-
-
-def _optimizer(params):
-    # The wide parameter's update would be compute; what it plants is gradient bytes alone.
-    return default_optimizer([p for p in params if not EXTRA_FLOATS or p.numel() != EXTRA_FLOATS])
+        if REPORT_S and dist.is_initialized() and dist.get_rank() == 0:
+            time.sleep(REPORT_S)  # rank 0 reports a metric every step, a blocking call
+        return self.head(self.hidden(x))
 
 
 def net(size, data_dir=None):
@@ -111,7 +113,7 @@ def net(size, data_dir=None):
         make_dataset=lambda length: SyntheticDataset(length, _sample),
         loss=nn.functional.cross_entropy,
         batch_size=BATCH_SIZE,
-        make_optimizer=_optimizer,
+        make_optimizer=default_optimizer,
     )
 '''
 
@@ -127,7 +129,7 @@ def _block():
 """
 
 
-def source(number: int, plant: bool, gradient_floats: int) -> str:
+def source(number: int, plant: bool, report_ms: float) -> str:
     """commit `number`'s model.py: its code changes at every commit but a few, its speed at commit
     11 only (planted), and its construction at commit 7 (the same layers, built another way)."""
     planted = plant and number >= PLANTED_COMMIT
@@ -135,7 +137,7 @@ def source(number: int, plant: bool, gradient_floats: int) -> str:
     return TEMPLATE.format(
         note="Its speed changes at commit 11." if plant else "Its speed never changes.",
         number=number if number % 5 else number - 1,  # commits 5 and 10 change nothing in the code
-        extra=gradient_floats if planted else 0,
+        report=report_ms / 1000 if planted else 0,
         helpers=helpers + (BLOCK_HELPER if number >= NEUTRAL_COMMIT else ""),
         build=BUILD_LOOP if number >= NEUTRAL_COMMIT else BUILD_LIST,
     )
@@ -145,7 +147,7 @@ def git(repo: str, *args: str) -> str:
     return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def build_repository(folder: str, plant: bool, gradient_floats: int) -> list[str]:
+def build_repository(folder: str, plant: bool, report_ms: float) -> list[str]:
     """The 16 commits' shas, commit 0 first."""
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -155,9 +157,9 @@ def build_repository(folder: str, plant: bool, gradient_floats: int) -> list[str
     shas = []
     for number in range(COMMITS):
         with open(os.path.join(folder, "model.py"), "w", encoding="utf-8") as handle:
-            handle.write(source(number, plant, gradient_floats))
+            handle.write(source(number, plant, report_ms))
         subject = {
-            PLANTED_COMMIT: "Keep a wide parameter in the output" if plant else "Reword a comment",
+            PLANTED_COMMIT: "Report a metric from rank 0 every step" if plant else "Reword a comment",
             NEUTRAL_COMMIT: "Build the hidden blocks in a loop",
         }.get(number, f"Change {number}")
         git(folder, "add", "-A")
@@ -168,7 +170,7 @@ def build_repository(folder: str, plant: bool, gradient_floats: int) -> list[str
 
 def trial(out: str, name: str, plant: bool, args) -> dict:
     repo = os.path.join(out, name, "repo")
-    shas = build_repository(repo, plant, args.gradient_floats)
+    shas = build_repository(repo, plant, args.report_ms)
     answer_file = os.path.join(out, name, "answer.json")
     command = [
         sys.executable, "-m", "ddpbench", "bisect", "--good", shas[0], "--bad", shas[-1],
@@ -186,6 +188,7 @@ def trial(out: str, name: str, plant: bool, args) -> dict:
     first_bad = answer.get("first_bad")
     why = answer.get("why") or []
     named = [n for entry in why if isinstance(entry, dict) for n in entry.get("named", [])]
+    straggler = next((entry["straggler"] for entry in why if isinstance(entry, dict) and entry.get("straggler")), {})
     found = {
         "name": name,
         "planted": plant,
@@ -195,6 +198,8 @@ def trial(out: str, name: str, plant: bool, args) -> dict:
         "new_runs": answer.get("new_runs"),
         "minutes": minutes,
         "named": named,
+        "rank": straggler.get("rank"),
+        "phase": straggler.get("phase"),
         "slowdown": next((s for s in answer.get("steps", []) if s["sha"] == first_bad), {}).get("slowdown"),
         "said_none": "no commit slower beyond noise" in done.stdout,
         "answer": [line for line in done.stdout.splitlines() if line.strip()],
@@ -203,18 +208,24 @@ def trial(out: str, name: str, plant: bool, args) -> dict:
         done.returncode in (0, 4)
         and found["first_bad"] == PLANTED_COMMIT
         and bool(named)
-        and named[0] in COMMUNICATION_CAUSES
+        and named[0] == EXPECTED_CAUSE
+        and found["rank"] == 0
         and found["steps"] <= MAX_STEPS
         if plant
         else done.returncode == 1 and found["said_none"]
     )
     print(
         f"{name}: exit {done.returncode}, first bad {found['first_bad']}, {found['steps']} steps, "
-        f"{minutes:.1f} min, named {named}: {'as expected' if found['ok'] else 'NOT as expected'}",
+        f"{minutes:.1f} min, named {named}, rank {found['rank']} ({found['phase']}): "
+        f"{'as expected' if found['ok'] else 'NOT as expected'}",
         file=sys.stderr,
         flush=True,
     )
     return found
+
+
+def dash(value) -> str:
+    return "-" if value is None else str(value)
 
 
 def page(results: list[dict], args, facts: dict) -> str:
@@ -230,30 +241,31 @@ def page(results: list[dict], args, facts: dict) -> str:
         f"- **Machine**: {usable_cores()} cores ({cpu_model()}), no GPU used; page written {utc_now()}.",
         f"- **Command**: `{facts['command']}` ({sum(r['minutes'] for r in results):.1f} minutes of bisection, holding "
         f"`flock {LOCK}` throughout).",
-        f"- **Planted**: commit {PLANTED_COMMIT} adds a parameter of {args.gradient_floats:,} floats "
-        f"({args.gradient_floats * 4 / 2**20:.2f} MiB more gradient to all-reduce every step) that enters the "
-        "output through one element; expected cause: communication (exposed communication, or backward slowed "
-        f"by it). Commit {NEUTRAL_COMMIT} builds the same layers another way; most other commits change code "
-        "that does not run in the step.",
+        f"- **Planted**: from commit {PLANTED_COMMIT} rank 0 blocks for {args.report_ms:g} ms in every forward (a "
+        "per-step report to a metrics service; a sleep stands for the call). Expected cause: waiting for the "
+        f"slowest rank, rank 0 the one that held the other back. Commit {NEUTRAL_COMMIT} builds the same layers "
+        "another way; most other commits change code that does not run in the step.",
         f"- **Each bisection**: `--nproc 2 --steps {args.steps} --warmup 5`, `--rounds {args.rounds} --max-rounds "
         f"{args.max_rounds} --threshold {args.threshold}` (the margin about halfway between no change and a 30 % "
         "slowdown on the log scale), the default error rate (1 % a step), records of its own.",
         "",
         "| trial | repository | exit | first bad commit | steps | new runs | minutes | slowdown "
-        "| first cause named | as expected |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| first cause named | rank that held the other back | its phase | as expected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in results:
         slowdown = f"{100 * r['slowdown']:.1f} %" if r["slowdown"] is not None else "-"
         lines.append(
             f"| {r['name']} | {'planted' if r['planted'] else 'null'} | {r['exit']} | "
             f"{r['first_bad'] if r['first_bad'] is not None else '-'} | {r['steps']} | {r['new_runs']} | "
-            f"{r['minutes']:.1f} | {slowdown} | {(r['named'] or ['-'])[0]} | {'yes' if r['ok'] else 'no'} |"
+            f"{r['minutes']:.1f} | {slowdown} | {(r['named'] or ['-'])[0]} | {dash(r['rank'])} | {dash(r['phase'])} | "
+            f"{'yes' if r['ok'] else 'no'} |"
         )
     lines += [
         "",
-        f"- Planted: {sum(r['ok'] for r in planted)} of {len(planted)} trials named commit {PLANTED_COMMIT} and a "
-        f"communication cause first, in at most {MAX_STEPS} steps.",
+        f"- Planted: {sum(r['ok'] for r in planted)} of {len(planted)} trials named commit {PLANTED_COMMIT} and "
+        "waiting for the slowest rank first, with rank 0 the one that held the other back, in at most "
+        f"{MAX_STEPS} steps.",
         f"- Null: {sum(r['ok'] for r in null)} of {len(null)} trials ended \"no commit slower beyond noise\" (exit 1).",
         "",
     ]
@@ -267,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the repositories, records and answers go here")
     parser.add_argument("--trials", type=int, default=3, help="bisections of each repository (default 3)")
     parser.add_argument("--only", choices=("planted", "null"), default=None, help="one repository only")
-    parser.add_argument("--gradient-floats", type=int, default=250_000, help="what commit 11 adds (default 250,000)")
+    parser.add_argument(
+        "--report-ms", type=float, default=1.5, help="how long rank 0 blocks in each forward from commit 11 (1.5)"
+    )
     parser.add_argument("--steps", type=int, default=400, help="steps a run, 5 of them warm-up (default 400)")
     parser.add_argument("--rounds", type=int, default=6, help="bisect --rounds (default 6)")
     parser.add_argument("--max-rounds", type=int, default=24, help="bisect --max-rounds (default 24)")
