@@ -344,6 +344,7 @@ def test_a_sweep_of_a_script_scales_it_against_its_ddp_run_at_one_rank(slow_rank
     )
 
 
+@pytest.mark.launches  # through slow_rank_sweep: without the mark, make test-fast started that sweep
 def test_a_script_that_keeps_its_global_batch_gets_no_e_and_the_table_says_why(slow_rank_sweep, tmp_path):
     """nanoGPT divides its gradient accumulation by the world size: its x2 run steps half the x1
     run's batch per device. The sweep's real records with the x2 run's batch halved so: the x1 row
