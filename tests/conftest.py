@@ -171,11 +171,11 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
-    "test_cross_rank_runs.py",  # four real runs, profiled, alone
+    "test_cross_rank_runs.py",  # four real runs, profiled; the shaped pair alone
     "test_script_runs.py",  # one of its tests is alone
     "test_gate_ab.py",
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
-    "test_faster_machine.py",  # alone: a sweep held to a quarter of a core, then a free one: about 2 minutes
+    "test_faster_machine.py",  # a sweep held to a quarter of a core, then a free one: about 1.5 minutes
     "test_install.py",  # pip installs beside a torch, two small sweeps: about 1.5 minutes
     "test_overlap_phases.py",
     "test_faults.py",

@@ -8,28 +8,26 @@ world size 1 per case, a launch none of these checks reads.
 
 What each term holds in amounts, with intervals, is measured by benchmarks/planted_causes.py
 (docs/measurements/planted-causes.md: the slow rank, the slow __getitem__, the shaped network, the
-slow backward and the greedy forward). The checks here are those the suite can afford at its
-false-failure budget (tests/chance.py): the slow rank's wait, at 1 in 10,000. (--slowdown's work kept
-out of DDP's own terms was checked here too; at its most, 1.0, it plants 2-3 ms, within those terms'
-noise over 8 rounds, ± 1.3 ms, so the check could not have told the old booking from the new.)"""
+slow backward and the greedy forward). The checks here need no interval: sleeps never return early.
+
+The slow rank was a case here too. Its verdict (rank 1, in forward, as explain's JSON says it) is now
+checked on the profiled slow-rank run of tests/test_cross_rank_runs.py, one launch for both. How much
+of its sleep `straggler_wait` holds was checked against an unplanted baseline at 1 in 10,000, but over
+the ablation's 8 rounds that check had a power of 0.88 on this machine; the benchmark judges it,
+within 20 % of the logged sleep. --slowdown's work kept out of DDP's own terms went there earlier for
+the same reason: 2-3 ms planted against ± 1.3 ms of noise over 8 rounds."""
 
 import functools
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 
 import pytest
-from chance import difference_at_least
 from conftest import FIXTURES, cpu_environment, ddpbench
 
-from ddpbench.analysis.ablation import read_ablation
-from ddpbench.records.store import read_records
-
-# Two runs' rounds are compared: a test running beside one and not the other would shift it.
-pytestmark = [pytest.mark.launches, pytest.mark.alone]
+pytestmark = pytest.mark.launches
 
 PLANTED = os.path.join(FIXTURES, "planted_causes.py")
 
@@ -44,7 +42,7 @@ def planted_causes():
 
 
 STEPS, WARMUP = 74, 10
-"""64 timed steps: the ablation's most rounds, 8, the samples the checks below compare."""
+"""64 timed steps: the ablation's most rounds, 8, behind the `data` term's interval."""
 
 
 def run_args(out, factory: str, strategy: str, run_id: str, extra: tuple = ()) -> list[str]:
@@ -120,53 +118,8 @@ def run_cases(tmp_path_factory, *factories: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def rank_cases(tmp_path_factory):
-    """The unplanted baseline (slow_rank_one's model and data with no delay) and the slow rank."""
-    return run_cases(tmp_path_factory, "steady_ranks", "slow_rank_one")
-
-
-@pytest.fixture(scope="module")
-def steady(rank_cases):
-    return rank_cases[0]
-
-
-@pytest.fixture(scope="module")
-def slow_rank(rank_cases):
-    return rank_cases[1]
-
-
-@pytest.fixture(scope="module")
 def slow_data(tmp_path_factory):
     return run_cases(tmp_path_factory, "slow_getitem")[0]
-
-
-def per_round_ms(folder, run_id: str, names: tuple[str, ...]) -> dict[str, list[float]]:
-    """One run's ablation per round, ms: each of `names` (causes, or `bottom`, the one-device
-    step) over the rounds that measured all of them, in the same order."""
-    records, _ = read_records(str(folder))
-    (record,) = [record for _, record in records if record.run_id == run_id]
-    rounds = read_ablation(record).rounds
-    complete = [r for r in rounds["top"] if all(r in rounds[name] for name in names)]
-    assert len(complete) >= 3, f"{run_id}: {len(complete)} complete rounds"
-    return {name: [rounds[name][r] * 1e3 for r in complete] for name in names}
-
-
-def test_a_slow_rank_is_waiting_for_the_slowest_rank(slow_rank, steady, tmp_path):
-    planted = explained(slow_rank, tmp_path)["ddp"]
-    baseline = explained(steady, tmp_path)["ddp"]
-    # What the slow rank's sleeps really took (10 ms asked; a loaded host wakes a sleeper late).
-    with open(os.path.join(slow_rank, "slept.txt")) as handle:
-        delay_ms = statistics.fmean(float(line) for line in handle) * 1e3
-    numbers = table(planted, baseline) + f"\nthe slow rank slept {delay_ms:.2f} ms per forward"
-    # What the planted sleep added to the cause, against the same model with no sleep, round by
-    # round. The term holds at least half the sleep; the term without it (the old booking, which
-    # put the wait elsewhere) would be missing the sleep: the check states its power against that.
-    with_sleep = per_round_ms(slow_rank, "ddp", ("straggler_wait",))["straggler_wait"]
-    without = per_round_ms(steady, "ddp", ("straggler_wait",))["straggler_wait"]
-    difference_at_least(with_sleep, without, 0.5 * delay_ms, missing=0.0, what="straggler_wait grew, ms\n" + numbers)
-    # The verdict names the rank whose forward sleeps, and the phase.
-    straggler = planted["straggler"]
-    assert straggler["named"] and straggler["rank"] == 1 and straggler["phase"] == "forward", straggler
 
 
 def test_a_slow_getitem_every_rank_pays_is_data_time_in_the_step_and_its_reference(slow_data, tmp_path):
