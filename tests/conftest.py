@@ -172,7 +172,7 @@ FILE_ORDER = (
     "test_gate_confirm.py",
     "test_breakdown_runs.py",
     "test_cross_rank_runs.py",  # four real runs, profiled; the shaped pair alone
-    "test_script_runs.py",  # one of its tests is alone
+    "test_script_runs.py",
     "test_gate_ab.py",
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
     "test_faster_machine.py",  # a sweep held to a quarter of a core, then a free one: about 1.5 minutes
