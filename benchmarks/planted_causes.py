@@ -59,11 +59,12 @@ from ddpbench.records.store import read_records  # noqa: E402
 PAGE = os.path.join(REPO, "docs", "measurements", "planted-causes.md")
 COMMUNICATION = ("exposed_comm", "overlap_slowdown", "straggler_wait", "forward_optimizer")
 TOLERANCE = 0.25
-"""As tests/test_breakdown_runs.py judges the slow __getitem__ and the shaped network, and how far
-any other term may grow: a quarter of the planted amount."""
+"""How far the slow __getitem__'s `data` term and the shaped network's communication terms may land
+from the planted amount, and how far any other term may grow: a quarter of the planted amount."""
 SLOW_RANK_TOLERANCE = 0.20
-"""As tests/test_breakdown_runs.py judges it: what straggler_wait grew by against the baseline, within
-20 % of the sleep (the test also accepts a miss inside the growth's 95 % half-width)."""
+"""What straggler_wait grew by against the baseline, within 20 % of the sleep (the wider rule also
+accepts a miss inside the growth's 95 % half-width). No test judges this amount: over a run's 8
+ablation rounds, a check at the suite's 1 in 10,000 had a power of 0.88 here."""
 CONTENTION_TOLERANCE = 0.40
 """contention's growth within 40 % of what two one-device runs at once lose against one alone."""
 MEASUREMENT = "measurement.json"
@@ -244,7 +245,7 @@ def judge(found: dict, together: list[float], slept: float | None) -> dict:
             "half_width": width,
             "tolerance": SLOW_RANK_TOLERANCE,
             "ok": within(grew, planted, SLOW_RANK_TOLERANCE),
-            # The test's rule: within 20 % or the growth's half-width, which must stay under 0.75 of the
+            # The wider rule: within 20 % or the growth's half-width, which must stay under 0.75 of the
             # sleep, and the growth between half and one and a half times the sleep.
             "ok_or_in_interval": width is not None
             and width <= 0.75 * planted
@@ -358,7 +359,7 @@ def planted_table(judged: dict) -> list[str]:
             f"| slow_rank | {what} | {ms(case['planted'])} | straggler_wait, growth | "
             f"{pm(case['held'], case['half_width'])} | {yes(case['ok'])} ({pct(case['tolerance'])}, "
             f"limit {ms(case['tolerance'] * case['planted'])}"
-            + ("" if case["ok"] else f"; the test's rule: {yes(case['ok_or_in_interval'])}")
+            + ("" if case["ok"] else f"; the wider rule: {yes(case['ok_or_in_interval'])}")
             + f") | {other_cell(case)} |"
         )
     if "slow_getitem" in judged:
@@ -424,7 +425,7 @@ def findings(judged: dict, found: dict, skipped: str | None) -> list[str]:
         if not case["ok"]:
             line += (
                 f" Within {pct(case['tolerance'])} or the growth's 95 % half-width, that half-width under 0.75 of "
-                "the sleep and the growth between 0.5 and 1.5 times it (the test's rule): "
+                "the sleep and the growth between 0.5 and 1.5 times it (the wider rule): "
                 f"{yes(case['ok_or_in_interval'])}."
             )
         said.append(line)

@@ -163,21 +163,21 @@ def pytest_runtest_protocol(item, nextitem):
 # leaves both idle as long as that test runs (a minute for the hanging runs); together at the start
 # they only wait for each other. Then the files whose tests take longest (worker-seconds under
 # `make test`, measured at 0242eb2 on the 2-core machine: test_faults 201, test_script_shapes 110,
-# test_strategies 107, test_script_runs 101, ...), so that neither worker is left finishing a long file alone; xdist's own
-# order (most tests first) put them last. `make test` passes --no-loadscope-reorder so that this
+# test_strategies 107, test_script_runs 101, ...), so that neither worker is left finishing a long
+# file alone; xdist's own order (most tests first) put them last. `make test` passes --no-loadscope-reorder so that this
 # order holds. test_busy_machine is left to the rest: it reads the whole machine's load, and early
 # on, the processes of the first files' hanging and failing runs were still ending beside it (a
 # quiet run read 0.27 of 2 cores used by others).
 FILE_ORDER = (
     "test_gate_confirm.py",  # alone: paired rounds, about 80 s
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
+    "test_faster_machine.py",  # alone: a sweep held to a quarter of a core, then a free one: about 1.5 minutes
     "test_overlap_phases.py",
     "test_cross_rank_runs.py",  # four real runs, profiled; the shaped pair alone
     "test_faults.py",
     "test_script_shapes.py",
     "test_strategies.py",
     "test_script_runs.py",
-    "test_faster_machine.py",  # a sweep held to a quarter of a core, then a free one: about 1.5 minutes
     "test_runs_cpu.py",
     "test_two_hosts.py",  # two 2-node jobs between network namespaces: about 40 s
     "test_sweep_cpu.py",

@@ -5,8 +5,9 @@ assertion of the case on it.
 
 Each check on a measured amount goes through tests/chance.py at 1 in 10,000, over the profiled
 steps of one run (or two runs' steps for the shaped network, whose effect is tens of
-milliseconds). How long the waits are against the sleep is measured on
-docs/measurements/planted-causes.md."""
+milliseconds); the verdicts that name the slow rank come from those steps or from the run's
+in-process ablation. How long the ablation's wait for the slowest rank is against the sleep is
+measured on docs/measurements/planted-causes.md (benchmarks/planted_causes.py)."""
 
 import json
 import os
@@ -104,7 +105,8 @@ def test_the_slow_rank_arrives_last_and_the_other_waits_for_its_sleep(slow_rank)
     summary = {row["rank"]: row for row in rank_summary(job)}
     shown = f"slept {slept_ms:.2f} ms\n{summary}"
     # Rank 1 arriving last is rank 0 waiting for it: the waits below. (A share of last arrivals over
-    # 12 steps cannot be told from a coin's at 1 in 10,000; the waits can.)
+    # the profiled steps is not asserted: 12 of them could not be told from a coin's at 1 in 10,000;
+    # the waits can.)
     mean_at_most(waits_ms(job.collectives, 1), 0.2 * slept_ms, missing=slept_ms, what="rank 1's wait, ms\n" + shown)
     # Rank 0 waits for rank 1's sleep (and for what else delays rank 1 after it: on this shared
     # 2-core VM a woken rank also computes late, 14.8 ms waited for a 10.3 ms sleep at load 3).
@@ -150,16 +152,16 @@ def test_explain_json_carries_the_critical_path(slow_rank, tmp_path):
     # The printed line says the same rank and phase first.
     named = (path["held"][0]["rank"], path["held"][0]["phase"]) == (1, "forward")
     verdict(named and "rank 1" in printed and "forward" in printed, rate=1e-4, basis=NAMED, what=done.stdout)
-    # So does the run's own straggler verdict, from its in-process ablation.
+    # The run's straggler verdict is there as the analysis reaches it (that it names rank 1's forward
+    # is held below, on the traces and the ablation alike).
+    from ddpbench.analysis.answers import answer_run
+    from ddpbench.records.store import load_record
+
+    record = load_record(os.path.join(out, "runs", "slow.json"))
+    found = answer_run(record, [("slow.json", record)]).straggler
     (run,) = slow["by_run"]
-    straggler = run["straggler"]
-    waited = straggler["named"] and (straggler["rank"], straggler["phase"]) == (1, "forward")
-    verdict(waited, rate=1e-4, basis=NAMED, what=str(straggler))
-    # A sleep never returns early: the step holds at least the sleep rank 1 logged.
-    with open(out / "slow-slept.txt") as handle:
-        slept = [float(line) for line in handle]
-    assert slept and min(slept) >= 0.010, slept  # not chance: sleep's contract (FORWARD_DELAY_S)
-    assert run["step_s"] >= min(slept), run  # not chance: every timed step waits for it
+    shown = (run["straggler"]["named"], run["straggler"]["rank"], run["straggler"]["phase"])
+    assert shown == (found.named, found.rank, found.phase), run["straggler"]  # not chance: one answer, two outputs
 
 
 def test_the_run_merges_into_one_timeline_with_the_path_on_it(slow_rank):
