@@ -171,7 +171,7 @@ def pytest_runtest_protocol(item, nextitem):
 FILE_ORDER = (
     "test_gate_confirm.py",  # alone: paired rounds, about 80 s
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
-    "test_faster_machine.py",  # alone: a sweep held to a quarter of a core, then a free one: about 1.5 minutes
+    "test_faster_machine.py",  # alone: a sweep held to half a core beside a free one: about 35 s
     "test_overlap_phases.py",
     "test_cross_rank_runs.py",  # four real runs, profiled; the shaped pair alone
     "test_faults.py",
