@@ -62,9 +62,11 @@ def start_sweep(out, sweep_id: str, *extra: str, group: str | None = None) -> tu
     return started, str(out / sweep_id)
 
 
-def finished(started: subprocess.Popen) -> None:
-    stdout, stderr = started.communicate(timeout=600)
-    assert started.returncode == 0, stdout[-2000:] + stderr[-3000:]
+def finished(*started: subprocess.Popen) -> None:
+    """Waits for every sweep before judging any: a failed one leaves none running in the cgroup."""
+    ended = [(process, *process.communicate(timeout=600)) for process in started]
+    for process, stdout, stderr in ended:
+        assert process.returncode == 0, stdout[-2000:] + stderr[-3000:]
 
 
 def test_a_slowed_workload_on_a_faster_machine_does_not_pass(tmp_path, half_a_core):
@@ -72,8 +74,7 @@ def test_a_slowed_workload_on_a_faster_machine_does_not_pass(tmp_path, half_a_co
     # the test holds the machine for the baseline's time only, not for both sweeps one after the other.
     base, baseline = start_sweep(tmp_path, "base", group=half_a_core)
     cand, candidate = start_sweep(tmp_path, "cand", "--slowdown", "0.25")
-    finished(cand)
-    finished(base)
+    finished(cand, base)
     out = tmp_path / "verdict.json"
     done = ddpbench(
         "gate",
