@@ -122,14 +122,18 @@ def ddpbench(
 
 # Under `make test` the files are shared out to two pytest workers (pytest-xdist, whole files).
 # Most launches leave a core idle much of the time (torchrun's start, one-process runs, a hang
-# waiting out its timeout), but some files measure timing that a neighbour would blur: their tests
-# are marked `alone` and get the machine to themselves. Each test, from its setup (fixtures of
-# wider scope are made there) to its teardown, holds a lock on one file: shared, or exclusive
-# when marked `alone`. A turnstile taken first keeps a waiting exclusive test from being overtaken
-# by the other worker's next shared one. The wait is outside the test's phases, so --durations
-# does not count it.
+# waiting out its timeout), but some files measure timing that a neighbour would blur. Each test,
+# from its setup (fixtures of wider scope are made there) to its teardown, holds locks on two
+# files, `machine` and `launches`, as its markers say:
+# - `alone` (two runs compared, a process held to part of a core): `machine` exclusive, nothing
+#   runs beside it;
+# - `one_core` (one process at a time, timed): `launches` exclusive, so only tests that launch
+#   nothing (short in-process tests, one core's worth) run beside it, on the other core;
+# - `launches`: both shared; any other test: `machine` shared.
+# A turnstile taken first keeps a waiting exclusive test from being overtaken by the other
+# worker's next shared one. The wait is outside the test's phases, so --durations does not count it.
 @contextlib.contextmanager
-def _machine_share(alone: bool):
+def _machine_share(item):
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not run:  # one pytest process: the tests run one after another anyway
         yield
@@ -137,42 +141,67 @@ def _machine_share(alone: bool):
     import fcntl
     import tempfile
 
+    alone, one_core = (item.get_closest_marker(name) is not None for name in ("alone", "one_core"))
+    launches = item.get_closest_marker("launches") is not None
     folder = os.path.join(tempfile.gettempdir(), f"ddpbench-tests-{run}")
     os.makedirs(folder, exist_ok=True)
-    turnstile_path, machine_path = os.path.join(folder, "turnstile"), os.path.join(folder, "machine")
-    with open(turnstile_path, "a") as turnstile, open(machine_path, "a") as machine:
+    with contextlib.ExitStack() as held:
+        turnstile, machine, launching = (
+            held.enter_context(open(os.path.join(folder, name), "a")) for name in ("turnstile", "machine", "launches")
+        )
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            held.callback(fcntl.flock, machine, fcntl.LOCK_UN)
+            if one_core or launches:
+                fcntl.flock(launching, fcntl.LOCK_EX if one_core else fcntl.LOCK_SH)
+                held.callback(fcntl.flock, launching, fcntl.LOCK_UN)
         finally:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(machine, fcntl.LOCK_UN)
+        yield
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    with _machine_share(alone=item.get_closest_marker("alone") is not None):
+    with _machine_share(item):
         return (yield)
 
 
-# The order the two workers take whole files in. First the files whose tests are marked `alone`:
-# each of them holds the machine to itself, and one that waits for the other worker's current test
-# leaves both idle as long as that test runs (a minute for the hanging runs); together at the start
-# they only wait for each other. Then the files whose tests take longest (worker-seconds under
-# `make test`, measured at 0242eb2 on the 2-core machine: test_faults 201, test_script_shapes 110,
-# test_strategies 107, test_script_runs 101, ...), so that neither worker is left finishing a long
-# file alone; xdist's own order (most tests first) put them last. `make test` passes --no-loadscope-reorder so that this
-# order holds. test_busy_machine is left to the rest: it reads the whole machine's load, and early
-# on, the processes of the first files' hanging and failing runs were still ending beside it (a
-# quiet run read 0.27 of 2 cores used by others).
+# The order the two workers take whole files in.
+# - First the `one_core` confirmation rounds; the other worker runs files that launch nothing
+#   beside them (about 70 s of them under `make test-fast` at 8e6acc3) instead of waiting.
+# - The third file is the one the first worker takes next: xdist hands a worker its next file as
+#   soon as two of its tests are left, seconds into the confirmation. It is an `alone` file: one
+#   that launches nothing waited there for the other worker's `alone` tests, its worker idle (62 s).
+# - Then the other `alone` files: each holds the machine to itself, and one that waits for the
+#   other worker's current test leaves both idle as long as that test runs (a minute for the hanging
+#   runs); together they only wait for each other. The other `one_core` file comes after them:
+#   before them, it waited them out (58 s). test_busy_machine reads the whole machine's load: it
+#   comes before any hanging or failing run, whose processes end late (a run after them read 0.27
+#   of 2 cores used by others).
+# - Then the files whose tests take longest (worker-seconds under `make test`, measured at 0242eb2
+#   on the 2-core machine: test_faults 201, test_script_shapes 110, test_strategies 107,
+#   test_script_runs 101, ...), so that neither worker is left finishing a long file alone; xdist's
+#   own order (most tests first) put them last.
+# `make test` passes --no-loadscope-reorder so that this order holds.
 FILE_ORDER = (
-    "test_gate_confirm.py",  # alone: paired rounds, about 80 s
+    "test_gate_confirm.py",  # one_core: paired rounds, one process at a time, about 70 s
+    "test_gate.py",  # launches nothing: 13 s under make test-fast
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
-    "test_faster_machine.py",  # alone: a sweep held to half a core beside a free one: about 35 s
-    "test_overlap_phases.py",
+    # launch nothing: beside the confirmation rounds (seconds under make test-fast)
+    "test_trainjob.py",  # 10
+    "test_id_property.py",  # 8
+    "test_one_figure.py",  # 8
+    "test_cross_rank.py",  # 7.5
+    "test_gate_power.py",  # 7.4
+    "test_report_place.py",  # 6.8
+    "test_gate_why.py",  # 4.3
+    "test_trace_job.py",  # 4.1
+    "test_hangs.py",  # 3.3
+    "test_chance.py",  # 3.1
+    "test_faster_machine.py",  # alone: a sweep held to half a core beside a free one: about 30 s
+    "test_busy_machine.py",  # alone: reads the machine's load, about 30 s
+    "test_overlap_phases.py",  # one_core: one process
     "test_cross_rank_runs.py",  # four real runs, profiled; the shaped pair alone
     "test_faults.py",
     "test_script_shapes.py",
@@ -189,7 +218,6 @@ FILE_ORDER = (
     "test_gate_ab.py",
     "test_breakdown_runs.py",
     "test_terminal_output.py",
-    "test_gate.py",
     "test_gate_ci.py",  # the documented CI job and make gate, run as written: about 30 s
     "test_gpu_paths.py",
     "test_comm.py",

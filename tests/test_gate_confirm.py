@@ -16,8 +16,9 @@ from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, s
 from ddpbench.gate.confirm import run_options
 
 FIXTURE = "tests/fixtures/confirm_work.py"
-# The unchanged configuration must pass its paired rounds: a test running beside them would blur them.
-pytestmark = pytest.mark.alone
+# The unchanged configuration must pass its paired rounds, run one process at a time: a test that
+# launches processes beside them would blur them; one that launches nothing takes the other core.
+pytestmark = pytest.mark.one_core
 
 
 def spec_of(args):

@@ -13,8 +13,9 @@ import torch.multiprocessing as mp
 from ddpbench.worker import phases
 from ddpbench.worker.ablation import LEAD_IN_PER_SEGMENT, MARKED_PER_SEGMENT
 
-# The reducer phase is checked against measured backward times: a test beside it would blur them.
-pytestmark = pytest.mark.alone
+# The reducer phase is checked against measured backward times, in one process on one thread: a
+# test that launches processes beside it would blur them; one that launches nothing takes the other core.
+pytestmark = pytest.mark.one_core
 
 
 def _small_then_big(rank, store_path, results):
