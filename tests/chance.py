@@ -15,7 +15,9 @@ failure message show it.
 
 The rates hold for samples that are independent and alike: the steps or rounds of one run. A drift
 of the whole machine between two runs is not in their spread, so a test that compares two runs
-holds the machine to itself (`alone`, tests/conftest.py).
+holds the machine to itself (`alone`, tests/conftest.py). Paired rounds (the gate's confirmation)
+are the exception: each round runs both sides back to back, and the test on the rounds' ratios sees
+the spread between rounds; they run one process at a time (`one_core`), beside in-process tests only.
 """
 
 from __future__ import annotations

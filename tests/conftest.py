@@ -127,8 +127,10 @@ def ddpbench(
 # files, `machine` and `launches`, as its markers say:
 # - `alone` (two runs compared, a process held to part of a core): `machine` exclusive, nothing
 #   runs beside it;
-# - `one_core` (one process at a time, timed): `launches` exclusive, so only tests that launch
-#   nothing (short in-process tests, one core's worth) run beside it, on the other core;
+# - `one_core` (one process at a time, timed): `launches` exclusive, so only tests not marked
+#   `launches` run beside it, on the other core: in the pytest process, now and then with short
+#   subprocesses (a refused command line, trace files read in two processes for a moment, two
+#   pods for two seconds in test_trainjob);
 # - `launches`: both shared; any other test: `machine` shared.
 # A turnstile taken first keeps a waiting exclusive test from being overtaken by the other
 # worker's next shared one. The wait is outside the test's phases, so --durations does not count it.
@@ -168,11 +170,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 # The order the two workers take whole files in.
-# - First the `one_core` confirmation rounds; the other worker runs files that launch nothing
-#   beside them (about 70 s of them under `make test-fast` at 8e6acc3) instead of waiting.
+# - First the `one_core` confirmation rounds (67 and 92 s in two runs); the other worker runs files
+#   with no `launches` test beside them (about 70 s of them under `make test-fast` at 8e6acc3)
+#   instead of waiting. Not test_cross_rank or test_trace_job: most of their time is trace files
+#   read in two processes.
 # - The third file is the one the first worker takes next: xdist hands a worker its next file as
-#   soon as two of its tests are left, seconds into the confirmation. It is an `alone` file: one
-#   that launches nothing waited there for the other worker's `alone` tests, its worker idle (62 s).
+#   soon as two of its tests are left, seconds into the confirmation. It is an `alone` file: an
+#   in-process file there waited for the other worker's `alone` tests, its worker idle (62 s).
 # - Then the other `alone` files: each holds the machine to itself, and one that waits for the
 #   other worker's current test leaves both idle as long as that test runs (a minute for the hanging
 #   runs); together they only wait for each other. The other `one_core` file comes after them:
@@ -185,20 +189,25 @@ def pytest_runtest_protocol(item, nextitem):
 #   own order (most tests first) put them last.
 # `make test` passes --no-loadscope-reorder so that this order holds.
 FILE_ORDER = (
-    "test_gate_confirm.py",  # one_core: paired rounds, one process at a time, about 70 s
-    "test_gate.py",  # launches nothing: 13 s under make test-fast
+    "test_gate_confirm.py",  # one_core: paired rounds, one process at a time, 67-92 s
+    "test_gate.py",  # in-process: 13 s under make test-fast
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
-    # launch nothing: beside the confirmation rounds (seconds under make test-fast)
+    # in-process: beside the confirmation rounds (seconds under make test-fast)
     "test_trainjob.py",  # 10
     "test_id_property.py",  # 8
     "test_one_figure.py",  # 8
-    "test_cross_rank.py",  # 7.5
     "test_gate_power.py",  # 7.4
     "test_report_place.py",  # 6.8
     "test_gate_why.py",  # 4.3
-    "test_trace_job.py",  # 4.1
     "test_hangs.py",  # 3.3
     "test_chance.py",  # 3.1
+    "test_report_breakdown.py",  # 2.1
+    "test_gate_history.py",  # 2.1
+    "test_large_reports.py",  # 2.0
+    "test_agreement.py",  # 1.9
+    "test_projection.py",  # 1.6
+    "test_layers.py",  # 1.4
+    "test_registry.py",  # 1.4
     "test_faster_machine.py",  # alone: a sweep held to half a core beside a free one: about 30 s
     "test_busy_machine.py",  # alone: reads the machine's load, about 30 s
     "test_overlap_phases.py",  # one_core: one process

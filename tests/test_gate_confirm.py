@@ -16,9 +16,6 @@ from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, s
 from ddpbench.gate.confirm import run_options
 
 FIXTURE = "tests/fixtures/confirm_work.py"
-# The unchanged configuration must pass its paired rounds, run one process at a time: a test that
-# launches processes beside them would blur them; one that launches nothing takes the other core.
-pytestmark = pytest.mark.one_core
 
 
 def spec_of(args):
@@ -102,7 +99,10 @@ def faster_copy(candidate, target, factor):
     return target
 
 
+# The unchanged configuration must pass its paired rounds, run one process at a time: a test that
+# launches processes beside them would blur them; an in-process test takes the other core.
 @pytest.mark.launches
+@pytest.mark.one_core
 def test_the_confirmation_keeps_only_the_regression_the_code_made(tmp_path):
     candidate = tmp_path / "candidate"
     quick = ["--strategy", "local", "--steps", "20", "--warmup", "3", "--threads-per-rank", "1", "--no-profile"]

@@ -14,8 +14,8 @@ from ddpbench.worker import phases
 from ddpbench.worker.ablation import LEAD_IN_PER_SEGMENT, MARKED_PER_SEGMENT
 
 # The reducer phase is checked against measured backward times, in one process on one thread: a
-# test that launches processes beside it would blur them; one that launches nothing takes the other core.
-pytestmark = pytest.mark.one_core
+# test that launches processes beside it would blur them; an in-process test takes the other core.
+# Both tests that read `phase_results` are marked `one_core`: either may be the one whose setup makes it.
 
 
 def _small_then_big(rank, store_path, results):
@@ -90,6 +90,7 @@ def results_of(phase_results, name) -> dict:
 
 
 @pytest.mark.launches
+@pytest.mark.one_core
 def test_reducer_phase_describes_the_replayed_iterations_only(phase_results):
     results = results_of(phase_results, "reducer")
     phase = results["phase"]
@@ -188,6 +189,7 @@ STEP_NAMES = {
 
 
 @pytest.mark.launches
+@pytest.mark.one_core
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(phase_results, world_size):
     """Each block runs one segment of every kind, bottom rung first in even blocks and top first
