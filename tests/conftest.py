@@ -170,7 +170,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 # The order the two workers take whole files in.
-# - First the `one_core` confirmation rounds (67 and 92 s in two runs); the other worker runs files
+# - First the `one_core` confirmation rounds (67-94 s in five runs); the other worker runs files
 #   with no `launches` test beside them (about 70 s of them under `make test-fast` at 8e6acc3)
 #   instead of waiting. Not test_cross_rank or test_trace_job: most of their time is trace files
 #   read in two processes.
@@ -189,7 +189,7 @@ def pytest_runtest_protocol(item, nextitem):
 #   own order (most tests first) put them last.
 # `make test` passes --no-loadscope-reorder so that this order holds.
 FILE_ORDER = (
-    "test_gate_confirm.py",  # one_core: paired rounds, one process at a time, 67-92 s
+    "test_gate_confirm.py",  # one_core: paired rounds, one process at a time, 67-94 s
     "test_gate.py",  # in-process: 13 s under make test-fast
     "test_probe_runs.py",  # alone: a cgroup-slowed local run beside two quiet ones
     # in-process: beside the confirmation rounds (seconds under make test-fast)
