@@ -9,6 +9,7 @@ import msgspec
 import pytest
 from conftest import FIXTURES, REPO
 
+from ddpbench.analysis.cpu_denied import run_cpu
 from ddpbench.config.spec import RunSpec
 from ddpbench.records.schema import RANK_COMPARING_CHECKS, SCHEMA_FILE, SCHEMA_VERSION, Check, json_schema_text
 from ddpbench.records.store import UnreadableRecord, load_record, new_record, read_records, write_atomic, write_record
@@ -61,10 +62,10 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     [
         ({"schema_version": 0}, "schema_version 0"),
         (
-            {"schema_version": 6, "run_id": "x"},
-            "schema_version 6, this ddpbench reads 1 to 5: it was written by a newer",
+            {"schema_version": 7, "run_id": "x"},
+            "schema_version 7, this ddpbench reads 1 to 6: it was written by a newer",
         ),
-        ({"schema_version": 5, "run_id": "x", "status": "ok"}, "not a valid run record"),
+        ({"schema_version": 6, "run_id": "x", "status": "ok"}, "not a valid run record"),
         ([1, 2], "not a run record"),
     ],
 )
@@ -93,15 +94,19 @@ def test_schema_1_records_load_and_convert(folder):
 
 
 def test_schema_2_records_load_as_the_current_schema_without_a_machine_load(tmp_path):
-    """Records of an earlier version: read as they were, the parts added in 3, 4 and 5 absent, and
-    written back in the current schema."""
+    """Records of an earlier version: read as they were, the parts added in 3, 4, 5 and 6 absent, and
+    written back in the current schema. What the kernel counted of their CPU reads "not measured",
+    never zero."""
     folder = os.path.join(FIXTURES, "sweeps", "slow-rank")
     records, unreadable = read_records(folder)
     assert unreadable == [] and records
     for path, record in records:
         raw = json.load(open(path))
-        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 5
+        assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 6
         assert record.compile is None and all(rank.model_state_bytes is None for rank in record.ranks)
+        assert all(rank.cpu is None for rank in record.ranks) and run_cpu(record) is None
+        steps = [step for rank in (record.timeline.by_rank if record.timeline else []) for step in rank.with_ddp]
+        assert all(step.cpu is None for step in steps)
         assert all(rank.model_state_by_part is None for rank in record.ranks)
         assert record.machine_load is None and all(rank.machine_load is None for rank in record.ranks)
         assert record.metrics == msgspec.convert(raw["metrics"], type(record.metrics))
@@ -109,7 +114,7 @@ def test_schema_2_records_load_as_the_current_schema_without_a_machine_load(tmp_
     assert slow.timeline is not None and slow.timeline.ladder is not None  # the ladder came with schema 2 files
     write_record(slow, str(tmp_path))
     again = load_record(str(tmp_path / "runs" / "slow2.json"))
-    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 5 and again == slow
+    assert json.load(open(tmp_path / "runs" / "slow2.json"))["schema_version"] == 6 and again == slow
 
 
 def test_a_converted_record_survives_a_write_and_a_load(tmp_path):
@@ -158,6 +163,6 @@ def test_a_schema_4_model_state_that_left_out_buckets_or_unsharded_buffers_reads
     path = tmp_path / "old.json"
     path.write_text(json.dumps(raw))
     loaded = load_record(str(path))
-    assert loaded.schema_version == SCHEMA_VERSION == 5
+    assert loaded.schema_version == SCHEMA_VERSION == 6
     assert loaded.ranks[0].model_state_bytes == (3 * 4 * 1000 if kept else None)
     assert loaded.ranks[0].model_state_by_part is None

@@ -91,7 +91,7 @@ def test_unreadable_records_are_listed_and_the_rest_reported(tmp_path):
     (copy / "runs" / "mlp-dp-n1.json").write_text(json.dumps(newer))
     html_text = open(build_report(str(copy), str(tmp_path / "r.html"))).read()
     assert "mlp-dp-n2.json" in html_text and "unreadable" in html_text
-    assert "schema_version 99, this ddpbench reads 1 to 5" in html_text
+    assert "schema_version 99, this ddpbench reads 1 to 6" in html_text
     assert "mlp x2" in html_text[: html_text.index("</section>")]  # the readable records are still reported
 
 

@@ -125,6 +125,29 @@ class Overlap(Part):
     reducer: ReducerView | None = None
 
 
+class StepCpu(Part):
+    """What the kernel counted of the rank's CPU over one step (`ddpbench.host.cpu_denied`), seconds;
+    None where it was not read."""
+
+    cpu_s: float | None = None
+    """The training thread on a core."""
+    waited_s: float | None = None
+    """The training thread runnable but waiting for a core (cgroup throttling included)."""
+    threads_cpu_s: float | None = None
+    threads_waited_s: float | None = None
+    """The rank's other threads (its intra-op pool), summed over them."""
+    comm_cpu_s: float | None = None
+    comm_waited_s: float | None = None
+    """The collective library's threads (gloo, NCCL), summed: communication's, not contention's."""
+    loader_cpu_s: float | None = None
+    loader_waited_s: float | None = None
+    """The rank's DataLoader worker processes, summed over their threads."""
+    throttled_s: float | None = None
+    """Time the rank's cgroup was throttled by its CPU quota; None where no quota applies."""
+    pressure_s: float | None = None
+    """The host's CPU pressure: time at least one task waited for a CPU (`/proc/pressure/cpu`)."""
+
+
 class TimelineStep(Part):
     """One step of the gradient timeline phase, in seconds from the step's start (data loading not
     included; it is `data_s`). None where a hook did not fire (e.g. a parameter without gradient)."""
@@ -143,6 +166,8 @@ class TimelineStep(Part):
     block: int | None = None
     """The round of the in-process ablation the step belongs to (`Timeline.ladder`); None in older
     records."""
+    cpu: StepCpu | None = None
+    """What the kernel counted of the rank's CPU over this step; None in older records (not measured)."""
 
 
 class ContentionProbe(Part):
@@ -214,6 +239,13 @@ class Ladder(Part):
     """The rank that stepped alone in each round; empty with one rank."""
     wall_s: float
     """Rank 0's wall time for all rounds."""
+    extra_blocks: int = 0
+    """Of `blocks`, the rounds added because the rounds before them left the largest cause undecided
+    (0 in older records)."""
+    lead_decided: bool | None = None
+    """Whether the last look at the rounds found the largest cause decided (its lead over every other
+    cause would hold in another run); None where nothing was decided this way (one rank, older
+    records)."""
 
 
 class Timeline(Part):

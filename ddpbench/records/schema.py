@@ -34,6 +34,7 @@ from ddpbench.records.overlap_schema import (  # noqa: F401  (re-exported: recor
     Overlap,
     ReducerRank,
     ReducerView,
+    StepCpu,
     Timeline,
     TimelineRank,
     TimelineStep,
@@ -57,7 +58,10 @@ from ddpbench.records.part import Part
 # reads as not counted (from_schema_4) rather than as a smaller figure beside newer ones. Ranks'
 # `probe` (the process's fixed probe before the warm-up and after the window) and the scripts'
 # check `gradients_in_sync` came in the same schema.
-SCHEMA_VERSION = 5
+# 6: what the kernel counted of each rank's CPU: ranks' `cpu` (per timed step), the ablation's
+# steps' `cpu`, probes' `waited_s`; all optional, so a schema-5 record reads as not measured
+# (from_schema_5).
+SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.schema.json")
@@ -196,6 +200,35 @@ class ProbeReading(Part):
     threads: int | None = None
     device: str | None = None
     version: int = 1
+    waited_s: float | None = None
+    """Of `seconds`, the time the probing thread waited for a core (cgroup throttling included);
+    None in older records. A probe slowed by waiting measured the moment's contention, which the
+    window's own counters judge, not the process's speed on a core."""
+
+
+class CpuWindow(Part):
+    """What the kernel counted of one rank's CPU in the timed window (`ddpbench.host.cpu_denied`),
+    one value per timed step for each field of `StepCpu`, seconds (None where not read)."""
+
+    cpu_s: list[float | None] = []
+    waited_s: list[float | None] = []
+    """The training thread runnable but waiting for a core, per step (cgroup throttling included)."""
+    threads_cpu_s: list[float | None] = []
+    threads_waited_s: list[float | None] = []
+    comm_cpu_s: list[float | None] = []
+    comm_waited_s: list[float | None] = []
+    loader_cpu_s: list[float | None] = []
+    loader_waited_s: list[float | None] = []
+    throttled_s: list[float | None] = []
+    pressure_s: list[float | None] = []
+    threads: int = 0
+    """The rank's other threads at the window's start (not the collective library's, not the harness's)."""
+    comm_threads: int = 0
+    loader_processes: int = 0
+    quota_cores: float | None = None
+    """The tightest CPU quota of the rank's cgroups, in cores; None where none applies."""
+    cgroup: str | None = None
+    """The cgroup folder holding that quota."""
 
 
 class ProcessProbe(Part):
@@ -260,6 +293,9 @@ class RankResult(Part):
     machine_load: MachineLoad | None = None
     """Local rank 0 of each node: the node's load over the timed window; None on the other ranks
     and in records of schema 2."""
+    cpu: CpuWindow | None = None
+    """What the kernel counted of this rank's CPU per timed step; None off Linux and in older
+    records (not measured, never zero)."""
 
 
 class Distribution(Part):

@@ -195,13 +195,15 @@ def _convert(path: str, data: bytes) -> Record:
         raise UnreadableRecord(f"{path}: not a run record (a JSON {type(raw).__name__})")
     version = raw.get("schema_version")
     if version == 1:
-        raw = from_schema_4(from_schema_3(from_schema_2(from_schema_1(raw))))
+        raw = from_schema_5(from_schema_4(from_schema_3(from_schema_2(from_schema_1(raw)))))
     elif version == 2:
-        raw = from_schema_4(from_schema_3(from_schema_2(raw)))
+        raw = from_schema_5(from_schema_4(from_schema_3(from_schema_2(raw))))
     elif version == 3:
-        raw = from_schema_4(from_schema_3(raw))
+        raw = from_schema_5(from_schema_4(from_schema_3(raw)))
     elif version == 4:
-        raw = from_schema_4(raw)
+        raw = from_schema_5(from_schema_4(raw))
+    elif version == 5:
+        raw = from_schema_5(raw)
     elif version != SCHEMA_VERSION:
         raise UnreadableRecord(
             f"{path}: schema_version {version!r}, this ddpbench reads 1 to {SCHEMA_VERSION}"
@@ -225,6 +227,13 @@ def read_records(folder: str) -> tuple[list[tuple[str, Record]], list[tuple[str,
         except UnreadableRecord as exc:
             unreadable.append((path, str(exc).removeprefix(f"{path}: ")))
     return records, unreadable
+
+
+def from_schema_5(raw: dict) -> dict:
+    """Schema 5 -> 6: only optional parts were added (what the kernel counted of each rank's CPU,
+    per step and per probe): a schema-5 record reads as one that did not measure them, never as
+    one that measured no waiting."""
+    return dict(raw, schema_version=6)
 
 
 def from_schema_4(raw: dict) -> dict:

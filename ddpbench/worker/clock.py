@@ -8,6 +8,10 @@ of its own, so on the device it lands right after the previous step's last kerne
 ran ahead (a wait of zero), and later by as long as the device sat idle for the batch when it did
 not. The events are read only in `step_times_s()` and `data_times_s()`, after the window, so no
 synchronize ever happens inside the loop. On CPU a mark is perf_counter().
+
+With `counters` (`ddpbench.host.cpu_denied`), each `mark()` also takes the kernel's reading of the
+rank's CPU (a few microseconds: open files read again), so every step has its time on a core and
+its waiting for one beside its length.
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import time
 
 import torch
 
+from ddpbench.host.cpu_denied import CpuCounters, StepCounters
+
 
 class StepClock:
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, counters: CpuCounters | None = None):
         self.on_cuda = device.type == "cuda"
         self.marks: list = []
         self.data_marks: list = []
+        self.cpu = StepCounters(counters) if counters is not None else None
 
     def _now(self):
         if self.on_cuda:
@@ -32,6 +39,8 @@ class StepClock:
 
     def mark(self) -> None:
         self.marks.append(self._now())
+        if self.cpu is not None:
+            self.cpu.mark()
 
     def mark_data(self) -> None:
         """The current step's batch is in hand (call once per step, after its `mark()`)."""

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from ddpbench.host.cpu_denied import difference
+
 PROBE_VERSION = 1
 REPEATS = 5
 CPU_MATMUL_SIZE, CPU_MATMUL_PRODUCTS = 256, 8
@@ -71,9 +73,11 @@ def _rates(device: torch.device) -> tuple[float, float]:
     return 2 * size**3 * products * REPEATS / matmul_s / 1e9, 2 * copy_bytes * REPEATS / copy_s / 1e9
 
 
-def process_probe(device: torch.device) -> dict:
-    """{matmul_gflops, copy_gbps, seconds, threads, device}: the rates of the fixed work on this
-    process's device at its current thread count, and the wall time the probe took."""
+def process_probe(device: torch.device, counters=None) -> dict:
+    """{matmul_gflops, copy_gbps, seconds, threads, device, waited_s}: the rates of the fixed work on
+    this process's device at its current thread count, the wall time the probe took, and (with
+    `counters`, `ddpbench.host.cpu_denied`) how much of it the probing thread waited for a core."""
+    first = counters.read() if counters is not None else None
     started = time.perf_counter()
     # Its random operands come from a forked generator: the run's (a script's own) random numbers
     # are what they would be without the probe.
@@ -84,11 +88,14 @@ def process_probe(device: torch.device) -> dict:
         matmul_gflops, copy_gbps = _rates(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the probe's buffers are no part of the run's memory
+    seconds = time.perf_counter() - started
+    counted = difference(first, counters.read() if counters is not None else None)
     return {
         "version": PROBE_VERSION,
         "matmul_gflops": matmul_gflops,
         "copy_gbps": copy_gbps,
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
         "threads": torch.get_num_threads(),
         "device": device.type,
+        "waited_s": None if counted is None else counted["waited_s"],
     }
