@@ -18,7 +18,7 @@ from conftest import FIXTURES
 from msgspec.structs import replace
 
 from ddpbench.analysis.answer_text import advice, largest_words, sentence
-from ddpbench.analysis.answers import Answer, answer_run, answer_sweep, pool_runs
+from ddpbench.analysis.answers import Answer, answer_run, answer_sweep, lead_holds, pool_runs
 from ddpbench.analysis.causes import CAUSES, Cause, ExplainError
 from ddpbench.analysis.estimates import Estimate, pool, t_975
 from ddpbench.cli import main
@@ -146,17 +146,43 @@ def _answer(points: dict[str, tuple[float, float]], in_process=(0.7, 0.05)) -> A
     return Answer([run], causes=causes, in_process=Estimate(value, value - half, value + half, 3, "runs", half / 4.3))
 
 
-def test_the_largest_cause_is_never_noise_and_ties_are_said():
-    # contention is larger but within noise: data is the largest; exposed is tied with it.
+def _lead(value: float, se: float, runs: int = 3) -> Estimate:
+    half = {3: 4.303, 2: 12.706}[runs] * se
+    return Estimate(value, value - half, value + half, runs, "runs", se)
+
+
+def test_the_largest_cause_is_never_noise_and_ties_are_those_whose_lead_would_not_hold():
+    # contention is larger but within noise: data is the largest. Its lead over exposed
+    # communication, 1.5 pp with a standard error of 0.5 over 3 runs, would not hold in another
+    # sweep (1.5 - 4.30 x sqrt(2) x 0.5 < 0); its lead over DDP overhead, 6.0 pp with 0.4, would
+    # (6.0 - 4.30 x sqrt(2) x 0.4 = 3.6 > 0).
     found = _answer(
         {"contention": (20.0, 25.0), "data": (8.0, 2.0), "exposed_comm": (6.5, 1.0), "ddp_overhead": (2.0, 0.5)}
     )
+    leads = {("data", "exposed_comm"): _lead(1.5, 0.5), ("data", "ddp_overhead"): _lead(6.0, 0.4)}
+    found.lead = lambda first, second: leads[(first, second)]
     assert found.findings() == ["data", "exposed_comm", "ddp_overhead"]
     assert found.largest() == ["data", "exposed_comm"]
     assert largest_words(found) == (
         "largest cause data loading 8.0 ± 2.0 pp (8.00 ms per step), tied with exposed communication "
-        "(their intervals overlap)"
+        "(its lead would not hold in another sweep)"
     )
+    # A lead beyond its confidence interval is not enough: 2.5 pp with 0.5 clears 4.30 x 0.5 = 2.15
+    # but not the next sweep's noise too, 4.30 x sqrt(2) x 0.5 = 3.04.
+    assert _lead(2.5, 0.5).significant and not lead_holds(_lead(2.5, 0.5))
+    assert lead_holds(_lead(3.1, 0.5)) and not lead_holds(None)
+    # Over real runs the lead is paired: each run's difference of the two causes, pooled as every
+    # figure is (their mean over the mean DDP step).
+    records = _repeats(3)
+    runs = [answer_run(r, records) for _, r in records if r.run_id.startswith("slow2")]
+    answer = pool_runs(runs, {})
+    lead = answer.lead("straggler_wait", "exposed_comm")
+    differences = [
+        run.causes["straggler_wait"].seconds.value - run.causes["exposed_comm"].seconds.value for run in runs
+    ]
+    steps = [run.cause_step_s for run in runs]
+    assert lead.value == pytest.approx(100 * statistics.fmean(differences) / statistics.fmean(steps))
+    assert lead.over == "runs" and lead.samples == 3
     # Advice only for causes beyond noise worth 2 pp or more, largest first.
     assert [name for name, _ in advice(found)] == ["data", "exposed_comm", "ddp_overhead"]
     quiet = _answer({"ddp_overhead": (3.0, 4.0)}, in_process=(0.98, 0.03))

@@ -33,7 +33,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ddpbench.records.schema import Record, TimelineStep
+from ddpbench.records.schema import Record, TimelineRank, TimelineStep
 
 SCRIPT_LOOP = (
     "a script's run: the script runs its own loop, so ddpbench cannot step its model alone, unwrapped or "
@@ -101,8 +101,15 @@ def phase_seconds(step: TimelineStep, phase: str) -> float | None:
     return None if None in marks else step.optimizer_end_s - step.optimizer_start_s
 
 
+def waited(step: TimelineStep) -> float | None:
+    """The training thread's waiting for a core over the step, as the kernel counted it; None in
+    records from before it was read."""
+    return None if step.cpu is None else step.cpu.waited_s
+
+
 READS = {
     "step": lambda step: step.step_s,
+    "waited": waited,
     "data": lambda step: step.data_s,
     "waits": waits,
     "backward": backward_span,
@@ -143,8 +150,10 @@ class Ablation:
     """Whether both halves of the rounds chose the same slowest rank."""
     rounds: dict[str, dict[int, float]]
     """Per round: every cause (CAUSE_NAMES), top, bottom, loss (top - bottom), efficiency
-    (bottom / top), and per phase `lead:<phase>`, the slowest rank's own phase beyond the median
-    rank's (in DDP on one rank, where no rank waits for another)."""
+    (bottom / top), per phase `lead:<phase>`, the slowest rank's own phase beyond the median
+    rank's (in DDP on one rank, where no rank waits for another), and `contention:waiting`, the part
+    of host contention the alone rank's training thread spent waiting for a core (where the kernel's
+    counters were read), and `contention:on_core`, the rest: its step running slower on a core."""
     wall_s: float | None
 
     def round_count(self) -> int:
@@ -198,8 +207,14 @@ def check_has_ablation(record: Record) -> None:
 def read_ablation(record: Record) -> Ablation:
     check_has_ablation(record)
     timeline = record.timeline
-    ranks = sorted(timeline.by_rank, key=lambda r: r.rank)
-    world_size = record.spec.world_size
+    return read_rounds(timeline.by_rank, record.spec.world_size, timeline.ladder.alone_rank_by_block, timeline.ladder)
+
+
+def read_rounds(
+    by_rank_steps: list[TimelineRank], world_size: int, alone_rank_by_block: list[int], ladder=None
+) -> Ablation:
+    """The ablation from the ranks' steps (a record's timeline, or the worker's rounds so far)."""
+    ranks = sorted(by_rank_steps, key=lambda r: r.rank)
     if [rank.rank for rank in ranks] != list(range(world_size)):
         raise NoAblation(f"the ablation holds ranks {[rank.rank for rank in ranks]} of {world_size}")
     # With one rank, DDP on one rank is the job's DDP and the alone step is the all-ranks step.
@@ -224,10 +239,12 @@ def read_ablation(record: Record) -> Ablation:
     else:
         choice = {r: _choose(own, grown, all_rounds) for r in all_rounds}
     slowest, median = _choose(own, grown, all_rounds)
-    alone_by_round = timeline.ladder.alone_rank_by_block or [median] * timeline.ladder.blocks
+    alone_by_round = alone_rank_by_block or [median] * (max(all_rounds) + 1)
 
     found: dict[str, dict[int, float]] = {name: {} for name in (*CAUSE_NAMES, "top", "bottom", "loss", "efficiency")}
     found.update({f"lead:{phase}": {} for phase in PHASES})
+    found["contention:waiting"] = {}
+    found["contention:on_core"] = {}
     for round_ in all_rounds:
         if round_ >= len(alone_by_round):
             continue
@@ -243,7 +260,8 @@ def read_ablation(record: Record) -> Ablation:
         raise NoAblation(f"the ablation's rounds have no complete steps for {', '.join(empty)}")
     wall = [rank.ladder_wall_s for rank in ranks if rank.ladder_wall_s is not None]
     agree = len({choice[r][0] for r in all_rounds}) <= 1
-    return Ablation(world_size, median, slowest, agree, found, max(wall) if wall else timeline.ladder.wall_s)
+    wall_s = max(wall) if wall else (ladder.wall_s if ladder is not None else None)
+    return Ablation(world_size, median, slowest, agree, found, wall_s)
 
 
 def _difference(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
@@ -294,6 +312,10 @@ def _round_values(view, round_: int, a: int, s: int, m: int, own_kind: str, bott
         "loss": top - bottom,
         "efficiency": bottom / top if top > 0 else math.nan,
     }
+    waited_all, waited_alone = at(a, "unwrapped", "waited"), at(a, bottom_kind, "waited")
+    if waited_all is not None and waited_alone is not None:
+        found["contention:waiting"] = waited_all - waited_alone
+        found["contention:on_core"] = contention - found["contention:waiting"]
     for phase in PHASES:
         lead_s, lead_m = at(s, own_kind, f"phase:{phase}"), at(m, own_kind, f"phase:{phase}")
         if lead_s is not None and lead_m is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ddpbench.analysis.answers import Answer
-from ddpbench.analysis.causes import CAUSES, LABELS
+from ddpbench.analysis.causes import CAUSES, LABELS, PARTS
 from ddpbench.analysis.estimates import Estimate
 from ddpbench.records.schema import Record
 
@@ -81,7 +81,7 @@ def largest_words(answer: Answer) -> str:
         if len(largest) == 1:
             return f"largest cause {first}"
         others = " and ".join(LABELS[name] for name in largest[1:])
-        return f"largest cause {first}, tied with {others} (their intervals overlap)"
+        return f"largest cause {first}, tied with {others} (its lead would not hold in another sweep)"
     if not answer.in_place:
         return "its causes were not measured in place (no in-process ablation), so none is beyond noise"
     if answer.loss_within_noise():
@@ -100,7 +100,26 @@ def sentence(answer: Answer) -> str:
     straggler = answer.straggler
     if straggler is not None and straggler.named:
         text += f"; {straggler.who()} held the others back ({straggler.phase_words})"
-    return text
+    return text + cpu_words(answer)
+
+
+def cpu_words(answer: Answer) -> str:
+    """`; rank 1 waited for a core 12 % ± 3 of its step ...` where a rank waited beyond noise or a
+    CPU quota held one back; "" otherwise."""
+    words = answer.cpu.words() if answer.cpu is not None else None
+    return f"; {words}" if words else ""
+
+
+def contention_parts(answer: Answer) -> str:
+    """`waiting for a core 3.10 ms, slower on a core 1.02 ms`: host contention's two parts, where the
+    kernel's counters were read; "" otherwise."""
+    found = []
+    for definition in PARTS:
+        part = answer.parts.get(definition.name)
+        if part is not None and part.seconds is not None:
+            half = f" ± {1e3 * part.seconds.half:.2f}" if part.seconds.has_interval else ""
+            found.append(f"{definition.label} {1e3 * part.seconds.value:.2f}{half} ms")
+    return ", ".join(found)
 
 
 def closing_sentence(answer: Answer) -> str:
@@ -117,7 +136,7 @@ def closing_sentence(answer: Answer) -> str:
     straggler = answer.straggler
     if straggler is not None and straggler.named:
         said += f"; {straggler.who()} held the others back ({straggler.phase_words})"
-    return said + "."
+    return said + cpu_words(answer) + "."
 
 
 def check_line(answer: Answer) -> str | None:
@@ -315,6 +334,8 @@ def detail(answer: Answer, profile: dict | None = None) -> str:
             else f"{points(cause.points):>12} pp"
         )
         lines.append(f"  {definition.label:<33} {figure:<28} {cause.basis}")
+        if definition.name == "contention" and contention_parts(answer):
+            lines.append(f"    of which: {contention_parts(answer)}")
     if answer.gap is not None:
         lines.append(f"  check             E(N) - in-process {points(answer.gap)} pp")
         for name, cause in answer.checks.items():
@@ -322,6 +343,8 @@ def detail(answer: Answer, profile: dict | None = None) -> str:
                 lines.append(f"    {LABELS[name]:<31} {points(cause.seconds.scaled(1e3))} ms")
     if answer.straggler is not None:
         lines.append(f"  straggler         {answer.straggler.sentence()}")
+    if answer.cpu is not None:
+        lines.append(f"  CPU denied        {answer.cpu.words() or 'no rank waited for a core beyond noise'}")
     for _, said in advice(answer, profile):
         lines.append(f"  advice            {said}")
     return "\n".join(lines)

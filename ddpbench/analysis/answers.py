@@ -18,7 +18,16 @@ import math
 from dataclasses import dataclass, field
 
 from ddpbench.analysis.ablation import CAUSE_NAMES, NoAblation, read_ablation
-from ddpbench.analysis.causes import Cause, ExplainError, RunAnswer, answer_from_ablation, run_label
+from ddpbench.analysis.causes import (
+    PART_ROUNDS,
+    Cause,
+    ExplainError,
+    RunAnswer,
+    answer_from_ablation,
+    round_points,
+    rounds_lead,
+    run_label,
+)
 from ddpbench.analysis.configurations import (
     SCRIPT_REFERENCE,
     configuration_key,
@@ -28,6 +37,7 @@ from ddpbench.analysis.configurations import (
     reference_batch,
     reference_runs,
 )
+from ddpbench.analysis.cpu_denied import ConfigurationCpu, configuration_cpu
 from ddpbench.analysis.estimates import (
     Estimate,
     points_lost,
@@ -95,7 +105,12 @@ class Answer:
     gap: Estimate | None = None
     causes: dict[str, Cause] = field(default_factory=dict)
     checks: dict[str, Cause] = field(default_factory=dict)
+    parts: dict[str, Cause] = field(default_factory=dict)
+    """Host contention's two parts (`causes.PARTS`), pooled alike, where the kernel's counters were read."""
     straggler: Straggler | None = None
+    cpu: ConfigurationCpu | None = None
+    """CPU denied: how long each rank waited for a core, pooled over the runs; None where the kernel's
+    counters were not read."""
     machine: list[str] = field(default_factory=list)
     """What the speed check says of these runs or their references."""
     every_run: list[RunAnswer] = field(default_factory=list)
@@ -152,18 +167,62 @@ class Answer:
         ]
         return [name for name, _ in sorted(found, key=lambda item: -item[1].points.value)]
 
+    def lead(self, first: str, second: str) -> Estimate | None:
+        """How many percentage points `first` costs beyond `second`, paired: over the runs, the mean
+        of their differences over the mean DDP step (a ratio of means, as every pooled figure); one
+        run's over its rounds. None where the two were not measured side by side."""
+        if self.in_place and len(self.runs) == 1:
+            return rounds_lead(self.runs[0].round_values, first, second)
+        measured = [
+            (run.causes[first].seconds.value - run.causes[second].seconds.value, run.cause_step_s)
+            for run in self.runs
+            if first in run.causes
+            and second in run.causes
+            and run.causes[first].seconds is not None
+            and run.causes[second].seconds is not None
+        ]
+        if len(measured) < 2:
+            return None
+        return ratio_of_means([d for d, _ in measured], [step for _, step in measured], "runs", 100.0)
+
     def largest(self) -> list[str]:
-        """The largest cause, and every other finding whose interval reaches it (tied: the runs
-        cannot tell them apart); empty where no cause is beyond noise."""
-        found = self.findings()
-        if not found:
-            return []
-        top = self.causes[found[0]].points
-        return [name for name in found if name == found[0] or self.causes[name].points.high >= top.low]
+        """The largest cause, and every other finding tied with it: one whose lead the largest's
+        would not keep in another sweep of the same configuration on the same machine (`lead_holds`).
+        Empty where no cause is beyond noise."""
+        return ties(self.findings(), self.lead)
 
     def loss_within_noise(self) -> bool:
         loss = self.loss_points
         return loss is not None and loss.has_interval and loss.low <= 0 <= loss.high
+
+
+def ties(findings: list[str], lead) -> list[str]:
+    """The first finding (the largest) and every other one whose lead it would not keep."""
+    if not findings:
+        return []
+    return [findings[0]] + [name for name in findings[1:] if not lead_holds(lead(findings[0], name))]
+
+
+def largest_in_rounds(rounds: dict[str, dict[int, float]]) -> list[str]:
+    """One run's largest cause and its ties from its ablation's rounds so far, by the rule
+    `Answer.largest` applies to a configuration measured once (the worker asks it whether more
+    rounds could decide the lead)."""
+    points = {name: round_points(rounds, name) for name in CAUSE_NAMES if rounds.get(name)}
+    found = sorted(
+        (name for name, value in points.items() if value.significant and value.value > 0),
+        key=lambda name: -points[name].value,
+    )
+    return ties(found, lambda first, second: rounds_lead(rounds, first, second))
+
+
+def lead_holds(lead: Estimate | None) -> bool:
+    """Whether a lead would hold in another sweep: its 95 % prediction interval for the next sweep's
+    lead, whose estimate has a standard error of its own as large, stays above zero: the lead minus
+    Student's t at its degrees of freedom times sqrt(2) standard errors. A confidence interval that
+    excludes zero is not enough: it holds the true lead, not the next sweep's estimate of it."""
+    if lead is None or lead.se is None or lead.samples < 2:
+        return False
+    return lead.value - t_975(lead.samples - 1) * math.sqrt(2) * lead.se > 0
 
 
 def kept_runs(runs: list[Record], flags) -> list[Record]:
@@ -279,7 +338,10 @@ def pool_runs(members: list[RunAnswer], flags: dict[str, str], references: list[
         answer.gap = _gap(answer.efficiency, answer.in_process)
     answer.causes = _pool_causes(kept, "causes", CAUSE_NAMES)
     answer.checks = _pool_causes(kept, "checks", ("reference_vs_alone", "timed_vs_ablation"))
+    if all(run.parts for run in kept):
+        answer.parts = _pool_causes(kept, "parts", tuple(PART_ROUNDS))
     answer.straggler = pooled([run.straggler for run in kept])
+    answer.cpu = configuration_cpu(records)
     reference_ids = {ref for run in members for ref in run.reference_run_ids} | {ref.run_id for ref in references}
     answer.machine = [
         flags[run_id] for run_id in sorted({*answer.run_ids, *left_out, *reference_ids}) if run_id in flags

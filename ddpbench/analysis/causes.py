@@ -100,7 +100,25 @@ CHECKS = (
         "after a barrier, in rounds",
     ),
 )
-LABELS = {d.name: d.label for d in (*CAUSES, *CHECKS)}
+PARTS = (
+    Definition(
+        "contention_waiting",
+        "waiting for a core",
+        "the part of host contention the kernel counted as waiting: in each round of the in-process ablation, "
+        "the alone rank's training thread runnable but waiting for a core, every rank computing against this "
+        "rank alone (/proc's schedstat, per step)",
+    ),
+    Definition(
+        "contention_on_core",
+        "slower on a core",
+        "the rest of host contention: the same steps taking longer on a core (memory bandwidth and caches "
+        "shared, or a thread spinning at a barrier for a partner that waits for a core)",
+    ),
+)
+"""Host contention in two parts, where the kernel's counters were read; they add up to it by
+construction (the second is the first's rest, per round)."""
+PART_ROUNDS = {"contention_waiting": "contention:waiting", "contention_on_core": "contention:on_core"}
+LABELS = {d.name: d.label for d in (*CAUSES, *CHECKS, *PARTS)}
 assert tuple(d.name for d in CAUSES) == CAUSE_NAMES
 
 OLD_NAMES = {
@@ -160,6 +178,8 @@ class RunAnswer:
     """Without the ablation: why not."""
     checks: dict[str, Cause] = field(default_factory=dict)
     """reference_vs_alone and timed_vs_ablation (with the ablation and a reference run)."""
+    parts: dict[str, Cause] = field(default_factory=dict)
+    """Host contention's two parts (PARTS), where the kernel's counters were read."""
     gap: Estimate | None = None
     """E(N) - the in-process efficiency, percentage points (with the ablation and a reference run)."""
     ddp_step: Estimate | None = None
@@ -167,6 +187,9 @@ class RunAnswer:
     bottom_step: Estimate | None = None
     """The ablation's one-device step, seconds: the in-process efficiency is it over `ddp_step`."""
     rounds: int = 0
+    round_values: dict[str, dict[int, float]] = field(default_factory=dict)
+    """The ablation's figures per round (`Ablation.rounds`): a lead between two causes of one run is
+    read over them, paired."""
 
     @property
     def cause_step_s(self) -> float:
@@ -217,11 +240,15 @@ def answer_from_ablation(
         if one and name in ZERO_AT_ONE_RANK:
             causes[name] = Cause(Estimate.exact(0.0), Estimate.exact(0.0), "one rank: nothing shared, no network")
             continue
+        causes[name] = Cause(Estimate.of_rounds(list(values.values())), round_points(rounds, name), _basis(name))
+    parts = {}
+    for definition in PARTS:
+        values = rounds.get(PART_ROUNDS[definition.name]) or {}
         paired = [r for r in values if r in top]
-        # Points are the cause's mean over the mean DDP step (a ratio of means), so they read as
-        # its milliseconds over the step beside them, sign and all.
+        if one or not paired:
+            continue  # one rank shares nothing; older records did not read the kernel's counters
         points = ratio_of_means([values[r] for r in paired], [top[r] for r in paired], "rounds", 100.0)
-        causes[name] = Cause(Estimate.of_rounds(list(values.values())), points, _basis(name))
+        parts[definition.name] = Cause(Estimate.of_rounds([values[r] for r in paired]), points, definition.method)
     step = step_time_s(record)
     reference_step, efficiency = efficiency_against(record, references)
     in_process = in_process_efficiency(ablation)
@@ -240,6 +267,8 @@ def answer_from_ablation(
         ddp_step=ddp_step,
         bottom_step=Estimate.of_rounds([rounds["bottom"][r] for r in paired]),
         rounds=ablation.round_count(),
+        parts=parts,
+        round_values=rounds,
     )
     if efficiency is not None:
         answer.gap = _difference(efficiency.scaled(100), in_process.scaled(100))
@@ -251,6 +280,23 @@ def answer_from_ablation(
             "timed_vs_ablation": _check(step - ddp_step.value, timed_se, ddp_step.se, ddp_step, step),
         }
     return answer
+
+
+def round_points(rounds: dict[str, dict[int, float]], name: str) -> Estimate:
+    """One run's cause in points: its mean over the rounds over the mean DDP step (a ratio of means),
+    so it reads as its milliseconds over the step beside them, sign and all."""
+    values, top = rounds[name], rounds["top"]
+    paired = [r for r in values if r in top]
+    return ratio_of_means([values[r] for r in paired], [top[r] for r in paired], "rounds", 100.0)
+
+
+def rounds_lead(rounds: dict[str, dict[int, float]], first: str, second: str) -> Estimate | None:
+    """How many points `first` costs beyond `second` in one run, paired round by round."""
+    one, two, top = rounds.get(first, {}), rounds.get(second, {}), rounds.get("top", {})
+    paired = [r for r in one if r in two and r in top]
+    if not paired:
+        return None
+    return ratio_of_means([one[r] - two[r] for r in paired], [top[r] for r in paired], "rounds", 100.0)
 
 
 def _basis(name: str) -> str:

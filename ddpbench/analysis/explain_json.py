@@ -40,6 +40,8 @@ def answer_dict(answer: Answer, paths: dict) -> dict:
             **{name: cause.as_dict() for name, cause in answer.checks.items()},
         },
         "straggler": answer.straggler.as_dict() if answer.straggler else None,
+        "contention_parts": {name: part.as_dict() for name, part in answer.parts.items()},
+        "cpu_denied": answer.cpu.as_dict() if answer.cpu is not None else None,
         "sentence": sentence(answer),
         "verdict": largest_words(answer),
         "advice": [{"cause": name, "text": text} for name, text in advice(answer)],

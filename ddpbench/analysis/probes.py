@@ -9,7 +9,10 @@ reads as a scaling result or a regression. The probe sees it: the same fixed wor
 each process.
 
 A run's probe speed is its slowest process's (the slowest rank sets the pace), the geometric mean
-of its before and after readings, per kind of work. It is compared with every process of the
+of its before and after readings, per kind of work, each on a core: where the kernel counted the
+probe's waiting for a core, that waiting is taken out (`on_core`), so a run the scheduler shows
+unharmed is not flagged for a moment of contention its probe alone met; its window's waiting is
+judged from its own counters (`ddpbench.analysis.cpu_denied`, the busy mark). It is compared with every process of the
 sweep's other runs on the same device kind and thread count, whatever their strategy or world size
 (the memory copy only with processes that shared their host alike, since ranks probe at once):
 a run is flagged when its speed lies further from their median than FLAG_FACTOR times their spread
@@ -37,16 +40,28 @@ FLAG_FACTOR = 3.0
 """... and further from them than this many times their spread (1.4826 MAD, in log)."""
 
 
+def on_core(reading, kind: str) -> float:
+    """A reading's rate on a core: where the kernel counted the probing thread's waiting for a core
+    (`waited_s`), the rate as if the probe had not waited. A probe that waited measured the moment's
+    contention, which the window's own counters judge (`ddpbench.analysis.cpu_denied`), not how fast
+    the process runs on a core: a slower core, a flip of the VM's speed, stays in full."""
+    rate = getattr(reading, kind)
+    waited = reading.waited_s
+    if waited is None or reading.seconds <= 0:
+        return rate
+    return rate * reading.seconds / max(reading.seconds - waited, 0.05 * reading.seconds)
+
+
 def process_speeds(record: Record) -> list[dict[str, float]]:
-    """Per process, per kind of work, its speed: the geometric mean of its readings before the
-    warm-up and after the window (one reading moved up to 1.9x within a process on a quiet sweep
-    here; the mean of the two halves that)."""
+    """Per process, per kind of work, its speed on a core (`on_core`): the geometric mean of its
+    readings before the warm-up and after the window (one reading moved up to 1.9x within a process
+    on a quiet sweep here; the mean of the two halves that)."""
     found = []
     for rank in record.ranks:
         readings = [r for r in ((rank.probe.before, rank.probe.after) if rank.probe else ()) if r is not None]
         if readings:
             found.append(
-                {kind: math.exp(statistics.fmean(math.log(getattr(r, kind)) for r in readings)) for kind in KINDS}
+                {kind: math.exp(statistics.fmean(math.log(on_core(r, kind)) for r in readings)) for kind in KINDS}
             )
     return found
 

@@ -226,11 +226,17 @@ def resolution_cores(window_s: float, cores: int) -> float:
     return 2 * cores / (os.sysconf("SC_CLK_TCK") * max(window_s, 1e-9))
 
 
-def judge(load: dict) -> dict:
-    """Adds `busy` and `why` (one line with the figures) to a node's load."""
+def judge(load: dict, cpu_why: str | None = None, counted: bool = False) -> dict:
+    """Adds `busy` and `why` (one line with the figures) to a node's load. `counted`: the ranks' own
+    counters of their waiting for a core were read (`ddpbench.analysis.cpu_denied`), and `cpu_why`
+    is what they say (None: no rank's waiting other processes took beyond noise); they replace the
+    rule on the window's cores, which cannot tell whether the others' CPU time cost the run anything."""
     reasons = []
     others, cores, wanted = load["others_cores"], load["cores"], load["wanted_cores"]
-    if others >= IGNORED_CORES + resolution_cores(load["window_s"], cores) and cores - others < wanted:
+    if counted:
+        if cpu_why:
+            reasons.append(cpu_why)
+    elif others >= IGNORED_CORES + resolution_cores(load["window_s"], cores) and cores - others < wanted:
         reasons.append(
             f"other processes used {others:.2f} of {cores} cores while the run wanted {wanted} " f"({load['hostname']})"
         )

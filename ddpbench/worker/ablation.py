@@ -35,12 +35,18 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from ddpbench.host.cpu_denied import difference
+
 MARKED_PER_SEGMENT = 1
 """Marked steps per segment (a block's value of a kind is their median). One: on the default CPU
 suite two cost resnet50 x2 32 % of its run's wall time; more blocks buy the interval more than
 more steps per block."""
 LEAD_IN_PER_SEGMENT = 1
 
+
+EXTRA_STEP = 4
+"""Rounds added at a time while the largest cause is undecided: four keep the two halves the slowest
+rank is chosen and read on balanced (`ddpbench.analysis.ablation.split_rounds`)."""
 
 SETTLE_S = 0.02
 """Before an alone segment its rank sleeps this long after the barrier: the waiting ranks' runtime
@@ -54,6 +60,12 @@ def ablation_rounds(timed_steps: int) -> int:
     4 degrees of freedom within each run, whatever the steps (`ddpbench run`'s defaults would give
     4); the default CPU suite's 55 timed steps get 6 rounds."""
     return max(5, min(8, timed_steps // 8))
+
+
+def extra_rounds(blocks: int) -> int:
+    """At most this many rounds more while the largest cause is undecided: as many as the base rounds,
+    in steps of EXTRA_STEP (so the ablation at most about doubles)."""
+    return EXTRA_STEP * -(-blocks // EXTRA_STEP)
 
 
 @dataclass(frozen=True)
@@ -94,43 +106,101 @@ def alone_rank(block: int, world_size: int) -> int:
     return (block // 2) % 2 if world_size == 2 else block % world_size
 
 
-def run_ablation(timeline, kinds: list[StepKind], batches, blocks: int, rank: int, world_size: int) -> dict:
-    """Every block's segments; returns each kind's marked steps (each with its `block`), the alone
-    rank of each block, and the wall time the blocks took on this rank."""
+def lead_decided(found: dict, rank: int, world_size: int, blocks: int) -> bool:
+    """Whether the rounds so far decide the run's largest cause: one cause beyond noise whose lead
+    over every other would hold in another run (`ddpbench.analysis.answers.largest_in_rounds`, the
+    rule explain applies). Collective: every rank sends its steps to rank 0, which reads them and
+    tells every rank its answer."""
+    import msgspec
+
+    from ddpbench.analysis.ablation import NoAblation, read_rounds
+    from ddpbench.analysis.answers import largest_in_rounds
+    from ddpbench.records.schema import TimelineRank
+
+    gathered = [None] * world_size if rank == 0 else None
+    dist.gather_object({"rank": rank, **found}, gathered, dst=0)
+    verdict = [False]
+    if rank == 0:
+        try:
+            ranks = [msgspec.convert(steps, TimelineRank) for steps in gathered]
+            ablation = read_rounds(ranks, world_size, [alone_rank(b, world_size) for b in range(blocks)])
+            verdict[0] = len(largest_in_rounds(ablation.rounds)) == 1
+        except (NoAblation, msgspec.ValidationError, ValueError, ZeroDivisionError):
+            verdict[0] = False  # too few complete rounds to read: not decided
+    dist.broadcast_object_list(verdict, src=0)
+    return bool(verdict[0])
+
+
+def run_ablation(
+    timeline,
+    kinds: list[StepKind],
+    batches,
+    blocks: int,
+    rank: int,
+    world_size: int,
+    counters=None,
+    extra_blocks: int = 0,
+) -> dict:
+    """Every block's segments; returns each kind's marked steps (each with its `block` and, with
+    `counters`, what the kernel counted of the rank's CPU over the step), the alone rank of each
+    block, and the wall time the blocks took on this rank. With `extra_blocks` (and more than one
+    rank), while the rounds so far leave the largest cause undecided (`lead_decided`), up to that
+    many more rounds, EXTRA_STEP at a time."""
     found: dict = {kind.name: [] for kind in kinds}
     started = time.perf_counter()
-    for block in range(blocks):
-        order = kinds if block % 2 == 0 else kinds[::-1]
-        for kind in order:
-            if world_size > 1:
-                dist.barrier()  # sync point: every segment starts with the ranks together
-            if kind.alone:
-                if rank != alone_rank(block, world_size):
-                    continue  # waits at the next segment's barrier while the alone rank steps
-                time.sleep(SETTLE_S)
-            with kind.context():
-                for _ in range(LEAD_IN_PER_SEGMENT):
-                    kind.step_on(next(batches))
-                for _ in range(MARKED_PER_SEGMENT):
-                    if world_size > 1 and not kind.alone:
-                        # Sync point: the ranks start every marked step together, as DDP's steps
-                        # do; unsynchronised kinds would drift apart and share the host less.
-                        dist.barrier()
-                    loaded = time.perf_counter()
-                    batch = next(batches)
-                    data_s = time.perf_counter() - loaded
-                    step = timeline.step(kind.step_on, batch)
-                    step["data_s"], step["block"] = data_s, block
-                    found[kind.name].append(step)
+    done, planned, decided = 0, blocks, None
+    while True:
+        for block in range(done, planned):
+            _run_block(timeline, kinds, batches, block, rank, world_size, counters, found)
+        done = planned
+        if world_size < 2 or planned >= blocks + extra_blocks:
+            break
+        decided = lead_decided(found, rank, world_size, planned)
+        if decided:
+            break
+        planned = min(planned + EXTRA_STEP, blocks + extra_blocks)
     if world_size > 1:
         dist.barrier()  # the last segment's steps end before anything else starts
     return {
         **found,
         "ladder": {
-            "blocks": blocks,
+            "blocks": planned,
+            "extra_blocks": planned - blocks,
+            "lead_decided": decided,
             "marked_per_segment": MARKED_PER_SEGMENT,
             "lead_in_per_segment": LEAD_IN_PER_SEGMENT,
-            "alone_rank_by_block": [alone_rank(block, world_size) for block in range(blocks)] if world_size > 1 else [],
+            "alone_rank_by_block": [alone_rank(b, world_size) for b in range(planned)] if world_size > 1 else [],
             "wall_s": time.perf_counter() - started,
         },
     }
+
+
+def _run_block(timeline, kinds, batches, block: int, rank: int, world_size: int, counters, found: dict) -> None:
+    """One round: a segment of every kind, in this round's order."""
+    order = kinds if block % 2 == 0 else kinds[::-1]
+    for kind in order:
+        if world_size > 1:
+            dist.barrier()  # sync point: every segment starts with the ranks together
+        if kind.alone:
+            if rank != alone_rank(block, world_size):
+                continue  # waits at the next segment's barrier while the alone rank steps
+            time.sleep(SETTLE_S)
+        if counters is not None:
+            counters.refresh()  # outside the steps: threads and workers listed again
+        with kind.context():
+            for _ in range(LEAD_IN_PER_SEGMENT):
+                kind.step_on(next(batches))
+            for _ in range(MARKED_PER_SEGMENT):
+                if world_size > 1 and not kind.alone:
+                    # Sync point: the ranks start every marked step together, as DDP's steps
+                    # do; unsynchronised kinds would drift apart and share the host less.
+                    dist.barrier()
+                loaded = time.perf_counter()
+                batch = next(batches)
+                data_s = time.perf_counter() - loaded
+                first = counters.read() if counters is not None else None
+                step = timeline.step(kind.step_on, batch)
+                last = counters.read() if counters is not None else None
+                step["data_s"], step["block"] = data_s, block
+                step["cpu"] = difference(first, last)
+                found[kind.name].append(step)

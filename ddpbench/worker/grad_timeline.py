@@ -33,7 +33,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddpbench.worker.ablation import run_ablation, step_kinds
+from ddpbench.worker.ablation import extra_rounds, run_ablation, step_kinds
 
 MARKS = ("forward_start_s", "forward_end_s", "backward_start_s", "optimizer_start_s", "optimizer_end_s")
 
@@ -153,6 +153,7 @@ def timeline_phase(
     world_size: int,
     solo_step_on=None,
     unwrapped_step_on=None,
+    counters=None,
 ) -> dict:
     """The in-process ablation's rounds (`ddpbench.worker.ablation`: the module alone, unwrapped,
     through DDP over a one-rank group, through the job's DDP, and under no_sync()), every step
@@ -160,7 +161,7 @@ def timeline_phase(
     timeline = GradTimeline(ddp_model, optimizer, device)
     kinds = step_kinds(ddp_model, step_on, world_size, solo_step_on, unwrapped_step_on)
     try:
-        found = run_ablation(timeline, kinds, batches, blocks, rank, world_size)
+        found = run_ablation(timeline, kinds, batches, blocks, rank, world_size, counters, extra_rounds(blocks))
         grad_bytes = [p.numel() * p.element_size() for p in timeline.params]
         contention = contention_probe(ddp_model, timeline, step_on, batches, device, sum(grad_bytes))
     finally:

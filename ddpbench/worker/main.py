@@ -26,11 +26,14 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 from torch.utils.data.dataloader import default_collate
 
+from ddpbench.analysis.cpu_denied import judge_busy
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.cpu_denied import CpuCounters
 from ddpbench.host.facts import host_facts
 from ddpbench.host.load import busiest
+from ddpbench.host.load import judge as judge_load
 from ddpbench.host.own_tree import check_own_tree
 from ddpbench.records.schema import (
     Check,
@@ -256,13 +259,15 @@ def extra_work(units: int, device: torch.device) -> None:
         matrix = matrix @ matrix
 
 
-def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tuple[dict, dict, list]:
+def measure(
+    spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat, counters: CpuCounters
+) -> tuple[dict, dict, list]:
     """Warm-up, the timed window, and the checks. Returns this rank's results, what all ranks
     share, and the first timed batches (for the no_sync replay)."""
-    clock = StepClock(rank.device)
+    clock = StepClock(rank.device, counters)
     # The process's own speed on fixed work, before anything of the workload's runs (and again
     # after the window): a slow process, not slow code, shows here.
-    probe = {"before": process_probe(rank.device)}
+    probe = {"before": process_probe(rank.device, counters)}
     memory = PeakMemory(rank.devices)
     replay: list = []
     compiled = None
@@ -305,6 +310,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         beat.enter("timed")  # writes its file now, not inside the first timed step
         load = WindowLoad(rank.local_rank, rank.device, rank.devices, spec.threads_per_rank, spec.num_workers)
         load.start()  # before the barrier: the reading is no part of any rank's window
+        counters.refresh()  # the DataLoader's workers and the collective library's threads exist now
         before_window = compiling.counts() if compiled is not None else None
         # Nothing between this barrier and the first mark: the ranks' windows start together.
         window_edge(rank)
@@ -332,7 +338,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         window_cpu_s = time.process_time() - window_cpu_start
         machine = load.finish()
         timed_memory = memory.end()
-    probe["after"] = process_probe(rank.device)
+    probe["after"] = process_probe(rank.device, counters)
     if compiled is not None:
         # Compiles in the window would put compile time into its step times: the record says how many.
         compiled["recompiles_in_window"] = compiling.compiled_between(before_window, compiling.counts())
@@ -353,6 +359,7 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
         "window_cpu_s": window_cpu_s,
         "window_s": window_s,
         "machine_load": machine,
+        "cpu": window_cpu(clock, counters),
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
     }
@@ -411,6 +418,21 @@ def measure(spec: RunSpec, rank: Rank, trainer: Trainer, beat: Heartbeat) -> tup
     return result, shared, replay
 
 
+def window_cpu(clock: StepClock, counters: CpuCounters) -> dict | None:
+    """The record's `cpu` of a rank: the kernel's counters per timed step; None where not read."""
+    steps = clock.cpu.per_step() if clock.cpu is not None else None
+    if steps is None:
+        return None
+    return {
+        **steps,
+        "threads": counters.counts["threads"],
+        "comm_threads": counters.counts["comm"],
+        "loader_processes": counters.counts["loader_processes"],
+        "quota_cores": counters.quota,
+        "cgroup": counters.cgroup,
+    }
+
+
 def data_wait(data_times_s: list[float]) -> dict:
     """The record's summary of a rank's data waits: the per-step list stays here (1,024 ranks'
     lists would swell the record)."""
@@ -419,7 +441,7 @@ def data_wait(data_times_s: list[float]) -> dict:
     return {"data_wait_mean_s": statistics.fmean(data_times_s), "data_wait_p50_s": statistics.median(data_times_s)}
 
 
-def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) -> dict:
+def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list, counters: CpuCounters) -> dict:
     """The profiled phase, then the replay with and without all-reduce and DDP's reducer timers
     over the same batches (last: no_sync lets replicas drift apart)."""
     found: dict = {"rank": rank.rank}
@@ -456,6 +478,7 @@ def overlap_phases(spec: RunSpec, rank: Rank, trainer: Trainer, replay: list) ->
             rank.world_size,
             solo_step_on=None if solo is None else (lambda batch: trainer.step_with(solo, batch)),
             unwrapped_step_on=lambda batch: trainer.step_with(unwrapped, batch),
+            counters=counters,
         )
     return found
 
@@ -527,12 +550,22 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
-    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
-    record.compile = msgspec.convert(shared["compile"], CompileStats | None)
-    record.overlap = overlap_estimates(spec, results, None)
     record.ranks = [
         msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
     ]
+    # The busy mark from the ranks' own counters where they were read: other processes took a part
+    # of some rank's waiting for a core beyond noise (one rule, `ddpbench.analysis.cpu_denied`).
+    counted = judge_busy(record)
+    for r in results:
+        if r.get("machine_load") is not None and counted is not None:
+            why = counted.get(r["machine_load"]["hostname"])
+            r["machine_load"] = judge_load(r["machine_load"], why, counted=True)
+    record.ranks = [
+        msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
+    ]
+    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
+    record.compile = msgspec.convert(shared["compile"], CompileStats | None)
+    record.overlap = overlap_estimates(spec, results, None)
     return record
 
 
@@ -608,14 +641,16 @@ def main(argv: list[str] | None = None) -> int:
         spec = trainer.spec
         trainer.progress = beat
         install_in_step_fault(spec.fault, rank.rank, trainer, beat)
-        result, shared, replay = measure(spec, rank, trainer, beat)
+        # Built here, on the training thread: the kernel's counters it reads are this thread's.
+        counters = CpuCounters()
+        result, shared, replay = measure(spec, rank, trainer, beat, counters)
         results = sorted(gather_to_writer(result, rank) or [], key=lambda r: r["rank"])
         if rank.is_writer:  # only rank 0 writes files (and each rank its own trace)
             record = build_record(spec, results, shared, started_at)
             # On disk before the overlap phases: should they fail, the measurements are kept.
             write_record(record, spec.out_dir)
         beat.enter("overlap phases")
-        found = gather_to_writer(overlap_phases(spec, rank, trainer, replay), rank)
+        found = gather_to_writer(overlap_phases(spec, rank, trainer, replay, counters), rank)
         if rank.is_writer:
             add_overlap(record, spec, results, found)
             write_record(record, spec.out_dir)
