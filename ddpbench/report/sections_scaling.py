@@ -9,6 +9,8 @@ import pandas as pd
 from markupsafe import Markup
 
 from ddpbench.analysis import ranks, registry
+from ddpbench.analysis.answer_text import contention_parts
+from ddpbench.analysis.cpu_denied import MATERIAL_SHARE
 from ddpbench.analysis.frames import figure_cell, iteration_frame, step_time_frame
 from ddpbench.analysis.straggler import SOURCES, run_straggler
 from ddpbench.config.workloads import short_workload_name
@@ -144,7 +146,7 @@ def ranks_section(data: ReportData) -> list[Markup]:
             )
         )
     blocks += large_runs_blocks([r for _, r in ok])
-    return blocks + stragglers_blocks(data) + ranks_by_host_blocks(data)
+    return blocks + stragglers_blocks(data) + cpu_denied_blocks(data) + ranks_by_host_blocks(data)
 
 
 def iterations_section(data: ReportData) -> list[Markup]:
@@ -274,6 +276,36 @@ def stragglers_blocks(data: ReportData) -> list[Markup]:
     ]
     bases = sorted({_basis(answer.straggler) for answer in found} - {""})
     return [Markup("<ul>") + Markup("").join(items) + Markup("</ul>"), *(note(basis) for basis in bases)]
+
+
+def cpu_denied_blocks(data: ReportData) -> list[Markup]:
+    """One sentence per configuration whose kernel counters were read: how long its ranks waited
+    for a core, whose the core was, a CPU quota that held a rank back, and host contention's two
+    parts (the one definition, `ddpbench.analysis.cpu_denied`)."""
+    items = []
+    for answer in data.answers:
+        if answer.cpu is None:
+            continue
+        said = answer.cpu.words()
+        parts = contention_parts(answer)
+        items.append(
+            Markup('<li><strong>{}</strong>: <span class="{}">{}</span>{}</li>').format(
+                answer.name,
+                "status-failed" if said else "",
+                said or "no rank waited for a core beyond noise",
+                Markup("; host contention: {}").format(parts) if parts else "",
+            )
+        )
+    if not items:
+        return []
+    return [
+        Markup("<h3>CPU denied</h3><ul>") + Markup("").join(items) + Markup("</ul>"),
+        note(
+            "What the kernel counted per step (/proc's schedstat): a rank's training thread runnable but waiting "
+            f"for a core, named where its 95 % interval lies above {100 * MATERIAL_SHARE:.0f} % of the step. Whose "
+            "the core was is an estimate from the processes' CPU time over the window."
+        ),
+    ]
 
 
 def _basis(found) -> str:

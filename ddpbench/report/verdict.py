@@ -80,6 +80,26 @@ def _held_back(answer: Answer) -> str:
     return "no rank beyond noise"
 
 
+def _cpu_denied(answer: Answer) -> str:
+    """The rank that waited for a core beyond noise, with how much and whose the core was."""
+    cpu = answer.cpu
+    if cpu is None:
+        return "not measured"
+    waited = cpu.ranks_beyond_noise()
+    throttled = [rank for rank, seconds in cpu.throttled_s.items() if seconds > 0]
+    if not waited and not throttled:
+        return "no rank beyond noise"
+    said = []
+    if waited:
+        rank = max(waited, key=lambda r: cpu.shares[r].value)
+        share = cpu.shares[rank].value
+        said.append(f"rank {rank}, {100 * share:.0f} % of its step")
+        if rank in cpu.others_shares:
+            said[-1] += f" (other processes about {100 * share * cpu.others_shares[rank]:.0f})"
+    said += [f"rank {rank} throttled by its CPU quota" for rank in throttled]
+    return "; ".join(said)
+
+
 def _checks(answer: Answer) -> str:
     failed = answer.failed_checks()
     if failed:
@@ -110,6 +130,7 @@ def verdict_rows(answers: list[Answer], table: pd.DataFrame) -> pd.DataFrame:
                 "DataParallel": _data_parallel(table, answer),
                 "largest cause of lost efficiency": _largest(answer),
                 "rank that held the others back": _held_back(answer),
+                "waiting for a core": _cpu_denied(answer),
                 "correctness checks": _checks(answer),
                 "try": _try(answer),
             }
