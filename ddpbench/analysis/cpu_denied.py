@@ -385,3 +385,14 @@ def configuration_cpu(records: list[Record]) -> ConfigurationCpu | None:
             quotas[rank] = min(item.quota_cores for item in quota)
         hosts[rank] = found[0].host
     return ConfigurationCpu(len(runs), shares, waited, others, throttled, quotas, hosts)
+
+
+def iteration_waiting(record: Record) -> Estimate | None:
+    """The job's waiting for a core per step: in each timed step the most any rank waited (the
+    slowest rank sets the pace, as the iteration time is the slowest rank's step), with its interval
+    over the steps. None where the counters were not read."""
+    rows = [rank.cpu.waited_s for rank in record.ranks if rank.cpu is not None and rank.cpu.waited_s]
+    if not rows or len(rows) != len(record.ranks) or any(None in row for row in rows):
+        return None
+    steps = min(len(row) for row in rows)
+    return _estimate([max(row[i] for row in rows) for i in range(steps)])

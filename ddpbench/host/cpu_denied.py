@@ -223,10 +223,14 @@ class CpuCounters:
         harness = {t.native_id for t in threading.enumerate()} - {self.training_tid}
         threads, comm = set(), set()
         for tid in _listdir("/proc/self/task"):
-            if tid == str(self.training_tid) or int(tid) in harness:
-                continue  # the harness's own Python threads (heartbeat) are no part of the step
+            if tid == str(self.training_tid):
+                continue
             name = _read_text(f"/proc/self/task/{tid}/comm")
-            (comm if name.startswith(COMM_THREAD_PREFIXES) else threads).add(f"/proc/self/task/{tid}/schedstat")
+            path = f"/proc/self/task/{tid}/schedstat"
+            if name.startswith(COMM_THREAD_PREFIXES):
+                comm.add(path)
+            elif int(tid) not in harness:  # the harness's own Python threads (heartbeat) are no part of the step
+                threads.add(path)
         self.threads.keep(threads)
         self.comm.keep(comm)
         workers = set()
