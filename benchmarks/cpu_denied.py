@@ -365,7 +365,8 @@ def page(out: str, measured: dict | None, analysed: dict, found: dict) -> str:
         criteria.append(
             (
                 f"hog: the waiting added within {HOG_TOLERANCE:.0%} of the slowdown, its half-width within "
-                f"{HOG_TOLERANCE:.0%} (ratio {ratio:.2f}, half-width {hog['added'].half / abs(hog['added'].value):.0%})",
+                f"{HOG_TOLERANCE:.0%} (ratio {ratio:.2f}, half-width "
+                f"{hog['added'].half / abs(hog['added'].value):.0%})",
                 hog["ok"],
             )  # fmt: skip
         )

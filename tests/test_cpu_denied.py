@@ -156,6 +156,7 @@ def test_host_contention_s_two_parts_add_up_to_it_in_every_round(records):
     base = _slow2(records)
     by_rank = []
     for rank in base.timeline.by_rank:
+
         def counted(steps, waited):
             return [replace(step, cpu=StepCpu(waited_s=waited + 0.0001 * step.block)) for step in steps]
 
