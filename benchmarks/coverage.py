@@ -292,7 +292,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         f"**{share(rows, 'halved')}** | **{share(single_rows)}** |"
     )
     same_count = sum(1 for row in found["same"] if row["same"])
-    named = sum(1 for row in found["same"] for side in ("left", "right") if row[side])
+    naming = sum(1 for row in found["same"] for side in ("left", "right") if row[side])
     lines += [
         "",
         "## The same answer twice",
@@ -301,7 +301,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         f"within noise on both sides. {share(found['same'], 'same')}, lower bound "
         f"{100 * lower_bound(same_count, len(found['same'])):.1f} %. A cause is tied with the largest where the",
         "largest's lead over it would not hold in another sweep ([Concepts](../concepts.md)); the floor against",
-        f"answering by silence: {named} of {2 * len(found['same'])} sweeps' configurations name a largest cause.",
+        f"answering by silence: {naming} of {2 * len(found['same'])} sweeps' configurations name a largest cause.",
         "",
         "| pair | configuration | same | first sweep | second sweep |",
         "|---|---|---|---|---|",
@@ -369,7 +369,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         ),
         (
             f"a largest cause named in at least {FLOOR_NAMED} of 30 sweeps' configurations (the page before: 28 of 30)",
-            bool(found["same"]) and named * 30 >= FLOOR_NAMED * 2 * len(found["same"]),
+            bool(found["same"]) and naming * 30 >= FLOOR_NAMED * 2 * len(found["same"]),
         ),
         (
             f"in-process efficiency within ± {WIDTH_TARGET_PP:.0f} pp at two ranks, at least 15 in 18",
