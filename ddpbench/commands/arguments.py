@@ -112,7 +112,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
         "multi-node (torchrun c10d rendezvous; run the same command on every node, "
         "or once with --launcher slurm inside an allocation)"
     )
-    add_arguments(nodes, RunSpec, ("launcher", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_port"))
+    add_arguments(
+        nodes, RunSpec, ("launcher", "rank_start", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_port")
+    )
     add_reliability_arguments(parser)
     if script:
         add_script_arguments(parser)

@@ -26,6 +26,7 @@ Size = Literal["tiny", "full"]
 CommHook = Literal["allreduce", "fp16_compress", "bf16_compress"]
 ScalingMode = Literal["weak", "strong"]
 Launcher = Literal["local", "slurm"]
+RankStart = Literal["fork", "exec"]
 STRATEGIES = get_args(Strategy)
 """In the order sweeps run them and tables show them: the local reference first."""
 DEFAULT_STRATEGIES = ("local", "ddp", "dp")
@@ -39,6 +40,7 @@ SIZES = get_args(Size)
 COMM_HOOKS = get_args(CommHook)
 SCALING_MODES = get_args(ScalingMode)
 LAUNCHERS = get_args(Launcher)
+RANK_STARTS = get_args(RankStart)
 DEFAULT_BUCKET_CAP_MB = 25.0
 """DDP's own default bucket cap (torch's DistributedDataParallel bucket_cap_mb)."""
 DEFAULT_STEPS = 30
@@ -354,6 +356,14 @@ class RunSpec:
     )
     """`local`: torchrun (or the one process) started on this node; `slurm`: started with `srun`
     inside a SLURM allocation, one torchrun agent per node, rendezvous on the step's first node."""
+    rank_start: RankStart | None = flag(
+        "how torchrun's agent starts each rank: fork (from an agent that imported torch and the worker once; "
+        "default) or exec (a new Python per rank, as plain torchrun)",
+        default=None,
+    )
+    """`fork`: the agent (`ddpbench.worker.agent`) imports torch and the worker, then forks every rank;
+    `exec`: each rank is a new Python that imports them itself, as plain torchrun starts it. None in a
+    spec before it is resolved (fork) and in records made before the choice existed (exec)."""
     fault: dict | None = flag(
         "testing aid: make rank R raise, be killed, hang (before or inside step S), skip an all-reduce or run out "
         "of memory at step S",
@@ -416,6 +426,8 @@ class RunSpec:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("scaling", self.scaling, SCALING_MODES)
         _one_of("launcher", self.launcher, LAUNCHERS)
+        if self.rank_start is not None:
+            _one_of("rank_start", self.rank_start, RANK_STARTS)
         if self.size is not None:
             _one_of("size", self.size, SIZES)
         _at_least("nproc", self.nproc, 1)

@@ -26,7 +26,9 @@ def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
 def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
     if not spec.launched_by_torchrun:
         return [sys.executable, *worker_module_args(spec)]
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
+    # Forked ranks: the same torchrun command line, read by ddpbench's agent (ddpbench.worker.agent).
+    agent = "ddpbench.worker.agent" if spec.rank_start != "exec" else "torch.distributed.run"
+    command = [sys.executable, "-m", agent, f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
     if log_dir:
         # Per-rank stdout/stderr files (and @record error files), still shown on the console.
         command += [f"--log-dir={log_dir}", "--tee=3"]

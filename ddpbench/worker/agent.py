@@ -1,0 +1,134 @@
+"""torchrun's agent, with ranks forked from a process that has already imported what they need:
+`python -m ddpbench.worker.agent <torchrun's options> -m ddpbench.worker --spec-json JSON`.
+
+It reads torchrun's own command line (`torch.distributed.run`'s parser and `config_from_args`), so
+the rendezvous, node ranks, restarts, log folders and tee, error files and signal handling are
+torchrun's elastic agent's, unchanged. The one difference: torchrun starts each rank as a new Python
+that imports torch, the worker and torch._dynamo again (about 3.2 CPU-seconds a rank on the 2-core
+development VM, 5 with torchvision), while this agent imports them once and hands the elastic agent a
+Python function as its entrypoint, which starts the ranks through multiprocessing with `fork`
+(`LaunchConfig.start_method`). docs/measurements/start-up.md measures what that saves.
+
+Before the fork this process runs no torch operation and makes no CUDA call: it only imports
+(`check_fork_safe` refuses to fork after CUDA was initialised). Each rank then sets its own thread
+counts (OpenMP read OMP_NUM_THREADS here already; the rank's `torch.set_num_threads` decides), its
+own device from LOCAL_RANK and its CUDA context, as under torchrun. A user's own workload file is
+imported by each rank after the fork, as under torchrun: its top-level code is the user's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import signal
+import sys
+import uuid
+
+# Asked before anything imports torch: whether CUDA is available comes from NVML, without the CUDA
+# runtime, so nothing here can initialise CUDA before the ranks are forked.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "ddpbench.worker.main")
+"""Imported before the fork: torch, the worker and what every rank imports on its way to its first
+step (an optimizer's constructor imports torch._dynamo)."""
+
+
+def _leave(code: int) -> int:
+    """What `ddpbench.worker.teardown.exit_now` does for a rank of its own, short of exiting: the
+    exit handlers (a script's loggers among them) and the output flushed. multiprocessing then ends
+    the forked rank with os._exit, without the interpreter's finalization, as exit_now does."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def _as_a_new_python() -> None:
+    """The signal handlers a rank of its own starts with. A forked rank inherits the agent's, which
+    turn SIGTERM, SIGHUP and SIGQUIT into an exception (torchrun's agent handles them so): in a rank
+    that would be written down as the rank's own error, where torchrun ending a hung rank must read
+    as the signal it is."""
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_worker(argv: list[str]) -> int:
+    from ddpbench.worker.main import main
+
+    _as_a_new_python()
+    return _leave(main(argv))
+
+
+def run_script(argv: list[str]) -> int:
+    from ddpbench.worker.script.__main__ import main
+
+    _as_a_new_python()
+    return _leave(main(argv))
+
+
+ENTRYPOINTS = {"ddpbench.worker": run_worker, "ddpbench.worker.script": run_script}
+"""The modules torchrun would run with `-m`, and the function each forked rank calls instead."""
+
+
+def workload_modules(script_args: list[str]) -> list[str]:
+    """The built-in workload's module of the run (`workloads.vision` imports torchvision), from its
+    spec; none for a user's file or a script, whose top-level code runs in the ranks."""
+    from ddpbench.config.workloads import BUILTIN_WORKLOADS
+
+    try:
+        spec = json.loads(script_args[script_args.index("--spec-json") + 1])
+    except (ValueError, IndexError):
+        return []
+    if spec.get("script") or spec.get("workload") not in BUILTIN_WORKLOADS:
+        return []
+    return [BUILTIN_WORKLOADS[spec["workload"]].partition(":")[0]]
+
+
+def check_fork_safe() -> None:
+    """Refuse to fork ranks from a process that initialised CUDA: a forked rank could not use it."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError("ddpbench.worker.agent: CUDA was initialised before the ranks were forked")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args, parse_min_max_nnodes
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.module or args.training_script not in ENTRYPOINTS:
+        allowed = " or ".join(f"-m {name}" for name in ENTRYPOINTS)
+        raise SystemExit(f"ddpbench.worker.agent starts {allowed}, not {args.training_script!r}")
+    script_args = list(args.training_script_args)
+    for name in (*PRELOAD, *workload_modules(script_args)):
+        importlib.import_module(name)
+    check_fork_safe()
+    # As torchrun's own `run()` does: standalone is a c10d rendezvous on a free local port.
+    if args.standalone or (
+        args.rdzv_backend == "static"
+        and not args.rdzv_endpoint
+        and args.master_port is None
+        and parse_min_max_nnodes(args.nnodes)[1] == 1
+    ):
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = 29500
+    config, _, _ = config_from_args(args)
+    config.start_method = "fork"
+    elastic_launch(config=config, entrypoint=ENTRYPOINTS[args.training_script])(script_args)
+    return 0
+
+
+if __name__ == "__main__":
+    # As torchrun's main: a rank's failure is summarised and its error file copied where asked.
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())
