@@ -155,6 +155,12 @@ def test_resolve_refuses_a_dp_run_its_first_gpu_cannot_hold(monkeypatch):
         ("NVIDIA A800-SXM4-80GB", "A800", 312.0),
         ("NVIDIA H200", "H200 SXM", 989.5),
         ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.5),
+        ("NVIDIA B300 SXM6 AC", "B300", 2250.0),
+        ("NVIDIA GB300", "GB300", 2500.0),
+        ("NVIDIA L40", "L40", 181.05),
+        ("NVIDIA L40S", "L40S", 362.05),
+        ("NVIDIA A10", "A10", 125.0),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
     ],
 )
 def test_current_datacenter_gpus_have_their_datasheets_dense_peak(name, label, bf16):
@@ -162,7 +168,7 @@ def test_current_datacenter_gpus_have_their_datasheets_dense_peak(name, label, b
     assert peak is not None and peak.label == label and peak.tflops["bf16"] == bf16 and peak.source
 
 
-@pytest.mark.parametrize("name", ["NVIDIA H20", "AMD Instinct MI300X", "NVIDIA GeForce RTX 4090"])
+@pytest.mark.parametrize("name", ["NVIDIA H20", "AMD Instinct MI300X", "NVIDIA GeForce RTX 4090", "NVIDIA A10G"])
 def test_an_unknown_gpu_gets_no_mfu_and_fails_the_matmul_check_instead_of_passing(name):
     assert device_peak(name) is None
     found = model_flops_utilisation(24.5e9, 4000.0, name, "bf16")
