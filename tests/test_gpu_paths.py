@@ -446,6 +446,28 @@ def test_the_worker_reads_the_two_tf32_settings_apart():
         torch.backends.cudnn.allow_tf32 = before[1]
 
 
+def test_nvidia_tf32_override_turns_tf32_off_below_torch(monkeypatch):
+    """NVIDIA_TF32_OVERRIDE=0 makes cuBLAS and cuDNN compute fp32 in fp32 whatever torch allows: the
+    MFU basis must follow the libraries, and the record keeps the variable (its env_vars)."""
+    import torch
+
+    from ddpbench.host.facts import captured_env
+    from ddpbench.worker.environment import tf32_allowed
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+        assert tf32_allowed() == {"matmul": False, "conv": False}
+        assert captured_env({"NVIDIA_TF32_OVERRIDE": "0"}) == {"NVIDIA_TF32_OVERRIDE": "0"}
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")  # only 0 overrides; other values leave torch's choice
+        assert tf32_allowed() == {"matmul": True, "conv": True}
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
 # --- public scripts that assume a GPU, run on a machine without one ---------------------------
 
 

@@ -101,7 +101,8 @@ class Environment(Part):
     """Commit of the ddpbench checkout that ran; None outside a git checkout."""
     git_dirty: bool | None = None
     env_vars: dict[str, str] = {}
-    """NCCL_*, TORCH_*, OMP_*, CUDA_*, GLOO_*, MASTER_*, PYTORCH_* variables, secrets redacted."""
+    """NCCL_*, TORCH_*, OMP_*, CUDA_*, GLOO_*, MASTER_*, PYTORCH_*, KINETO_*, PET_* and NVIDIA_* (such as
+    NVIDIA_TF32_OVERRIDE) variables, secrets redacted."""
     torch: str | None = None
     torchvision: str | None = None
     cuda: str | None = None
