@@ -1,9 +1,10 @@
-"""What a GPU run needs that can be said before any process starts, in one line each: the torch
-release its strategy needs, a GPU ddpbench can drive (NVIDIA's: ROCm is refused), and for
-`nn.DataParallel` room on its first GPU for the whole batch's outputs.
+"""What a GPU run needs that can be said before any process starts, in one line each: a GPU ddpbench
+can drive (NVIDIA's: ROCm is refused), and for `nn.DataParallel` room on its first GPU for the whole
+batch's outputs. (Whether this torch has FSDP2's `fully_shard` is asked of torch itself, in the
+process that checks an fsdp2 run's model: `ddpbench.worker.shardable`.)
 
-No torch imported: versions come from the installed package's metadata, the GPU's memory from
-nvidia-smi, the ROCm build from the facts `torch_env.gpu_build` already asked of torch.
+No torch imported: the GPU's memory comes from nvidia-smi, the ROCm build from the facts
+`torch_env.gpu_build` already asked of torch.
 """
 
 from __future__ import annotations
@@ -13,32 +14,6 @@ import functools
 from ddpbench.config.errors import SpecError
 from ddpbench.config.spec import RunSpec
 from ddpbench.host import facts
-from ddpbench.host.torch_env import installed, release
-
-STRATEGY_TORCH = {
-    "fsdp2": (
-        (2, 6),
-        "FSDP2's fully_shard is public as torch.distributed.fsdp.fully_shard from torch 2.6 (2.5 has it only "
-        "under torch.distributed._composable)",
-    ),
-}
-"""strategy -> (oldest torch release, why). The other strategies run on every torch ddpbench takes
-(2.5 and later): DDP and DataParallel always, the composable `replicate` since 2.1."""
-
-
-def check_strategy_torch(strategy: str, torch_version: str | None = None) -> None:
-    """SpecError where this torch is older than the strategy needs."""
-    if strategy not in STRATEGY_TORCH:
-        return
-    version = installed("torch").version if torch_version is None else torch_version
-    if version is None:
-        return  # torch missing altogether is said by torch_env.check_installed
-    oldest, why = STRATEGY_TORCH[strategy]
-    if release(version) < oldest:
-        raise SpecError(
-            f"--strategy {strategy} needs torch {'.'.join(map(str, oldest))} or later; this python has torch "
-            f"{version}: {why}. Use a newer torch, or leave {strategy} out (--strategy ddp)"
-        )
 
 
 def check_not_rocm(build: dict) -> None:
