@@ -94,6 +94,45 @@ def test_fsdp2_is_refused_where_torch_has_no_fully_shard_whatever_its_version_sa
     assert len(said.splitlines()) == 1 and "use a newer torch, or leave fsdp2 out (--strategy ddp)" in said
 
 
+# --- torch.compile on a bare GPU node ---------------------------------------------------------------
+def test_a_gpu_compile_without_a_c_compiler_or_python_headers_is_refused_in_one_line(monkeypatch, tmp_path):
+    """Triton builds its launcher with a C compiler and Python.h: a bare node without them is told
+    which packages to install before any rank starts, not shown Inductor's traceback from every rank."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(needs().shutil, "which", lambda name: None)
+    with pytest.raises(SpecError) as refused:
+        needs().check_gpu_compile_tools("default")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("--compile default on a GPU needs a C compiler (gcc or clang")
+    assert "install gcc (apt-get, Debian and Ubuntu) or gcc (dnf" in said and "or use --compile off" in said
+    # A compiler but no headers (a venv on a system Python without its -dev package).
+    monkeypatch.setattr(needs().shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(needs(), "python_headers", lambda: str(tmp_path))
+    with pytest.raises(SpecError) as refused:
+        needs().check_gpu_compile_tools("compiled-autograd")
+    said = str(refused.value)
+    assert f"needs Python's headers (no Python.h in {tmp_path})" in said and "C compiler" not in said
+    assert f"install python{version}-dev (apt-get" in said and f"python{version}-devel (dnf" in said
+    (tmp_path / "Python.h").write_text("")
+    needs().check_gpu_compile_tools("default")  # both there: nothing to say
+    # CC names the compiler Triton uses; one that is not there counts as none.
+    monkeypatch.setenv("CC", "/opt/missing/cc")
+    monkeypatch.setattr(needs().shutil, "which", lambda name: None if name.startswith("/opt/missing") else name)
+    with pytest.raises(SpecError, match="needs a C compiler"):
+        needs().check_gpu_compile_tools("default")
+
+
+def test_resolve_refuses_a_gpu_compile_on_a_node_without_the_tools(monkeypatch):
+    monkeypatch.setattr(resolve_module, "visible_gpu_count", lambda: 1)
+    monkeypatch.setattr(resolve_module, "gpu_build", lambda: {"version": "2.14.1", "cuda": "13.0", "nccl": True})
+    monkeypatch.setattr(resolve_module, "check_gpu_build", lambda ranks: None)
+    monkeypatch.setattr(needs(), "c_compiler", lambda: None)
+    with pytest.raises(SpecError, match="--compile default on a GPU needs a C compiler"):
+        resolve_module.resolve(RunSpec(workload="mlp", device="cuda", compile="default"))
+    resolve_module.resolve(RunSpec(workload="mlp", device="cuda"))  # eager: nothing to build
+
+
 # --- ROCm --------------------------------------------------------------------------------------
 ROCM_BUILD = {"version": "2.6.0+rocm6.3", "cuda": None, "hip": "6.3.42131", "nccl": True}
 

@@ -1,6 +1,6 @@
 """What a GPU run needs that can be said before any process starts, in one line each: a GPU ddpbench
-can drive (NVIDIA's: ROCm is refused), and for `nn.DataParallel` room on its first GPU for the whole
-batch's outputs. (Whether this torch has FSDP2's `fully_shard` is asked of torch itself, in the
+can drive (NVIDIA's: ROCm is refused), for `--compile` the C compiler and Python headers Triton builds
+with, and for `nn.DataParallel` room on its first GPU for the whole batch's outputs. (Whether this torch has FSDP2's `fully_shard` is asked of torch itself, in the
 process that checks an fsdp2 run's model: `ddpbench.worker.shardable`.)
 
 No torch imported: the GPU's memory comes from nvidia-smi, the ROCm build from the facts
@@ -10,6 +10,10 @@ No torch imported: the GPU's memory comes from nvidia-smi, the ROCm build from t
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import sys
+import sysconfig
 
 from ddpbench.config.errors import SpecError
 from ddpbench.config.spec import RunSpec
@@ -25,6 +29,45 @@ def check_not_rocm(build: dict) -> None:
             f"torch {build.get('version')} is a ROCm build (HIP {build['hip']}): ddpbench supports NVIDIA GPUs "
             "only (it counts GPUs, reads the driver, topology and NCCL kernels the NVIDIA way); run on CPU "
             "(--device cpu) or on an NVIDIA node"
+        )
+
+
+# --- torch.compile on a GPU ------------------------------------------------------------------------
+def c_compiler() -> str | None:
+    """The C compiler Triton builds its kernel launcher with, found as Triton finds it: $CC, else gcc,
+    else clang on PATH."""
+    if os.environ.get("CC"):
+        return shutil.which(os.environ["CC"])
+    return shutil.which("gcc") or shutil.which("clang")
+
+
+def python_headers() -> str:
+    """The folder Triton passes to the compiler for Python.h: this interpreter's include path (Debian's
+    posix_local scheme read as posix_prefix, as Triton reads it)."""
+    scheme = sysconfig.get_default_scheme()
+    return sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"]
+
+
+def check_gpu_compile_tools(compile_mode: str) -> None:
+    """SpecError where `--compile` on a GPU would fail in Triton's first kernel launch: Inductor's GPU
+    kernels are Triton kernels, and Triton compiles a small C launcher for them with a C compiler and
+    this Python's headers. Without them every rank ends in an Inductor traceback after starting."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    missing, debian, redhat = [], [], []
+    if c_compiler() is None:
+        missing.append("a C compiler (gcc or clang on PATH, or CC)")
+        debian.append("gcc")
+        redhat.append("gcc")
+    headers = python_headers()
+    if not os.path.exists(os.path.join(headers, "Python.h")):
+        missing.append(f"Python's headers (no Python.h in {headers})")
+        debian.append(f"python{version}-dev")
+        redhat.append(f"python{version}-devel")
+    if missing:
+        raise SpecError(
+            f"--compile {compile_mode} on a GPU needs {' and '.join(missing)}: Triton builds its kernel launcher "
+            f"with them; install {' '.join(debian)} (apt-get, Debian and Ubuntu) or {' '.join(redhat)} (dnf, RHEL "
+            "and Fedora), or use --compile off"
         )
 
 

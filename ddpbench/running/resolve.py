@@ -18,7 +18,12 @@ from ddpbench.config.ids import plain_name
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.host.facts import usable_cores, visible_gpu_count
-from ddpbench.host.gpu_needs import check_dp_memory, check_not_rocm, first_gpu_memory_bytes
+from ddpbench.host.gpu_needs import (
+    check_dp_memory,
+    check_gpu_compile_tools,
+    check_not_rocm,
+    first_gpu_memory_bytes,
+)
 from ddpbench.host.torch_env import check_gpu_build, check_installed, gpu_build
 from ddpbench.running import slurm
 
@@ -66,6 +71,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
             f"--compile {spec.compile} on cpu needs a C++ compiler: torch's inductor builds its CPU kernels with one "
             "(g++ or c++ on PATH, or CXX); install g++, or use --compile off"
         )
+    if here and spec.device == "cuda" and spec.compile != "off":
+        check_gpu_compile_tools(spec.compile)
     if here and spec.device == "cuda" and spec.script is None:
         check_dp_memory(spec, first_gpu_memory_bytes())
     if spec.strategy == "fsdp2" and spec.script is None:
