@@ -77,20 +77,33 @@ OUTPUT_ELEMENTS_PER_SAMPLE = {("gpt2", "full"): 1024 * 50257}
 The vision models' 1000 logits and the MLP's outputs are a few kB a sample."""
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLOAT32_BYTES = 4
+LOSS_FLOAT32_COPIES_AT_PEAK = 3
+"""Float32 tensors the size of the logits that gpt2's loss holds at once at its peak, in backward:
+log_softmax's output (cross_entropy saves it for backward), nll_loss's gradient of it, and
+log_softmax's gradient of its input. The loss's float32 copy of the logits is freed in the forward,
+once log_softmax has its output, and the gradient of the gathered logits comes after the saved output
+is gone: neither adds to the peak. Counted from the tensors' lifetimes in the worker's own step on CPU
+(tests/test_gpu_needs.py measures them: 14 bytes per logit in bf16, 16 in fp32)."""
 DP_FIRST_GPU_SHARE = 0.5
 """The share of the first GPU the gathered outputs may take: it also holds its own replica, its
 activations, the optimizer state and the scatter of the inputs."""
 
 
+def dp_bytes_per_output(precision: str) -> int:
+    """Bytes on dp's first GPU per element of the gathered outputs at the loss's peak: the gathered
+    logits in the run's precision (the training step holds them until its backward ends) and the loss's
+    float32 tensors alive at once (LOSS_FLOAT32_COPIES_AT_PEAK)."""
+    return PRECISION_BYTES[precision] + LOSS_FLOAT32_COPIES_AT_PEAK * FLOAT32_BYTES
+
+
 def dp_gathered_bytes(spec: RunSpec) -> float | None:
-    """Bytes nn.DataParallel keeps on its first GPU for the whole batch's outputs: the gathered outputs
-    in the run's precision, the loss's float32 copy of them (gpt2's loss upcasts), and the gradients of
-    both. None for a workload whose outputs are small or unknown."""
+    """Bytes nn.DataParallel needs on its first GPU for the whole batch's outputs at the loss's peak
+    (dp_bytes_per_output). None for a workload whose outputs are small or unknown."""
     per_sample = OUTPUT_ELEMENTS_PER_SAMPLE.get((spec.workload, spec.size or "full"))
     if spec.strategy != "dp" or per_sample is None:
         return None
     batch = (spec.batch_size or 8) * spec.world_size  # gpt2's own batch is 8 a device
-    return batch * per_sample * 2 * (PRECISION_BYTES[spec.precision] + FLOAT32_BYTES)
+    return batch * per_sample * dp_bytes_per_output(spec.precision)
 
 
 @functools.cache
@@ -113,6 +126,7 @@ def check_dp_memory(spec: RunSpec, memory_bytes: int | None) -> None:
     advice = f"give --batch-size {fits} or less, " if fits >= 1 else ""
     raise SpecError(
         f"dp at world size {spec.world_size} gathers {spec.workload}'s outputs for all {batch} samples on its first "
-        f"GPU: about {needed / 1e9:.1f} GB ({spec.precision} logits, the loss's float32 copy and both gradients), "
+        f"GPU: about {needed / 1e9:.1f} GB ({spec.precision} logits, and log_softmax's float32 output with two float32 "
+        "gradients of the same size in the loss's backward), "
         f"more than half of its {memory_bytes / 1e9:.0f} GB; {advice}or leave dp out (--strategies local,ddp)"
     )
