@@ -103,6 +103,12 @@ def test_peak_memory_is_per_phase_on_every_device():
     small_phase = memory.end()
     assert big_phase["kind"] == CUDA_KIND and len(big_phase["by_device"]) == len(devices)
     assert big_phase["by_device"][-1] - small_phase["by_device"][-1] >= 2**30
+    # The allocator reserved at least what it handed out; the device holds at least that, and more
+    # (the CUDA context), as NVML sees it.
+    assert all(r >= a for r, a in zip(big_phase["reserved_by_device"], big_phase["by_device"]))
+    used = memory.device_used()
+    assert used["device_memory_note"] is None, used
+    assert all(u > r for u, r in zip(used["device_memory_used_bytes"], small_phase["reserved_by_device"]))
 
 
 def gpu_run(out_dir, *args: str) -> dict:
@@ -181,6 +187,10 @@ def test_peak_memory_in_the_record_is_the_timed_windows(gpt2_bf16_runs):
         # not chance: bytes allocated, not timed
         assert rank["peak_memory_bytes"] == phases["timed"]["peak_bytes"] > 0
         assert set(phases) == {"warm-up", "timed", "checks"}
+        # What the device held beyond torch's allocated bytes: reserved, then everything NVML sees.
+        assert rank["peak_memory_reserved_bytes"] >= rank["peak_memory_bytes"]
+        assert rank["device_memory_note"] is None and len(rank["device_memory_used_bytes"]) >= 1
+        assert rank["device_memory_used_bytes"][0] > rank["peak_memory_reserved_bytes"]
         assert rank["data_wait_mean_s"] is not None  # read from CUDA events after the window, every strategy
 
 

@@ -56,7 +56,10 @@ from ddpbench.records.part import Part
 # unsharded buffers. A schema-4 record of ddp, replicate or fsdp2 left them out, so its model state
 # reads as not counted (from_schema_4) rather than as a smaller figure beside newer ones. Ranks'
 # `probe` (the process's fixed probe before the warm-up and after the window) and the scripts'
-# check `gradients_in_sync` came in the same schema.
+# check `gradients_in_sync` came in the same schema. Later within 5, all optional (a record without
+# them reads as one that did not measure them): ranks' `peak_memory_reserved_bytes`,
+# `device_memory_used_bytes` and `device_memory_note`, and phases' `reserved_bytes` and
+# `reserved_by_device` (GPU memory beyond torch's allocated bytes).
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
@@ -140,6 +143,11 @@ class MemoryPeak(Part):
     by_device: list[int]
     """Every device the process drove (all of DataParallel's GPUs)."""
     kind: str
+    reserved_bytes: int | None = None
+    """GPU: the caching allocator's peak reserved bytes (`torch.cuda.max_memory_reserved`) on the
+    rank's largest device: what it held from the driver, cached free blocks and fragmentation
+    included. None on CPU and in records before it (not measured)."""
+    reserved_by_device: list[int] | None = None
 
 
 class GpuLoad(Part):
@@ -235,6 +243,16 @@ class RankResult(Part):
     process_max_rss where the peak cannot be reset (since the process started)."""
     peak_memory_bytes_by_device: list[int] | None = None
     """The timed window's peak on each device the process drove."""
+    peak_memory_reserved_bytes: int | None = None
+    """GPU: the timed window's peak reserved by torch's caching allocator (`max_memory_reserved`) on
+    the largest device: at least `peak_memory_bytes`, with the allocator's cached free blocks and
+    fragmentation. None on CPU and in older records (not measured)."""
+    device_memory_used_bytes: list[int] | None = None
+    """GPU: each device's used memory from NVML at the timed window's end, as nvidia-smi shows it:
+    every process on the device, the CUDA contexts, NCCL's buffers and cuBLAS's workspaces, which
+    torch's allocator figures leave out. None on CPU, where NVML could not be read
+    (`device_memory_note` says why) and in older records (not measured)."""
+    device_memory_note: str | None = None
     peak_memory_by_phase: dict[str, MemoryPeak] | None = None
     """compile (with --compile), warm-up, timed, checks: each phase's peak, reset at its start."""
     model_state_bytes: int | None = None
