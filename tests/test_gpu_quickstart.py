@@ -181,12 +181,19 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     shutil.copytree(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure"), sweep)
     (sweep / "logs" / "broken-ddp-n2").mkdir(parents=True)
     (sweep / "logs" / "broken-ddp-n2" / "output.log").write_text("rank 1 raised RuntimeError" + PLANTED)
+    # Traces deeper down (a GPU check keeps one traces/ folder per check) and a trace outside any.
+    (sweep / "checks" / "one" / "traces" / "r").mkdir(parents=True)
+    (sweep / "checks" / "one" / "traces" / "r" / "rank-0.pt.trace.json.gz").write_bytes(b"x" * 1000)
+    (sweep / "checks" / "loose.pt.trace.json").write_text("{}")
     done = ddpbench("bundle", str(sweep))
     assert done.returncode == 0, done.stderr
     files = bundled(f"{sweep}-bundle.tar.gz")
-    assert f"bundle: {sweep}-bundle.tar.gz" in done.stdout and "10 records, 1 log files" in done.stdout
+    size = os.path.getsize(f"{sweep}-bundle.tar.gz") / 2**20
+    assert (
+        f"bundle: {sweep}-bundle.tar.gz ({size:.1f} MiB, " in done.stdout and "10 records, 1 log files" in done.stdout
+    )
     assert {"sweep/manifest.json", "sweep/runs/broken-ddp-n2.json", "sweep/logs/broken-ddp-n2/output.log"} <= set(files)
-    assert not any("/traces/" in name for name in files)  # large; --with-traces adds them
+    assert not any("/traces/" in name or ".pt.trace." in name for name in files)  # large; --with-traces adds them
     environment = json.loads(files["sweep/bundle/environment.json"])
     assert environment["packages"]["torch"] and "env_vars" in environment
     explained = json.loads(files["sweep/bundle/explain.json"])
@@ -200,6 +207,9 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     for name in ("sweep/runs/broken-ddp-n2.json", "sweep/bundle/explain.json"):
         json.loads(files[name])  # redaction keeps the JSON readable
     assert ddpbench("bundle", str(tmp_path / "missing")).returncode == 2
+    assert ddpbench("bundle", str(sweep), "--with-traces", "--out", str(tmp_path / "all.tar.gz")).returncode == 0
+    with_traces = bundled(tmp_path / "all.tar.gz")
+    assert {"sweep/checks/one/traces/r/rank-0.pt.trace.json.gz", "sweep/checks/loose.pt.trace.json"} <= set(with_traces)
 
 
 @pytest.mark.launches
