@@ -97,8 +97,9 @@ def test_every_command_on_the_page_resolves_inside_the_container_image():
                 assert "benchmarks/gpu_check.py" in targets[target]
                 script = "benchmarks/gpu_check.py"
                 needed = {script, *local_imports(script, "benchmarks")}
-                # the CUDA tests it runs, and what they import
+                # the CUDA tests it runs, and what they import (of the tests and of the GPU check)
                 needed |= {"tests/test_cuda.py", *local_imports("tests/test_cuda.py", "tests")}
+                needed |= local_imports("tests/test_cuda.py", "benchmarks")
                 assert needed <= image, f"not in the image: {sorted(needed - image)}"
                 assert {"benchmarks/gpu_check_plan.py", "tests/conftest.py"} <= needed
             continue
