@@ -1,7 +1,8 @@
 """What a GPU run needs that can be said before any process starts, in one line each: a GPU ddpbench
 can drive (NVIDIA's: ROCm is refused), for `--compile` the C compiler and Python headers Triton builds
-with, and for `nn.DataParallel` room on its first GPU for the whole batch's outputs. (Whether this torch has FSDP2's `fully_shard` is asked of torch itself, in the
-process that checks an fsdp2 run's model: `ddpbench.worker.shardable`.)
+with, and for `nn.DataParallel` room on its first GPU for the whole batch's outputs. (Whether this
+torch has FSDP2's `fully_shard` is asked of torch itself, in the process that checks an fsdp2 run's
+model: `ddpbench.worker.shardable`.)
 
 No torch imported: the GPU's memory comes from nvidia-smi, the ROCm build from the facts
 `torch_env.gpu_build` already asked of torch.
