@@ -1,5 +1,5 @@
 """`make gpu-check`'s plan and budget, driven with a fake clock on a fake node: the real plans of
-benchmarks/gpu_check.py (its checks' names, order and reserves), each check
+benchmarks/gpu_check.py and gpu_check_one.py (their checks' names, order and reserves), each check
 replaced by one that only moves the clock. Every reserve has its source; a check that applies to the
 node and did not run, or that the budget ended, is never a pass; a CUDA-test run that skipped what
 applies to the node cannot pass."""
@@ -19,6 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import gpu_check  # noqa: E402
+import gpu_check_one  # noqa: E402
 from gpu_check_cuda_tests import judge_cuda_tests, read_junit, run_cuda_tests  # noqa: E402
 from gpu_check_plan import (  # noqa: E402
     FAILED,
@@ -46,6 +47,7 @@ class FakeClock:
 def plans():
     return {
         "gpu-check": gpu_check.build_plan(gpu_check.Checker(os.devnull, None)),
+        "gpu-check-one": gpu_check_one.build_one_gpu_plan(gpu_check_one.OneGpuChecker(os.devnull, None)),
     }
 
 
@@ -71,7 +73,7 @@ def fake_node(tmp_path, gpus: int, slowdown: float, fail: str | None = None, bud
 
 
 # --- every reserve says where it comes from --------------------------------------------------------
-@pytest.mark.parametrize("name", ["gpu-check"])
+@pytest.mark.parametrize("name", ["gpu-check", "gpu-check-one"])
 def test_every_checks_reserve_has_its_source(name):
     plan = plans()[name]
     assert plan and len({planned.name for planned in plan}) == len(plan)
@@ -164,6 +166,12 @@ def test_only_runs_the_named_checks_and_leaves_the_rest_out_of_the_verdict(tmp_p
     assert [c["name"] for c in checker.summary["checks"]] == ["preflight", "tests/test_cuda.py"]
 
 
+def test_the_one_gpu_plan_fits_its_five_minutes():
+    plan = plans()["gpu-check-one"]
+    assert sum(planned.reserve.seconds(1) for planned in plan) <= gpu_check_one.BUDGET_S == 300
+    assert [planned.min_gpus for planned in plan] == [1] * len(plan)
+
+
 # --- a kill by the budget is NOT RUN; a hang within the budget is FAIL --------------------------------
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -206,6 +214,8 @@ def test_the_closing_advice_is_a_make_command_under_make_and_the_scripts_options
     monkeypatch.setenv("MAKELEVEL", "1")  # what make sets in its recipes' environment
     under_make = f"make gpu-check USE_PYTHON={sys.executable} GPU_CHECK_ARGS='--budget-s 900'"
     assert ledger.again("--budget-s 900") == under_make
+    one = gpu_check_one.OneGpuChecker(str(tmp_path), 300)
+    assert one.again("--only bundle").startswith("make gpu-check-one USE_PYTHON=")
     monkeypatch.delenv("MAKELEVEL")
     assert ledger.again("--budget-s 900") == f"{sys.executable} benchmarks/gpu_check.py --budget-s 900"
 
@@ -296,13 +306,19 @@ def test_make_gpu_check_takes_use_python_like_every_target_and_python_as_a_depre
     assert done.returncode != 0 and "make gpu-check USE_PYTHON=python3" in done.stderr
 
 
-def test_the_dry_run_through_make_prints_the_plan_and_every_reserves_source():
+def test_the_dry_runs_through_make_print_each_plan_and_every_reserves_source():
     python = sys.executable
     done = make("gpu-check", f"USE_PYTHON={python}", "GPU_CHECK_ARGS=--dry-run")
     assert done.returncode == 0, done.stderr
     assert "make gpu-check: 14 checks, nothing started (dry run)" in done.stdout
     for planned in plans()["gpu-check"]:
         assert f"  {planned.reserve.source}" in done.stdout and planned.name in done.stdout
+    done = make("gpu-check-one", f"USE_PYTHON={python}", "GPU_CHECK_ARGS=--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "budget: 300 s (fixed) on one GPU" in done.stdout and "wheels: " in done.stdout
+    for planned in plans()["gpu-check-one"]:
+        assert re.search(rf"{re.escape(planned.name)} +{planned.reserve.one_gpu_s:.0f} s  guess: ", done.stdout)
+    assert not os.path.exists(os.path.join(REPO, "results", "gpu-check-one"))  # nothing started
 
 
 # --- the docs say what the plan says ------------------------------------------------------------------------
@@ -326,12 +342,12 @@ def test_the_docs_state_the_budget_the_plan_gives(tmp_path):
 
 
 def reserve_rows(text: str, columns: int) -> dict[str, list[str]]:
-    header = "| check | one GPU | 2+ GPUs | source |"
+    header = "| check | one GPU | 2+ GPUs | source |" if columns == 3 else "| check | one GPU | source |"
     table = text[text.index(header) :].split("\n\n")[0].splitlines()[2:]
     return {cells[0]: cells[1:] for cells in ([c.strip() for c in row.strip("|").split("|")] for row in table)}
 
 
-def test_the_docs_list_every_checks_reserve_and_its_kind_as_the_plan_gives_them():
+def test_the_docs_list_every_checks_reserve_and_its_kind_as_the_plans_give_them():
     def seconds(value):
         return "N/A" if value is None else f"{value:.0f} s"
 
@@ -340,3 +356,5 @@ def test_the_docs_list_every_checks_reserve_and_its_kind_as_the_plan_gives_them(
         p.name: [seconds(p.reserve.one_gpu_s if p.applies(1) else None), seconds(p.reserve.multi_gpu_s), p.reserve.kind]
         for p in plans()["gpu-check"]
     }
+    one = reserve_rows(page(), 2)
+    assert one == {p.name: [seconds(p.reserve.one_gpu_s), p.reserve.kind] for p in plans()["gpu-check-one"]}
