@@ -187,10 +187,12 @@ class Checker(Ledger):
             problems.append(f"sweep --gpus {too_many} was not refused with exit code 2 (got {code})")
         if problems:
             raise CheckFailed("; ".join(problems))
+        override = (facts.get("numerics_env") or {}).get("NVIDIA_TF32_OVERRIDE")
         return (
             f"{self.device_name} x{facts['gpu_count']}, driver {facts.get('driver_version')}, CUDA "
             f"{facts.get('cuda')}, NCCL {facts.get('nccl')}, torch {facts.get('torch')}, bf16 native, "
             f"peak {'unknown' if peak is None else peak.label}"
+            + (f", NVIDIA_TF32_OVERRIDE={override}" if override is not None else "")
         )
 
     def probe(self, figures: dict) -> str:
