@@ -80,6 +80,7 @@ def test_every_checks_reserve_has_its_source(name):
     for planned in plan:
         kind, _, said = planned.reserve.source.partition(": ")
         assert kind in ("measured", "guess") and len(said) > 20, (planned.name, planned.reserve.source)
+        # not chance: figures the plan states, not measured
         assert planned.reserve.multi_gpu_s > 0 and (planned.min_gpus > 1 or planned.reserve.one_gpu_s > 0)
     # No GPU has run these checks yet: a reserve marked measured would be a figure nobody measured.
     assert {planned.reserve.kind for planned in plan} == {"guess"}
@@ -101,6 +102,7 @@ def test_the_compile_checks_reserve_their_cold_caches_and_second_compile():
     plan = {planned.name: planned.reserve for planned in plans()["gpu-check"]}
     for name in ("gpt2 fsdp2 + compile (nccl)", "gpt2 ddp + compiled autograd (nccl)"):
         assert "cold" in plan[name].source and "again" in plan[name].source
+        # not chance: figures the plan states, not measured
         assert plan[name].multi_gpu_s >= 2 * plan["resnet50 bf16 ddp (nccl)"].multi_gpu_s
     # The CUDA tests reserve their own runs only: the gpt2 runs gpu-check made are read, not rerun.
     assert "not run again" in plan["tests/test_cuda.py"].source
@@ -110,6 +112,7 @@ def test_the_compile_checks_reserve_their_cold_caches_and_second_compile():
 def test_the_budget_of_an_8_gpu_node_holds_every_check_at_its_reserve(tmp_path):
     checker, plan = fake_node(tmp_path, gpus=8, slowdown=1.0)
     needed = sum(planned.reserve.seconds(8) for planned in plan)
+    # not chance: the plan's own figures, on a fake clock
     assert node_budget_s(plan, 8) >= needed
     assert run_plan(checker, plan) == PASSED
     assert [c["ok"] for c in checker.summary["checks"]] == [True] * len(plan)
@@ -152,7 +155,8 @@ def test_the_two_gpu_check_is_not_applicable_on_one_gpu_and_counted_on_two(tmp_p
     (two,) = [c for c in checker.summary["checks"] if c["name"].startswith("ddp averaging")]
     if gpus == 1:
         assert two["not_run"] == "not applicable" and two["ok"] is None
-        assert node_budget_s(plan, 1) < node_budget_s(plan, 8)  # sized to the node: no time for it
+        # not chance: the plan's own figures; sized to the node, with no time for the check it cannot run
+        assert node_budget_s(plan, 1) < node_budget_s(plan, 8)
     else:
         assert two["ok"] is True
     # It runs before the checks that read its traces and timeline on a node of 2 GPUs.
@@ -168,6 +172,7 @@ def test_only_runs_the_named_checks_and_leaves_the_rest_out_of_the_verdict(tmp_p
 
 def test_the_one_gpu_plan_fits_its_five_minutes():
     plan = plans()["gpu-check-one"]
+    # not chance: the plan's own figures, not measured
     assert sum(planned.reserve.seconds(1) for planned in plan) <= gpu_check_one.BUDGET_S == 300
     assert [planned.min_gpus for planned in plan] == [1] * len(plan)
 
