@@ -40,7 +40,7 @@ sys.path.insert(0, PROJECT)
 
 from gpu_check_cuda_tests import run_cuda_tests  # noqa: E402  (this folder: sys.path[0] as a script)
 from gpu_check_nccl import ablation_problems, expected_steps, judge_nccl_job  # noqa: E402
-from gpu_check_plan import Ledger, chosen, describe_plan, run_plan  # noqa: E402
+from gpu_check_plan import Ledger, chosen, describe_plan, options_problem, run_plan  # noqa: E402
 from gpu_check_probe import PROBE_CODE, judge_probe  # noqa: E402
 from gpu_check_processes import CheckFailed, CheckSkipped, OutOfBudget, last_json, tail  # noqa: E402
 from gpu_check_reserves import CUDA_TESTS, build_plan  # noqa: E402
@@ -564,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
+    problem = options_problem(build_plan(Checker(os.devnull, None)), args.budget_s, only)
+    if problem:
+        parser.error(problem)
     if args.dry_run:
         plan = chosen(build_plan(Checker(os.devnull, args.budget_s)), only)
         print("\n".join(describe_plan(plan, "make gpu-check", args.budget_s)))

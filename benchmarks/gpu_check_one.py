@@ -34,7 +34,7 @@ sys.path.insert(1, os.path.dirname(HERE))
 import gpu_check_wheels  # noqa: E402  (standard library only: it runs before anything else can be imported)
 from gpu_check import PROJECT, Checker  # noqa: E402
 from gpu_check_bundle import judge_bundle, page_patterns  # noqa: E402
-from gpu_check_plan import PlannedCheck, chosen, describe_plan, guess, run_plan  # noqa: E402
+from gpu_check_plan import PlannedCheck, chosen, describe_plan, guess, options_problem, run_plan  # noqa: E402
 from gpu_check_processes import CheckFailed, tail  # noqa: E402
 from gpu_check_runs import write_command  # noqa: E402
 
@@ -222,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         "--dry-run", action="store_true", help="print the plan, each check's reserve and its source; start nothing"
     )
     args = parser.parse_args(argv)
-    if not args.budget_s > 0:
-        parser.error(f"--budget-s must be a number of seconds > 0; got {args.budget_s}")
     only = set(args.only.split(",")) if args.only else None
+    problem = options_problem(build_one_gpu_plan(OneGpuChecker(os.devnull, None)), args.budget_s, only)
+    if problem:
+        parser.error(problem)
     if args.dry_run:
         plan = chosen(build_one_gpu_plan(OneGpuChecker(os.devnull, args.budget_s)), only)
         lines = describe_plan(plan, "make gpu-check-one", args.budget_s, one_gpu_only=True)

@@ -287,6 +287,18 @@ def chosen(plan: Sequence[PlannedCheck], only: set[str] | None) -> list[PlannedC
     return [p for p in plan if not only or p.name in only or p.name.split()[0] in only]
 
 
+def options_problem(plan: Sequence[PlannedCheck], budget_s: float | None, only: set[str] | None) -> str | None:
+    """What is wrong with --budget-s or --only, in one line, or None: a name --only does not know would
+    leave nothing to run, and an empty run passes."""
+    if budget_s is not None and not budget_s > 0:
+        return f"--budget-s must be a number of seconds > 0; got {budget_s:g}"
+    known = {p.name for p in plan} | {p.name.split()[0] for p in plan}
+    unknown = sorted((only or set()) - known)
+    if unknown:
+        return f"--only: no check named {', '.join(unknown)}; the checks: {', '.join(p.name for p in plan)}"
+    return None
+
+
 def run_plan(ledger: Ledger, plan: Sequence[PlannedCheck], only: set[str] | None = None) -> int:
     """Every check of the plan (or those `only` names) in order; the budget is sized to the node once
     the first check (the preflight) has counted its GPUs. The exit code."""

@@ -170,6 +170,23 @@ def test_only_runs_the_named_checks_and_leaves_the_rest_out_of_the_verdict(tmp_p
     assert [c["name"] for c in checker.summary["checks"]] == ["preflight", "tests/test_cuda.py"]
 
 
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        (["--only", "preflihgt"], "--only: no check named preflihgt; the checks: "),
+        (["--budget-s", "0"], "--budget-s must be a number of seconds > 0; got 0"),
+        (["--budget-s", "-5", "--dry-run"], "--budget-s must be a number of seconds > 0; got -5"),
+    ],
+)
+@pytest.mark.parametrize("script", ["gpu_check.py", "gpu_check_one.py"])
+def test_a_bad_option_is_refused_in_one_line_before_anything_starts(script, arguments, said):
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", script), *arguments], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and said in done.stderr.splitlines()[-1], done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_the_one_gpu_plan_fits_its_five_minutes():
     plan = plans()["gpu-check-one"]
     # not chance: the plan's own figures, not measured
