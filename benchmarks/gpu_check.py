@@ -44,7 +44,7 @@ from gpu_check_plan import Ledger, chosen, describe_plan, options_problem, run_p
 from gpu_check_probe import PROBE_CODE, judge_probe  # noqa: E402
 from gpu_check_processes import CheckFailed, CheckSkipped, OutOfBudget, last_json, tail  # noqa: E402
 from gpu_check_reserves import CUDA_TESTS, build_plan  # noqa: E402
-from gpu_check_runs import GPT2_DDP_TWO_GPUS, GPT2_FP16, write_command  # noqa: E402
+from gpu_check_runs import GPT2, GPT2_DDP_TWO_GPUS, GPT2_FP16, write_command  # noqa: E402
 
 from ddpbench.analysis.peaks import device_peak  # noqa: E402  (no torch: safe before the checks)
 
@@ -77,7 +77,7 @@ ONE_GPU_AGREEMENT = 0.10
 RESNET = "--workload resnet50 --size full --precision bf16 --batch-size 64 --steps 30 --warmup 11".split()
 # The fp16 and two-GPU gpt2 runs are the ones tests/test_cuda.py needs too (gpu_check_runs.py): made
 # once, read by the CUDA tests. The compile checks take the two-GPU run's options on up to 2 GPUs.
-GPT2_BF16 = [arg for arg in GPT2_DDP_TWO_GPUS if arg not in ("--strategy", "ddp", "--nproc", "2")]
+GPT2_BF16 = [*GPT2, "--precision", "bf16"]
 VIT_WORKERS = (
     "--workload vit_b_16 --size full --precision bf16 --batch-size 64 --steps 25 --num-workers 4 --strategy ddp"
 ).split()
