@@ -52,7 +52,7 @@ def judge_bundle(names: list[str], patterns: list[str], must_hold: list[str]) ->
         problems.append(f"{len(traces)} traces in a bundle made without --with-traces: {traces[:3]}")
     extra = unlisted(names, patterns)
     if extra:
-        problems.append(f"{len(extra)} files the page does not list: {extra[:5]}")
+        problems.append(f"files the page does not list ({len(extra)}): {extra[:5]}")
     lacking = unmatched(names, must_hold)
     if lacking:
         problems.append(f"nothing for {lacking}")

@@ -113,3 +113,21 @@ def test_a_dump_that_lost_collectives_the_rank_issued_is_refused(tmp_path):
     os.remove(dump_path)
     with pytest.raises(CheckFailed, match="no Flight Recorder dump"):
         judge_stall(str(run), "stall", "gloo", {})
+
+
+def test_the_bundle_check_bundles_the_folder_and_holds_it_to_the_page(tmp_path):
+    """gpu-check-one's own bundle check, through the real command, on a folder laid out as gpu-check's."""
+    from gpu_check_one import OneGpuChecker
+    from test_gpu_check_bundle import gpu_check_folder
+
+    folder = gpu_check_folder(tmp_path)
+    figures: dict = {}
+    said = OneGpuChecker(folder, 300).bundle(figures)
+    assert said.startswith(f"{folder}-bundle.tar.gz: ") and said.endswith("each one the page lists, no trace")
+    assert figures["bytes"] == os.path.getsize(f"{folder}-bundle.tar.gz")
+    # Something the page does not list (wheels unpacked into the folder, say) fails the check.
+    os.makedirs(os.path.join(folder, "site", "numpy"))
+    with open(os.path.join(folder, "site", "numpy", "__init__.py"), "w") as handle:
+        handle.write("")
+    with pytest.raises(CheckFailed, match=r"files the page does not list \(1\): \['site/numpy/__init__.py'\]"):
+        OneGpuChecker(folder, 300).bundle({})
