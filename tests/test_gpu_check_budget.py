@@ -290,8 +290,10 @@ def test_skips_that_need_a_second_gpu_stand_on_one_gpu_only(tmp_path):
 
 
 @pytest.mark.launches  # pytest on tests/test_cuda.py in a fresh interpreter (torch's import)
-def test_the_cuda_tests_on_a_machine_without_a_gpu_fail_the_check_and_stay_in_its_folder(tmp_path):
-    """This machine has no GPU: every CUDA test skips, and the check must say so, not pass."""
+def test_the_cuda_tests_on_a_machine_without_a_gpu_fail_the_check_and_stay_in_its_folder(tmp_path, monkeypatch):
+    """Where torch sees no GPU every CUDA test skips, and the check must say so, not pass. The GPUs are
+    hidden from pytest's process (as every CPU test hides them), so a GPU machine shows the same."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     ledger = Ledger(str(tmp_path), budget_s=300)
     ledger.summary["device"] = {"gpu_count": 1}  # as a one-GPU node whose torch sees no GPU
     with pytest.raises(CheckFailed) as failed:
