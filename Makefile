@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install install-test bench test test-fast lint gate clean hta-venv otava-venv gpu-check docs
+.PHONY: install install-test bench test test-fast lint gate clean hta-venv otava-venv gpu-check gpu-check-one gpu-check-wheels docs
 
 # setuptools boxes a notice about editable installs in asterisks; a newcomer reads it as an error.
 # It only says that folders named like the package take precedence over it, so it is filtered.
@@ -110,6 +110,19 @@ ifeq ($(origin PYTHON)$(if $(USE_PYTHON),+use),command line)
 	@echo "make gpu-check: PYTHON= is deprecated here, use USE_PYTHON=$(PYTHON) as every target takes" >&2
 endif
 	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
+# One lent GPU within 5 minutes: the paths one GPU reaches, each line with its measured seconds beside
+# its reserve (GPU_CHECK_ARGS=--dry-run prints the plan and where each reserve comes from). The
+# interpreter is USE_PYTHON, else python3: on a lent machine, the image's own. What it lacks of
+# ddpbench's dependencies comes from .gpu-check-wheels/, which gpu-check-wheels fills where pip works
+# (WHEELS_PYTHON: the lent machine's Python; WHEELS_MACHINE: x86_64 or aarch64); never committed.
+WHEELS_PYTHON ?= 3.12
+WHEELS_MACHINE ?= x86_64
+gpu-check-one:
+	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(if $(USE_PYTHON),$(USE_PYTHON),python3) benchmarks/gpu_check_one.py $(GPU_CHECK_ARGS)
+
+gpu-check-wheels: install
+	$(PY) benchmarks/gpu_check_wheels.py --download --python-version $(WHEELS_PYTHON) --machine $(WHEELS_MACHINE)
 
 clean:
 	rm -rf $(VENV) *.egg-info

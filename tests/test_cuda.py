@@ -1,16 +1,23 @@
 """GPU paths on a real GPU: NCCL, CUDA events, autocast, DataParallel, peak memory, traces.
 Each test checks a property that would be false if the path were broken, not only that nothing
-crashed. Skipped on machines without a GPU (never faked); `make gpu-check` runs them too."""
+crashed. Skipped on machines without a GPU (never faked); `make gpu-check` runs them too, and then
+the gpt2 runs it already made (benchmarks/gpu_check_runs.py) are read, not launched again."""
 
 import glob
 import json
 import math
+import os
 import re
+import sys
 import time
 
 import pytest
 from chance import difference_at_least, difference_at_most
-from conftest import ddpbench_process, requires_cuda
+from conftest import REPO, ddpbench_process, requires_cuda
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from gpu_check_nccl import analyse_traces, expected_steps, judge_nccl_job  # noqa: E402
+from gpu_check_runs import GPT2, GPT2_DDP_TWO_GPUS, GPT2_FP16, ONE_GPU_SKIP, made_run  # noqa: E402
 
 # Step times against wall time, and DDP and DP against local within 10 %: a test beside them would blur them.
 pytestmark = [requires_cuda, pytest.mark.cuda, pytest.mark.alone]
@@ -103,9 +110,22 @@ def test_peak_memory_is_per_phase_on_every_device():
     small_phase = memory.end()
     assert big_phase["kind"] == CUDA_KIND and len(big_phase["by_device"]) == len(devices)
     assert big_phase["by_device"][-1] - small_phase["by_device"][-1] >= 2**30
+    # The allocator reserved at least what it handed out; the device holds at least that, and more
+    # (the CUDA context), as NVML sees it.
+    assert all(r >= a for r, a in zip(big_phase["reserved_by_device"], big_phase["by_device"]))
+    used = memory.device_used()
+    assert used["device_memory_note"] is None, used
+    assert all(u > r for u, r in zip(used["device_memory_used_bytes"], small_phase["reserved_by_device"]))
 
 
 def gpu_run(out_dir, *args: str) -> dict:
+    """A run's record: the one `make gpu-check` made with these options, where it made one (under
+    gpu-check, which names its runs folder), else a run launched here."""
+    made = made_run(list(args))
+    if made is not None:
+        record = json.load(open(made))
+        assert record["status"] == "ok", (made, record.get("error"))
+        return record
     done = ddpbench_process(
         "run", "--device", "cuda", "--run-timeout", "300", "--out", str(out_dir), *args, gpus=True, timeout=420
     )
@@ -116,7 +136,11 @@ def gpu_run(out_dir, *args: str) -> dict:
     return record
 
 
-GPT2 = ["--workload", "gpt2", "--size", "full", "--steps", "25", "--batch-size", "8"]
+def two_gpus_or_skip(what: str):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"{ONE_GPU_SKIP}{what}")
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +205,14 @@ def test_peak_memory_in_the_record_is_the_timed_windows(gpt2_bf16_runs):
         # not chance: bytes allocated, not timed
         assert rank["peak_memory_bytes"] == phases["timed"]["peak_bytes"] > 0
         assert set(phases) == {"warm-up", "timed", "checks"}
+        # What the device held beyond torch's allocated bytes: reserved, then everything NVML sees
+        # (the CUDA context alone is hundreds of MB).
+        # not chance: bytes the allocator counted, not timed
+        assert rank["peak_memory_reserved_bytes"] >= rank["peak_memory_bytes"]
+        # not chance: a count of devices
+        assert rank["device_memory_note"] is None and len(rank["device_memory_used_bytes"]) >= 1
+        # not chance: bytes on the device, not timed
+        assert rank["device_memory_used_bytes"][0] > rank["peak_memory_reserved_bytes"]
         assert rank["data_wait_mean_s"] is not None  # read from CUDA events after the window, every strategy
 
 
@@ -193,7 +225,9 @@ def test_mfu_is_a_fraction_of_the_published_peak_where_the_device_is_known(gpt2_
 
 
 @pytest.mark.launches
-def test_own_nccl_trace_is_analysed_as_gpu_with_two_whole_steps(gpt2_bf16_runs):
+def test_a_one_rank_trace_is_gpu_with_its_steps_whole_and_every_launch_linked(gpt2_bf16_runs):
+    """One rank's all-reduce launches no NCCL kernel: this reads kernels and launches, not communication
+    (test_two_ranks_trace_holds_nccl_kernels_each_linked_to_its_launch does, where there are 2 GPUs)."""
     trace = gpt2_bf16_runs["ddp"]["overlap"]["trace"]["by_rank"][0]
     assert trace.get("error") is None, trace
     assert trace["kind"] == "gpu" and trace["backend"] == "nccl"
@@ -212,7 +246,7 @@ def test_bf16_runs_launch_bf16_kernels(gpt2_bf16_runs):
 
 @pytest.mark.launches
 def test_fp16_with_fp16_compression_and_loader_workers(tmp_path):
-    record = gpu_run(tmp_path, *GPT2, "--precision", "fp16", "--comm-hook", "fp16_compress", "--num-workers", "2")
+    record = gpu_run(tmp_path, *GPT2_FP16)
     assert math.isfinite(record["metrics"]["final_loss"])
     assert record["checks"]["gradients_averaged"]["ok"] is None and record["spec"]["num_workers"] == 2
     names = kernel_names(record["overlap"]["trace"]["paths"][0])
@@ -220,13 +254,15 @@ def test_fp16_with_fp16_compression_and_loader_workers(tmp_path):
     assert "found_inf" in " ".join(record["host_sync"]["host_reads_per_step"])
 
 
-@pytest.mark.launches
-def test_ddp_on_two_gpus_averages_gradients(tmp_path):
-    import torch
+@pytest.fixture(scope="module")
+def ddp_on_two_gpus(tmp_path_factory):
+    two_gpus_or_skip("DDP over two ranks needs a second GPU")
+    return gpu_run(tmp_path_factory.mktemp("ddp-2gpu"), *GPT2_DDP_TWO_GPUS)
 
-    if torch.cuda.device_count() < 2:
-        pytest.skip("one GPU cannot check that DDP averages gradients: there is no second rank to compare")
-    record = gpu_run(tmp_path, *GPT2, "--precision", "bf16", "--strategy", "ddp", "--nproc", "2")
+
+@pytest.mark.launches
+def test_ddp_on_two_gpus_averages_gradients(ddp_on_two_gpus):
+    record = ddp_on_two_gpus
     checks = record["checks"]
     assert record["spec"]["world_size"] == 2 and record["spec"]["backend"] == "nccl"
     assert checks["gradients_averaged"]["ok"] is True and checks["replicas_in_sync"]["ok"] is True
@@ -240,11 +276,19 @@ def test_ddp_on_two_gpus_averages_gradients(tmp_path):
 
 
 @pytest.mark.launches
-def test_data_parallel_on_two_gpus_keeps_bf16(tmp_path):
-    import torch
+def test_two_ranks_trace_holds_nccl_kernels_each_linked_to_its_launch(ddp_on_two_gpus):
+    """Both ranks' traces, read as gpu-check reads them: NCCL kernels on each, every one linked to its
+    launch (NCCL's go through the driver API), communication time, the whole profiled steps."""
+    paths = ddp_on_two_gpus["overlap"]["trace"]["paths"]
+    assert len(paths) == 2
+    judge_nccl_job(analyse_traces(paths), expected_steps(ddp_on_two_gpus))
+    # The record's own analysis of the same traces counted NCCL's kernels too.
+    assert all(rank["kernels"]["communication"] > 0 for rank in ddp_on_two_gpus["overlap"]["trace"]["by_rank"])
 
-    if torch.cuda.device_count() < 2:
-        pytest.skip("DataParallel replicates only across 2 or more GPUs; this machine has 1")
+
+@pytest.mark.launches
+def test_data_parallel_on_two_gpus_keeps_bf16(tmp_path):
+    two_gpus_or_skip("DataParallel replicates only across 2 or more GPUs")
     record = gpu_run(tmp_path, *GPT2, "--precision", "bf16", "--strategy", "dp", "--nproc", "2")
     names = kernel_names(record["overlap"]["trace"]["paths"][0])
     assert any(BF16_KERNEL.search(name) for name in names)

@@ -11,6 +11,7 @@ def test_secret_looking_names_are_redacted():
             "NCCL_IB_SECRET_KEY": "s3cr3t",
             "CUDA_PASSWORD": "x",
             "OMP_CREDENTIALS": "y",
+            "NVIDIA_TF32_OVERRIDE": "0",  # TF32 off below torch: changes fp32 products
             "HOME": "/root",  # not a variable that changes how torch runs: not captured at all
         }
     )
@@ -20,6 +21,7 @@ def test_secret_looking_names_are_redacted():
         "NCCL_IB_SECRET_KEY": REDACTED,
         "CUDA_PASSWORD": REDACTED,
         "OMP_CREDENTIALS": REDACTED,
+        "NVIDIA_TF32_OVERRIDE": "0",
     }
 
 

@@ -93,6 +93,27 @@ def test_peak_memory_is_reset_at_every_phase():
     # not chance: bytes allocated, not timed
     assert big_phase["peak_bytes"] - small_phase["peak_bytes"] > 150 * 2**20
     assert set(memory.by_phase) == {"big", "small"}
+    # The GPU's other figures (reserved bytes, NVML's used memory) have no CPU meaning: not made up.
+    assert "reserved_bytes" not in big_phase and memory.device_used() == {}
+
+
+def test_device_memory_from_nvml_says_why_where_it_cannot_be_read():
+    from ddpbench.host.load import gpu_memory_used
+
+    assert gpu_memory_used([]) == (None, None)
+    used, note = gpu_memory_used(["GPU-00000000-0000-0000-0000-000000000000"])
+    if used is not None:
+        pytest.skip("NVML answered for a made-up GPU: this machine has a driver (test_cuda.py checks the figures)")
+    assert note.startswith("not read: ")
+
+
+def test_records_from_before_the_device_memory_fields_read_as_not_measured():
+    from ddpbench.records.store import load_record
+
+    record = load_record(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure", "runs", "mlp-ddp-n2.json"))
+    rank = record.ranks[0]
+    assert (rank.peak_memory_reserved_bytes, rank.device_memory_used_bytes, rank.device_memory_note) == (None,) * 3
+    assert all(phase.reserved_bytes is None for phase in (rank.peak_memory_by_phase or {}).values())
 
 
 @pytest.mark.launches
@@ -441,6 +462,28 @@ def test_the_worker_reads_the_two_tf32_settings_apart():
         assert tf32_allowed() == {"matmul": False, "conv": True}
         torch.set_float32_matmul_precision("high")
         assert tf32_allowed()["matmul"] is True
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
+def test_nvidia_tf32_override_turns_tf32_off_below_torch(monkeypatch):
+    """NVIDIA_TF32_OVERRIDE=0 makes cuBLAS and cuDNN compute fp32 in fp32 whatever torch allows: the
+    MFU basis must follow the libraries, and the record keeps the variable (its env_vars)."""
+    import torch
+
+    from ddpbench.host.facts import captured_env
+    from ddpbench.worker.environment import tf32_allowed
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+        assert tf32_allowed() == {"matmul": False, "conv": False}
+        assert captured_env({"NVIDIA_TF32_OVERRIDE": "0"}) == {"NVIDIA_TF32_OVERRIDE": "0"}
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")  # only 0 overrides; other values leave torch's choice
+        assert tf32_allowed() == {"matmul": True, "conv": True}
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]

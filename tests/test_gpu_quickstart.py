@@ -97,8 +97,9 @@ def test_every_command_on_the_page_resolves_inside_the_container_image():
                 assert "benchmarks/gpu_check.py" in targets[target]
                 script = "benchmarks/gpu_check.py"
                 needed = {script, *local_imports(script, "benchmarks")}
-                # the CUDA tests it runs, and what they import
+                # the CUDA tests it runs, and what they import (of the tests and of the GPU check)
                 needed |= {"tests/test_cuda.py", *local_imports("tests/test_cuda.py", "tests")}
+                needed |= local_imports("tests/test_cuda.py", "benchmarks")
                 assert needed <= image, f"not in the image: {sorted(needed - image)}"
                 assert {"benchmarks/gpu_check_plan.py", "tests/conftest.py"} <= needed
             continue
@@ -136,12 +137,14 @@ def test_the_pages_runs_minutes_and_disk_are_what_the_plan_prints():
         disk = re.search(r"estimated trace disk: about ([\d.]+ [MG]B)", done.stdout)[1]
         assert rows[suite] == f"{runs} | about {minutes} minutes | about {disk}", done.stdout
         assert "nothing started" in done.stdout
-    # The prose reads the same plan: 27 smoke runs, 9 configurations x 3; dp without NCCL.
+    # The prose reads the same plan: 27 smoke runs, 9 configurations x 3; dp's copies and gradient sums
+    # through torch.cuda.comm, which calls NCCL (its broadcast and reduce), though dp has no process group.
     smoke = ddpbench(*dry_runs()[0]).stdout
-    assert "27 runs" in smoke and "dp x1, x2, x4, x8 (one process, no NCCL)" in smoke
+    assert "27 runs" in smoke and "dp x1, x2, x4, x8 (one process; NCCL through torch.cuda.comm)" in smoke
     prose = " ".join(text.split())
     assert "The smoke suite runs 27 short runs of a tiny model: 9 configurations" in prose
-    assert "which uses no NCCL" in prose
+    assert "through `torch.cuda.comm`, which calls NCCL's broadcast and reduce" in prose
+    assert "no NCCL" not in prose
 
 
 def test_the_nccl_debug_run_is_the_suites_resnet50_configuration():
@@ -179,12 +182,19 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     shutil.copytree(os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure"), sweep)
     (sweep / "logs" / "broken-ddp-n2").mkdir(parents=True)
     (sweep / "logs" / "broken-ddp-n2" / "output.log").write_text("rank 1 raised RuntimeError" + PLANTED)
+    # Traces deeper down (a GPU check keeps one traces/ folder per check) and a trace outside any.
+    (sweep / "checks" / "one" / "traces" / "r").mkdir(parents=True)
+    (sweep / "checks" / "one" / "traces" / "r" / "rank-0.pt.trace.json.gz").write_bytes(b"x" * 1000)
+    (sweep / "checks" / "loose.pt.trace.json").write_text("{}")
     done = ddpbench("bundle", str(sweep))
     assert done.returncode == 0, done.stderr
     files = bundled(f"{sweep}-bundle.tar.gz")
-    assert f"bundle: {sweep}-bundle.tar.gz" in done.stdout and "10 records, 1 log files" in done.stdout
+    size = os.path.getsize(f"{sweep}-bundle.tar.gz") / 2**20
+    assert (
+        f"bundle: {sweep}-bundle.tar.gz ({size:.1f} MiB, " in done.stdout and "10 records, 1 log files" in done.stdout
+    )
     assert {"sweep/manifest.json", "sweep/runs/broken-ddp-n2.json", "sweep/logs/broken-ddp-n2/output.log"} <= set(files)
-    assert not any("/traces/" in name for name in files)  # large; --with-traces adds them
+    assert not any("/traces/" in name or ".pt.trace." in name for name in files)  # large; --with-traces adds them
     environment = json.loads(files["sweep/bundle/environment.json"])
     assert environment["packages"]["torch"] and "env_vars" in environment
     explained = json.loads(files["sweep/bundle/explain.json"])
@@ -198,6 +208,9 @@ def test_bundle_gathers_records_environment_and_explain_with_secrets_hidden(tmp_
     for name in ("sweep/runs/broken-ddp-n2.json", "sweep/bundle/explain.json"):
         json.loads(files[name])  # redaction keeps the JSON readable
     assert ddpbench("bundle", str(tmp_path / "missing")).returncode == 2
+    assert ddpbench("bundle", str(sweep), "--with-traces", "--out", str(tmp_path / "all.tar.gz")).returncode == 0
+    with_traces = bundled(tmp_path / "all.tar.gz")
+    assert {"sweep/checks/one/traces/r/rank-0.pt.trace.json.gz", "sweep/checks/loose.pt.trace.json"} <= set(with_traces)
 
 
 @pytest.mark.launches

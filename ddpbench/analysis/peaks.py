@@ -41,10 +41,34 @@ NVL = {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}
 H100_PCIE = {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.0}
 A100 = {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}
 
-# Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100", "GB200" before "B200".
+# Most specific first: "H200 NVL" before "H200", "H100 PCIe" before "H100", "L40S" before "L40". A GPU's
+# name is matched as a word (r"\bB300\b" is not "GB300", r"\bA10\b" is neither "A100" nor AWS's "A10G",
+# whose figures differ).
 # Not here, so "unknown GPU": H20 (NVIDIA publishes no datasheet for it on nvidia.com; the figures in
 # circulation are second-hand) and AMD's Instinct GPUs (ddpbench refuses ROCm builds of torch).
 PEAKS = (
+    # Blackwell Ultra. NVIDIA gives these per rack (GB300 NVL72) and per 8-GPU board (HGX B300), with
+    # sparsity; the per-GPU dense figures below are those divided by the GPU count and halved. Read from
+    # the figures as reproduced at verda.com/blog/gb300-nvl72-architecture (per GPU, without sparsity:
+    # GB300 FP16/BF16 2.5 PFLOPS, TF32 1.25 PFLOPS, FP32 0.080 PFLOPS) and glennklockwood.com/garden/
+    # processors/B300 (HGX B300 per GPU, dense: BF16/FP16 2250, TF32 1125, FP32 75 TFLOPS), which agree
+    # with the HGX B300 board's 36 PFLOPS FP16/BF16 and 18 PFLOPS TF32 with sparsity and 600 TFLOPS
+    # FP32 for 8 GPUs (fibermall.com/blog/?p=17161). The same dense rates as B200 and GB200 for these
+    # precisions: Blackwell Ultra adds FP4 throughput, not 16-bit.
+    DevicePeak(
+        "GB300",
+        r"\bGB300\b",
+        {"bf16": 2500.0, "fp16": 2500.0, "tf32": 1250.0, "fp32": 80.0},
+        "NVIDIA GB300 NVL72 figures per GPU without sparsity, as reproduced at verda.com/blog/gb300-nvl72-"
+        "architecture: FP16/BF16 2.5 PFLOPS, TF32 1.25 PFLOPS, FP32 0.080 PFLOPS",
+    ),
+    DevicePeak(
+        "B300",
+        r"\bB300\b",
+        {"bf16": 2250.0, "fp16": 2250.0, "tf32": 1125.0, "fp32": 75.0},
+        "NVIDIA HGX B300 figures per 8 GPUs, as reproduced at fibermall.com/blog/?p=17161: FP16/BF16 36 PFLOPS, "
+        "TF32 18 PFLOPS with sparsity; FP32 600 TFLOPS",
+    ),
     DevicePeak(
         "GB200",
         r"GB200",
@@ -123,12 +147,32 @@ PEAKS = (
         A100,
         "NVIDIA A800 datasheet (NVIDIA China data-center site): BF16/FP16 312, TF32 156 TFLOPS dense; FP32 19.5 TFLOPS",
     ),
+    # The A10 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf)
+    # prints dense | sparse: BF16 and FP16 Tensor Core 125 | 250, TF32 62.5 | 125, FP32 31.2 TFLOPS (as
+    # listed from it at github.com/winston-zhang-orz/gpu-specs and github.com/astroC86/gpu-datasheet).
+    DevicePeak(
+        "A10",
+        r"\bA10\b",
+        {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2},
+        "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu): BF16/FP16 125, TF32 62.5 TFLOPS "
+        "dense; FP32 31.2 TFLOPS",
+    ),
     DevicePeak(
         "L40S",
         r"L40S",
         {"bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp32": 91.6},
         "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16/FP16 362.05, TF32 183 TFLOPS "
         "dense; FP32 91.6 TFLOPS",
+    ),
+    # The L40 datasheet (nvidia.com/en-us/data-center/l40) prints dense | sparse: BF16 and FP16 Tensor Core
+    # 181.05 | 362.1, TF32 90.5 | 181, FP32 90.5 TFLOPS (the table as reproduced at
+    # mullet.se/product.html?product_id=355414, L40 and L40S side by side).
+    DevicePeak(
+        "L40",
+        r"\bL40\b",
+        {"bf16": 181.05, "fp16": 181.05, "tf32": 90.5, "fp32": 90.5},
+        "NVIDIA L40 datasheet (nvidia.com/en-us/data-center/l40): BF16/FP16 181.05, TF32 90.5 TFLOPS dense; "
+        "FP32 90.5 TFLOPS",
     ),
     DevicePeak(
         "L4",

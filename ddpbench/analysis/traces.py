@@ -421,6 +421,7 @@ def _kernel_accounting(gpu: _Events, analysed: np.ndarray) -> dict:
     duration = gpu.ends - gpu.starts
     return {
         "total": int(kernel.sum()),
+        "communication": int((gpu.role == 1).sum()),
         "analysed": int((kernel & analysed).sum()),
         "without_launch": int(unlaunched.sum()),
         "without_launch_us": float(duration[unlaunched].sum()),

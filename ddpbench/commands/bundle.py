@@ -17,10 +17,14 @@ from ddpbench.commands.arguments import exit_codes
 from ddpbench.config.errors import SpecError
 from ddpbench.config.secrets import redact_text
 
-TEXT_SUFFIXES = (".json", ".log", ".txt", ".csv", ".out", ".err", ".yaml", ".md")
+TEXT_SUFFIXES = (".json", ".log", ".txt", ".csv", ".out", ".err", ".yaml", ".md", ".xml")
 """Files the bundle redacts and keeps; others (a pickled Flight Recorder dump) go in as they are."""
-LEFT_OUT = ("traces",)
-"""Folders left out unless --with-traces."""
+TRACE_FOLDER = "traces"
+"""Folders of this name are left out unless --with-traces, at any depth: a sweep keeps its traces in
+`traces/`, a lone run in its own `traces/`, and the GPU check has one of each per check
+(`runs/<check>/traces/`, `sweeps/gpu-check/traces/`, the CUDA tests' runs)."""
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+"""Profiler traces outside such a folder are left out too."""
 MAX_FILE_BYTES = 20 * 2**20
 """A file larger than this is cut to its last part: a log's end holds the failure."""
 
@@ -89,14 +93,13 @@ def bundle(results_dir: str, out: str, with_traces: bool = False) -> list[str]:
         for folder, dirs, files in os.walk(results_dir):
             # Never follow a link out of the folder, nor take the bundle itself in.
             dirs[:] = sorted(
-                d
-                for d in dirs
-                if not os.path.islink(os.path.join(folder, d))
-                and (with_traces or os.path.relpath(os.path.join(folder, d), results_dir) not in LEFT_OUT)
+                d for d in dirs if not os.path.islink(os.path.join(folder, d)) and (with_traces or d != TRACE_FOLDER)
             )
             for file in sorted(files):
                 path = os.path.join(folder, file)
                 if os.path.islink(path) or os.path.abspath(path) == os.path.abspath(out):
+                    continue
+                if not with_traces and file.endswith(TRACE_SUFFIXES):
                     continue
                 name = f"{top}/{os.path.relpath(path, results_dir)}"
                 data = _read(path)
@@ -122,7 +125,11 @@ def command_bundle(args: argparse.Namespace) -> int:
     names = bundle(args.results_dir, out, args.with_traces)
     records = sum(1 for name in names if "/runs/" in name and name.endswith(".json"))
     logs = sum(1 for name in names if "/logs/" in name)
-    print(f"bundle: {out} ({len(names)} files: {records} records, {logs} log files, environment.json, explain.json)")
+    size = os.path.getsize(out)
+    print(
+        f"bundle: {out} ({size / 2**20:.1f} MiB, {len(names)} files: {records} records, {logs} log files, "
+        "environment.json, explain.json)"
+    )
     kept = "traces included" if args.with_traces else "traces left out (--with-traces adds them)"
     print(f"secrets hidden in every text file (variables, options, URL passwords, access keys); {kept}")
     return 0

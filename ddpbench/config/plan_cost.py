@@ -118,7 +118,15 @@ def plan_lines(plan: Sequence[RunSpec]) -> list[str]:
     return lines
 
 
+# dp has no process group, but on GPUs nn.DataParallel copies the module to its GPUs and sums their
+# gradients through torch.cuda.comm (broadcast_coalesced, reduce_add_coalesced), which call NCCL's
+# broadcast and reduce where torch is built with NCCL.
 CARRIER = {
-    "cuda": {"ddp": " (NCCL)", "fsdp2": " (NCCL)", "replicate": " (NCCL)", "dp": " (one process, no NCCL)"},
+    "cuda": {
+        "ddp": " (NCCL)",
+        "fsdp2": " (NCCL)",
+        "replicate": " (NCCL)",
+        "dp": " (one process; NCCL through torch.cuda.comm)",
+    },
     "cpu": {"ddp": " (gloo)", "fsdp2": " (gloo)", "replicate": " (gloo)", "dp": " (one process)"},
 }

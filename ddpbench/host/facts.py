@@ -11,8 +11,23 @@ import socket
 import subprocess
 from collections.abc import Mapping
 
-# PET_*: torchrun reads them as its options (Kubeflow Trainer sets them in every pod).
-CAPTURED_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "CUDA_", "GLOO_", "MASTER_", "PYTORCH_", "KINETO_", "PET_")
+# PET_*: torchrun reads them as its options (Kubeflow Trainer sets them in every pod). NVIDIA_*: the
+# NVIDIA libraries' own switches below torch, such as NVIDIA_TF32_OVERRIDE=0, which turns TF32 off in
+# cuBLAS and cuDNN whatever torch's settings say (two runs with the same torch settings then compute
+# fp32 products differently); NVIDIA's images also name their build there (NVIDIA_PYTORCH_VERSION).
+# The whole prefix, not a list of names: a switch missing from a list would go unrecorded.
+CAPTURED_PREFIXES = (
+    "NCCL_",
+    "TORCH_",
+    "OMP_",
+    "CUDA_",
+    "GLOO_",
+    "MASTER_",
+    "PYTORCH_",
+    "KINETO_",
+    "PET_",
+    "NVIDIA_",
+)
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")

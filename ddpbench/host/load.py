@@ -190,6 +190,33 @@ def _read_gpu(pynvml, index: int, uuid: str, own_pids: set[int], own_per_gpu: in
     return reading.__dict__
 
 
+def gpu_memory_used(uuids: list[str]) -> tuple[list[int] | None, str | None]:
+    """NVML's used memory of each GPU (CUDA UUIDs, in the order given): everything on the device, every
+    process's allocations, CUDA contexts, NCCL's buffers and cuBLAS's workspaces included, as nvidia-smi
+    shows it. (None, why) where NVML cannot be read."""
+    if not uuids:
+        return None, None
+    try:
+        import pynvml
+    except ImportError:
+        return None, "not read: nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError, or a library that does not match the bindings
+        return None, f"not read: NVML: {exc}"
+    try:
+        used = []
+        for uuid in uuids:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+            used.append(int(pynvml.nvmlDeviceGetMemoryInfo(handle).used))
+        return used, None
+    except Exception as exc:  # an old driver, a MIG slice NVML cannot see
+        return None, f"not read: NVML: {type(exc).__name__}: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def merge_gpu(first: list[dict], last: list[dict]) -> list[dict]:
     """Start and end of the window: the most other processes, the lowest clock, every slowdown."""
     by_index = {reading["index"]: dict(reading) for reading in first}

@@ -41,6 +41,9 @@ class TraceKernels(Part):
     launched_before_trace: int = 0
     """No launch event, with a correlation id below the trace's first launch: queued before the
     profiler's window opened (the GPU still ran the step before it). Not an error."""
+    communication: int | None = None
+    """NCCL's kernels (names starting with `nccl`) among `total`: none on one rank, whose all-reduce
+    launches no kernel. None in records from before it (not counted)."""
 
 
 class TraceSummary(Part):

@@ -59,8 +59,10 @@ from ddpbench.records.part import Part
 # `probe` (the process's fixed probe before the warm-up and after the window) and the scripts'
 # check `gradients_in_sync` came in the same schema.
 # 6: what the kernel counted of each rank's CPU: ranks' `cpu` (per timed step), the ablation's
-# steps' `cpu`, probes' `waited_s`; all optional, so a schema-5 record reads as not measured
-# (from_schema_5).
+# steps' `cpu`, probes' `waited_s`; GPU memory beyond torch's allocated bytes: ranks'
+# `peak_memory_reserved_bytes`, `device_memory_used_bytes` and `device_memory_note`, phases'
+# `reserved_bytes` and `reserved_by_device`. All optional, so a schema-5 record reads as one that
+# did not measure them (from_schema_5).
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
@@ -105,7 +107,8 @@ class Environment(Part):
     """Commit of the ddpbench checkout that ran; None outside a git checkout."""
     git_dirty: bool | None = None
     env_vars: dict[str, str] = {}
-    """NCCL_*, TORCH_*, OMP_*, CUDA_*, GLOO_*, MASTER_*, PYTORCH_* variables, secrets redacted."""
+    """NCCL_*, TORCH_*, OMP_*, CUDA_*, GLOO_*, MASTER_*, PYTORCH_*, KINETO_*, PET_* and NVIDIA_* (such as
+    NVIDIA_TF32_OVERRIDE) variables, secrets redacted."""
     torch: str | None = None
     torchvision: str | None = None
     cuda: str | None = None
@@ -143,6 +146,11 @@ class MemoryPeak(Part):
     by_device: list[int]
     """Every device the process drove (all of DataParallel's GPUs)."""
     kind: str
+    reserved_bytes: int | None = None
+    """GPU: the caching allocator's peak reserved bytes (`torch.cuda.max_memory_reserved`) on the
+    rank's largest device: what it held from the driver, cached free blocks and fragmentation
+    included. None on CPU and in records before it (not measured)."""
+    reserved_by_device: list[int] | None = None
 
 
 class GpuLoad(Part):
@@ -267,6 +275,16 @@ class RankResult(Part):
     process_max_rss where the peak cannot be reset (since the process started)."""
     peak_memory_bytes_by_device: list[int] | None = None
     """The timed window's peak on each device the process drove."""
+    peak_memory_reserved_bytes: int | None = None
+    """GPU: the timed window's peak reserved by torch's caching allocator (`max_memory_reserved`) on
+    the largest device: at least `peak_memory_bytes`, with the allocator's cached free blocks and
+    fragmentation. None on CPU and in older records (not measured)."""
+    device_memory_used_bytes: list[int] | None = None
+    """GPU: each device's used memory from NVML at the timed window's end, as nvidia-smi shows it:
+    every process on the device, the CUDA contexts, NCCL's buffers and cuBLAS's workspaces, which
+    torch's allocator figures leave out. None on CPU, where NVML could not be read
+    (`device_memory_note` says why) and in older records (not measured)."""
+    device_memory_note: str | None = None
     peak_memory_by_phase: dict[str, MemoryPeak] | None = None
     """compile (with --compile), warm-up, timed, checks: each phase's peak, reset at its start."""
     model_state_bytes: int | None = None

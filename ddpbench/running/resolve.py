@@ -18,7 +18,12 @@ from ddpbench.config.ids import plain_name
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
 from ddpbench.host.facts import usable_cores, visible_gpu_count
-from ddpbench.host.gpu_needs import check_dp_memory, check_not_rocm, check_strategy_torch, first_gpu_memory_bytes
+from ddpbench.host.gpu_needs import (
+    check_dp_memory,
+    check_gpu_compile_tools,
+    check_not_rocm,
+    first_gpu_memory_bytes,
+)
 from ddpbench.host.torch_env import check_gpu_build, check_installed, gpu_build
 from ddpbench.running import slurm
 
@@ -37,7 +42,6 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     here = gpu_count is None
     if here:
         check_installed()
-        check_strategy_torch(spec.strategy)
     spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
     if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
         node_gpus, node_cores, rendezvous = slurm.placement(spec)
@@ -67,6 +71,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
             f"--compile {spec.compile} on cpu needs a C++ compiler: torch's inductor builds its CPU kernels with one "
             "(g++ or c++ on PATH, or CXX); install g++, or use --compile off"
         )
+    if here and spec.device == "cuda" and spec.compile != "off":
+        check_gpu_compile_tools(spec.compile)
     if here and spec.device == "cuda" and spec.script is None:
         check_dp_memory(spec, first_gpu_memory_bytes())
     if spec.strategy == "fsdp2" and spec.script is None:
@@ -78,7 +84,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
 def check_shardable(workload: str, size: str) -> None:
     """SpecError where FSDP2 cannot shard the workload's model unit by unit, asked of a process of
     its own (`ddpbench.worker.shardable`: it imports torch and the workload); once per workload and
-    size, however many runs a sweep plans of it."""
+    size, however many runs a sweep plans of it. The same process first asks this torch for FSDP2's
+    `fully_shard`: a build without it is refused there, in one line."""
     done = subprocess.run(
         [sys.executable, "-m", "ddpbench.worker.shardable", workload, size],
         capture_output=True,

@@ -13,7 +13,11 @@ import torch
 
 def tf32_allowed() -> dict:
     """Whether fp32 matrix products (cuBLAS; set by `float32_matmul_precision` too) and
-    convolutions (cuDNN) may run on TF32 tensor cores: two settings with different defaults."""
+    convolutions (cuDNN) may run on TF32 tensor cores: two settings with different defaults.
+    NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside cuBLAS and cuDNN themselves, below torch, whatever
+    torch allows: fp32 MFU is then counted against the fp32 peak."""
+    if os.environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
+        return {"matmul": False, "conv": False}
     return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "conv": bool(torch.backends.cudnn.allow_tf32)}
 
 

@@ -338,6 +338,7 @@ def measure(
         window_cpu_s = time.process_time() - window_cpu_start
         machine = load.finish()
         timed_memory = memory.end()
+        device_memory = memory.device_used()  # NVML, after the closing barrier: in no timed step
     probe["after"] = process_probe(rank.device, counters)
     if compiled is not None:
         # Compiles in the window would put compile time into its step times: the record says how many.
@@ -402,7 +403,9 @@ def measure(
     result["peak_memory_bytes"] = timed_memory["peak_bytes"]  # the timed window, largest device
     result["peak_memory_kind"] = timed_memory["kind"]
     result["peak_memory_bytes_by_device"] = timed_memory["by_device"]
+    result["peak_memory_reserved_bytes"] = timed_memory.get("reserved_bytes")
     result["peak_memory_by_phase"] = memory.by_phase
+    result.update(device_memory)
     shared = {
         "window_s": window_s,
         "dataset_length": len(trainer.dataset),
