@@ -115,6 +115,16 @@ def tree_pids(root: int, processes: dict[int, tuple[int, float]]) -> set[int]:
     return found
 
 
+def tree_cpu_s(root: int) -> float | None:
+    """CPU-seconds of a process and everything under it (with the children they have reaped); None
+    where /proc cannot be read."""
+    try:
+        processes = _processes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(processes[pid][1] for pid in tree_pids(root, processes) if pid in processes)
+
+
 def sample(root: int | None) -> CpuSample | None:
     """None where /proc/stat cannot be read (not Linux)."""
     try:

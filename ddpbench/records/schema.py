@@ -239,6 +239,18 @@ class CpuWindow(Part):
     """The cgroup folder holding that quota."""
 
 
+class StartUp(Part):
+    """What the run cost before its first timed step, read by local rank 0 at the window's opening."""
+
+    rank_start: str | None = None
+    """fork or exec: how the ranks were started (`spec.rank_start`)."""
+    to_first_step_s: float | None = None
+    """Wall time from the launcher starting the processes to the timed window's opening."""
+    cpu_s: float | None = None
+    """CPU-seconds the run's processes on that node had used by then: torchrun's agent (or ddpbench's)
+    and every rank, or the one process of a local run."""
+
+
 class ProcessProbe(Part):
     """The probe before the warm-up (a script's: after its first step, the warm-up being its own
     loop) and after the timed window, in the same process."""
@@ -476,6 +488,9 @@ class Launch(Part):
     attempts: int = 1
     """Rendezvous attempts (a failed single-node rendezvous is retried on a fresh port)."""
     notes: list[str] = []
+    torchrun_command: list[str] | None = None
+    """With forked ranks (`spec.rank_start` fork): the plain torchrun command line `command` stands
+    for (torchrun's own module in place of ddpbench's agent); None otherwise."""
 
 
 class OomAttempt(Part):
@@ -588,6 +603,8 @@ class Record(Part):
     where it could not be read (not Linux) and in records of schema 2."""
     compile: CompileStats | None = None
     """Runs with --compile: what compiling cost; None for eager runs."""
+    start_up: StartUp | None = None
+    """What the run cost before its first timed step; None in older records (not measured)."""
 
     def __post_init__(self):
         # Records written before world-size-1 checks were left undecided say `ok` for them; read

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-from ddpbench.config.channels import HANG_DUMPS_FOLDER, HEARTBEAT_ENV
+from ddpbench.config.channels import HANG_DUMPS_FOLDER, HEARTBEAT_ENV, LAUNCHED_AT_ENV
 from ddpbench.config.spec import RunSpec
 from ddpbench.running import slurm
 
@@ -15,6 +16,16 @@ def worker_module_args(spec: RunSpec) -> list[str]:
     # A script runs in place of the worker's own loop, under the observer's hooks.
     module = "ddpbench.worker.script" if spec.script is not None else "ddpbench.worker"
     return ["-m", module, "--spec-json", spec.to_json()]
+
+
+AGENT = "ddpbench.worker.agent"
+"""The agent that forks a run's ranks (`--rank-start fork`); it reads torchrun's command line."""
+
+
+def torchrun_equivalent(command: list[str]) -> list[str]:
+    """The plain torchrun command line a forked run's command stands for: the same options, with
+    torchrun's own module in place of the agent that forks its ranks."""
+    return [part if part != AGENT else "torch.distributed.run" for part in command]
 
 
 def command_for(spec: RunSpec, log_dir: str | None = None) -> list[str]:
@@ -27,7 +38,7 @@ def _command_on_node(spec: RunSpec, log_dir: str | None) -> list[str]:
     if not spec.launched_by_torchrun:
         return [sys.executable, *worker_module_args(spec)]
     # Forked ranks: the same torchrun command line, read by ddpbench's agent (ddpbench.worker.agent).
-    agent = "ddpbench.worker.agent" if spec.rank_start != "exec" else "torch.distributed.run"
+    agent = AGENT if spec.rank_start != "exec" else "torch.distributed.run"
     command = [sys.executable, "-m", agent, f"--nproc-per-node={spec.nproc}", "--max-restarts=0"]
     if log_dir:
         # Per-rank stdout/stderr files (and @record error files), still shown on the console.
@@ -93,6 +104,8 @@ def child_environment(spec: RunSpec, heartbeat_dir: str, verbose: bool = False) 
     # Without `verbose` nobody sees their output, and the launcher draws the bar from heartbeats.
     env["DDPBENCH_PROGRESS"] = "1" if verbose and sys.stderr.isatty() else "0"
     env[HEARTBEAT_ENV] = heartbeat_dir
+    # When the launcher started the run's processes: each rank's time to its first timed step.
+    env[LAUNCHED_AT_ENV] = repr(time.time())
     # Quiet the profiler at its source rather than filtering its lines; a level the user set wins,
     # and `verbose` shows everything.
     if spec.device == "cpu" and not verbose and KINETO_LOG_LEVEL not in env:

@@ -31,7 +31,7 @@ from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
 from ddpbench.records.store import load_record, new_record, record_path, write_record
 from ddpbench.running import slurm
-from ddpbench.running.command import child_environment, command_for
+from ddpbench.running.command import child_environment, command_for, torchrun_equivalent
 from ddpbench.running.diagnose import diagnose, rendezvous_failed
 from ddpbench.running.heartbeats import read_heartbeats
 from ddpbench.running.progress import RunProgress
@@ -209,6 +209,7 @@ def launch(
     oversubscribed = oversubscription(spec)
     launch_info = Launch(
         command=redact_command(command),  # a script's secret arguments stay out of the record
+        torchrun_command=redact_command(torchrun_equivalent(command)) if spec.rank_start == "fork" else None,
         wall_s=wall_s,
         exit_code=exit_code,
         node_rank=spec.node_rank,

@@ -60,6 +60,8 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
         )
     threads = spec.threads_per_rank or threads_per_process(spec.strategy, spec.nproc, cores, spec.nproc)
     changes = {
+        # A run under torchrun forks its ranks unless told otherwise; local and dp are one new Python.
+        "rank_start": (spec.rank_start or "fork") if spec.launched_by_torchrun else "exec",
         "device": device,
         # a script's model is its own: no size to pick
         "size": None if spec.script else spec.size or ("full" if device == "cuda" else "tiny"),

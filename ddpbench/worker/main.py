@@ -29,10 +29,11 @@ from torch.utils.data.dataloader import default_collate
 from ddpbench.analysis.cpu_denied import judge_busy
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
+from ddpbench.config.channels import LAUNCHED_AT_ENV
 from ddpbench.config.spec import RunSpec
 from ddpbench.host.cpu_denied import CpuCounters
 from ddpbench.host.facts import host_facts
-from ddpbench.host.load import busiest
+from ddpbench.host.load import busiest, tree_cpu_s
 from ddpbench.host.load import judge as judge_load
 from ddpbench.host.own_tree import check_own_tree
 from ddpbench.records.schema import (
@@ -45,6 +46,7 @@ from ddpbench.records.schema import (
     RankResult,
     Record,
     RunError,
+    StartUp,
 )
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, compiling, model_state, phases, sharding
@@ -311,6 +313,7 @@ def measure(
         load = WindowLoad(rank.local_rank, rank.device, rank.devices, spec.threads_per_rank, spec.num_workers)
         load.start()  # before the barrier: the reading is no part of any rank's window
         counters.refresh()  # the DataLoader's workers and the collective library's threads exist now
+        started_up = start_up(spec, rank)
         before_window = compiling.counts() if compiled is not None else None
         # Nothing between this barrier and the first mark: the ranks' windows start together.
         window_edge(rank)
@@ -360,6 +363,7 @@ def measure(
         "window_cpu_s": window_cpu_s,
         "window_s": window_s,
         "machine_load": machine,
+        "start_up": started_up,
         "cpu": window_cpu(clock, counters),
         "final_loss": float(loss),  # sync point, after the window
         "epochs_started": len(trainer.epochs_seen),
@@ -419,6 +423,21 @@ def measure(
         "compile": compiled,
     }
     return result, shared, replay
+
+
+def start_up(spec: RunSpec, rank: Rank) -> dict | None:
+    """What the run cost before its timed window (local rank 0 reads it, before the opening barrier):
+    the wall time since the launcher started its processes, and the CPU-seconds of the run's
+    processes on this node (under torchrun, its agent and every rank under it)."""
+    if rank.local_rank != 0:
+        return None
+    launched = os.environ.get(LAUNCHED_AT_ENV)
+    root = os.getppid() if rank.distributed else os.getpid()
+    return {
+        "rank_start": spec.rank_start,
+        "to_first_step_s": time.time() - float(launched) if launched else None,
+        "cpu_s": tree_cpu_s(root),
+    }
 
 
 def window_cpu(clock: StepClock, counters: CpuCounters) -> dict | None:
@@ -568,6 +587,7 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     ]
     record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
     record.compile = msgspec.convert(shared["compile"], CompileStats | None)
+    record.start_up = msgspec.convert(results[0].get("start_up"), StartUp | None)
     record.overlap = overlap_estimates(spec, results, None)
     return record
 
