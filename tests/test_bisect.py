@@ -262,6 +262,27 @@ def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
     assert not os.path.exists(os.path.join(repo, "results"))  # nothing ran, nothing written
 
 
+def test_a_worktree_that_cannot_be_made_is_could_not_run_not_a_verdict(tmp_path):
+    """bisect's 1 means "no commit slower" and ab's 1 "B regressed": an error neither expected (here
+    the worktrees' folder cannot be made: a file stands where it goes) exits 70 with one line on
+    stderr naming its log, which holds the traceback; it once exited 1 with the traceback."""
+    package = "SLEEP_S = {}\nUNIT = 'a'\n"
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": package.format(s)} for s in (0, 1)])
+    with open(os.path.join(repo, ".git", "ddpbench-worktrees"), "w") as handle:
+        handle.write("not a folder\n")
+    run = ["--", "--workload", "w.py:net", "--strategy", "local", "--steps", "6"]
+    records, out = tmp_path / "records", tmp_path / "ab"
+    bisected = ddpbench("bisect", "--good", "HEAD~1", "--bad", "HEAD", "--records", str(records), *run, cwd=repo)
+    compared = ddpbench("ab", "HEAD~1", "HEAD", "--out", str(out), *run, cwd=repo)
+    for done, command, logs in ((bisected, "bisect", records / "logs"), (compared, "ab", out)):
+        assert done.returncode == 70, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"ddpbench {command}: could not run: ") and "Traceback" not in done.stderr, done.stderr
+        log = next(logs.glob(f"{command}-could-not-run-*.log"))
+        assert str(log) in last and "Traceback" in log.read_text() and "ddpbench-worktrees" in log.read_text()
+        assert done.stdout == ""  # no answer, no verdict
+
+
 def editable_install(repo: str, tmp_path) -> dict:
     """`pip install -e repo` into a prefix of the test's own, made live for every process started
     with the returned environment (a sitecustomize adds its site-packages), as a user's editable

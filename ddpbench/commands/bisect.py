@@ -11,11 +11,13 @@ import time
 
 from ddpbench.commands.arguments import (
     BAD_INPUT,
+    COULD_NOT_RUN_LINE,
     INTERRUPTED,
     OneLineErrorParser,
     add_run_arguments,
     exit_codes,
     spec_from_args,
+    unattended,
 )
 from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
 from ddpbench.config.errors import SpecError
@@ -73,9 +75,10 @@ def add_bisect_parser(commands) -> None:
         f"{EXIT_MACHINE} the machine: the step that named the commit had runs on a busy machine or at another "
         "speed (as the gate's 4): rerun on a quiet machine",
         BAD_INPUT,
+        COULD_NOT_RUN_LINE,
         INTERRUPTED,
     )
-    bisect.set_defaults(handler=command_bisect)
+    bisect.set_defaults(handler=unattended(command_bisect, "bisect", lambda args: os.path.join(args.records, "logs")))
 
 
 def ddpbench_version() -> str:

@@ -6,7 +6,11 @@ gate command given after `--` (`ddpbench gate ...`, `ddpbench ab ...`, or `pytho
 ddpbench.gate.base_env ...`), lets its output through, then prints as its last line what the code
 means and how many runs a side the weakest comparison would need to see the gate's target, and
 exits with the gate's own code. `make gate` runs the gate through it; a CI job that calls it (or
-`ddpbench gate`) directly gets 1, 3 and 4 as themselves. No torch.
+`ddpbench gate`) directly gets 1, 3 and 4 as themselves.
+
+A code is a verdict only with the verdict behind it: Python exits 1 on an error nobody caught, so a
+command that exits 0, 1, 3 or 4 without writing its verdict file, or with a code that is none of
+the gate's (a signal, say), could not run: this exits 70, never a verdict's code. No torch.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+
+from ddpbench.commands.arguments import COULD_NOT_RUN, could_not_run
 
 EXIT_MEANINGS = {
     0: "pass",
@@ -28,8 +35,17 @@ EXIT_MEANINGS = {
     "many runs a side would decide), or one too weak to see the gate's target (--fail-underpowered)",
     4: "a regression the machine may account for (a busy machine, the canary's drift, or a process at another "
     "speed), or a pass a faster machine could explain: confirm it on a quiet machine or with a same-job A/B",
+    COULD_NOT_RUN: "could not run: the command ended without a verdict (an error it did not expect, a crash, a "
+    "signal; the lines above say what); nothing was decided",
+    130: "interrupted (Ctrl-C): runs in progress ended, finished records kept; nothing was decided",
+    143: "terminated (SIGTERM): runs in progress ended, finished records kept; nothing was decided",
 }
-"""The exit codes of `ddpbench gate` and `ddpbench ab` (ddpbench.commands.gate), in words."""
+"""The exit codes of `ddpbench gate` and `ddpbench ab` (ddpbench.commands.gate), in words: this
+wrapper exits with them, and with 70 for any other ending of the command."""
+VERDICT_CODES = (0, 1, 3, 4)
+"""The codes that are a verdict: the gate writes its verdict file before it exits with one of them."""
+PROGRAM = "python -m ddpbench.gate.ci"
+USAGE = f"usage: {PROGRAM} [--name NAME] -- COMMAND [ARGS ...]"
 
 
 def gate_arguments(command: list[str]) -> tuple[str, list[str]] | None:
@@ -109,20 +125,44 @@ def runs_words(verdict: dict) -> str:
 
 
 def exit_line(code: int, verdict: dict | None, name: str = "ddpbench gate") -> str:
-    meaning = EXIT_MEANINGS.get(code, "not an exit code of the gate: the command itself failed")
+    meaning = EXIT_MEANINGS[code]
     runs = runs_words(verdict) if verdict else ""
     return f"{name} exited {code}: {meaning}" + (f"; {runs}" if runs else "")
 
 
+def help_text() -> str:
+    codes = "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items())
+    paragraphs = [
+        __doc__.splitlines()[0],
+        "COMMAND is `ddpbench gate ...`, `ddpbench ab ...` (or either as `python -m ddpbench ...`), or `python -m "
+        "ddpbench.gate.base_env ...`. --name NAME: what the last line calls the command (default ddpbench gate).",
+        f"exit codes: those of the gate: {codes}",
+    ]
+    return "\n\n".join([USAGE, *(textwrap.fill(text, 100) for text in paragraphs)]) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(help_text(), end="")
+        return 0
+    try:
+        return wrap(argv)
+    except KeyboardInterrupt:
+        print(f"{PROGRAM}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - an error of this wrapper is "could not run", never a verdict
+        return could_not_run(PROGRAM, argv, error, None)
+
+
+def wrap(argv: list[str]) -> int:
     name = "ddpbench gate"
     if argv[:1] == ["--name"] and len(argv) > 1:
         name, argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m ddpbench.gate.ci [--name NAME] -- COMMAND [ARGS ...]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ddpbench-gate-") as scratch:
         command, verdict_path = with_verdict_file(argv, os.path.join(scratch, "verdict.json"))
@@ -141,6 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
     sys.stdout.flush()
+    if code in VERDICT_CODES and verdict_path and not isinstance(verdict, dict):
+        # Python exits 1 on an error nobody caught: a code of a verdict, with no verdict behind it.
+        print(f"{name} exited {code} without writing its verdict: {EXIT_MEANINGS[COULD_NOT_RUN]}", flush=True)
+        return COULD_NOT_RUN
+    if code not in EXIT_MEANINGS:
+        ended = f"was ended by signal {-code}" if code < 0 else f"exited {code}, none of the gate's codes"
+        print(f"{name} {ended}: {EXIT_MEANINGS[COULD_NOT_RUN]}", flush=True)
+        return COULD_NOT_RUN
     print(exit_line(code, verdict, name), flush=True)
     return code
 
