@@ -443,6 +443,34 @@ def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):
     assert "Bonferroni" in printed and document["level_per_look"] == pytest.approx(0.01 / 3)
 
 
+def test_a_scripts_secret_arguments_are_hidden_in_the_answer_and_in_what_a_round_said(tmp_path, capsys):
+    """The reproduce line (printed and in --json-file) once carried the script's arguments as given,
+    a token included; what a round printed on stderr is kept beside its records and its last line
+    becomes a skipped commit's reason. Both hide secrets by the rule every command uses."""
+    import argparse
+
+    from ddpbench.commands.bisect_text import answer
+    from ddpbench.gate import ab
+
+    bisection = bisect(tmp_path, FakeRunner({5: 1.3}))
+    result = bisection.run()
+    out = tmp_path / "answer.json"
+    given = ["--script", "train.py", "--nproc", "2", "--", "--hf-token", "SECRETXYZ", "--key=hf_" + "a" * 20]
+    answer(result, argparse.Namespace(json=str(out)), GateSettings(), {}, given, bisection, 60.0)
+    printed = capsys.readouterr().out
+    assert "SECRETXYZ" not in printed and "hf_aaaa" not in printed and "SECRETXYZ" not in out.read_text()
+    assert "-- --hf-token '<redacted>' '--key=<redacted>'" in printed and "give it again after --" in printed
+    # A round whose run says its arguments on stderr, as a refused command line does.
+    says = tmp_path / "python"
+    says.write_text('#!/bin/sh\necho "error: arguments after -- are a script\'s ($*)" >&2\nexit 2\n')
+    says.chmod(0o755)
+    side = ab.Side("B", "says", str(says), REPO)
+    path, code = ab.run_round(side, ["--script", "t.py", "--", "--hf-token", "SECRETXYZ"], str(tmp_path / "ab"), 1)
+    kept = (tmp_path / "ab" / "b" / "b-r01.stderr").read_text()
+    assert code == 2 and "--hf-token <redacted>" in kept and "SECRETXYZ" not in kept
+    assert "SECRETXYZ" not in ab.round_said(path) and "<redacted>" in ab.round_said(path)
+
+
 def test_each_rounds_own_options_go_before_a_scripts_own_arguments():
     """A round adds --out and --run-id where `ddpbench run` reads them: after a `--` they would be
     the script's (the round then wrote its record elsewhere and the commit was called unmeasurable);

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddpbench.config.secrets import redact_text
 from ddpbench.gate import stats
 from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unusable
 from ddpbench.gate.values import describe, run_key, side_values, to_log
 from ddpbench.host.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 from ddpbench.records.schema import Record
-from ddpbench.records.store import UnreadableRecord, load_record, record_path
+from ddpbench.records.store import UnreadableRecord, load_record, record_path, write_atomic
 
 HERE_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_ROUNDS = 2
@@ -161,7 +162,22 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
     except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
         end_round(process)
         raise
+    finally:
+        hide_secrets(said.name)
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
+
+
+def hide_secrets(path: str) -> None:
+    """What a round said, with the secrets of its script's arguments hidden (an error message can
+    quote them): the file is kept with the records and its last line is shown as a reason."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return
+    hidden = redact_text(text)
+    if hidden != text:
+        write_atomic(path, hidden)
 
 
 def round_said(record_file: str) -> str:
