@@ -30,11 +30,13 @@ COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # 0 good, 8 bad
 class FakeRunner:
     """Writes each round's record as a run would: throughput = base / drift / the commit's slowdown."""
 
-    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=()):
+    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=(), timed_out=()):
         self.template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
         self.slowdowns, self.broken, self.jitter, self.stop_after = slowdowns, set(broken), jitter, stop_after
         self.refused = set(refused)
         """Commits whose run is refused before it starts: no record, one line on stderr (as ab keeps it)."""
+        self.timed_out = set(timed_out)
+        """(side, commit, round) whose run timed out (a record with status timeout)."""
         self.runs = 0
 
     def factor(self, sha: str) -> float:
@@ -60,6 +62,8 @@ class FakeRunner:
         record = msgspec.structs.replace(self.template, run_id=f"{side}-r{index:02d}", metrics=metrics)
         if side == "b" and COMMITS.index(sha) in self.broken:
             record = msgspec.structs.replace(record, status="failed")
+        if (side, COMMITS.index(sha), index) in self.timed_out:
+            record = msgspec.structs.replace(record, status="timeout")
         write_record(record, os.path.join(folder, side))
 
 
@@ -93,6 +97,71 @@ def test_an_interrupted_bisection_resumes_from_its_records(tmp_path):
     assert result.first_bad == COMMITS[3]
     # The round cut between its A and B runs again whole, A then B: one run more than uninterrupted.
     assert first.runs + rest.runs == whole.runs + 1
+
+
+def test_a_round_that_failed_runs_again_on_resume_a_bounded_number_of_times(tmp_path, capsys):
+    """A good commit's first round that timed out once made every later start answer "the good
+    commit cannot be measured" (exit 2) from its record. A resume now runs a failed round again, the
+    earlier try set aside (and kept), until it has run MAX_TRIES times; each step says what it read."""
+    first = FakeRunner({5: 1.3}, timed_out={("a", 8, 1)})
+    with pytest.raises(BadCommit, match="good commit"):
+        bisect(tmp_path, first).run()
+    again = FakeRunner({5: 1.3})
+    result = bisect(tmp_path, again).run()
+    assert result.first_bad == COMMITS[5]
+    from ddpbench.commands.bisect import resume_line, step_line
+    from ddpbench.gate.bisect import EARLIER_TRIES, MAX_TRIES, kept_rounds
+
+    opening = result.steps[0]
+    assert opening.sha == COMMITS[8] and opening.retried == 1 and opening.reused == 0
+    folder = opening.folder
+    assert os.listdir(os.path.join(folder, EARLIER_TRIES)) == ["r01-try1"]  # the timed-out try is kept
+    assert json.load(open(os.path.join(folder, EARLIER_TRIES, "r01-try1", "a", "runs", "a-r01.json")))["status"] == (
+        "timeout"
+    )
+    # A third start reads every round; each step says so.
+    third = FakeRunner({5: 1.3})
+    repeat = bisect(tmp_path, third).run()
+    assert third.runs == 0 and repeat.first_bad == COMMITS[5]
+    line = step_line(repeat.steps[0], {})
+    assert f"{opening.rounds} round(s) from records" in line and "new runs" not in line, line
+    rounds = kept_rounds(str(tmp_path / "records"))
+    assert rounds == sum(step.rounds for step in repeat.steps) and rounds > 0  # not chance: seeded rounds
+    said = resume_line(
+        rounds, "cpu-x-2c", "0.1.0", {"ddpbench_code": "c0de", "torch": "2.14.1", "cuda": None, "driver": None}
+    )
+    assert f"resuming from {rounds} round(s)" in said and "torch 2.14.1" in said and "code c0de" in said
+    # A round that fails every time is tried MAX_TRIES times in all, then read as it is.
+    always = tmp_path / "always"
+    for start in range(MAX_TRIES + 1):
+        runner = FakeRunner({5: 1.3}, timed_out={("a", 8, 1)})
+        with pytest.raises(BadCommit, match="good commit"):
+            bisect(always, runner).run()
+        assert runner.runs == (2 if start < MAX_TRIES else 0), start
+
+
+def test_the_records_key_holds_torch_cuda_the_driver_and_ddpbenchs_own_code(tmp_path):
+    """Records made with another torch, CUDA, driver, or another ddpbench code (an uncommitted edit,
+    or an install outside git whose version is just 0.1.0) are kept apart, never reused."""
+    from ddpbench.gate.bisect import store_key
+
+    made_with = {"ddpbench_code": "c0de", "torch": "2.14.1", "cuda": "13.0", "driver": "580.65.06"}
+    key = store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", made_with)
+    for part, other in (("torch", "2.13.0"), ("cuda", None), ("driver", "570.1"), ("ddpbench_code", "d1ff")):
+        assert store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", {**made_with, part: other}) != key
+    assert store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", dict(made_with)) == key
+    # The code's hash is of the files on disk: a copy with no git, edited, hashes differently.
+    import shutil
+
+    import ddpbench
+    from ddpbench.commands.bisect import code_hash
+
+    copy = tmp_path / "ddpbench"
+    shutil.copytree(os.path.dirname(ddpbench.__file__), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert code_hash(str(copy)) == code_hash()
+    with open(copy / "gate" / "bisect.py", "a") as handle:
+        handle.write("# an uncommitted edit\n")
+    assert code_hash(str(copy)) != code_hash()
 
 
 def test_a_commit_that_cannot_train_is_skipped_and_named(tmp_path):

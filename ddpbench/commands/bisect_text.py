@@ -169,6 +169,8 @@ def step_json(step: Step, subjects: dict) -> dict:
         "low": step.low,
         "high": step.high,
         "new_runs": step.new_runs,
+        "reused_rounds": step.reused,
+        "retried_rounds": step.retried,
         "reason": step.reason,
         "measure": AB_MEASURES[0],
     }

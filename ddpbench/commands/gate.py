@@ -573,10 +573,10 @@ def command_ab(args: argparse.Namespace) -> int:
         if are_refs(args.a, args.b):
             # Two commits of the user's repository: this ddpbench and this Python on both sides.
             sides, run_args, trees = commit_sides([args.a, args.b], run_args, args.python or sys.executable, HERE_REPO)
-            versions = [check_imports(sides[0])] * 2
+            versions = [check_imports(sides[0]).torch] * 2
         else:
             sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
-            versions = [check_imports(side) for side in sides]
+            versions = [check_imports(side).torch for side in sides]
     except (GateError, ValueError) as exc:
         if trees is not None:
             trees.prune()

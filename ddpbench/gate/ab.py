@@ -14,6 +14,7 @@ this Python unless told otherwise.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -77,9 +78,19 @@ def resolve_side(name: str, given: str, python: str | None = None) -> Side:
     )
 
 
-def check_imports(side: Side) -> str:
-    """The torch version the side would run; a side that cannot import torch and ddpbench is bad input."""
-    code = "import torch, ddpbench, sys; print(torch.__version__)"
+@dataclass(frozen=True)
+class Software:
+    """What a side's Python runs, as far as its rounds' speed may depend on it."""
+
+    torch: str
+    """torch.__version__"""
+    cuda: str | None
+    """torch.version.cuda: the CUDA torch was built with; None for a build without it."""
+
+
+def check_imports(side: Side) -> Software:
+    """The torch the side would run; a side that cannot import torch and ddpbench is bad input."""
+    code = "import json, torch, ddpbench; print(json.dumps([torch.__version__, torch.version.cuda]))"
     try:
         done = subprocess.run(
             [side.python, "-c", code], env=side.environ(), capture_output=True, text=True, timeout=300, cwd=side.code
@@ -89,7 +100,8 @@ def check_imports(side: Side) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise GateError(f"{side.name} = {side.given!r} cannot import torch and ddpbench: {last}")
-    return done.stdout.strip()
+    torch, cuda = json.loads(done.stdout.strip().splitlines()[-1])
+    return Software(torch, cuda)
 
 
 # A round is one `ddpbench run`, which ends itself at its own run timeout when one is given; this
