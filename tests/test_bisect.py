@@ -14,7 +14,7 @@ import sys
 import msgspec
 import numpy as np
 import pytest
-from conftest import REPO, ddpbench
+from conftest import REPO, command_environment, ddpbench
 from test_gate import SWEEP
 
 from ddpbench.gate.bisect import BAD, CANNOT_TELL, GOOD, SKIP, BadCommit, Bisection, planned_looks
@@ -314,21 +314,116 @@ PYPROJECT = '[project]\nname = "mypkg"\nversion = "0.1"\n[tool.setuptools]\npack
 SRC_LAYOUT = PYPROJECT.replace("[tool.setuptools]\n", '[tool.setuptools]\npackage-dir = {"" = "src"}\n')
 
 
-def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
+def test_refs_that_are_no_commit_are_refused(tmp_path):
     repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
     run = ["--", "--workload", "w.py:net", "--strategy", "local"]
     done = ddpbench("ab", "no-such-ref", "HEAD", *run, cwd=repo)
     assert done.returncode == 2 and "names no commit" in done.stderr and len(done.stderr.splitlines()) == 1
     done = ddpbench("bisect", "--good", "HEAD", "--bad", "HEAD", *run, cwd=repo)
     assert done.returncode == 2 and "not an ancestor" in done.stderr
-    sha = git(repo, "rev-parse", "HEAD").strip()
-    folder = os.path.join(repo, ".git", "ddpbench-worktrees", sha)
-    git(repo, "worktree", "add", "--detach", folder, sha)
-    with open(os.path.join(folder, "w.py"), "a") as handle:
-        handle.write("# changed\n")
-    done = ddpbench("ab", "HEAD", "HEAD", *run, cwd=repo)
-    assert done.returncode == 2 and "changes to tracked files" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not os.path.exists(os.path.join(repo, "results"))  # nothing ran, nothing written
+    assert not os.path.exists(os.path.join(repo, ".git", "ddpbench-worktrees"))  # no tree made
+
+
+def worktrees(repo: str) -> dict[str, str]:
+    """git's worktrees of `repo` other than the main one: folder -> its lock reason ("" unlocked)."""
+    found, folder = {}, None
+    for line in git(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            folder = line.split(" ", 1)[1]
+            if os.path.realpath(folder) != os.path.realpath(repo):
+                found[folder] = ""
+        elif line.startswith("locked") and folder in found:
+            found[folder] = line.partition(" ")[2] or "locked"
+    return found
+
+
+def test_two_commands_over_one_repository_never_share_a_tree(tmp_path):
+    """Trees were kept per commit (`<git dir>/ddpbench-worktrees/<sha>`): two ab or bisect over one
+    repository shared the tree of a commit both ran, and the first to end removed it under the other.
+    Each command now has a folder of its own; its trees are git-locked while it runs."""
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    first, second = Trees(repo, "w.py"), Trees(repo, "w.py")
+    mine, theirs = first.tree(sha), second.tree(sha)
+    try:
+        assert mine != theirs and os.path.commonpath([mine, theirs]) == first.root
+        locks = worktrees(repo)
+        assert set(locks) == {mine, theirs} and all(f"(pid {os.getpid()})" in reason for reason in locks.values())
+        first.prune()
+        assert not os.path.exists(mine) and list(worktrees(repo)) == [theirs]
+        assert open(os.path.join(theirs, "w.py")).read() == "X = 1\n"  # the other's tree, whole
+        assert git(theirs, "rev-parse", "HEAD").strip() == sha
+    finally:
+        first.prune()
+        second.prune()
+    assert worktrees(repo) == {} and not os.path.exists(first.root)
+
+
+HOLDER = """import sys, time
+from ddpbench.gate.user_tree import Trees
+trees = Trees(sys.argv[1], "w.py")
+print(trees.tree(sys.argv[2]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_trees_of_a_killed_command_are_removed_at_the_next_start_and_a_running_ones_kept(tmp_path):
+    """A command killed (SIGKILL: no `finally` runs) leaves its trees. The next command to make a tree
+    removes them: their lock is free once the process is gone. A running command's lock is held, so
+    its trees stay; a folder not made this way (an older ddpbench's) is left alone too."""
+    import signal
+
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    older = os.path.join(repo, ".git", "ddpbench-worktrees", sha)
+    git(repo, "worktree", "add", "--detach", older, sha)
+    holders = [
+        subprocess.Popen([sys.executable, "-c", HOLDER, repo, sha], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(2)
+    ]
+    try:
+        killed, running = (holder.stdout.readline().strip() for holder in holders)
+        assert os.path.isdir(killed) and os.path.isdir(running), (killed, running)
+        holders[0].send_signal(signal.SIGKILL)
+        holders[0].wait(timeout=60)
+        trees = Trees(repo, "w.py")
+        try:
+            mine = trees.tree(sha)
+            assert not os.path.exists(killed) and not os.path.exists(os.path.dirname(killed) + ".lock")
+            assert os.path.isdir(running) and os.path.isdir(mine) and os.path.isdir(older)
+            assert set(worktrees(repo)) == {older, running, mine}
+        finally:
+            trees.prune()
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait(timeout=60)
+
+
+def test_a_round_in_a_commits_tree_finds_nothing_an_earlier_round_wrote(tmp_path):
+    """A script that writes where it runs (pytorch/examples' DDP tutorial keeps snapshot.pt and resumes
+    from it) made round 2 of a side resume from round 1. Before each round the tree is reset to the
+    commit and cleaned: untracked and ignored files gone, tracked files as committed."""
+    from ddpbench.gate import ab
+
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n", ".gitignore": "*.pt\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    seen = tmp_path / "seen"
+    runs = tmp_path / "python"  # a round that says what it found, then writes as a training script does
+    runs.write_text(
+        f"#!/bin/sh\nls -A | grep -v '^.git$' | tr '\\n' ' ' >> {seen}\ncat w.py >> {seen}\n"
+        "echo 1 > snapshot.pt\nmkdir -p out && echo 1 > out/log.txt\necho 'X = 2' > w.py\n"
+    )
+    runs.chmod(0o755)
+    trees = Trees(repo, "w.py")
+    try:
+        side = trees.side("A", "HEAD", sha, str(runs), REPO)
+        for index in (1, 2):
+            ab.run_round(side, ["--workload", "w.py:net"], str(tmp_path / "out"), index)
+        assert seen.read_text().splitlines() == [".gitignore w.py X = 1", ".gitignore w.py X = 1"]
+    finally:
+        trees.prune()
 
 
 def test_a_worktree_that_cannot_be_made_is_could_not_run_not_a_verdict(tmp_path):
@@ -438,40 +533,67 @@ dist.destroy_process_group()
 """
 
 
+def files_holding(folder, text: str) -> list[str]:
+    return [
+        os.path.join(place, name)
+        for place, _, names in os.walk(folder)
+        for name in names
+        if text.encode() in open(os.path.join(place, name), "rb").read()
+    ]
+
+
 @pytest.mark.launches
-def test_a_training_script_bisects_for_real_with_each_commits_own_package(tmp_path):
+def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_secret(tmp_path):
     """`bisect -- --script train.py`: real runs of an unmodified training script under torchrun,
     each side from its own worktree. The script imports the user's package, installed in editable
-    mode from the checkout, which holds the bad commit's (a sleep in every step): the good side must
-    import its own, or both sides would be slow and no commit would be found."""
+    mode from the checkout, which holds the last commit's (the longest sleep in every step): each
+    side must import its own commit's, or both sides would run alike and no commit would be found.
+
+    Two bisections over the repository at once (commit 1 slower than 0; commit 2 slower than 1):
+    both run commit 1, each from a tree of its own (one shared tree was removed by the first to end).
+    The first gives the script a token after --: nothing it prints or writes keeps it."""
     repo = small_repo(
         tmp_path,
         [
             {"train.py": SCRIPT, "src/mypkg/__init__.py": "SLEEP_S = 0\n", "pyproject.toml": SRC_LAYOUT},
             {"src/mypkg/__init__.py": "SLEEP_S = 0.03\n"},
+            {"src/mypkg/__init__.py": "SLEEP_S = 0.06\n"},
         ],
     )
-    env = editable_install(repo, tmp_path)
-    out = tmp_path / "bisect.json"
-    done = ddpbench(
-        "bisect", "--good", "HEAD~1", "--bad", "HEAD", "--rounds", "2", "--max-rounds", "2",
-        "--family-alpha", "40%", "--records", str(tmp_path / "records"), "--json-file", str(out), "--",
-        "--script", "train.py", "--nproc", "1", "--device", "cpu", "--steps", "8", "--warmup", "2", "--no-profile",
-        "--", "8",
-        cwd=repo, env=env,
-    )  # fmt: skip
-    # 4: named, but the machine was busy during a run (other tests): the answer stands.
-    assert done.returncode in (0, 4), done.stdout + done.stderr
-    head = git(repo, "rev-parse", "HEAD").strip()
-    assert json.loads(out.read_text())["first_bad"] == head and "first bad commit" in done.stdout, done.stdout
-    specs = [
-        json.load(open(os.path.join(folder, name)))["spec"]
-        for folder, _, names in os.walk(tmp_path / "records")
-        for name in names
-        if os.path.basename(folder) == "runs" and name.endswith(".json")
-    ]
-    assert len(specs) == 4 and all(spec["script"]["path"].endswith("train.py") for spec in specs), specs
-    assert git(repo, "worktree", "list").count("\n") == 1  # pruned
+    env = command_environment(editable_install(repo, tmp_path), None, gpus=False)
+    shas = git(repo, "log", "--reverse", "--format=%H").split()
+    bisections = []
+    for good, bad, script_args in (("HEAD~2", "HEAD~1", ["--hf-token", "SECRETXYZ"]), ("HEAD~1", "HEAD", [])):
+        records, out = tmp_path / f"records-{good}", tmp_path / f"{good}.json"
+        command = [
+            sys.executable, "-m", "ddpbench", "bisect", "--good", good, "--bad", bad, "--rounds", "2",
+            "--max-rounds", "2", "--family-alpha", "40%", "--records", str(records), "--json-file", str(out), "--",
+            "--script", "train.py", "--nproc", "1", "--device", "cpu", "--steps", "8", "--warmup", "2",
+            "--no-profile", "--", "8", *script_args,
+        ]  # fmt: skip
+        said = [tmp_path / f"{good}.{stream}" for stream in ("out", "err")]  # files: neither waits on a pipe
+        with open(said[0], "w") as stdout, open(said[1], "w") as stderr:
+            process = subprocess.Popen(command, cwd=repo, env=env, stdout=stdout, stderr=stderr)
+        bisections.append((process, records, out, said))
+    for (process, records, out, said), first_bad in zip(bisections, shas[1:]):
+        process.wait(timeout=900)
+        stdout, stderr = (path.read_text() for path in said)
+        # 4: named, but the machine was busy during a run (the other bisection, other tests): the answer stands.
+        assert process.returncode in (0, 4), stdout + stderr
+        assert json.loads(out.read_text())["first_bad"] == first_bad and "first bad commit" in stdout, stdout
+        specs = [
+            json.load(open(os.path.join(folder, name)))["spec"]
+            for folder, _, names in os.walk(records)
+            for name in names
+            if os.path.basename(folder) == "runs" and name.endswith(".json")
+        ]
+        assert len(specs) == 4 and all(spec["script"]["path"].endswith("train.py") for spec in specs), specs
+        if process is bisections[0][0]:
+            assert "SECRETXYZ" not in stdout + stderr + out.read_text() and files_holding(records, "SECRETXYZ") == []
+            assert all(spec["script"]["args"] == ["8", "--hf-token", "<redacted>"] for spec in specs), specs
+            assert "--hf-token '<redacted>'" in json.loads(out.read_text())["reproduce"]
+    assert git(repo, "worktree", "list").count("\n") == 1  # pruned, both
+    assert not os.path.exists(os.path.join(repo, ".git", "ddpbench-worktrees"))
 
 
 def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
@@ -485,7 +607,7 @@ def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
         confirm_base("HEAD", [template], sys.executable, REPO)
     commit = confirm_base("HEAD", [record], sys.executable, REPO)
     assert commit.rewrite(["--workload", workload, "--nproc", "2"]) == ["--workload", "w.py:net", "--nproc", "2"]
-    assert commit.trees.used == [] and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
+    assert not commit.trees.used and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
 
 
 def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):

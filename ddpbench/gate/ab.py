@@ -16,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,6 +53,10 @@ class Side:
     which comes first on the import path; None: the user's code is wherever the run options say."""
     checkout: str | None = None
     """The user's main checkout, from which nothing of theirs may be imported (with `tree`)."""
+    before_round: Callable[[], None] | None = field(default=None, compare=False)
+    """What makes `tree` clean before each round (a worktree made for this command is reset to its
+    commit, and what an earlier round wrote is removed); None for a tree that is not the command's
+    own (the user's checkout), which is left as it is."""
 
     def environ(self) -> dict:
         path = os.environ.get("PYTHONPATH")
@@ -60,10 +67,6 @@ class Side:
             first = [self.tree, *([src] if os.path.isdir(src) else []), self.code]
             own = {OWN_TREE_ENV: self.tree, USER_CHECKOUT_ENV: self.checkout or self.tree}
         return {**os.environ, **own, "PYTHONPATH": os.pathsep.join(first + ([path] if path else []))}
-
-    @property
-    def cwd(self) -> str:
-        return self.tree or self.code
 
 
 def resolve_side(name: str, given: str, python: str | None = None) -> Side:
@@ -154,28 +157,70 @@ def sets_out_or_run_id(run_args: list[str]) -> bool:
     return any(arg.split("=")[0] in ("--out", "--run-id") for arg in own)
 
 
+FILE_OPTIONS = ("--workload", "--script", "--data-dir")
+"""Run options that name a file or folder: a workload file (`path/file.py:factory`; a built-in
+name is none), a script, a data folder."""
+
+
+def paths_from(folder: str, run_args: list[str]) -> list[str]:
+    """The run options with the files they name as paths from `folder` (absolute paths stay as they
+    are); the words after a `--` are a script's own, left alone."""
+    args = list(run_args)
+    end = args.index("--") if "--" in args else len(args)
+    index = 0
+    while index < end:
+        name, equals, value = args[index].partition("=")
+        at = index if equals else index + 1
+        if name in FILE_OPTIONS and at < end:
+            value = value if equals else args[at]
+            path, colon, factory = value.rpartition(":") if name == "--workload" else (value, "", "")
+            if name != "--workload" or path.endswith(".py"):
+                found = os.path.join(folder, path) + colon + factory
+                args[at] = f"{name}={found}" if equals else found
+            index = at
+        index += 1
+    return args
+
+
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
+    """One `ddpbench run` of a side, started in a clean working folder: a commit's tree made for
+    this command, reset and cleaned first (`before_round`); for an environment, an empty folder of
+    the round's own, removed after it, with the files the run options name found from the
+    environment's tree, where the round once started. A script that writes where it runs (a
+    checkpoint it resumes from) then finds nothing of an earlier round, nor of the other side."""
     run_id = f"{side.name.lower()}-r{round_index:02d}"
-    out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
+    out_dir = os.path.abspath(out_dir)  # the round starts in a folder of its own
     own = ["--out", os.path.join(out_dir, side.name.lower()), "--run-id", run_id]
+    scratch = None
+    if side.tree is None:
+        scratch = tempfile.mkdtemp(prefix=f"ddpbench-{run_id}-")
+        run_args = paths_from(side.code, run_args)
+    elif side.before_round is not None:
+        side.before_round()
     command = [side.python, "-m", "ddpbench", "run", *before_script_arguments(run_args, own)]
     # What the round says on stderr is kept beside its record: a run refused before it started (the
     # commit's workload file does not parse, say) writes no record, and this is then its reason.
     side_dir = os.path.join(out_dir, side.name.lower())
     os.makedirs(side_dir, exist_ok=True)
-    with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
-        # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
-        process = subprocess.Popen(command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=said)
     try:
-        code = process.wait(timeout=round_timeout(run_args))
-    except subprocess.TimeoutExpired:
-        end_round(process)
-        code = ROUND_TIMED_OUT
-    except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
-        end_round(process)
-        raise
+        with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
+            # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
+            process = subprocess.Popen(
+                command, env=side.environ(), cwd=scratch or side.tree, stdout=subprocess.DEVNULL, stderr=said
+            )
+        try:
+            code = process.wait(timeout=round_timeout(run_args))
+        except subprocess.TimeoutExpired:
+            end_round(process)
+            code = ROUND_TIMED_OUT
+        except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
+            end_round(process)
+            raise
+        finally:
+            hide_secrets(said.name)
     finally:
-        hide_secrets(said.name)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
 
 
