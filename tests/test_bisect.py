@@ -447,6 +447,32 @@ def test_a_worktree_that_cannot_be_made_is_could_not_run_not_a_verdict(tmp_path)
         assert done.stdout == ""  # no answer, no verdict
 
 
+def test_records_go_outside_the_repository_unless_its_git_ignores_the_folder(tmp_path):
+    """The default --records was results/bisect under the current folder: run from the repository
+    bisected, it left untracked files there. It is now the user's cache ($XDG_CACHE_HOME here); a
+    folder inside the repository that its git does not ignore is refused in one line, one that it
+    ignores is taken. Each bisect ends early, at its first tree (a file stands where trees go)."""
+    package = "SLEEP_S = {}\nUNIT = 'a'\n"
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": package.format(s)} for s in (0, 1)])
+    with open(os.path.join(repo, ".git", "ddpbench-worktrees"), "w") as handle:
+        handle.write("not a folder\n")
+    run = ["--good", "HEAD~1", "--bad", "HEAD", "--", "--workload", "w.py:net", "--strategy", "local"]
+    cache = tmp_path / "cache"
+    done = ddpbench("bisect", *run, cwd=repo, env={"XDG_CACHE_HOME": str(cache)})
+    assert done.returncode == 70, done.stderr  # got as far as its first tree
+    assert git(repo, "status", "--porcelain") == ""  # nothing left in the repository
+    assert list((cache / "ddpbench" / "bisect").rglob("key.json")) and str(cache / "ddpbench" / "bisect") in done.stderr
+    done = ddpbench("bisect", "--records", "results/bisect", *run, cwd=repo)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "is inside the repository bisected" in done.stderr and "its git does not ignore it" in done.stderr
+    assert git(repo, "status", "--porcelain") == ""
+    with open(os.path.join(repo, ".git", "info", "exclude"), "a") as handle:
+        handle.write("results/\n")
+    done = ddpbench("bisect", "--records", "results/bisect", *run, cwd=repo)
+    assert done.returncode == 70 and list((tmp_path / "repo" / "results" / "bisect").rglob("key.json")), done.stderr
+    assert git(repo, "status", "--porcelain") == ""
+
+
 def editable_install(repo: str, tmp_path) -> dict:
     """`pip install -e repo` into a prefix of the test's own, made live for every process started
     with the returned environment (a sitecustomize adds its site-packages), as a user's editable
@@ -551,7 +577,8 @@ def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_se
 
     Two bisections over the repository at once (commit 1 slower than 0; commit 2 slower than 1):
     both run commit 1, each from a tree of its own (one shared tree was removed by the first to end).
-    The first gives the script a token after --: nothing it prints or writes keeps it."""
+    The first gives the script a token after --: nothing it prints or writes keeps it. The second
+    keeps its records where they go by default: outside the repository."""
     repo = small_repo(
         tmp_path,
         [
@@ -560,14 +587,16 @@ def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_se
             {"src/mypkg/__init__.py": "SLEEP_S = 0.06\n"},
         ],
     )
-    env = command_environment(editable_install(repo, tmp_path), None, gpus=False)
+    cache = tmp_path / "cache"  # the second keeps its records where they go by default
+    env = command_environment({**editable_install(repo, tmp_path), "XDG_CACHE_HOME": str(cache)}, None, gpus=False)
     shas = git(repo, "log", "--reverse", "--format=%H").split()
     bisections = []
     for good, bad, script_args in (("HEAD~2", "HEAD~1", ["--hf-token", "SECRETXYZ"]), ("HEAD~1", "HEAD", [])):
-        records, out = tmp_path / f"records-{good}", tmp_path / f"{good}.json"
+        records, out = (tmp_path / "records" if script_args else cache), tmp_path / f"{good}.json"
         command = [
             sys.executable, "-m", "ddpbench", "bisect", "--good", good, "--bad", bad, "--rounds", "2",
-            "--max-rounds", "2", "--family-alpha", "40%", "--records", str(records), "--json-file", str(out), "--",
+            "--max-rounds", "2", "--family-alpha", "40%", *(["--records", str(records)] if script_args else []),
+            "--json-file", str(out), "--",
             "--script", "train.py", "--nproc", "1", "--device", "cpu", "--steps", "8", "--warmup", "2",
             "--no-profile", "--", "8", *script_args,
         ]  # fmt: skip
@@ -594,6 +623,7 @@ def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_se
             assert "--hf-token '<redacted>'" in json.loads(out.read_text())["reproduce"]
     assert git(repo, "worktree", "list").count("\n") == 1  # pruned, both
     assert not os.path.exists(os.path.join(repo, ".git", "ddpbench-worktrees"))
+    assert git(repo, "status", "--porcelain") == ""  # no records, and nothing a round wrote, in the repository
 
 
 def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):

@@ -22,7 +22,38 @@ from ddpbench.commands.arguments import (
 from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
 from ddpbench.config.errors import SpecError
 
-DEFAULT_RECORDS = os.path.join("results", "bisect")
+DEFAULT_RECORDS_SHOWN = "~/.cache/ddpbench/bisect"
+
+
+def default_records() -> str:
+    """Where rounds are kept unless told: the user's cache, outside every repository (a folder under
+    the current one left untracked files in the repository bisected, when run from it)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ddpbench", "bisect")
+
+
+def check_records_folder(records: str, repo: str) -> None:
+    """Refuse a records folder inside the repository bisected that its git does not ignore: every
+    round would leave untracked files there, there to be committed by mistake."""
+    from ddpbench.gate.base_env import git
+    from ddpbench.gate.compare import GateError
+
+    folder, top = os.path.realpath(records), os.path.realpath(repo)
+    if os.path.commonpath([folder, top]) != top:
+        return
+    common = git(repo, "rev-parse", "--git-common-dir").stdout.strip()
+    if common and os.path.commonpath([folder, os.path.realpath(os.path.join(repo, common))]) == os.path.realpath(
+        os.path.join(repo, common)
+    ):
+        return  # inside the git folder: never part of a commit
+    if git(repo, "check-ignore", "--quiet", os.path.join(folder, "key.json")).returncode != 0:
+        raise GateError(
+            f"--records {records} is inside the repository bisected ({repo}) and its git does not ignore it: the "
+            f"rounds' records would be untracked files there; give a folder outside it (the default is "
+            f"{DEFAULT_RECORDS_SHOWN}) or one its .gitignore lists"
+        )
+
+
 GUESS_RUN_S = 30.0
 """Seconds a run takes, for the estimate before the first round is timed (start-up, torch's import
 and a short run on CPU)."""
@@ -62,9 +93,11 @@ def add_bisect_parser(commands) -> None:
     )
     bisect.add_argument(
         "--records",
-        default=DEFAULT_RECORDS,
+        default=None,
+        metavar="FOLDER",
         help=f"where the rounds' records are kept, per machine class, ddpbench version and code, torch, CUDA, "
-        f"driver and run options (default {DEFAULT_RECORDS})",
+        f"driver and run options (default {DEFAULT_RECORDS_SHOWN}, or $XDG_CACHE_HOME/ddpbench/bisect: outside your "
+        "repository; a folder inside it must be one its git ignores)",
     )
     bisect.add_argument("--json-file", dest="json", default=None, metavar="FILE", help="also write the answer as JSON")
     exit_codes(
@@ -78,7 +111,11 @@ def add_bisect_parser(commands) -> None:
         COULD_NOT_RUN_LINE,
         INTERRUPTED,
     )
-    bisect.set_defaults(handler=unattended(command_bisect, "bisect", lambda args: os.path.join(args.records, "logs")))
+    bisect.set_defaults(
+        handler=unattended(
+            command_bisect, "bisect", lambda args: os.path.join(args.records or default_records(), "logs")
+        )
+    )
 
 
 def code_hash(package: str | None = None) -> str:
@@ -186,6 +223,8 @@ def command_bisect(args: argparse.Namespace) -> int:
                 "script (--script path/train.py) in the git repository to bisect"
             )
         repo, inside = found
+        args.records = args.records or default_records()
+        check_records_folder(args.records, repo)
         good, bad = resolve_commit(repo, args.good, "--good"), resolve_commit(repo, args.bad, "--bad")
         commits = commit_range(repo, good, bad)
         for ref, sha in ((args.good, good), (args.bad, bad)):
