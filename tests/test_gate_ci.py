@@ -160,6 +160,12 @@ def test_a_gate_that_crashes_could_not_run_and_is_never_read_as_a_regression(tmp
         ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
         [".venv/bin/ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
         ["python", "-m", "ddpbench", "ab", "a", "b"],
+        # however ddpbench is started: the gate is found, and the user's verdict file kept
+        ["python", "-m", "ddpbench.cli", "gate", "--baseline", "b", "--candidate", "c"],
+        ["python3", "-I", "-m", "ddpbench.__main__", "ab", "a", "b"],
+        ["python", "-mddpbench", "ab", "a", "b"],
+        ["env", "DDPBENCH_CANARY=off", "/opt/venv/bin/ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
+        ["uv", "run", "ddpbench", "ab", "a", "b"],
         # make gate BASE=<ref> GATE_ARGS="..." (the Makefile's own command): its options go to ddpbench ab
         ["python", "-m", "ddpbench.gate.base_env", "main", "--rounds", "5"],
     ],
@@ -170,9 +176,51 @@ def test_the_verdict_file_the_user_names_is_kept_in_any_spelling_the_gate_accept
     assert with_verdict_file(command, "t.json") == (command, "v.json")
 
 
+def test_python_m_ddpbench_cli_gate_writes_the_verdict_file_the_user_names(tmp_path):
+    """`-m ddpbench.cli` was not read as the gate: the wrapper appended a --json-file of its own after
+    the user's, argparse kept the last, and mine.json was never written."""
+    baseline, candidate = repeated_sweep(tmp_path / "base", 1.0), repeated_sweep(tmp_path / "cand", 1.0)
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", sys.executable, "-m", "ddpbench.cli", "gate"]
+        + ["--baseline", baseline, "--candidate", candidate, "--metrics", "throughput", "--json-file", "mine.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cpu_environment(DDPBENCH_HISTORY=str(tmp_path / "none.sqlite")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "mine.json").read_text())["verdict"] == "pass"
+    assert done.stdout.strip().splitlines()[-1].startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-c", "touch ran; ddpbench gate --baseline b --candidate c"],
+        ["sh", "gate.sh", "ddpbench"],  # a script that runs the gate: its verdict file cannot be found
+        ["ddpbench", "bisect", "--good", "a", "--bad", "b"],
+        ["python", "-m", "pytest", "ddpbench", "gate"],
+        ["make", "gate"],
+    ],
+)
+def test_a_command_line_without_a_gate_it_can_read_is_refused_in_one_line(tmp_path, command):
+    """Run as it is, such a command's exit code could not be told from a crash: refused before it runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("python -m ddpbench.gate.ci: error: ")
+    assert not (tmp_path / "ran").exists()  # nothing ran
+
+
 def test_a_verdict_file_is_added_before_the_run_options_where_none_is_named():
-    assert with_verdict_file(["x", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
-        ["x", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
+    assert with_verdict_file(["ddpbench", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
+        ["ddpbench", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
     )
     command = ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"]
     assert with_verdict_file(command, "t.json") == ([*command, "--json-file", "t.json"], "t.json")

@@ -2,11 +2,12 @@
 
 GNU make turns every failing exit code of a recipe into its own 2, so a CI job that goes through
 `make gate` cannot tell a regression (1) from a busy machine (4) or bad input (2). This runs the
-gate command given after `--` (`ddpbench gate ...`, `ddpbench ab ...`, or `python -m
-ddpbench.gate.base_env ...`), lets its output through, then prints as its last line what the code
-means and how many runs a side the weakest comparison would need to see the gate's target, and
-exits with the gate's own code. `make gate` runs the gate through it; a CI job that calls it (or
-`ddpbench gate`) directly gets 1, 3 and 4 as themselves.
+gate command given after `--` (`ddpbench gate ...` or `ddpbench ab ...` however ddpbench is
+started, or `python -m ddpbench.gate.base_env ...`; any other command line is refused in one line),
+lets its output through, then prints as its last line what the code means and how many runs a side
+the weakest comparison would need to see the gate's target, and exits with the gate's own code.
+`make gate` runs the gate through it; a CI job that calls it (or `ddpbench gate`) directly gets 1,
+3 and 4 as themselves.
 
 A code is a verdict only with the verdict behind it: Python exits 1 on an error nobody caught, so a
 command that exits 0, 1, 3 or 4 without writing its verdict file, or with a code that is none of
@@ -19,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,41 +50,80 @@ PROGRAM = "python -m ddpbench.gate.ci"
 USAGE = f"usage: {PROGRAM} [--name NAME] -- COMMAND [ARGS ...]"
 
 
-def gate_arguments(command: list[str]) -> tuple[str, list[str]] | None:
-    """(the ddpbench command, its arguments before any `--`) of the gate command this wraps:
-    `ddpbench gate ...`, `python -m ddpbench ab ...`, or `python -m ddpbench.gate.base_env REF
-    ...`, whose options other than its own go to `ddpbench ab` (as `ab`, with its two sides).
-    None for a command that is none of these."""
-    head = command[: command.index("--")] if "--" in command else command
-    for index, word in enumerate(head[:-1]):
-        program = os.path.basename(word)
-        if program == "ddpbench" or (word == "ddpbench" and index and head[index - 1] == "-m"):
-            if head[index + 1] in ("gate", "ab"):
-                return head[index + 1], head[index + 2 :]
-            return None
-        if word == "ddpbench.gate.base_env" and index and head[index - 1] == "-m":
-            from ddpbench.gate.base_env import parse
+ENTRY_MODULES = ("ddpbench", "ddpbench.cli", "ddpbench.__main__")
+"""`python -m X` spellings of the ddpbench command line."""
+ENTRY_SCRIPTS = ("ddpbench/cli.py", "ddpbench/__main__.py")
+GATE_COMMANDS = ("gate", "ab")
+BASE_ENV = "ddpbench.gate.base_env"
 
-            with contextlib.redirect_stderr(io.StringIO()):
-                try:
-                    _, verdict_args, _ = parse(head[index + 1 :])
-                except SystemExit:
-                    return None
-            return "ab", ["A", "B", *verdict_args]
+
+class UnreadableCommand(ValueError):
+    """A command line in which the wrapper finds no gate: refused (exit 2), since it could neither
+    keep the user's verdict file nor tell a verdict from a crash."""
+
+
+def _entry(head: list[str]) -> tuple[str, int] | None:
+    """(how the ddpbench command line is started, the index of the word after it): the first of
+    `ddpbench` (the console script, any path: `.venv/bin/ddpbench`, after `env X=1` or `uv run`),
+    `python -m ddpbench`, `-m ddpbench.cli`, `-m ddpbench.__main__` (`-mX` too), a path to
+    ddpbench/cli.py, or `-m ddpbench.gate.base_env`."""
+    for index, word in enumerate(head):
+        if word == "-m" and index + 1 < len(head):
+            module, after = head[index + 1], index + 2
+        elif word.startswith("-m") and len(word) > 2:
+            module, after = word[2:], index + 1
+        elif os.path.basename(word) == "ddpbench" or word.replace(os.sep, "/").endswith(ENTRY_SCRIPTS):
+            return "ddpbench", index + 1
+        else:
+            continue
+        if module in ENTRY_MODULES:
+            return "ddpbench", after
+        if module == BASE_ENV:
+            return BASE_ENV, after
+        return None  # another module (python -m pytest ...): not a gate
     return None
+
+
+def gate_arguments(command: list[str]) -> tuple[str, list[str]]:
+    """(the ddpbench command, its arguments before any `--`) of the gate command this wraps:
+    `ddpbench gate ...` or `ddpbench ab ...` however ddpbench is started (see `_entry`), or
+    `python -m ddpbench.gate.base_env REF ...`, whose options other than its own go to `ddpbench ab`
+    (as `ab`, with its two sides). UnreadableCommand for any other command line: a shell line, a
+    script, another command."""
+    head = command[: command.index("--")] if "--" in command else command
+    found = _entry(head)
+    if found is None:
+        raise UnreadableCommand(
+            "finds no gate in the command after --: give `ddpbench gate|ab ...` (or `python -m ddpbench gate|ab "
+            f"...`, `python -m ddpbench.cli gate|ab ...`) or `python -m {BASE_ENV} ...` itself, not a shell line or "
+            "a script that runs it"
+        )
+    entry, after = found
+    if entry == BASE_ENV:
+        from ddpbench.gate.base_env import parse
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                _, verdict_args, _ = parse(head[after:])
+            except SystemExit:
+                verdict_args = head[after:]  # base_env will say what is wrong (exit 2)
+        return "ab", ["A", "B", *verdict_args]
+    subcommand = head[after] if after < len(head) else None
+    if subcommand not in GATE_COMMANDS:
+        raise UnreadableCommand(
+            f"wraps ddpbench gate and ddpbench ab, whose exit codes it explains; got ddpbench {subcommand or '(none)'}"
+        )
+    return subcommand, head[after + 1 :]
 
 
 def named_verdict_file(command: list[str]) -> str | None | bool:
     """The verdict file the wrapped gate command names, read by the gate's own parser, so that
     every spelling it accepts counts (`--json-file X`, `--json-file=X`, an abbreviation, the old
     `--json`); None where it names none; False where its arguments do not parse (the gate will say
-    why, exit 2)."""
-    found = gate_arguments(command)
-    if found is None:
-        return None
+    why, exit 2). UnreadableCommand where it finds no gate in the command."""
     from ddpbench.cli import build_parser
 
-    subcommand, arguments = found
+    subcommand, arguments = gate_arguments(command)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         try:
             args, _ = build_parser().parse_known_args([subcommand, *arguments])
@@ -134,8 +175,11 @@ def help_text() -> str:
     codes = "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items())
     paragraphs = [
         __doc__.splitlines()[0],
-        "COMMAND is `ddpbench gate ...`, `ddpbench ab ...` (or either as `python -m ddpbench ...`), or `python -m "
-        "ddpbench.gate.base_env ...`. --name NAME: what the last line calls the command (default ddpbench gate).",
+        "COMMAND is `ddpbench gate ...` or `ddpbench ab ...`, with ddpbench started any way it starts (`ddpbench`, "
+        "`.venv/bin/ddpbench`, `python -m ddpbench`, `python -m ddpbench.cli`), or `python -m ddpbench.gate.base_env "
+        "...`; any other command line (a shell line, a script) is refused (exit 2): the wrapper must find the "
+        "gate's verdict file to tell a verdict from a crash. --name NAME: what the last line calls the command "
+        "(default ddpbench gate).",
         f"exit codes: those of the gate: {codes}",
     ]
     return "\n\n".join([USAGE, *(textwrap.fill(text, 100) for text in paragraphs)]) + "\n"
@@ -165,7 +209,13 @@ def wrap(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ddpbench-gate-") as scratch:
-        command, verdict_path = with_verdict_file(argv, os.path.join(scratch, "verdict.json"))
+        try:
+            command, verdict_path = with_verdict_file(argv, os.path.join(scratch, "verdict.json"))
+        except UnreadableCommand as exc:
+            from ddpbench.config.secrets import redact_text
+
+            print(redact_text(f"{PROGRAM}: error: {exc} (got: {shlex.join(argv)[:200]})"), file=sys.stderr)
+            return 2
         started = time.time()
         try:
             code = subprocess.run(command).returncode
