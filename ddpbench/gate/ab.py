@@ -68,6 +68,10 @@ class Side:
             own = {OWN_TREE_ENV: self.tree, USER_CHECKOUT_ENV: self.checkout or self.tree}
         return {**os.environ, **own, "PYTHONPATH": os.pathsep.join(first + ([path] if path else []))}
 
+    @property
+    def cwd(self) -> str:
+        return self.tree or self.code
+
 
 def resolve_side(name: str, given: str, python: str | None = None) -> Side:
     path = os.path.abspath(given)
@@ -157,44 +161,36 @@ def sets_out_or_run_id(run_args: list[str]) -> bool:
     return any(arg.split("=")[0] in ("--out", "--run-id") for arg in own)
 
 
-FILE_OPTIONS = ("--workload", "--script", "--data-dir")
-"""Run options that name a file or folder: a workload file (`path/file.py:factory`; a built-in
-name is none), a script, a data folder."""
-
-
-def paths_from(folder: str, run_args: list[str]) -> list[str]:
-    """The run options with the files they name as paths from `folder` (absolute paths stay as they
-    are); the words after a `--` are a script's own, left alone."""
+def script_from(folder: str, run_args: list[str]) -> list[str] | None:
+    """The run options of a script's run with the script's path from `folder` (an absolute path
+    stays as it is); None for a run of a workload. The words after a `--` are the script's own."""
     args = list(run_args)
     end = args.index("--") if "--" in args else len(args)
-    index = 0
-    while index < end:
-        name, equals, value = args[index].partition("=")
-        at = index if equals else index + 1
-        if name in FILE_OPTIONS and at < end:
-            value = value if equals else args[at]
-            path, colon, factory = value.rpartition(":") if name == "--workload" else (value, "", "")
-            if name != "--workload" or path.endswith(".py"):
-                found = os.path.join(folder, path) + colon + factory
-                args[at] = f"{name}={found}" if equals else found
-            index = at
-        index += 1
-    return args
+    for index, arg in enumerate(args[:end]):
+        name, equals, value = arg.partition("=")
+        if name == "--script" and (equals or index + 1 < end):
+            at = index if equals else index + 1
+            found = os.path.join(folder, value if equals else args[at])
+            args[at] = f"--script={found}" if equals else found
+            return args
+    return None
 
 
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
-    """One `ddpbench run` of a side, started in a clean working folder: a commit's tree made for
-    this command, reset and cleaned first (`before_round`); for an environment, an empty folder of
-    the round's own, removed after it, with the files the run options name found from the
-    environment's tree, where the round once started. A script that writes where it runs (a
-    checkpoint it resumes from) then finds nothing of an earlier round, nor of the other side."""
+    """One `ddpbench run` of a side. A commit's tree made for this command is reset and cleaned
+    first (`before_round`). An environment's run of a script starts in an empty folder of the
+    round's own, removed after it, the script found from the environment's tree as before (the
+    record names it by its absolute path either way): a script that writes where it runs (a
+    checkpoint it resumes from) then finds nothing of an earlier round, nor of the other side, and
+    writes nothing into a ddpbench checkout. A workload file's run starts in the environment's tree,
+    where its relative path is found and kept as given in the record, which names the configuration."""
     run_id = f"{side.name.lower()}-r{round_index:02d}"
-    out_dir = os.path.abspath(out_dir)  # the round starts in a folder of its own
+    out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
     own = ["--out", os.path.join(out_dir, side.name.lower()), "--run-id", run_id]
     scratch = None
-    if side.tree is None:
-        scratch = tempfile.mkdtemp(prefix=f"ddpbench-{run_id}-")
-        run_args = paths_from(side.code, run_args)
+    script_args = script_from(side.code, run_args) if side.tree is None else None
+    if script_args is not None:
+        scratch, run_args = tempfile.mkdtemp(prefix=f"ddpbench-{run_id}-"), script_args
     elif side.before_round is not None:
         side.before_round()
     command = [side.python, "-m", "ddpbench", "run", *before_script_arguments(run_args, own)]
@@ -206,7 +202,11 @@ def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -
         with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
             # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
             process = subprocess.Popen(
-                command, env=side.environ(), cwd=scratch or side.tree, stdout=subprocess.DEVNULL, stderr=said
+                command,
+                env=side.environ(),
+                cwd=scratch or side.cwd,
+                stdout=subprocess.DEVNULL,
+                stderr=said,
             )
         try:
             code = process.wait(timeout=round_timeout(run_args))
