@@ -14,7 +14,7 @@ import sys
 import msgspec
 import numpy as np
 import pytest
-from conftest import REPO, ddpbench
+from conftest import REPO, command_environment, ddpbench
 from test_gate import SWEEP
 
 from ddpbench.gate.bisect import BAD, CANNOT_TELL, GOOD, SKIP, BadCommit, Bisection, planned_looks
@@ -30,11 +30,13 @@ COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # 0 good, 8 bad
 class FakeRunner:
     """Writes each round's record as a run would: throughput = base / drift / the commit's slowdown."""
 
-    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=()):
+    def __init__(self, slowdowns: dict[int, float], broken=(), jitter=0.01, stop_after=None, refused=(), timed_out=()):
         self.template = next(r for r in load_side(SWEEP) if r.run_id == "mlp-ddp-n2")
         self.slowdowns, self.broken, self.jitter, self.stop_after = slowdowns, set(broken), jitter, stop_after
         self.refused = set(refused)
         """Commits whose run is refused before it starts: no record, one line on stderr (as ab keeps it)."""
+        self.timed_out = set(timed_out)
+        """(side, commit, round) whose run timed out (a record with status timeout)."""
         self.runs = 0
 
     def factor(self, sha: str) -> float:
@@ -60,6 +62,8 @@ class FakeRunner:
         record = msgspec.structs.replace(self.template, run_id=f"{side}-r{index:02d}", metrics=metrics)
         if side == "b" and COMMITS.index(sha) in self.broken:
             record = msgspec.structs.replace(record, status="failed")
+        if (side, COMMITS.index(sha), index) in self.timed_out:
+            record = msgspec.structs.replace(record, status="timeout")
         write_record(record, os.path.join(folder, side))
 
 
@@ -93,6 +97,71 @@ def test_an_interrupted_bisection_resumes_from_its_records(tmp_path):
     assert result.first_bad == COMMITS[3]
     # The round cut between its A and B runs again whole, A then B: one run more than uninterrupted.
     assert first.runs + rest.runs == whole.runs + 1
+
+
+def test_a_round_that_failed_runs_again_on_resume_a_bounded_number_of_times(tmp_path, capsys):
+    """A good commit's first round that timed out once made every later start answer "the good
+    commit cannot be measured" (exit 2) from its record. A resume now runs a failed round again, the
+    earlier try set aside (and kept), until it has run MAX_TRIES times; each step says what it read."""
+    first = FakeRunner({5: 1.3}, timed_out={("a", 8, 1)})
+    with pytest.raises(BadCommit, match="good commit"):
+        bisect(tmp_path, first).run()
+    again = FakeRunner({5: 1.3})
+    result = bisect(tmp_path, again).run()
+    assert result.first_bad == COMMITS[5]
+    from ddpbench.commands.bisect import resume_line, step_line
+    from ddpbench.gate.bisect import EARLIER_TRIES, MAX_TRIES, kept_rounds
+
+    opening = result.steps[0]
+    assert opening.sha == COMMITS[8] and opening.retried == 1 and opening.reused == 0
+    folder = opening.folder
+    assert os.listdir(os.path.join(folder, EARLIER_TRIES)) == ["r01-try1"]  # the timed-out try is kept
+    assert json.load(open(os.path.join(folder, EARLIER_TRIES, "r01-try1", "a", "runs", "a-r01.json")))["status"] == (
+        "timeout"
+    )
+    # A third start reads every round; each step says so.
+    third = FakeRunner({5: 1.3})
+    repeat = bisect(tmp_path, third).run()
+    assert third.runs == 0 and repeat.first_bad == COMMITS[5]
+    line = step_line(repeat.steps[0], {})
+    assert f"{opening.rounds} round(s) from records" in line and "new runs" not in line, line
+    rounds = kept_rounds(str(tmp_path / "records"))
+    assert rounds == sum(step.rounds for step in repeat.steps) and rounds > 0  # not chance: seeded rounds
+    said = resume_line(
+        rounds, "cpu-x-2c", "0.1.0", {"ddpbench_code": "c0de", "torch": "2.14.1", "cuda": None, "driver": None}
+    )
+    assert f"resuming from {rounds} round(s)" in said and "torch 2.14.1" in said and "code c0de" in said
+    # A round that fails every time is tried MAX_TRIES times in all, then read as it is.
+    always = tmp_path / "always"
+    for start in range(MAX_TRIES + 1):
+        runner = FakeRunner({5: 1.3}, timed_out={("a", 8, 1)})
+        with pytest.raises(BadCommit, match="good commit"):
+            bisect(always, runner).run()
+        assert runner.runs == (2 if start < MAX_TRIES else 0), start
+
+
+def test_the_records_key_holds_torch_cuda_the_driver_and_ddpbenchs_own_code(tmp_path):
+    """Records made with another torch, CUDA, driver, or another ddpbench code (an uncommitted edit,
+    or an install outside git whose version is just 0.1.0) are kept apart, never reused."""
+    from ddpbench.gate.bisect import store_key
+
+    made_with = {"ddpbench_code": "c0de", "torch": "2.14.1", "cuda": "13.0", "driver": "580.65.06"}
+    key = store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", made_with)
+    for part, other in (("torch", "2.13.0"), ("cuda", None), ("driver", "570.1"), ("ddpbench_code", "d1ff")):
+        assert store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", {**made_with, part: other}) != key
+    assert store_key("1x-h100", "0.1.0", ["--script", "t.py"], "/src/repo", dict(made_with)) == key
+    # The code's hash is of the files on disk: a copy with no git, edited, hashes differently.
+    import shutil
+
+    import ddpbench
+    from ddpbench.commands.bisect import code_hash
+
+    copy = tmp_path / "ddpbench"
+    shutil.copytree(os.path.dirname(ddpbench.__file__), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert code_hash(str(copy)) == code_hash()
+    with open(copy / "gate" / "bisect.py", "a") as handle:
+        handle.write("# an uncommitted edit\n")
+    assert code_hash(str(copy)) != code_hash()
 
 
 def test_a_commit_that_cannot_train_is_skipped_and_named(tmp_path):
@@ -245,21 +314,163 @@ PYPROJECT = '[project]\nname = "mypkg"\nversion = "0.1"\n[tool.setuptools]\npack
 SRC_LAYOUT = PYPROJECT.replace("[tool.setuptools]\n", '[tool.setuptools]\npackage-dir = {"" = "src"}\n')
 
 
-def test_refs_that_are_no_commit_or_a_changed_worktree_are_refused(tmp_path):
+def test_refs_that_are_no_commit_are_refused(tmp_path):
     repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": "SLEEP_S = 0\nUNIT = 'a'\n"}])
     run = ["--", "--workload", "w.py:net", "--strategy", "local"]
     done = ddpbench("ab", "no-such-ref", "HEAD", *run, cwd=repo)
     assert done.returncode == 2 and "names no commit" in done.stderr and len(done.stderr.splitlines()) == 1
     done = ddpbench("bisect", "--good", "HEAD", "--bad", "HEAD", *run, cwd=repo)
     assert done.returncode == 2 and "not an ancestor" in done.stderr
-    sha = git(repo, "rev-parse", "HEAD").strip()
-    folder = os.path.join(repo, ".git", "ddpbench-worktrees", sha)
-    git(repo, "worktree", "add", "--detach", folder, sha)
-    with open(os.path.join(folder, "w.py"), "a") as handle:
-        handle.write("# changed\n")
-    done = ddpbench("ab", "HEAD", "HEAD", *run, cwd=repo)
-    assert done.returncode == 2 and "changes to tracked files" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not os.path.exists(os.path.join(repo, "results"))  # nothing ran, nothing written
+    assert not os.path.exists(os.path.join(repo, ".git", "ddpbench-worktrees"))  # no tree made
+
+
+def worktrees(repo: str) -> dict[str, str]:
+    """git's worktrees of `repo` other than the main one: folder -> its lock reason ("" unlocked)."""
+    found, folder = {}, None
+    for line in git(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            folder = line.split(" ", 1)[1]
+            if os.path.realpath(folder) != os.path.realpath(repo):
+                found[folder] = ""
+        elif line.startswith("locked") and folder in found:
+            found[folder] = line.partition(" ")[2] or "locked"
+    return found
+
+
+def test_two_commands_over_one_repository_never_share_a_tree(tmp_path):
+    """Trees were kept per commit (`<git dir>/ddpbench-worktrees/<sha>`): two ab or bisect over one
+    repository shared the tree of a commit both ran, and the first to end removed it under the other.
+    Each command now has a folder of its own; its trees are git-locked while it runs."""
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    first, second = Trees(repo, "w.py"), Trees(repo, "w.py")
+    mine, theirs = first.tree(sha), second.tree(sha)
+    try:
+        assert mine != theirs and os.path.commonpath([mine, theirs]) == first.root
+        locks = worktrees(repo)
+        assert set(locks) == {mine, theirs} and all(f"(pid {os.getpid()})" in reason for reason in locks.values())
+        first.prune()
+        assert not os.path.exists(mine) and list(worktrees(repo)) == [theirs]
+        assert open(os.path.join(theirs, "w.py")).read() == "X = 1\n"  # the other's tree, whole
+        assert git(theirs, "rev-parse", "HEAD").strip() == sha
+    finally:
+        first.prune()
+        second.prune()
+    assert worktrees(repo) == {} and not os.path.exists(first.root)
+
+
+HOLDER = """import sys, time
+from ddpbench.gate.user_tree import Trees
+trees = Trees(sys.argv[1], "w.py")
+print(trees.tree(sys.argv[2]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_trees_of_a_killed_command_are_removed_at_the_next_start_and_a_running_ones_kept(tmp_path):
+    """A command killed (SIGKILL: no `finally` runs) leaves its trees. The next command to make a tree
+    removes them: their lock is free once the process is gone. A running command's lock is held, so
+    its trees stay; a folder not made this way (an older ddpbench's) is left alone too."""
+    import signal
+
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    older = os.path.join(repo, ".git", "ddpbench-worktrees", sha)
+    git(repo, "worktree", "add", "--detach", older, sha)
+    holders = [
+        subprocess.Popen([sys.executable, "-c", HOLDER, repo, sha], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(2)
+    ]
+    try:
+        killed, running = (holder.stdout.readline().strip() for holder in holders)
+        assert os.path.isdir(killed) and os.path.isdir(running), (killed, running)
+        holders[0].send_signal(signal.SIGKILL)
+        holders[0].wait(timeout=60)
+        trees = Trees(repo, "w.py")
+        try:
+            mine = trees.tree(sha)
+            assert not os.path.exists(killed) and not os.path.exists(os.path.dirname(killed) + ".lock")
+            assert os.path.isdir(running) and os.path.isdir(mine) and os.path.isdir(older)
+            assert set(worktrees(repo)) == {older, running, mine}
+        finally:
+            trees.prune()
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait(timeout=60)
+
+
+def test_a_round_in_a_commits_tree_finds_nothing_an_earlier_round_wrote(tmp_path):
+    """A script that writes where it runs (pytorch/examples' DDP tutorial keeps snapshot.pt and resumes
+    from it) made round 2 of a side resume from round 1. Before each round the tree is reset to the
+    commit and cleaned: untracked and ignored files gone, tracked files as committed."""
+    from ddpbench.gate import ab
+
+    repo = small_repo(tmp_path, [{"w.py": "X = 1\n", ".gitignore": "*.pt\n"}])
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    seen = tmp_path / "seen"
+    runs = tmp_path / "python"  # a round that says what it found, then writes as a training script does
+    runs.write_text(
+        f"#!/bin/sh\nls -A | grep -v '^.git$' | tr '\\n' ' ' >> {seen}\ncat w.py >> {seen}\n"
+        "echo 1 > snapshot.pt\nmkdir -p out && echo 1 > out/log.txt\necho 'X = 2' > w.py\n"
+    )
+    runs.chmod(0o755)
+    trees = Trees(repo, "w.py")
+    try:
+        side = trees.side("A", "HEAD", sha, str(runs), REPO)
+        for index in (1, 2):
+            ab.run_round(side, ["--workload", "w.py:net"], str(tmp_path / "out"), index)
+        assert seen.read_text().splitlines() == [".gitignore w.py X = 1", ".gitignore w.py X = 1"]
+    finally:
+        trees.prune()
+
+
+def test_a_worktree_that_cannot_be_made_is_could_not_run_not_a_verdict(tmp_path):
+    """bisect's 1 means "no commit slower" and ab's 1 "B regressed": an error neither expected (here
+    the worktrees' folder cannot be made: a file stands where it goes) exits 70 with one line on
+    stderr naming its log, which holds the traceback; it once exited 1 with the traceback."""
+    package = "SLEEP_S = {}\nUNIT = 'a'\n"
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": package.format(s)} for s in (0, 1)])
+    with open(os.path.join(repo, ".git", "ddpbench-worktrees"), "w") as handle:
+        handle.write("not a folder\n")
+    run = ["--", "--workload", "w.py:net", "--strategy", "local", "--steps", "6"]
+    records, out = tmp_path / "records", tmp_path / "ab"
+    bisected = ddpbench("bisect", "--good", "HEAD~1", "--bad", "HEAD", "--records", str(records), *run, cwd=repo)
+    compared = ddpbench("ab", "HEAD~1", "HEAD", "--out", str(out), *run, cwd=repo)
+    for done, command, logs in ((bisected, "bisect", records / "logs"), (compared, "ab", out)):
+        assert done.returncode == 70, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"ddpbench {command}: could not run: ") and "Traceback" not in done.stderr, done.stderr
+        log = next(logs.glob(f"{command}-could-not-run-*.log"))
+        assert str(log) in last and "Traceback" in log.read_text() and "ddpbench-worktrees" in log.read_text()
+        assert done.stdout == ""  # no answer, no verdict
+
+
+def test_records_go_outside_the_repository_unless_its_git_ignores_the_folder(tmp_path):
+    """The default --records was results/bisect under the current folder: run from the repository
+    bisected, it left untracked files there. It is now the user's cache ($XDG_CACHE_HOME here); a
+    folder inside the repository that its git does not ignore is refused in one line, one that it
+    ignores is taken. Each bisect ends early, at its first tree (a file stands where trees go)."""
+    package = "SLEEP_S = {}\nUNIT = 'a'\n"
+    repo = small_repo(tmp_path, [{"w.py": WORKLOAD, "mypkg/__init__.py": package.format(s)} for s in (0, 1)])
+    with open(os.path.join(repo, ".git", "ddpbench-worktrees"), "w") as handle:
+        handle.write("not a folder\n")
+    run = ["--good", "HEAD~1", "--bad", "HEAD", "--", "--workload", "w.py:net", "--strategy", "local"]
+    cache = tmp_path / "cache"
+    done = ddpbench("bisect", *run, cwd=repo, env={"XDG_CACHE_HOME": str(cache)})
+    assert done.returncode == 70, done.stderr  # got as far as its first tree
+    assert git(repo, "status", "--porcelain") == ""  # nothing left in the repository
+    assert list((cache / "ddpbench" / "bisect").rglob("key.json")) and str(cache / "ddpbench" / "bisect") in done.stderr
+    done = ddpbench("bisect", "--records", "results/bisect", *run, cwd=repo)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "is inside the repository bisected" in done.stderr and "its git does not ignore it" in done.stderr
+    assert git(repo, "status", "--porcelain") == ""
+    with open(os.path.join(repo, ".git", "info", "exclude"), "a") as handle:
+        handle.write("results/\n")
+    done = ddpbench("bisect", "--records", "results/bisect", *run, cwd=repo)
+    assert done.returncode == 70 and list((tmp_path / "repo" / "results" / "bisect").rglob("key.json")), done.stderr
+    assert git(repo, "status", "--porcelain") == ""
 
 
 def editable_install(repo: str, tmp_path) -> dict:
@@ -348,40 +559,71 @@ dist.destroy_process_group()
 """
 
 
+def files_holding(folder, text: str) -> list[str]:
+    return [
+        os.path.join(place, name)
+        for place, _, names in os.walk(folder)
+        for name in names
+        if text.encode() in open(os.path.join(place, name), "rb").read()
+    ]
+
+
 @pytest.mark.launches
-def test_a_training_script_bisects_for_real_with_each_commits_own_package(tmp_path):
+def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_secret(tmp_path):
     """`bisect -- --script train.py`: real runs of an unmodified training script under torchrun,
     each side from its own worktree. The script imports the user's package, installed in editable
-    mode from the checkout, which holds the bad commit's (a sleep in every step): the good side must
-    import its own, or both sides would be slow and no commit would be found."""
+    mode from the checkout, which holds the last commit's (the longest sleep in every step): each
+    side must import its own commit's, or both sides would run alike and no commit would be found.
+
+    Two bisections over the repository at once (commit 1 slower than 0; commit 2 slower than 1):
+    both run commit 1, each from a tree of its own (one shared tree was removed by the first to end).
+    The first gives the script a token after --: nothing it prints or writes keeps it. The second
+    keeps its records where they go by default: outside the repository."""
     repo = small_repo(
         tmp_path,
         [
             {"train.py": SCRIPT, "src/mypkg/__init__.py": "SLEEP_S = 0\n", "pyproject.toml": SRC_LAYOUT},
             {"src/mypkg/__init__.py": "SLEEP_S = 0.03\n"},
+            {"src/mypkg/__init__.py": "SLEEP_S = 0.06\n"},
         ],
     )
-    env = editable_install(repo, tmp_path)
-    out = tmp_path / "bisect.json"
-    done = ddpbench(
-        "bisect", "--good", "HEAD~1", "--bad", "HEAD", "--rounds", "2", "--max-rounds", "2",
-        "--family-alpha", "40%", "--records", str(tmp_path / "records"), "--json-file", str(out), "--",
-        "--script", "train.py", "--nproc", "1", "--device", "cpu", "--steps", "8", "--warmup", "2", "--no-profile",
-        "--", "8",
-        cwd=repo, env=env,
-    )  # fmt: skip
-    # 4: named, but the machine was busy during a run (other tests): the answer stands.
-    assert done.returncode in (0, 4), done.stdout + done.stderr
-    head = git(repo, "rev-parse", "HEAD").strip()
-    assert json.loads(out.read_text())["first_bad"] == head and "first bad commit" in done.stdout, done.stdout
-    specs = [
-        json.load(open(os.path.join(folder, name)))["spec"]
-        for folder, _, names in os.walk(tmp_path / "records")
-        for name in names
-        if os.path.basename(folder) == "runs" and name.endswith(".json")
-    ]
-    assert len(specs) == 4 and all(spec["script"]["path"].endswith("train.py") for spec in specs), specs
-    assert git(repo, "worktree", "list").count("\n") == 1  # pruned
+    cache = tmp_path / "cache"  # the second keeps its records where they go by default
+    env = command_environment({**editable_install(repo, tmp_path), "XDG_CACHE_HOME": str(cache)}, None, gpus=False)
+    shas = git(repo, "log", "--reverse", "--format=%H").split()
+    bisections = []
+    for good, bad, script_args in (("HEAD~2", "HEAD~1", ["--hf-token", "SECRETXYZ"]), ("HEAD~1", "HEAD", [])):
+        records, out = (tmp_path / "records" if script_args else cache), tmp_path / f"{good}.json"
+        command = [
+            sys.executable, "-m", "ddpbench", "bisect", "--good", good, "--bad", bad, "--rounds", "2",
+            "--max-rounds", "2", "--family-alpha", "40%", *(["--records", str(records)] if script_args else []),
+            "--json-file", str(out), "--",
+            "--script", "train.py", "--nproc", "1", "--device", "cpu", "--steps", "8", "--warmup", "2",
+            "--no-profile", "--", "8", *script_args,
+        ]  # fmt: skip
+        said = [tmp_path / f"{good}.{stream}" for stream in ("out", "err")]  # files: neither waits on a pipe
+        with open(said[0], "w") as stdout, open(said[1], "w") as stderr:
+            process = subprocess.Popen(command, cwd=repo, env=env, stdout=stdout, stderr=stderr)
+        bisections.append((process, records, out, said))
+    for (process, records, out, said), first_bad in zip(bisections, shas[1:]):
+        process.wait(timeout=900)
+        stdout, stderr = (path.read_text() for path in said)
+        # 4: named, but the machine was busy during a run (the other bisection, other tests): the answer stands.
+        assert process.returncode in (0, 4), stdout + stderr
+        assert json.loads(out.read_text())["first_bad"] == first_bad and "first bad commit" in stdout, stdout
+        specs = [
+            json.load(open(os.path.join(folder, name)))["spec"]
+            for folder, _, names in os.walk(records)
+            for name in names
+            if os.path.basename(folder) == "runs" and name.endswith(".json")
+        ]
+        assert len(specs) == 4 and all(spec["script"]["path"].endswith("train.py") for spec in specs), specs
+        if process is bisections[0][0]:
+            assert "SECRETXYZ" not in stdout + stderr + out.read_text() and files_holding(records, "SECRETXYZ") == []
+            assert all(spec["script"]["args"] == ["8", "--hf-token", "<redacted>"] for spec in specs), specs
+            assert "--hf-token '<redacted>'" in json.loads(out.read_text())["reproduce"]
+    assert git(repo, "worktree", "list").count("\n") == 1  # pruned, both
+    assert not os.path.exists(os.path.join(repo, ".git", "ddpbench-worktrees"))
+    assert git(repo, "status", "--porcelain") == ""  # no records, and nothing a round wrote, in the repository
 
 
 def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
@@ -395,7 +637,7 @@ def test_confirm_with_a_ref_of_the_workloads_repository(tmp_path):
         confirm_base("HEAD", [template], sys.executable, REPO)
     commit = confirm_base("HEAD", [record], sys.executable, REPO)
     assert commit.rewrite(["--workload", workload, "--nproc", "2"]) == ["--workload", "w.py:net", "--nproc", "2"]
-    assert commit.trees.used == [] and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
+    assert not commit.trees.used and commit.candidate.tree == os.path.realpath(repo)  # no worktree made yet
 
 
 def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):
@@ -420,6 +662,34 @@ def test_the_answer_names_the_commit_its_interval_and_why(tmp_path, capsys):
     )
     assert document["first_bad"] == COMMITS[5] and document["why"] and isinstance(document["why"][0], dict)
     assert "Bonferroni" in printed and document["level_per_look"] == pytest.approx(0.01 / 3)
+
+
+def test_a_scripts_secret_arguments_are_hidden_in_the_answer_and_in_what_a_round_said(tmp_path, capsys):
+    """The reproduce line (printed and in --json-file) once carried the script's arguments as given,
+    a token included; what a round printed on stderr is kept beside its records and its last line
+    becomes a skipped commit's reason. Both hide secrets by the rule every command uses."""
+    import argparse
+
+    from ddpbench.commands.bisect_text import answer
+    from ddpbench.gate import ab
+
+    bisection = bisect(tmp_path, FakeRunner({5: 1.3}))
+    result = bisection.run()
+    out = tmp_path / "answer.json"
+    given = ["--script", "train.py", "--nproc", "2", "--", "--hf-token", "SECRETXYZ", "--key=hf_" + "a" * 20]
+    answer(result, argparse.Namespace(json=str(out)), GateSettings(), {}, given, bisection, 60.0)
+    printed = capsys.readouterr().out
+    assert "SECRETXYZ" not in printed and "hf_aaaa" not in printed and "SECRETXYZ" not in out.read_text()
+    assert "-- --hf-token '<redacted>' '--key=<redacted>'" in printed and "give it again after --" in printed
+    # A round whose run says its arguments on stderr, as a refused command line does.
+    says = tmp_path / "python"
+    says.write_text('#!/bin/sh\necho "error: arguments after -- are a script\'s ($*)" >&2\nexit 2\n')
+    says.chmod(0o755)
+    side = ab.Side("B", "says", str(says), REPO)
+    path, code = ab.run_round(side, ["--script", "t.py", "--", "--hf-token", "SECRETXYZ"], str(tmp_path / "ab"), 1)
+    kept = (tmp_path / "ab" / "b" / "b-r01.stderr").read_text()
+    assert code == 2 and "--hf-token <redacted>" in kept and "SECRETXYZ" not in kept
+    assert "SECRETXYZ" not in ab.round_said(path) and "<redacted>" in ab.round_said(path)
 
 
 def test_each_rounds_own_options_go_before_a_scripts_own_arguments():

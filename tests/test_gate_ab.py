@@ -204,3 +204,34 @@ def test_a_round_that_never_ends_is_ended_at_the_round_timeout(monkeypatch, tmp_
     assert code == ab.ROUND_TIMED_OUT and not os.path.exists(path)
     assert (tmp_path / "ended").read_text().strip() == "ended"  # it was asked to end, not just killed
     assert ab.round_timeout(["--run-timeout", "300"]) == 900.0 and ab.round_timeout(["--run-timeout=60"]) == 660.0
+
+
+def test_each_round_of_an_environments_script_runs_in_an_empty_folder_of_its_own(tmp_path):
+    """An environment's rounds all started in its ddpbench tree (both sides in this checkout, for two
+    Pythons): a script writing where it runs left its checkpoint there, for the next round and the
+    other side. A script's round now starts in an empty folder, removed after it, the script found
+    from the environment's tree as before. A workload file's round still starts in the tree: its
+    relative path is kept as given in the record, which names the configuration."""
+    from ddpbench.gate import ab
+
+    seen = tmp_path / "seen"
+    runs = tmp_path / "python"
+    runs.write_text(f"#!/bin/sh\n(pwd; ls -A | tr '\\n' ' '; echo; echo \"$@\") >> {seen}\necho 1 > snapshot.pt\n")
+    runs.chmod(0o755)
+    code = tmp_path / "checkout"  # an environment's ddpbench tree
+    code.mkdir()
+    sides = [ab.Side(name, "env", str(runs), str(code)) for name in "AB"]
+    run_args = ["--script", "train.py", "--nproc", "1", "--", "--script", "x.py", "--out", "ckpt"]
+    for index in (1, 2):
+        for side in sides:
+            ab.run_round(side, run_args, str(tmp_path / "out"), index)
+    said = seen.read_text().splitlines()
+    folders, found, argv = said[0::3], said[1::3], said[2::3]
+    assert len(folders) == 4 and len(set(folders)) == 4 and str(code) not in folders, folders
+    assert found == [""] * 4 and not any(os.path.exists(folder) for folder in folders)
+    assert not (code / "snapshot.pt").exists()
+    assert all(line.startswith(f"-m ddpbench run --script {code}/train.py --nproc 1 --out ") for line in argv), argv
+    assert all(line.endswith("-- --script x.py --out ckpt") for line in argv), argv  # the script's own words
+    ab.run_round(sides[0], ["--workload", "w.py:net"], str(tmp_path / "out"), 3)
+    assert seen.read_text().splitlines()[-3] == str(code) and (code / "snapshot.pt").exists()  # a workload: as it was
+    assert ab.script_from("/env", ["--script=/abs/t.py", "--", "x"]) == ["--script=/abs/t.py", "--", "x"]

@@ -18,6 +18,7 @@ from ddpbench.gate.baselines import baseline_dir
 from ddpbench.gate.ci import EXIT_MEANINGS, exit_line, runs_words, with_verdict_file
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
+COULD_NOT_RUN = 70  # what CI reads: pinned here, so that a change of it is meant
 OK_RUNS = ["mlp-local-n1", "mlp-ddp-n1", "mlp-ddp-n2"]
 BUSY = {
     "hostname": "vm",
@@ -75,8 +76,72 @@ def gate_through_ci(tmp_path, candidate_factor: float, busy: bool = False, *extr
 
 
 def test_the_meanings_cover_the_gates_exit_codes():
-    assert {0, EXIT_FAIL, 2, EXIT_UNDERPOWERED, EXIT_DRIFT} == set(EXIT_MEANINGS)
-    assert exit_line(7, None).startswith("ddpbench gate exited 7: not an exit code of the gate")
+    assert {0, EXIT_FAIL, 2, EXIT_UNDERPOWERED, EXIT_DRIFT, COULD_NOT_RUN, 130, 143} == set(EXIT_MEANINGS)
+    assert exit_line(COULD_NOT_RUN, None).startswith("ddpbench gate exited 70: could not run")
+
+
+def help_codes(text: str) -> set[int]:
+    """The codes a --help's `exit codes:` paragraph lists: `N what it means`, separated by `; ` (143
+    after 130's comma)."""
+    said = " ".join(text.split("exit codes:", 1)[1].split())
+    return {int(code) for code in re.findall(r"(?:^|: |; |, )(\d+) (?=\S)", said)}
+
+
+def docs_codes(page: str, heading: str) -> set[int]:
+    """The codes in the first column of the table that follows `heading` on a page of docs/."""
+    with open(os.path.join(REPO, "docs", page), encoding="utf-8") as handle:
+        text = handle.read()
+    rows = text.split(heading + "\n", 1)[1].split("\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    return {int(code) for row in rows.splitlines() for code in row.split("|")[1].split(",")}
+
+
+def test_the_exit_codes_of_bisect_ab_and_the_wrapper_are_in_their_help_and_their_docs():
+    """A CI job reads them from either place: each lists every code, 70 (could not run) included."""
+    from ddpbench.cli import build_parser
+
+    def command_help(name: str) -> str:
+        parser = build_parser()
+        commands = next(action for action in parser._actions if getattr(action, "choices", None))
+        return commands.choices[name].format_help()
+
+    wrapper = subprocess.run([sys.executable, "-m", "ddpbench.gate.ci", "--help"], capture_output=True, text=True)
+    assert wrapper.returncode == 0, wrapper.stderr
+    wrapper_docs = docs_codes("gate.md", "### Exit codes of `python -m ddpbench.gate.ci`")
+    found = {
+        "bisect": (help_codes(command_help("bisect")), docs_codes("bisect.md", "## Exit codes")),
+        "ab": (help_codes(command_help("ab")), docs_codes("gate.md", "### Exit codes of `ddpbench ab`")),
+        "gate.ci": (help_codes(wrapper.stdout), wrapper_docs),
+    }
+    assert found["bisect"][0] == {0, 1, 2, 3, 4, COULD_NOT_RUN, 130, 143}, found
+    assert found["ab"][0] == {0, 1, 2, 3, COULD_NOT_RUN, 130, 143}, found
+    assert found["gate.ci"][0] == set(EXIT_MEANINGS), found
+    for name, (in_help, in_docs) in found.items():
+        assert in_help == in_docs, (name, in_help, in_docs)
+
+
+def test_a_gate_that_crashes_could_not_run_and_is_never_read_as_a_regression(tmp_path):
+    """Python exits 1 on an error nobody caught, which is the gate's "regression": the wrapper sees
+    that no verdict was written and exits 70 (here the gate crashes writing --summary-md into a
+    folder). A command ended by a signal, or exiting with a code that is none of the gate's, is 70
+    too; the wrapper's own errors are, in one line."""
+    (tmp_path / "summary.md").mkdir()
+    done = gate_through_ci(tmp_path, 1.0, False, "--summary-md", str(tmp_path / "summary.md"))
+    assert "Traceback" in done.stderr  # the gate's own crash, let through
+    assert done.returncode == COULD_NOT_RUN, done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last == f"ddpbench gate exited 1 without writing its verdict: {EXIT_MEANINGS[COULD_NOT_RUN]}"
+    gate = tmp_path / "bin" / "ddpbench"  # a gate that ends otherwise than with a code of its own
+    gate.parent.mkdir()
+    for body, said in (("kill -9 $$", "ddpbench gate was ended by signal 9"), ("exit 5", "exited 5, none of the")):
+        gate.write_text(f"#!/bin/sh\n{body}\n")
+        gate.chmod(0o755)
+        done = subprocess.run(
+            [sys.executable, "-m", "ddpbench.gate.ci", "--", str(gate), "ab", "a", "b"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == COULD_NOT_RUN and said in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(
@@ -95,6 +160,12 @@ def test_the_meanings_cover_the_gates_exit_codes():
         ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
         [".venv/bin/ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
         ["python", "-m", "ddpbench", "ab", "a", "b"],
+        # however ddpbench is started: the gate is found, and the user's verdict file kept
+        ["python", "-m", "ddpbench.cli", "gate", "--baseline", "b", "--candidate", "c"],
+        ["python3", "-I", "-m", "ddpbench.__main__", "ab", "a", "b"],
+        ["python", "-mddpbench", "ab", "a", "b"],
+        ["env", "DDPBENCH_CANARY=off", "/opt/venv/bin/ddpbench", "gate", "--baseline", "b", "--candidate", "c"],
+        ["uv", "run", "ddpbench", "ab", "a", "b"],
         # make gate BASE=<ref> GATE_ARGS="..." (the Makefile's own command): its options go to ddpbench ab
         ["python", "-m", "ddpbench.gate.base_env", "main", "--rounds", "5"],
     ],
@@ -105,9 +176,51 @@ def test_the_verdict_file_the_user_names_is_kept_in_any_spelling_the_gate_accept
     assert with_verdict_file(command, "t.json") == (command, "v.json")
 
 
+def test_python_m_ddpbench_cli_gate_writes_the_verdict_file_the_user_names(tmp_path):
+    """`-m ddpbench.cli` was not read as the gate: the wrapper appended a --json-file of its own after
+    the user's, argparse kept the last, and mine.json was never written."""
+    baseline, candidate = repeated_sweep(tmp_path / "base", 1.0), repeated_sweep(tmp_path / "cand", 1.0)
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", sys.executable, "-m", "ddpbench.cli", "gate"]
+        + ["--baseline", baseline, "--candidate", candidate, "--metrics", "throughput", "--json-file", "mine.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cpu_environment(DDPBENCH_HISTORY=str(tmp_path / "none.sqlite")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "mine.json").read_text())["verdict"] == "pass"
+    assert done.stdout.strip().splitlines()[-1].startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-c", "touch ran; ddpbench gate --baseline b --candidate c"],
+        ["sh", "gate.sh", "ddpbench"],  # a script that runs the gate: its verdict file cannot be found
+        ["ddpbench", "bisect", "--good", "a", "--bad", "b"],
+        ["python", "-m", "pytest", "ddpbench", "gate"],
+        ["make", "gate"],
+    ],
+)
+def test_a_command_line_without_a_gate_it_can_read_is_refused_in_one_line(tmp_path, command):
+    """Run as it is, such a command's exit code could not be told from a crash: refused before it runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("python -m ddpbench.gate.ci: error: ")
+    assert not (tmp_path / "ran").exists()  # nothing ran
+
+
 def test_a_verdict_file_is_added_before_the_run_options_where_none_is_named():
-    assert with_verdict_file(["x", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
-        ["x", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
+    assert with_verdict_file(["ddpbench", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
+        ["ddpbench", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
     )
     command = ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"]
     assert with_verdict_file(command, "t.json") == ([*command, "--json-file", "t.json"], "t.json")

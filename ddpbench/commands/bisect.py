@@ -11,16 +11,49 @@ import time
 
 from ddpbench.commands.arguments import (
     BAD_INPUT,
+    COULD_NOT_RUN_LINE,
     INTERRUPTED,
     OneLineErrorParser,
     add_run_arguments,
     exit_codes,
     spec_from_args,
+    unattended,
 )
 from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_MACHINE, EXIT_NONE
 from ddpbench.config.errors import SpecError
 
-DEFAULT_RECORDS = os.path.join("results", "bisect")
+DEFAULT_RECORDS_SHOWN = "~/.cache/ddpbench/bisect"
+
+
+def default_records() -> str:
+    """Where rounds are kept unless told: the user's cache, outside every repository (a folder under
+    the current one left untracked files in the repository bisected, when run from it)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ddpbench", "bisect")
+
+
+def check_records_folder(records: str, repo: str) -> None:
+    """Refuse a records folder inside the repository bisected that its git does not ignore: every
+    round would leave untracked files there, there to be committed by mistake."""
+    from ddpbench.gate.base_env import git
+    from ddpbench.gate.compare import GateError
+
+    folder, top = os.path.realpath(records), os.path.realpath(repo)
+    if os.path.commonpath([folder, top]) != top:
+        return
+    common = git(repo, "rev-parse", "--git-common-dir").stdout.strip()
+    if common and os.path.commonpath([folder, os.path.realpath(os.path.join(repo, common))]) == os.path.realpath(
+        os.path.join(repo, common)
+    ):
+        return  # inside the git folder: never part of a commit
+    if git(repo, "check-ignore", "--quiet", os.path.join(folder, "key.json")).returncode != 0:
+        raise GateError(
+            f"--records {records} is inside the repository bisected ({repo}) and its git does not ignore it: the "
+            f"rounds' records would be untracked files there; give a folder outside it (the default is "
+            f"{DEFAULT_RECORDS_SHOWN}) or one its .gitignore lists"
+        )
+
+
 GUESS_RUN_S = 30.0
 """Seconds a run takes, for the estimate before the first round is timed (start-up, torch's import
 and a short run on CPU)."""
@@ -60,9 +93,11 @@ def add_bisect_parser(commands) -> None:
     )
     bisect.add_argument(
         "--records",
-        default=DEFAULT_RECORDS,
-        help=f"where the rounds' records are kept, per machine class, ddpbench version and run options "
-        f"(default {DEFAULT_RECORDS})",
+        default=None,
+        metavar="FOLDER",
+        help=f"where the rounds' records are kept, per machine class, ddpbench version and code, torch, CUDA, "
+        f"driver and run options (default {DEFAULT_RECORDS_SHOWN}, or $XDG_CACHE_HOME/ddpbench/bisect: outside your "
+        "repository; a folder inside it must be one its git ignores)",
     )
     bisect.add_argument("--json-file", dest="json", default=None, metavar="FILE", help="also write the answer as JSON")
     exit_codes(
@@ -73,9 +108,35 @@ def add_bisect_parser(commands) -> None:
         f"{EXIT_MACHINE} the machine: the step that named the commit had runs on a busy machine or at another "
         "speed (as the gate's 4): rerun on a quiet machine",
         BAD_INPUT,
+        COULD_NOT_RUN_LINE,
         INTERRUPTED,
     )
-    bisect.set_defaults(handler=command_bisect)
+    bisect.set_defaults(
+        handler=unattended(
+            command_bisect, "bisect", lambda args: os.path.join(args.records or default_records(), "logs")
+        )
+    )
+
+
+def code_hash(package: str | None = None) -> str:
+    """A hash of ddpbench's own files as they are on disk: changed by an uncommitted edit, and the
+    same for a copy installed outside git (whose version alone says nothing of its code)."""
+    import hashlib
+
+    import ddpbench
+
+    package = package or os.path.dirname(os.path.abspath(ddpbench.__file__))
+    digest = hashlib.sha256()
+    for folder, folders, files in sorted(os.walk(package)):
+        folders[:] = sorted(name for name in folders if name != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, package).encode() + b"\0")
+            with open(path, "rb") as handle:
+                digest.update(handle.read() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def ddpbench_version() -> str:
@@ -132,10 +193,11 @@ def command_bisect(args: argparse.Namespace) -> int:
     from ddpbench.gate.ab import HERE_REPO, Side, check_imports, sets_out_or_run_id
     from ddpbench.gate.base_env import git
     from ddpbench.gate.baselines import machine_class_here
-    from ddpbench.gate.bisect import BadCommit, Bisection, planned_looks, store_key
+    from ddpbench.gate.bisect import BadCommit, Bisection, kept_rounds, planned_looks, store_key, write_key
     from ddpbench.gate.compare import GateError
     from ddpbench.gate.stats import GateSettings, parse_fraction
     from ddpbench.gate.user_tree import Trees, inside_tree, resolve_commit, user_file
+    from ddpbench.host.facts import driver_version
     from ddpbench.running.resolve import resolve
 
     given_args = list(args.run_args)
@@ -161,17 +223,16 @@ def command_bisect(args: argparse.Namespace) -> int:
                 "script (--script path/train.py) in the git repository to bisect"
             )
         repo, inside = found
+        args.records = args.records or default_records()
+        check_records_folder(args.records, repo)
         good, bad = resolve_commit(repo, args.good, "--good"), resolve_commit(repo, args.bad, "--bad")
         commits = commit_range(repo, good, bad)
-        trees = Trees(repo, inside)
-        for sha, _ in commits:
-            trees.check(sha)  # a changed worktree is refused before anything runs
         for ref, sha in ((args.good, good), (args.bad, bad)):
             if git(repo, "cat-file", "-e", f"{sha}:{inside}").returncode != 0:
                 raise GateError(f"{ref} ({sha[:12]}) has no {inside}")
         run_args = inside_tree(given_args, inside)
         # This Python and this ddpbench run every side: checked once.
-        torch_version = check_imports(Side("A", repo, sys.executable, HERE_REPO))
+        software = check_imports(Side("A", repo, sys.executable, HERE_REPO))
     except (GateError, ValueError) as exc:
         raise SpecError(str(exc)) from None
 
@@ -179,12 +240,17 @@ def command_bisect(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     machine, version = machine_class_here(), ddpbench_version()
-    folder = os.path.join(args.records, store_key(machine, version, run_args, repo))
+    made_with = {"ddpbench_code": code_hash(), "torch": software.torch, "cuda": software.cuda}
+    made_with["driver"] = driver_version()
+    folder = os.path.join(args.records, store_key(machine, version, run_args, repo, made_with))
     subjects = dict(commits)
-    say(f"bisect {inside} in {repo}: good {good[:12]}, bad {bad[:12]}; torch {torch_version}; records -> {folder}")
+    say(f"bisect {inside} in {repo}: good {good[:12]}, bad {bad[:12]}; torch {software.torch}; records -> {folder}")
+    say(resume_line(kept_rounds(folder), machine, version, made_with))
+    write_key(folder, machine, version, run_args, repo, made_with)
     kept = kept_run_seconds(folder)
     say(estimate_lines(len(commits), looks, kept or GUESS_RUN_S, kept is not None))
     started = time.monotonic()
+    trees = Trees(repo, inside, "ddpbench bisect")
 
     def run_round(side_name: str, sha: str, index: int, step_folder: str) -> None:
         from ddpbench.gate.ab import load_round
@@ -220,9 +286,33 @@ def command_bisect(args: argparse.Namespace) -> int:
     return answer(result, args, settings, subjects, given_args, bisection, time.monotonic() - started)
 
 
+def resume_line(rounds: int, machine: str, version: str, made_with: dict) -> str:
+    """What a start reuses: the rounds kept by earlier starts under the same key, and what the key holds."""
+    from ddpbench.gate.bisect import MAX_TRIES
+
+    key = (
+        f"machine class {machine}, ddpbench {version} (code {made_with['ddpbench_code']}), torch {made_with['torch']}, "
+        f"CUDA {made_with['cuda'] or 'none'}, driver {made_with['driver'] or 'none'} and these run options"
+    )
+    if not rounds:
+        return f"records: none kept yet for {key}"
+    return (
+        f"records: resuming from {rounds} round(s) kept by an earlier start with {key}; each is reused, except a "
+        f"failed one, which runs again (up to {MAX_TRIES} tries in all)"
+    )
+
+
 def step_line(step, subjects: dict) -> str:
     subject = subjects.get(step.sha, "")
-    source = f"{step.new_runs} new runs" if step.new_runs else "from records"
+    source = ", ".join(
+        part
+        for count, part in (
+            (step.reused, f"{step.reused} round(s) from records"),
+            (step.new_runs, f"{step.new_runs} new runs"),
+            (step.retried, f"{step.retried} failed round(s) run again"),
+        )
+        if count
+    )
     if step.verdict == "skip":
         return f"  {step.sha[:12]} {subject}: skipped, {step.reason}"
     figure = ""

@@ -10,6 +10,7 @@ import shlex
 import sys
 
 from ddpbench.commands.bisect_exits import EXIT_CANNOT_TELL, EXIT_FOUND, EXIT_MACHINE, EXIT_NONE
+from ddpbench.config.secrets import HIDDEN, has_hidden, redact_args
 from ddpbench.gate.ab import AB_MEASURES
 from ddpbench.gate.bisect import Bisection, Result, Step
 from ddpbench.gate.stats import GateSettings
@@ -30,7 +31,8 @@ def slowdown_words(step: Step, settings: GateSettings) -> str:
 
 
 def reproduce(good: str, step: Step, settings: GateSettings, given_args: list[str]) -> str:
-    """`ddpbench ab` of the good commit and the step's, as many rounds as it took, from here."""
+    """`ddpbench ab` of the good commit and the step's, as many rounds as it took, from here; a
+    script's secret arguments hidden, as every command hides them (`config.secrets`)."""
     line = shlex.join(
         [
             "ddpbench",
@@ -42,7 +44,7 @@ def reproduce(good: str, step: Step, settings: GateSettings, given_args: list[st
             "--max-regression",
             f"{100 * settings.max_regression:g}%",
             "--",
-            *given_args,
+            *redact_args(given_args),
         ]
     )
     return f"cd {shlex.quote(os.getcwd())} && {line}"
@@ -140,6 +142,8 @@ def answer(
         command = reproduce(good, deciding, settings, given_args)
         print(f"  reproduce: {command}")
         document["reproduce"] = command
+        if has_hidden(redact_args(given_args)):
+            print(f"    ({HIDDEN} stands for a secret of the script's arguments: give it again after --)")
     for step in skipped:
         print(f"skipped: {step.sha[:12]} {subjects.get(step.sha, '')}: {step.reason}")
     from_records = sum(1 for step in result.steps if step.new_runs == 0)
@@ -165,6 +169,8 @@ def step_json(step: Step, subjects: dict) -> dict:
         "low": step.low,
         "high": step.high,
         "new_runs": step.new_runs,
+        "reused_rounds": step.reused,
+        "retried_rounds": step.retried,
         "reason": step.reason,
         "measure": AB_MEASURES[0],
     }

@@ -10,6 +10,7 @@ import time
 
 from ddpbench.commands.arguments import (
     BAD_INPUT,
+    COULD_NOT_RUN_LINE,
     INTERRUPTED,
     OneLineErrorParser,
     add_deprecated_option,
@@ -19,6 +20,7 @@ from ddpbench.commands.arguments import (
     exit_codes,
     spec_from_args,
     subcommands,
+    unattended,
 )
 
 # The history commands live in ddpbench.commands.history; importable from here as they were.
@@ -139,9 +141,11 @@ def add_ab_parser(commands) -> None:
         f"{EXIT_UNDERPOWERED} inconclusive: B looks slower than the threshold but not significantly (it says how "
         "many rounds would decide); with --fail-underpowered also too few or too noisy rounds to see the target",
         BAD_INPUT,
+        COULD_NOT_RUN_LINE,
         INTERRUPTED,
     )
-    ab.set_defaults(handler=command_ab)
+    # The log of an error it did not expect goes with the rounds' records, once their folder is known.
+    ab.set_defaults(handler=unattended(command_ab, "ab", lambda args: args.out))
 
 
 def add_baseline_parser(commands) -> None:
@@ -569,15 +573,15 @@ def command_ab(args: argparse.Namespace) -> int:
         if are_refs(args.a, args.b):
             # Two commits of the user's repository: this ddpbench and this Python on both sides.
             sides, run_args, trees = commit_sides([args.a, args.b], run_args, args.python or sys.executable, HERE_REPO)
-            versions = [check_imports(sides[0])] * 2
+            versions = [check_imports(sides[0]).torch] * 2
         else:
             sides = [resolve_side("A", args.a, args.python), resolve_side("B", args.b, args.python)]
-            versions = [check_imports(side) for side in sides]
+            versions = [check_imports(side).torch for side in sides]
     except (GateError, ValueError) as exc:
         if trees is not None:
             trees.prune()
         raise SpecError(str(exc)) from None
-    out_dir = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir = args.out = args.out or os.path.join("results", f"ab-{time.strftime('%Y%m%d-%H%M%S')}")
     print(
         f"A: {args.a} (torch {versions[0]}), B: {args.b} (torch {versions[1]}); {args.rounds} rounds -> {out_dir}",
         file=sys.stderr,

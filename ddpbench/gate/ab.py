@@ -14,20 +14,25 @@ this Python unless told otherwise.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ddpbench.config.secrets import redact_text
 from ddpbench.gate import stats
 from ddpbench.gate.compare import Comparison, GateError, finish, usable, why_unusable
 from ddpbench.gate.values import describe, run_key, side_values, to_log
 from ddpbench.host.own_tree import OWN_TREE_ENV, USER_CHECKOUT_ENV
 from ddpbench.records.schema import Record
-from ddpbench.records.store import UnreadableRecord, load_record, record_path
+from ddpbench.records.store import UnreadableRecord, load_record, record_path, write_atomic
 
 HERE_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_ROUNDS = 2
@@ -48,6 +53,10 @@ class Side:
     which comes first on the import path; None: the user's code is wherever the run options say."""
     checkout: str | None = None
     """The user's main checkout, from which nothing of theirs may be imported (with `tree`)."""
+    before_round: Callable[[], None] | None = field(default=None, compare=False)
+    """What makes `tree` clean before each round (a worktree made for this command is reset to its
+    commit, and what an earlier round wrote is removed); None for a tree that is not the command's
+    own (the user's checkout), which is left as it is."""
 
     def environ(self) -> dict:
         path = os.environ.get("PYTHONPATH")
@@ -76,9 +85,19 @@ def resolve_side(name: str, given: str, python: str | None = None) -> Side:
     )
 
 
-def check_imports(side: Side) -> str:
-    """The torch version the side would run; a side that cannot import torch and ddpbench is bad input."""
-    code = "import torch, ddpbench, sys; print(torch.__version__)"
+@dataclass(frozen=True)
+class Software:
+    """What a side's Python runs, as far as its rounds' speed may depend on it."""
+
+    torch: str
+    """torch.__version__"""
+    cuda: str | None
+    """torch.version.cuda: the CUDA torch was built with; None for a build without it."""
+
+
+def check_imports(side: Side) -> Software:
+    """The torch the side would run; a side that cannot import torch and ddpbench is bad input."""
+    code = "import json, torch, ddpbench; print(json.dumps([torch.__version__, torch.version.cuda]))"
     try:
         done = subprocess.run(
             [side.python, "-c", code], env=side.environ(), capture_output=True, text=True, timeout=300, cwd=side.code
@@ -88,7 +107,8 @@ def check_imports(side: Side) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise GateError(f"{side.name} = {side.given!r} cannot import torch and ddpbench: {last}")
-    return done.stdout.strip()
+    torch, cuda = json.loads(done.stdout.strip().splitlines()[-1])
+    return Software(torch, cuda)
 
 
 # A round is one `ddpbench run`, which ends itself at its own run timeout when one is given; this
@@ -141,27 +161,80 @@ def sets_out_or_run_id(run_args: list[str]) -> bool:
     return any(arg.split("=")[0] in ("--out", "--run-id") for arg in own)
 
 
+def script_from(folder: str, run_args: list[str]) -> list[str] | None:
+    """The run options of a script's run with the script's path from `folder` (an absolute path
+    stays as it is); None for a run of a workload. The words after a `--` are the script's own."""
+    args = list(run_args)
+    end = args.index("--") if "--" in args else len(args)
+    for index, arg in enumerate(args[:end]):
+        name, equals, value = arg.partition("=")
+        if name == "--script" and (equals or index + 1 < end):
+            at = index if equals else index + 1
+            found = os.path.join(folder, value if equals else args[at])
+            args[at] = f"--script={found}" if equals else found
+            return args
+    return None
+
+
 def run_round(side: Side, run_args: list[str], out_dir: str, round_index: int) -> tuple[str, int]:
+    """One `ddpbench run` of a side. A commit's tree made for this command is reset and cleaned
+    first (`before_round`). An environment's run of a script starts in an empty folder of the
+    round's own, removed after it, the script found from the environment's tree as before (the
+    record names it by its absolute path either way): a script that writes where it runs (a
+    checkpoint it resumes from) then finds nothing of an earlier round, nor of the other side, and
+    writes nothing into a ddpbench checkout. A workload file's run starts in the environment's tree,
+    where its relative path is found and kept as given in the record, which names the configuration."""
     run_id = f"{side.name.lower()}-r{round_index:02d}"
     out_dir = os.path.abspath(out_dir)  # the round starts in the side's own folder
     own = ["--out", os.path.join(out_dir, side.name.lower()), "--run-id", run_id]
+    scratch = None
+    script_args = script_from(side.code, run_args) if side.tree is None else None
+    if script_args is not None:
+        scratch, run_args = tempfile.mkdtemp(prefix=f"ddpbench-{run_id}-"), script_args
+    elif side.before_round is not None:
+        side.before_round()
     command = [side.python, "-m", "ddpbench", "run", *before_script_arguments(run_args, own)]
     # What the round says on stderr is kept beside its record: a run refused before it started (the
     # commit's workload file does not parse, say) writes no record, and this is then its reason.
     side_dir = os.path.join(out_dir, side.name.lower())
     os.makedirs(side_dir, exist_ok=True)
-    with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
-        # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
-        process = subprocess.Popen(command, env=side.environ(), cwd=side.cwd, stdout=subprocess.DEVNULL, stderr=said)
     try:
-        code = process.wait(timeout=round_timeout(run_args))
-    except subprocess.TimeoutExpired:
-        end_round(process)
-        code = ROUND_TIMED_OUT
-    except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
-        end_round(process)
-        raise
+        with open(os.path.join(side_dir, f"{run_id}.stderr"), "w", encoding="utf-8") as said:
+            # Same process group as this one: a Ctrl-C at the terminal reaches the round too.
+            process = subprocess.Popen(
+                command,
+                env=side.environ(),
+                cwd=scratch or side.cwd,
+                stdout=subprocess.DEVNULL,
+                stderr=said,
+            )
+        try:
+            code = process.wait(timeout=round_timeout(run_args))
+        except subprocess.TimeoutExpired:
+            end_round(process)
+            code = ROUND_TIMED_OUT
+        except BaseException:  # SIGTERM of the gate (Ctrl-C reaches the round itself): leave no round behind
+            end_round(process)
+            raise
+        finally:
+            hide_secrets(said.name)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return record_path(os.path.join(out_dir, side.name.lower()), run_id), code
+
+
+def hide_secrets(path: str) -> None:
+    """What a round said, with the secrets of its script's arguments hidden (an error message can
+    quote them): the file is kept with the records and its last line is shown as a reason."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return
+    hidden = redact_text(text)
+    if hidden != text:
+        write_atomic(path, hidden)
 
 
 def round_said(record_file: str) -> str:

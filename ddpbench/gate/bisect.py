@@ -16,10 +16,14 @@ family_alpha of the time, "bad" or "good", however many looks it takes.
 A commit whose code cannot import or train (B's first round fails) is skipped and named, as
 `git bisect skip` does; the search goes on with the commit nearest the middle of what is left.
 
-Every round is a record on disk, kept per step under a folder keyed with the machine class, the
-ddpbench version and the run options (`store_folder`). A step reads the rounds it finds before
-running any, so an interrupted bisection resumes where it stopped, and a bisection repeated on the
-same records takes the same path to the same commit without running anything.
+Every round is a record on disk, kept per step under a folder keyed with everything its speed may
+depend on besides the user's commit (`store_key`): the machine class, ddpbench's version and a hash
+of its code (so uncommitted changes, or an install outside git, count), torch, its CUDA, the NVIDIA
+driver and the run options. A step reads the rounds it finds before running any, so an interrupted
+bisection resumes where it stopped, and a bisection repeated on the same records takes the same path
+to the same commit without running anything. A round that failed at an earlier start (a run that
+timed out, a record that was never written) is not taken as the answer for good: it runs again, its
+earlier try set aside, until it has been tried MAX_TRIES times in all.
 """
 
 from __future__ import annotations
@@ -41,6 +45,13 @@ from ddpbench.records.store import record_path
 
 GOOD, BAD, SKIP, CANNOT_TELL = "good", "bad", "skip", "cannot tell"
 MEASURE = "throughput"
+MAX_TRIES = 3
+"""Runs of one round in all, over the starts of a bisection: a failure that repeats is the commit's
+(or the machine's) answer, and a resume does not run it for ever."""
+EARLIER_TRIES = "earlier-tries"
+"""Where a failed round's files go, in its step's folder, when it runs again: kept, never read as the
+step's rounds."""
+KEY_FILE = "key.json"
 
 RunRound = Callable[[str, str, int, str], None]
 """(side "a" or "b", commit, round, the step's folder) -> nothing: the round's record is then at
@@ -71,6 +82,12 @@ class Step:
     folder: str = ""
     reason: str = ""
     """Why it was skipped, or what it would need (cannot tell)."""
+    reused: int = 0
+    """Rounds read from the records of an earlier start."""
+    retried: int = 0
+    """Rounds that had failed at an earlier start and ran again."""
+    done: set[int] = field(default_factory=set)
+    """Rounds run or read in this start: each is settled once."""
 
     @property
     def slowdown(self) -> float | None:
@@ -107,11 +124,70 @@ def round_path(folder: str, side: str, index: int) -> str:
     return record_path(os.path.join(folder, side), f"{side}-r{index:02d}")
 
 
-def store_key(machine_class: str, version: str, run_args: list[str], repo: str) -> str:
-    """The records' folder under the store: what must match for a record to be reused."""
-    options = hashlib.sha256(json.dumps(run_args).encode()).hexdigest()[:12]
+def store_key(machine_class: str, version: str, run_args: list[str], repo: str, software: dict) -> str:
+    """The records' folder under the store: what must match for a record to be reused. `software`
+    is what the rounds' speed may depend on besides the commit (ddpbench's code hash, torch, CUDA,
+    the driver): it is hashed with the run options, and written out in `write_key`."""
+    key = json.dumps({"run_args": run_args, **software}, sort_keys=True)
+    options = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(repo.rstrip("/"))) or "repo"
     return os.path.join(machine_class, f"ddpbench-{re.sub(r'[^A-Za-z0-9_.+-]+', '_', version)}", f"{name}-{options}")
+
+
+def write_key(folder: str, machine_class: str, version: str, run_args: list[str], repo: str, software: dict) -> None:
+    """What the folder's records were made with, for people (the folder's name is a hash); a script's
+    secret arguments hidden."""
+    from ddpbench.config.secrets import redact_args
+    from ddpbench.records.store import write_atomic
+
+    shown = {"machine_class": machine_class, "ddpbench": version, **software}
+    shown.update(run_args=list(redact_args(run_args)), repository=repo)
+    write_atomic(os.path.join(folder, KEY_FILE), json.dumps(shown, indent=1, sort_keys=True) + "\n")
+
+
+def kept_rounds(folder: str) -> int:
+    """Rounds whose B ran, kept under a records folder (every step of it)."""
+    if not os.path.isdir(folder):
+        return 0
+    return sum(
+        1
+        for step in os.listdir(folder)
+        if os.path.isdir(os.path.join(folder, step, "b", "runs"))
+        for name in os.listdir(os.path.join(folder, step, "b", "runs"))
+        if name.endswith(".json")
+    )
+
+
+def said_path(folder: str, side: str, index: int) -> str:
+    """What the run said on stderr (`gate.ab.run_round` keeps it beside the records)."""
+    return os.path.join(folder, side, f"{side}-r{index:02d}.stderr")
+
+
+def tries(folder: str, index: int) -> int:
+    """How often round `index` of a step has run: its earlier tries set aside, and the one in place."""
+    earlier = os.path.join(folder, EARLIER_TRIES)
+    prefix = f"r{index:02d}-try"
+    return 1 + (sum(1 for name in os.listdir(earlier) if name.startswith(prefix)) if os.path.isdir(earlier) else 0)
+
+
+def set_aside(folder: str, index: int) -> None:
+    """Move every file of round `index` (both sides' record, what they said, their logs and traces)
+    to the step's earlier tries, so that the round runs again and the step never reads the old try."""
+    target = os.path.join(folder, EARLIER_TRIES, f"r{index:02d}-try{tries(folder, index)}")
+    for side in ("a", "b"):
+        run_id = f"{side}-r{index:02d}"
+        side_folder = os.path.join(folder, side)
+        places = [side_folder] + [
+            os.path.join(side_folder, name)
+            for name in (os.listdir(side_folder) if os.path.isdir(side_folder) else [])
+            if os.path.isdir(os.path.join(side_folder, name))
+        ]
+        for place in places:
+            for name in os.listdir(place):
+                if name == run_id or name.startswith(run_id + "."):
+                    moved = os.path.join(target, side, os.path.relpath(os.path.join(place, name), side_folder))
+                    os.makedirs(os.path.dirname(moved), exist_ok=True)
+                    os.replace(os.path.join(place, name), moved)
 
 
 def rounds_needed(step_comparison: Comparison, margin_log: float, alpha: float) -> int | None:
@@ -163,16 +239,31 @@ class Bisection:
         return os.path.join(self.folder, f"{self.good[:12]}-{sha[:12]}")
 
     def _pairs(self, folder: str, count: int) -> list[tuple[Record | None, Record | None]]:
-        return [tuple(load_round(round_path(folder, side, i)) for side in ("a", "b")) for i in range(1, count + 1)]
+        return [self._pairs_at(folder, i) for i in range(1, count + 1)]
 
     def _ensure_round(self, step: Step, index: int) -> None:
-        """Round `index` on disk: a round whose B is missing (never run, or interrupted between A
-        and B) runs again, A then B, so that its two runs stay a minute apart."""
-        if os.path.exists(round_path(step.folder, "b", index)):
+        """Round `index` on disk, settled once per start. A round whose B never started (never run,
+        or interrupted between A and B) runs, A then B, so that its two runs stay a minute apart. A
+        round kept from an earlier start is read; where it failed there, it runs again, its try set
+        aside, until it has run MAX_TRIES times."""
+        if index in step.done:
             return
+        step.done.add(index)
+        if os.path.exists(round_path(step.folder, "b", index)) or os.path.exists(said_path(step.folder, "b", index)):
+            if self._round_usable(step.folder, index) or tries(step.folder, index) >= MAX_TRIES:
+                step.reused += 1
+                return
+            set_aside(step.folder, index)
+            step.retried += 1
         for side in ("a", "b"):
             self.run_round(side, step.sha, index, step.folder)
             step.new_runs += 1
+
+    def _round_usable(self, folder: str, index: int) -> bool:
+        return all(record is not None and usable(record) for record in self._pairs_at(folder, index))
+
+    def _pairs_at(self, folder: str, index: int) -> tuple[Record | None, Record | None]:
+        return tuple(load_round(round_path(folder, side, index)) for side in ("a", "b"))
 
     def _first_round_ran(self, step: Step) -> bool:
         """Whether both commits trained in round 1; where the step's commit did not, it is skipped

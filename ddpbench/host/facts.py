@@ -100,6 +100,24 @@ def driver_version_from_proc(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+def _driver_version_from_proc() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            return driver_version_from_proc(handle.read())
+    except OSError:
+        return None
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (nvidia-smi, else /proc/driver/nvidia/version), as the record's
+    `driver_version`; None without a driver."""
+    if not nvidia_driver_present():
+        return None
+    query = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
+    found = next((line.strip() for line in (query or "").splitlines() if line.strip()), None)
+    return found or _driver_version_from_proc()
+
+
 def parse_gpu_query(text: str) -> tuple[str | None, list[str]]:
     """(driver version, MIG mode per GPU) from `nvidia-smi --query-gpu=driver_version,mig.mode.current
     --format=csv,noheader`: one "550.54.15, Disabled" line per GPU ("[N/A]" where MIG does not exist)."""
@@ -134,11 +152,7 @@ def gpu_host_facts() -> dict:
     if query:
         facts["driver_version"], facts["mig_mode"] = parse_gpu_query(query)
     if facts["driver_version"] is None:
-        try:
-            with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
-                facts["driver_version"] = driver_version_from_proc(handle.read())
-        except OSError:
-            pass
+        facts["driver_version"] = _driver_version_from_proc()
     topology = _nvidia_smi("topo", "-m")
     facts["gpu_topology"] = topology.rstrip() if topology else None
     return facts
