@@ -47,6 +47,7 @@ CASES = {
     "gpus": ["--gpus-per-node", "4", "--workloads", "mlp", "--strategies", "local,ddp"],
     "nproc": [*BASE, "--max-nproc", "4"],
     "launcher": [*BASE, "--launcher", "slurm", "--node-counts", "2"],
+    "rank_start": [*BASE, "--rank-start", "exec"],
     "nodes": [*BASE, "--launcher", "slurm", "--node-counts", "1,2"],
     "size": [*BASE, "--size", "full"],
     "scaling": [*BASE, "--scaling", "strong", "--global-batch", "32"],

@@ -70,7 +70,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_deprecated_option(
         devices, "--nproc", "--nproc-per-node", dest="nproc", type=positive_int, instead="--max-nproc N"
     )
-    add_arguments(parser, SweepOptions, ("launcher", "nodes"))
+    add_arguments(parser, SweepOptions, ("launcher", "rank_start", "nodes"))
     add_deprecated_option(parser, "--nodes", dest="nodes", type=node_counts, instead="--node-counts 1,2,4")
     parser.add_argument(
         "--device", choices=DEVICES, default="auto", help="auto (default) picks cuda when a GPU is visible"

@@ -48,6 +48,7 @@ CONFIGURATION_OPTIONS: tuple[ConfigurationOption, ...] = (
     ConfigurationOption("gpus", "--gpus-per-node", ("nproc",), "own"),
     ConfigurationOption("nproc", "--max-nproc", ("nproc",), "own"),
     ConfigurationOption("launcher", "--launcher", ("launcher",), "own"),
+    ConfigurationOption("rank_start", "--rank-start", ("rank_start",)),
     ConfigurationOption("nodes", "--node-counts", ("nnodes",), "own"),
     ConfigurationOption("size", "--size", ("size",)),
     # The batch: per device (weak scaling), or the global one (strong).

@@ -25,6 +25,7 @@ from ddpbench.config.spec import (
     DDPKnobs,
     Launcher,
     Precision,
+    RankStart,
     RunSpec,
     ScalingMode,
     ScriptSpec,
@@ -165,6 +166,8 @@ class SweepOptions:
     """Runs of every configuration, in rounds (run ids end in -r1, -r2, ... when above 1)."""
     launcher: Launcher = same_flag(RunSpec, "launcher")
     """local: every run on this machine; slurm: every run started with srun in an allocation."""
+    rank_start: RankStart | None = same_flag(RunSpec, "rank_start")
+    """fork (default) or exec: how torchrun's agent starts every run's ranks."""
     nodes: tuple[int, ...] = flag(
         "with --launcher slurm: node counts to sweep, e.g. 1,2,4 (whole nodes above 1; default 1, 2, 4, ... up to "
         "the allocation's nodes)",
@@ -293,6 +296,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         profile_active=options.profile_active,
         out_dir=out_dir,
         launcher=options.launcher,
+        rank_start=options.rank_start,
         script=options.script,
         slowdown=options.slowdown,
     )
