@@ -248,6 +248,10 @@ def test_a_run_that_fails_in_the_worker_still_leaves_a_record(tmp_path):
     assert "'s traceback:" in done.stdout and 'failing_workload.py", line' in done.stdout
     assert f"logs         {record['launch']['logs']}" in done.stdout
     assert os.path.getsize(os.path.join(record["launch"]["logs"], "output.log")) > 0
+    # What the workload printed and raised held a token: neither the record nor the terminal keeps it.
+    assert "hf_planted0secret0value" not in json.dumps(record), record["error"]
+    assert "hf_planted0secret0value" not in done.stdout + done.stderr
+    assert any("--hf-token" in line for line in record["error"]["output_tail"])
 
 
 def test_a_crash_after_the_timed_steps_keeps_the_measurements(tmp_path):

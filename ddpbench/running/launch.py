@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ddpbench.config.channels import HANG_DUMPS_FOLDER
-from ddpbench.config.secrets import redact_command
+from ddpbench.config.secrets import redact_command, redact_text
 from ddpbench.config.spec import RunSpec
 from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import Launch, OomAttempt, Oversubscribed, RunError
@@ -110,6 +110,18 @@ def end_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def secrets_hidden(error: dict) -> dict:
+    """A failure's evidence as the record keeps it: what the processes printed, their tracebacks and
+    the message, with secrets hidden by the rule every output follows (a script that prints its own
+    arguments would otherwise leave its token in the record)."""
+    found = dict(error)
+    found["message"] = redact_text(found.get("message") or "")
+    found["output_tail"] = [redact_text(line) for line in found.get("output_tail") or []]
+    if found.get("tracebacks"):
+        found["tracebacks"] = {rank: redact_text(text) for rank, text in found["tracebacks"].items()}
+    return found
 
 
 RENDEZVOUS_ATTEMPTS = 3
@@ -235,7 +247,7 @@ def launch(
             # a later phase (profiling, no_sync) keeps those measurements and says what broke.
             status, error = diagnosis
             error["message"] = f"measurements complete, then the run failed ({status}): {error['message']}"
-            record.error = msgspec.convert(error, RunError)
+            record.error = msgspec.convert(secrets_hidden(error), RunError)
         write_record(record, spec.out_dir)
     else:
         status, error = diagnosis or (
@@ -248,7 +260,7 @@ def launch(
                 f"the rendezvous failed {tries} (port in use or store unreachable): " f"{error['message']}"
             )
         record = new_record(spec, status, env=host_facts())
-        record.error = msgspec.convert(error, RunError)
+        record.error = msgspec.convert(secrets_hidden(error), RunError)
         record.launch = launch_info
         record.oversubscribed = msgspec.convert(oversubscribed, Oversubscribed | None)
         write_record(record, spec.out_dir)
