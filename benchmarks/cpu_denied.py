@@ -47,6 +47,7 @@ from measurement_page import add_page_options, analysis_facts, command_line, com
 from ddpbench.analysis.answers import answer_sweep  # noqa: E402
 from ddpbench.analysis.cpu_denied import MATERIAL_SHARE, iteration_waiting, run_cpu  # noqa: E402
 from ddpbench.analysis.estimates import Estimate  # noqa: E402
+from ddpbench.host.cpu_denied import RANK_NAME  # noqa: E402
 from ddpbench.host.facts import host_facts  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
 
@@ -119,7 +120,9 @@ def two_at_once(out: str, name: str, steps: int, warmup: int) -> bool:
 
 class HoldRank:
     """Moves every worker process of rank `rank` whose command line names `marker` (its run's output
-    folder) into a cgroup with `cores` of CPU quota, as soon as it appears: ddpbench is not told."""
+    folder) into a cgroup with `cores` of CPU quota, as soon as it appears: ddpbench is not told. A
+    rank is known by the name it gives its training thread (`ddpbench.host.cpu_denied.RANK_NAME`):
+    a forked rank's command line and environment are its agent's."""
 
     def __init__(self, rank: int, cores: float, marker: str):
         self.rank, self.marker = rank, marker
@@ -144,11 +147,11 @@ class HoldRank:
                         line = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
                     if "ddpbench.worker" not in line or self.marker not in line:
                         continue
-                    with open(f"/proc/{name}/environ", "rb") as handle:
-                        environ = handle.read().split(b"\0")
+                    with open(f"/proc/{name}/comm", encoding="utf-8") as handle:
+                        comm = handle.read().strip()
                 except OSError:
                     continue
-                if f"RANK={self.rank}".encode() in environ:
+                if comm == RANK_NAME.format(rank=self.rank):
                     try:
                         with open(os.path.join(self.group, "cgroup.procs"), "w") as handle:
                             handle.write(name)

@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 from cpu_suite import load_average, machine  # noqa: E402
 from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
+from ddpbench.host.cpu_denied import RANK_NAME  # noqa: E402
+
 PAGE = os.path.join(REPO, "docs", "measurements", "test-suite.md")
 SUMMARY = re.compile(r"^=* ?(?P<text>\d+ (passed|failed|skipped|errors?)\b.*\bin (?P<seconds>[\d.]+)s\b.*?) ?=*$")
 DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
@@ -41,8 +43,12 @@ def git(*args: str, cwd: str = REPO) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def kind_of(command: list[str]) -> str | None:
-    """Which launch a process is: a torchrun job, a training worker, or neither."""
+def kind_of(command: list[str], name: str = "") -> str | None:
+    """Which launch a process is: a torchrun job, a training worker, or neither. A forked rank has
+    its agent's command line (`ddpbench.worker.agent`) and is told apart by the name it gives its
+    training thread (RANK_NAME), which its DataLoader workers inherit."""
+    if "ddpbench.worker.agent" in command:
+        return "forked_workers" if name.startswith(RANK_NAME.split("{")[0]) else "torchrun_jobs"
     if "torch.distributed.run" in command or (command and os.path.basename(command[0]) == "torchrun"):
         return "torchrun_jobs"
     for index, part in enumerate(command[:-1]):
@@ -71,16 +77,18 @@ class LaunchCounter(threading.Thread):
                         command = [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
                     with open(f"/proc/{entry}/stat") as handle:
                         started = handle.read().rsplit(")", 1)[1].split()[19]
+                    with open(f"/proc/{entry}/comm") as handle:
+                        name = handle.read().strip()
                 except OSError:
                     continue
-                kind = kind_of(command)
+                kind = kind_of(command, name)
                 if kind:
                     self.seen[(int(entry), started)] = kind
             self.stop.wait(SAMPLE_S)
 
     def counts(self) -> dict[str, int]:
         kinds = list(self.seen.values())
-        return {kind: kinds.count(kind) for kind in ("torchrun_jobs", "worker_processes")}
+        return {kind: kinds.count(kind) for kind in ("torchrun_jobs", "worker_processes", "forked_workers")}
 
 
 def parse_output(output: str) -> dict:
@@ -191,13 +199,14 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
         "",
         "Each run is a fresh `git clone` of the repository at the commit named; `make test` there builds its own",
         "`.venv` from the machine's package cache (inside the wall time) and runs the whole suite on two pytest",
-        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs, and processes with",
-        "the worker's command line (one per rank, or one for a run started without torchrun, and the DataLoader",
-        "workers they fork). The target is 10 minutes including the install.",
+        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs (torchrun's agent or",
+        "ddpbench's, which forks its ranks), processes with the worker's command line (a rank started as a new",
+        "Python, or a run started without torchrun, and the DataLoader workers they fork), and forked ranks (each",
+        "with its DataLoader workers). The target is 10 minutes including the install.",
         "",
         "| run | commit | started | wall time (install included) | pytest's own time | passed | failed | skipped "
-        "| torchrun jobs | worker processes | load before / after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| torchrun jobs | worker processes | forked ranks | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for index, run in enumerate(before + after, 1):
         counts = run["counts"]
@@ -206,7 +215,7 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
             f"| {minutes(run['wall_s'])}{'' if run['wall_s'] <= TARGET_S else ' (over 10 min)'} "
             f"| {minutes(run['pytest_s'])} | {counts.get('passed', 0)} | {counts.get('failed', 0)} "
             f"| {counts.get('skipped', 0)} | {run['torchrun_jobs']} | {run['worker_processes']} "
-            f"| {run['load_before']} / {run['load_after']} |"
+            f"| {run.get('forked_workers', 0)} | {run['load_before']} / {run['load_after']} |"
         )
     lines.append("")
     if after:

@@ -277,6 +277,20 @@ class CpuCounters:
             group.close()
 
 
+RANK_NAME = "ddpbench-r{rank}"
+"""What a rank calls its training thread (`/proc/<pid>/comm`, which `ps` and `top` show): a forked
+rank's command line and environment are its agent's, so its name is what tells the ranks apart."""
+
+
+def name_this_rank(rank: int) -> None:
+    """Names the calling (training) thread after its rank, where the kernel lets it (Linux)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w", encoding="ascii") as handle:
+            handle.write(RANK_NAME.format(rank=rank)[:15])
+    except OSError:
+        pass
+
+
 def difference(first: tuple | None, last: tuple | None) -> dict[str, float | None] | None:
     """The counters between two readings, seconds by field name; None without both readings."""
     if first is None or last is None:

@@ -31,7 +31,7 @@ from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.channels import LAUNCHED_AT_ENV
 from ddpbench.config.spec import RunSpec
-from ddpbench.host.cpu_denied import CpuCounters
+from ddpbench.host.cpu_denied import CpuCounters, name_this_rank
 from ddpbench.host.facts import host_facts
 from ddpbench.host.load import busiest, tree_cpu_s
 from ddpbench.host.load import judge as judge_load
@@ -648,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_dict(json.loads(parser.parse_args(argv).spec_json))
     started_at = utc_now()
     rank = Rank(spec)
+    name_this_rank(rank.rank)
     # Evidence is dumped when nothing moved for half the process-group timeout: before the
     # timeout tears the run down, and long enough that a slow step is not mistaken for a hang.
     beat = Heartbeat(

@@ -17,6 +17,7 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 
 from ddpbench.config.spec import RunSpec
+from ddpbench.host.cpu_denied import name_this_rank
 from ddpbench.host.own_tree import check_own_tree
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.script.ending import end_of_script
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_dict(json.loads(parser.parse_args(argv).spec_json))
     script = spec.script
     rank = int(os.environ.get("RANK", 0))
+    name_this_rank(rank)
     beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank, stall_after_s=spec.pg_timeout_s / 2)
     observer = Observer(spec.pg_timeout_s)
     session = Session(spec, observer, beat)
