@@ -31,9 +31,8 @@ from ddpbench.analysis.estimates import Estimate, t_975
 from ddpbench.records.schema import MachineLoad, RankResult, Record
 
 MATERIAL_SHARE = 0.02
-"""Waiting under 2 % of a step is not named: on a quiet run of the default CPU suite here the
-training threads waited 0.1-1.3 % of their steps (the job's own gloo threads, the kernel's ticks)."""
-NOT_MEASURED = "not measured (a record from before ddpbench read the kernel's counters, or not Linux)"
+"""Waiting under 2 % of a step is not named: a quiet machine's own (the job's gloo threads waking,
+the kernel's ticks). docs/measurements/cpu-denied.md measures a quiet baseline against it."""
 
 
 def _estimate(values: list[float]) -> Estimate:
