@@ -6,17 +6,22 @@ import ast
 import os
 import random
 import re
+import statistics
 
 import pytest
+import scipy.optimize
 import scipy.stats
 from chance import (
     RATE,
     SUITE_RATE,
+    Beyond,
+    Known,
     NotShown,
     difference_at_least,
     mean_at_least,
     mean_at_most,
     proportion_at_least,
+    verdict,
 )
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -111,6 +116,105 @@ def test_a_proportion_check_fails_at_most_at_its_rate():
 def test_a_check_says_what_it_measured_when_it_fails():
     with pytest.raises(NotShown, match=r"step grew: 1 .*against the claim >= 5.*chance of failing were it 0"):
         mean_at_least([0.9, 1.0, 1.1, 1.0, 0.95, 1.05], 5.0, what="step grew", missing=0.0)
+
+
+def exactly(values: list[float], mean: float, spread: float) -> list[float]:
+    """The values moved and scaled to have this mean and standard deviation exactly."""
+    centre, scale = statistics.fmean(values), statistics.stdev(values)
+    return [mean + spread * (value - centre) / scale for value in values]
+
+
+def test_a_verdicts_computed_chance_is_how_often_its_rule_misses_the_planted_effect():
+    """A straggler's rule: named where the 95 % interval of its 12 steps' waits excludes zero. With
+    a planted wait of 1.5 and a spread of 2, the chance computed from samples of that mean and
+    spread is how often the rule misses the wait in draws."""
+    generator = random.Random(61)
+    steps, effect, spread = 12, 1.5, 2.0
+    design = exactly([generator.gauss(0.0, 1.0) for _ in range(steps)], effect, spread)
+    computed = Beyond(design, effect).chance()
+    critical = scipy.stats.t.ppf(0.975, steps - 1)
+
+    def named(waits: list[float]) -> None:
+        if statistics.fmean(waits) / (statistics.stdev(waits) / steps**0.5) <= critical:
+            raise NotShown("missed")
+
+    drawn = failures(lambda: ([generator.gauss(effect, spread) for _ in range(steps)],), named)
+    assert 0.05 < computed < 0.95 and agrees(drawn, computed), (drawn, computed)
+
+
+def test_a_gate_like_rule_with_a_margin_misses_no_more_often_than_computed():
+    """One-sided at 0.05 and beyond a margin of 0.5 (the gate's test and threshold): the chance
+    computed adds the two ways to miss, so it is at least what draws show."""
+    generator = random.Random(62)
+    rounds, effect, spread = 5, 1.2, 1.0
+    computed = Beyond(
+        exactly([generator.gauss(0.0, 1.0) for _ in range(rounds)], effect, spread), effect, 0.05, 1, 0.5
+    ).chance()
+    critical = scipy.stats.t.ppf(0.95, rounds - 1)
+
+    def flagged(ratios: list[float]) -> None:
+        mean = statistics.fmean(ratios)
+        if mean / (statistics.stdev(ratios) / rounds**0.5) <= critical or mean <= 0.5:
+            raise NotShown("missed")
+
+    drawn = failures(lambda: ([generator.gauss(effect, spread) for _ in range(rounds)],), flagged)
+    assert drawn <= scipy.stats.binom.ppf(1 - 1e-6, TRIALS, computed), (drawn, computed)
+
+
+def test_a_verdict_fails_where_its_samples_cannot_show_the_planted_effect_at_its_stated_rate():
+    spread = [1.0, 3.0, -0.5, 2.5, 0.2, 1.8]
+    with pytest.raises(NotShown, match=r"held, but its samples show .* too spread .* chance 0\.\d+ from its samples"):
+        verdict(True, rate=1e-4, shown=Beyond(spread, 1.0, what="rank 0's wait"), what="rank 1 named")
+    tight = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]  # the same effect, shown far beyond the rate
+    assert verdict(True, rate=1e-4, shown=Beyond(tight, 1.0), what="rank 1 named") < 1e-6
+    with pytest.raises(NotShown, match=r"did not hold\. rank 1 named: goes wrong with chance"):
+        verdict(False, rate=1e-4, shown=Beyond(tight, 1.0), what="rank 1 named")
+    # Several tests of one decision add up; where nothing was planted, the rule's own false alarm.
+    assert verdict(True, rate=0.01, shown=[Known(0.002), Known(0.003)], what="a pass") == pytest.approx(0.005)
+    with pytest.raises(NotShown, match="held, but"):
+        verdict(True, rate=1e-3, shown=Known(0.002), what="a pass")
+    # Without its samples a verdict says why they cannot be reached, and fails with it.
+    with pytest.raises(NotShown, match="samples unreachable: one reading of /proc"):
+        verdict(False, rate=1e-4, unreachable="one reading of /proc", what="busy")
+    with pytest.raises(ValueError, match=r"shown=.*unreachable="):
+        verdict(True, rate=1e-4, what="no samples and no reason")
+
+
+def test_a_verdict_fails_at_most_at_its_rate_where_its_design_holds_and_often_where_it_does_not():
+    """A wait over 5 rounds, named where its 95 % interval excludes zero. Planted so that the rule
+    misses it a quarter of the rate's time, the whole check (the decision, and the chance its
+    samples show) fails at most at its rate; failing wherever the chance read at the samples' own
+    spread crossed the rate would fail far more often. Planted so that the rule misses 30 % of the
+    time, the check fails more often than that: it also fails runs whose decision held."""
+    generator = random.Random(63)
+    rounds, spread, rate = 5, 1.0, 0.05
+    critical = scipy.stats.t.ppf(0.975, rounds - 1)
+
+    def planted(missing: float) -> float:
+        return scipy.optimize.brentq(
+            lambda effect: scipy.stats.nct.cdf(critical, rounds - 1, effect / (spread / rounds**0.5)) - missing,
+            0.01,
+            50,
+        )
+
+    def draw(effect: float):
+        samples = [generator.gauss(effect, spread) for _ in range(rounds)]
+        return statistics.fmean(samples) / (statistics.stdev(samples) / rounds**0.5) > critical, samples
+
+    sound = planted(rate / 4)
+    drawn = [draw(sound) for _ in range(TRIALS)]
+    failed = failures(
+        iter(drawn).__next__,
+        lambda holds, samples: verdict(holds, rate=rate, shown=Beyond(samples, sound), what="named"),
+    )
+    assert failed <= scipy.stats.binom.ppf(1 - 1e-6, TRIALS, rate), failed
+    plug_in = sum(Beyond(samples, sound).chance() > rate for _, samples in drawn)
+    assert plug_in > scipy.stats.binom.ppf(1 - 1e-6, TRIALS, 4 * rate), plug_in
+    weak = planted(0.3)
+    failed = failures(
+        lambda: draw(weak), lambda holds, samples: verdict(holds, rate=rate, shown=Beyond(samples, weak), what="named")
+    )
+    assert failed > scipy.stats.binom.ppf(1 - 1e-6, TRIALS, 0.3), failed
 
 
 # The scan. A measured figure is named like one; an ordering assert on such a name in a test that
