@@ -39,6 +39,9 @@ CHECKS = (
     "verdict",
 )
 EXEMPT = "# not chance:"
+SYNTHETIC = ("test_chance.py", "test_chance_page.py")
+"""The tests of chance.py and of this reading themselves: their checks run on draws and logs they
+make, not on the suite's measurements, and are not the suite's budget."""
 
 MEASURED = re.compile(
     r"(_s|_ms|_us|seconds|step|width|low|high|ratio|efficiency|throughput|speed|slower|faster|grew|"
@@ -181,9 +184,7 @@ class Suite:
         self.folder = folder
         names = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
         self.modules = {name[:-3]: read_module(folder, name) for name in names}
-        self.tests = [
-            name[:-3] for name in names if name.startswith("test_") and name not in ("test_chance.py",)
-        ]  # test_chance.py draws synthetic samples: its asserts are on seeded draws
+        self.tests = [name[:-3] for name in names if name.startswith("test_") and name not in SYNTHETIC]
         self._noisy: dict[tuple[str, str], bool] = {}
         self._runs: dict[tuple[str, str], int | None] = {}
 
@@ -293,7 +294,8 @@ class Suite:
                     if refused:
                         problems.append(f"{where}: `{EXEMPT}` with {refused}")
                     else:
-                        exemptions.append(Exemption(where, exemption[1], module.lines[node.lineno - 1].strip()))
+                        line = module.lines[node.lineno - 1].split(EXEMPT, 1)[0].strip()
+                        exemptions.append(Exemption(where, exemption[1], line))
                     continue
                 if function_name in scanned:
                     kind = on_noise(node.test, clock_names(function, module), module)
@@ -357,7 +359,7 @@ class Suite:
         """Every check the tests make through chance.py, with its stated rate times how often it runs."""
         rates = []
         for name in self.modules:
-            if name == "test_chance":
+            if f"{name}.py" in SYNTHETIC:
                 continue
             module = self.modules[name]
             checks = checks_imported(module)
