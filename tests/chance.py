@@ -283,10 +283,14 @@ def verdict(
         return rate
     tests = shown if isinstance(shown, list) else [shown]
     spread = sum(isinstance(test, Beyond) for test in tests)
-    chance = sum(test.chance() for test in tests)
-    least = sum(
-        test.chance(test.least_spread(rate / 2 / spread)) if isinstance(test, Beyond) else test.chance()
-        for test in tests
+    # Sums over the tests (a union bound), which can pass 1 where a decision is far from shown.
+    chance = min(1.0, sum(test.chance() for test in tests))
+    least = min(
+        1.0,
+        sum(
+            test.chance(test.least_spread(rate / 2 / spread)) if isinstance(test, Beyond) else test.chance()
+            for test in tests
+        ),
     )
     allowed = rate / 2 if spread else rate
     summary = (
