@@ -363,8 +363,6 @@ class Suite:
                 continue
             module = self.modules[name]
             checks = checks_imported(module)
-            if not checks:
-                continue
             for function_name, function in module.functions.items():
                 looped = looped_nodes(function)
                 for call in (node for node in ast.walk(function) if isinstance(node, ast.Call)):
@@ -425,13 +423,12 @@ def verdict_problem(call: ast.Call, where: str) -> None:
 
 
 def checks_imported(module: Module) -> dict[str, str]:
-    found = {local: source[1] for local, source in module.imported.items() if source[0] == "chance"}
-    if any(isinstance(n, ast.Import) and any(a.name == "chance" for a in n.names) for n in module.tree.body):
-        found["chance."] = ""
-    return found
+    """A local name -> the chance.py function `from chance import ...` gave it."""
+    return {local: source[1] for local, source in module.imported.items() if source[0] == "chance"}
 
 
 def check_called(call: ast.Call, imported: dict[str, str]) -> str | None:
+    """The chance.py check a call makes (`mean_at_least(...)`, `chance.verdict(...)`), or None."""
     if isinstance(call.func, ast.Name) and call.func.id in imported:
         called = imported[call.func.id]
     elif isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", None) == "chance":
