@@ -13,11 +13,12 @@ from gpu_check_plan import PlannedCheck, guess
 # check starts (each `ddpbench run` pays torch's import, CUDA's start and, under torchrun, NCCL's, about
 # 15-30 s, before its steps and phases), until a GPU run measures it.
 CUDA_TESTS = guess(
-    180,
-    240,
+    540,
+    600,
     "pytest's start and the in-process tests (about 30 s); three gpt2 bf16 runs on one GPU (local, ddp "
-    "and dp, about 45 s each); the fp16 run and the 2-GPU DDP run are gpu-check's own records, read "
-    "again, not run again; with 2 GPUs, dp on 2 GPUs (about 60 s)",
+    "and dp, about 45 s each), and four more rounds of local and dp, each process one sample of its "
+    "strategy's step (about 45 s each); the fp16 run and the 2-GPU DDP run are gpu-check's own records, "
+    "read again, not run again; with 2 GPUs, dp on 2 GPUs (about 60 s)",
 )
 
 

@@ -2,7 +2,9 @@
 commit, where `make test` builds its own .venv (the install is inside the wall time) and runs the
 whole suite. While it runs, /proc is read every quarter second to count the real launches: torchrun
 jobs and the worker processes that ran training (started by torchrun or on their own).
-Writes docs/measurements/test-suite.md from every run saved in --out.
+Writes docs/measurements/test-suite.md from every run saved in --out, with the suite's chance
+budget as tests/chance_scan.py reads it: the checks' summed stated rate and every `# not chance:`
+exemption with its reason.
 
     python benchmarks/test_suite.py --runs 3                    # three fresh clones of HEAD
     python benchmarks/test_suite.py --runs 1 --ref ecc3b3e --label before   # an earlier commit, for comparison
@@ -26,7 +28,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from chance_scan import Budget, read_suite  # noqa: E402
 from cpu_suite import load_average, machine  # noqa: E402
 from measurement_page import add_page_options, command_line, utc_now, write_page  # noqa: E402
 
@@ -155,15 +159,8 @@ def saved_runs(out: str) -> list[dict]:
     return runs
 
 
-def stated_rates() -> list[tuple[str, float]]:
-    """The rates the tests state through tests/chance.py, read by its own scan (tests/test_chance.py)."""
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    import test_chance
-
-    return test_chance.stated_rates()
-
-
 POWER = re.compile(r"chance of failing were it [-\d.e+]+: (?P<power>[\d.]+)")
+WRONG = re.compile(r"^(?P<what>.*?): goes wrong with chance (?P<chance>[-\d.e+]+) from its samples")
 
 
 def powers(out: str) -> dict[str, list[float]]:
@@ -182,6 +179,86 @@ def powers(out: str) -> dict[str, list[float]]:
                     what = re.sub(r", slept [\d.]+ ms| \[.*\]", "", text.split(":", 1)[0])
                     found.setdefault(f"{test.split('::', 1)[-1]}: {what}", []).append(float(match["power"]))
     return found
+
+
+def verdict_chances(out: str) -> dict[str, list[float]]:
+    """Per verdict (test and what it decides), the chance of going wrong its samples gave in each run
+    that logged it (tests/chance.py's verdict)."""
+    found: dict[str, list[float]] = {}
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        path = os.path.join(out, name, "chance.log")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                test, _, text = line.rstrip("\n").partition("\t")
+                match = WRONG.match(text)
+                if match:
+                    found.setdefault(f"{test.split('::', 1)[-1]}: {match['what']}", []).append(float(match["chance"]))
+    return found
+
+
+def chance_section(budget: Budget, head: str, measured: list[str], stated: dict, chances: dict) -> list[str]:
+    """The page's account of chance: the checks and their summed stated rate, every exemption with
+    its reason, and what the runs' checks and verdicts said of their power and their chance."""
+    lines = [
+        "## Chance",
+        "",
+        "Every assert on a measured time, interval or rate, and on a decision reached against noise, goes through "
+        f"`tests/chance.py` and states its false-failure rate. At {head[:7]} the tests make {len(budget.rates)} "
+        f"such checks (each counted as often as it runs); their stated rates sum to {budget.total:.4f}, against the "
+        "suite's budget of 0.01 (`tests/test_chance.py` holds the sum, checks each helper's rate on synthetic draws, "
+        "and scans for asserts that go around it: `tests/chance_scan.py`).",
+        "",
+    ]
+    if measured:
+        lines += [
+            f"The runs above measured {', '.join(measured)}; the checks are counted at {head[:7]}, and the "
+            "powers below are what the runs' checks stated.",
+            "",
+        ]
+    if stated:
+        lines += [
+            "Power: a check that names the value its samples would have without the effect under test "
+            "states its chance of failing then, from its own samples' spread. The lowest each stated over the "
+            "runs above:",
+            "",
+            "| check | lowest power | runs |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {name} | {min(values):.4f} | {len(values)} |" for name, values in sorted(stated.items())]
+        lines.append("")
+    if chances:
+        lines += [
+            "Verdicts: a decision ddpbench reached (a rank named, the gate's verdict) is checked with the chance "
+            "that it goes wrong with the planted effect present, computed from its own samples. The largest each "
+            "read over the runs above:",
+            "",
+            "| verdict | largest chance of going wrong | runs |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {name} | {max(values):.3g} | {len(values)} |" for name, values in sorted(chances.items())]
+        lines.append("")
+    lines += [
+        f"### Exemptions ({len(budget.exemptions)})",
+        "",
+        "Asserts in tests that start processes or read clocks which say why chance cannot fail them "
+        "(`# not chance: <why>`), each with its reason (files in `tests/`):",
+        "",
+        "| where | reason | assert |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {exemption.where} | {cell(exemption.reason)} | `{cell(exemption.assert_line)}` |"
+        for exemption in budget.exemptions
+    ]
+    lines.append("")
+    return lines
+
+
+def cell(text: str) -> str:
+    """Text for a table cell: a pipe would end the cell."""
+    return text.replace("|", "\\|")
 
 
 def minutes(seconds: float | None) -> str:
@@ -235,36 +312,8 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
             f"{mean(after, 'worker_processes'):.0f} at {after[0]['commit'][:7]} (means over the runs of each commit).",
             "",
         ]
-    rates = stated_rates()
-    lines += [
-        "## Chance",
-        "",
-        "Every assert on a measured time, interval or rate goes through `tests/chance.py` and states its "
-        f"false-failure rate. At {head[:7]} the tests make {len(rates)} such checks (parametrizations counted); "
-        f"their stated rates sum to {sum(rate for _, rate in rates):.4f}, against the suite's budget of 0.01 "
-        "(`tests/test_chance.py` holds the sum, checks each helper's rate on synthetic draws, and scans for "
-        "asserts that go around it).",
-        "",
-    ]
     measured = sorted({run["commit"][:7] for run in after} - {head[:7]})
-    if measured:
-        lines += [
-            f"The runs above measured {', '.join(measured)}; the checks are counted at {head[:7]}, and the "
-            "powers below are what the runs' checks stated.",
-            "",
-        ]
-    stated = powers(out)
-    if stated:
-        lines += [
-            "Power: a check that names the value its samples would have without the effect under test "
-            "states its chance of failing then, from its own samples' spread. The lowest each stated over the "
-            "runs above:",
-            "",
-            "| check | lowest power | runs |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {name} | {min(values):.4f} | {len(values)} |" for name, values in sorted(stated.items())]
-        lines.append("")
+    lines += chance_section(read_suite(), head, measured, powers(out), verdict_chances(out))
     for index, run in enumerate(before + after, 1):
         lines += [
             f"## Run {index}: the 15 slowest ({run['commit'][:7]})",

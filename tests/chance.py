@@ -5,13 +5,20 @@ Each check is a one-sided test on the mean of independent samples (Student's t, 
 runs) or on a proportion (Clopper-Pearson), at a false-failure rate the call states: where the claim
 holds, the check fails at most `rate` of the time (for normal samples: exactly `rate` at the
 boundary). The suite's budget, SUITE_RATE, is shared out over the calls: tests/test_chance.py reads
-every call in the tests, multiplies by its parametrizations and checks that the stated rates sum
-to at most SUITE_RATE, and that no assert on a measured figure goes around this module.
+every call in the tests (tests/chance_scan.py), multiplies by how often it runs and checks that the
+stated rates sum to at most SUITE_RATE, and that no assert on noise goes around this module.
 
 A check also says its power: given `missing`, the mean (or proportion) the samples would have if the
 effect under test were absent, it computes the chance that the same check on samples of the same
 size and spread would fail then (noncentral t with the samples' own spread). The outcome and the
 failure message show it.
+
+A decision ddpbench reached from measured numbers (a rank or phase named, the gate's verdict) is
+asserted by `verdict`, with the tests that decision makes on its own samples (`Beyond`: the rounds
+or steps behind a wait or a lead, the gate's paired rounds; `Known`: a rule's false alarm) and the
+planted effect: the chance that it goes wrong with the effect present is computed from them, and the
+check fails where the samples show it above the stated rate. Where the samples cannot be reached,
+the call says why (`unreachable=`).
 
 The rates hold for samples that are independent and alike: the steps or rounds of one run. A drift
 of the whole machine between two runs is not in their spread, so a test that compares two runs
@@ -27,6 +34,7 @@ import os
 import statistics
 from dataclasses import dataclass
 
+import scipy.special
 import scipy.stats
 
 SUITE_RATE = 0.01
@@ -162,12 +170,140 @@ def proportion_at_least(
     return _settle(Outcome(hits / trials, bound, upper, power, text), True)
 
 
-def verdict(holds: bool, *, rate: float, basis: str, what: str) -> None:
-    """A decision ddpbench reached from measured numbers (the gate's verdict, a rank named), where
-    the test cannot reach the samples behind it: asserted with the rate its design gives it (`basis`
-    says which: the gate's --family-alpha on the test's command line, or the planted effect against
-    the decision's own interval)."""
+@dataclass(frozen=True)
+class Beyond:
+    """One test a decision of ddpbench makes on its samples (the rounds or steps behind a wait, a
+    phase's lead, the gate's paired rounds): their mean shown beyond zero, at the rule's `level`
+    (two-sided, `sides=2`: a 95 % interval that excludes zero is level 0.05; one-sided, `sides=1`: the
+    gate's test at its alpha), and beyond `margin` where the rule asks for that too (the gate's
+    threshold, on the same scale). `level=1.0` with `sides=2` is a rule that reads the sign of the
+    mean alone (the larger of two is named). `effect`: the mean the samples have with the planted
+    effect present, in the direction the decision names (positive)."""
+
+    samples: list[float]
+    effect: float
+    level: float = 0.05
+    sides: int = 2
+    margin: float = 0.0
+    what: str = "samples"
+
+    def chance(self, spread: float | None = None) -> float:
+        """The chance that the rule does not find the effect, on samples of this size whose mean is
+        `effect` and whose standard deviation is `spread` (by default the samples' own): noncentral
+        t, as `missing=` computes a check's power."""
+        if not 0 < self.level <= 1 or self.sides not in (1, 2):
+            raise ValueError(f"{self.what}: level in (0, 1] and sides 1 or 2, got {self.level}, {self.sides}")
+        _, se, df = _mean(self.samples, self.what)
+        if spread is not None:
+            se = spread / math.sqrt(df + 1)
+        # scipy.special's functions, not scipy.stats': the same figures, a hundred times quicker
+        # (tests/test_chance.py draws thousands of verdicts).
+        critical = scipy.special.stdtrit(df, 1 - self.level / self.sides)
+        if se == 0:
+            return 0.0 if self.effect > max(self.margin, 0.0) else 1.0
+        missed = float(scipy.special.nctdtr(df, self.effect / se, critical))
+        if self.margin > 0:  # or the estimate short of the margin: the two ways to miss, added
+            missed += float(scipy.special.stdtr(df, (self.margin - self.effect) / se))
+        return min(1.0, missed)
+
+    def least_spread(self, rate: float) -> float:
+        """The smallest standard deviation the samples allow, at one-sided confidence 1 - rate
+        (chi-squared): true spreads are below it at most `rate` of the time."""
+        _, se, df = _mean(self.samples, self.what)
+        return se * math.sqrt(df + 1) * math.sqrt(df / scipy.special.chdtri(df, rate))
+
+    def text(self) -> str:
+        estimate, se, df = _mean(self.samples, self.what)
+        margin = f", beyond {self.margin:.4g}" if self.margin else ""
+        rule = (
+            "the sign of the mean"
+            if self.level == 1
+            else f"level {self.level:g} {('one', 'two')[self.sides - 1]}-sided"
+        )
+        return (
+            f"{self.what}: mean {estimate:.4g} (standard error {se:.3g}, {df} degrees of freedom), planted effect "
+            f"{self.effect:.4g}, rule {rule}{margin}: misses it with chance {self.chance():.3g}"
+        )
+
+
+@dataclass(frozen=True)
+class Known:
+    """A test of a decision whose chance of going wrong does not depend on its samples' spread: a
+    rule that must find nothing where nothing was planted (a pass on unchanged code) goes wrong at
+    its own false-alarm rate, its level (both directions counted where either fails the test); an
+    interval from the range of n signs misses where all n come out alike, 2 * 0.5 ** n for coins."""
+
+    level: float
+    what: str = "no effect planted: the rule's false alarm"
+
+    def chance(self, spread: float | None = None) -> float:
+        return self.level
+
+    def text(self) -> str:
+        return f"{self.what}: {self.level:.3g}"
+
+
+def verdict(
+    holds: bool,
+    *,
+    rate: float,
+    what: str,
+    shown: Beyond | Known | list[Beyond | Known] | None = None,
+    unreachable: str | None = None,
+) -> float:
+    """A decision ddpbench reached from measured numbers (a rank or phase named, the gate's verdict),
+    asserted at the false-failure rate `rate`. Returns the chance it goes wrong, from its samples.
+
+    `shown`: the tests the decision makes on its own samples, each with the planted effect and the
+    rule's level. The chance that the decision goes wrong with the effect present is their sum (a
+    union bound), computed from the samples; the check fails where the decision does not hold, and,
+    saying so, where the samples show that chance above what the stated rate allows: too few or too
+    spread for the planted effect, the stated rate would be a promise the check does not keep.
+
+    "Show" matters: one run's spread is itself noisy (at 5 rounds it comes out twice the true one
+    3 times in 1,000 runs), and a check that failed whenever the chance read from it crossed the rate
+    would fail by chance far more often than it states. So the chance is also read at the smallest
+    spread the samples allow (each test's at confidence 1 - rate / 2 over their number, chi-squared),
+    and the check fails where even that exceeds half the stated rate. Where the true chance is within
+    half the rate, the check then fails at most `rate` of the time: half for the decision, half for
+    the spread (tests/test_chance.py draws it). Known tests carry no spread: their chance is held
+    against the whole rate where no other test has one.
+
+    `unreachable`: where the test cannot reach the samples behind the decision, why, and what the
+    stated rate rests on instead."""
     if not 0 < rate < 0.5:
         raise ValueError(f"rate must lie in (0, 0.5), got {rate}")
+    if (shown is None) == (unreachable is None):
+        raise ValueError("a verdict gives its samples (shown=) or says why they cannot be reached (unreachable=)")
+    head, _, detail = what.partition("\n")
+    if shown is None:
+        _log(f"{head}: stated {rate:g}, samples unreachable ({unreachable})")
+        if not holds:
+            raise NotShown(f"{what} (its stated false-failure rate {rate:g}, samples unreachable: {unreachable})")
+        return rate
+    tests = shown if isinstance(shown, list) else [shown]
+    spread = sum(isinstance(test, Beyond) for test in tests)
+    # Sums over the tests (a union bound), which can pass 1 where a decision is far from shown.
+    chance = min(1.0, sum(test.chance() for test in tests))
+    least = min(
+        1.0,
+        sum(
+            test.chance(test.least_spread(rate / 2 / spread)) if isinstance(test, Beyond) else test.chance()
+            for test in tests
+        ),
+    )
+    allowed = rate / 2 if spread else rate
+    summary = (
+        f"{head}: goes wrong with chance {chance:.3g} from its samples (at the least spread they allow, {least:.3g}; "
+        f"allowed {allowed:g} of the stated rate {rate:g})"
+    )
+    _log(summary)
+    if holds and least <= allowed:
+        return chance
+    text = summary + "".join(f"\n  {test.text()}" for test in tests) + (f"\n{detail}" if detail else "")
     if not holds:
-        raise NotShown(f"{what} (its stated false-failure rate {rate:g}: {basis})")
+        raise NotShown(f"the decision did not hold. {text}")
+    raise NotShown(
+        f"the decision held, but its samples show it goes wrong more often than the stated rate allows "
+        f"(too few or too spread for the planted effect): {text}"
+    )

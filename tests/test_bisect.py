@@ -126,7 +126,8 @@ def test_a_round_that_failed_runs_again_on_resume_a_bounded_number_of_times(tmp_
     line = step_line(repeat.steps[0], {})
     assert f"{opening.rounds} round(s) from records" in line and "new runs" not in line, line
     rounds = kept_rounds(str(tmp_path / "records"))
-    assert rounds == sum(step.rounds for step in repeat.steps) and rounds > 0  # not chance: seeded rounds
+    # not chance: a count of the fake runner's rounds, kept as records
+    assert rounds == sum(step.rounds for step in repeat.steps) and rounds > 0
     said = resume_line(
         rounds, "cpu-x-2c", "0.1.0", {"ddpbench_code": "c0de", "torch": "2.14.1", "cuda": None, "driver": None}
     )
@@ -249,6 +250,7 @@ def test_a_script_bisects_through_its_own_worktrees(tmp_path):
     shas = git(repo, "log", "--reverse", "--format=%H").split()
     args = ["--script", os.path.join(repo, "scripts", "train.py"), "--nproc", "2", "--", "--epochs", "1"]
     top, inside = user_file(args)
+    # not chance: the repository's top folder as git names it, and the script's path inside it
     assert top == os.path.realpath(repo) and inside == os.path.join("scripts", "train.py")
     assert inside_tree(args, inside) == ["--script", inside, "--nproc", "2", "--", "--epochs", "1"]
     assert inside_tree(["--workload=/x/models/w.py:net"], "models/w.py") == ["--workload=models/w.py:net"]

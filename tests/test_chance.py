@@ -1,32 +1,27 @@
 """tests/chance.py, the suite's one way to assert on measured numbers: its checks fail at the rate
-they state (on synthetic data drawn here), the rates every test states sum to at most the suite's
-budget, and no test asserts on a measured figure around it."""
+they state (on synthetic data drawn here), a verdict's rate is the one its samples give, the rates
+every test states sum to at most the suite's budget, and no test asserts on noise around it
+(tests/chance_scan.py, tried here on small sources of its own)."""
 
-import ast
-import os
 import random
-import re
+import statistics
+import textwrap
 
+import chance_scan
 import pytest
+import scipy.optimize
 import scipy.stats
 from chance import (
     RATE,
     SUITE_RATE,
+    Beyond,
+    Known,
     NotShown,
     difference_at_least,
     mean_at_least,
     mean_at_most,
     proportion_at_least,
-)
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-CHECKS = (
-    "mean_at_least",
-    "mean_at_most",
-    "difference_at_least",
-    "difference_at_most",
-    "proportion_at_least",
-    "verdict",
+    verdict,
 )
 
 
@@ -113,123 +108,299 @@ def test_a_check_says_what_it_measured_when_it_fails():
         mean_at_least([0.9, 1.0, 1.1, 1.0, 0.95, 1.05], 5.0, what="step grew", missing=0.0)
 
 
-# The scan. A measured figure is named like one; an ordering assert on such a name in a test that
-# starts real processes is a check on noise unless it goes through chance.py, or says why chance
-# cannot fail it (`# not chance: ...` on its line or the line above: a count of steps, a bound no
-# run can cross).
-MEASURED = re.compile(
-    r"(_s|_ms|_us|seconds|step|width|low|high|ratio|efficiency|throughput|speed|slower|faster|grew|"
-    r"wait|delay|slept|share|gap|overhead|elapsed|duration|rate|slowdown|cores|value|flop|memory|bytes)",
-    re.IGNORECASE,
-)
-ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+def exactly(values: list[float], mean: float, spread: float) -> list[float]:
+    """The values moved and scaled to have this mean and standard deviation exactly."""
+    centre, scale = statistics.fmean(values), statistics.stdev(values)
+    return [mean + spread * (value - centre) / scale for value in values]
 
 
-def suite_modules():
-    return sorted(name for name in os.listdir(TESTS) if name.startswith("test_") and name.endswith(".py"))
+def test_a_verdicts_computed_chance_is_how_often_its_rule_misses_the_planted_effect():
+    """A straggler's rule: named where the 95 % interval of its 12 steps' waits excludes zero. With
+    a planted wait of 1.5 and a spread of 2, the chance computed from samples of that mean and
+    spread is how often the rule misses the wait in draws."""
+    generator = random.Random(61)
+    steps, effect, spread = 12, 1.5, 2.0
+    design = exactly([generator.gauss(0.0, 1.0) for _ in range(steps)], effect, spread)
+    computed = Beyond(design, effect).chance()
+    critical = scipy.stats.t.ppf(0.975, steps - 1)
+
+    def named(waits: list[float]) -> None:
+        if statistics.fmean(waits) / (statistics.stdev(waits) / steps**0.5) <= critical:
+            raise NotShown("missed")
+
+    drawn = failures(lambda: ([generator.gauss(effect, spread) for _ in range(steps)],), named)
+    assert 0.05 < computed < 0.95 and agrees(drawn, computed), (drawn, computed)
 
 
-def launches(tree: ast.Module, source: str) -> bool:
-    return "mark.launches" in source
+def test_a_gate_like_rule_with_a_margin_misses_no_more_often_than_computed():
+    """One-sided at 0.05 and beyond a margin of 0.5 (the gate's test and threshold): the chance
+    computed adds the two ways to miss, so it is at least what draws show."""
+    generator = random.Random(62)
+    rounds, effect, spread = 5, 1.2, 1.0
+    computed = Beyond(
+        exactly([generator.gauss(0.0, 1.0) for _ in range(rounds)], effect, spread), effect, 0.05, 1, 0.5
+    ).chance()
+    critical = scipy.stats.t.ppf(0.95, rounds - 1)
+
+    def flagged(ratios: list[float]) -> None:
+        mean = statistics.fmean(ratios)
+        if mean / (statistics.stdev(ratios) / rounds**0.5) <= critical or mean <= 0.5:
+            raise NotShown("missed")
+
+    drawn = failures(lambda: ([generator.gauss(effect, spread) for _ in range(rounds)],), flagged)
+    assert drawn <= scipy.stats.binom.ppf(1 - 1e-6, TRIALS, computed), (drawn, computed)
 
 
-def names_in(node: ast.AST) -> list[str]:
-    found = []
-    for part in ast.walk(node):
-        if isinstance(part, ast.Name):
-            found.append(part.id)
-        elif isinstance(part, ast.Attribute):
-            found.append(part.attr)
-        elif isinstance(part, ast.Constant) and isinstance(part.value, str):
-            found.append(part.value)
-    return found
+def test_a_verdict_fails_where_its_samples_cannot_show_the_planted_effect_at_its_stated_rate():
+    spread = [1.0, 3.0, -0.5, 2.5, 0.2, 1.8]
+    with pytest.raises(NotShown, match=r"held, but its samples show .* too spread .* chance 0\.\d+ from its samples"):
+        verdict(True, rate=1e-4, shown=Beyond(spread, 1.0, what="rank 0's wait"), what="rank 1 named")
+    tight = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]  # the same effect, shown far beyond the rate
+    assert verdict(True, rate=1e-4, shown=Beyond(tight, 1.0), what="rank 1 named") < 1e-6
+    with pytest.raises(NotShown, match=r"did not hold\. rank 1 named: goes wrong with chance"):
+        verdict(False, rate=1e-4, shown=Beyond(tight, 1.0), what="rank 1 named")
+    # Several tests of one decision add up; where nothing was planted, the rule's own false alarm.
+    assert verdict(True, rate=0.01, shown=[Known(0.002), Known(0.003)], what="a pass") == pytest.approx(0.005)
+    with pytest.raises(NotShown, match="held, but"):
+        verdict(True, rate=1e-3, shown=Known(0.002), what="a pass")
+    # Without its samples a verdict says why they cannot be reached, and fails with it.
+    with pytest.raises(NotShown, match="samples unreachable: one reading of /proc"):
+        verdict(False, rate=1e-4, unreachable="one reading of /proc", what="busy")
+    with pytest.raises(ValueError, match=r"shown=.*unreachable="):
+        verdict(True, rate=1e-4, what="no samples and no reason")
 
 
-def bypasses(name: str) -> list[str]:
-    with open(os.path.join(TESTS, name), encoding="utf-8") as handle:
-        source = handle.read()
-    tree, lines = ast.parse(source), source.splitlines()
-    found = []
-    reference = "# chance: reference computation" in source  # intervals recomputed over saved records
-    if not reference and re.search(r"scipy\.stats|statistics\.stdev|\.ppf\(", source):
-        found.append(f"{name}: computes an interval itself (scipy.stats, stdev or ppf); use tests/chance.py")
-    if not launches(tree, source):
-        return found
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Assert):
-            continue
-        above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
-        if "# not chance:" in lines[node.lineno - 1] or above.startswith("# not chance:"):
-            continue  # on the assert's first line, or a comment line of its own just above it
-        for compare in (part for part in ast.walk(node.test) if isinstance(part, ast.Compare)):
-            if any(isinstance(op, ORDERING) for op in compare.ops) and any(
-                MEASURED.search(n) for n in names_in(compare)
-            ):
-                found.append(f"{name}:{node.lineno}: {lines[node.lineno - 1].strip()}")
-                break
-    return found
+def test_a_verdict_fails_at_most_at_its_rate_where_its_design_holds_and_often_where_it_does_not():
+    """A wait over 5 rounds, named where its 95 % interval excludes zero. Planted so that the rule
+    misses it a quarter of the rate's time, the whole check (the decision, and the chance its
+    samples show) fails at most at its rate; failing wherever the chance read at the samples' own
+    spread crossed the rate would fail far more often. Planted so that the rule misses 30 % of the
+    time, the check fails more often than that: it also fails runs whose decision held."""
+    generator = random.Random(63)
+    rounds, spread, rate = 5, 1.0, 0.05
+    critical = scipy.stats.t.ppf(0.975, rounds - 1)
+
+    def planted(missing: float) -> float:
+        return scipy.optimize.brentq(
+            lambda effect: scipy.stats.nct.cdf(critical, rounds - 1, effect / (spread / rounds**0.5)) - missing,
+            0.01,
+            50,
+        )
+
+    def draw(effect: float):
+        samples = [generator.gauss(effect, spread) for _ in range(rounds)]
+        return statistics.fmean(samples) / (statistics.stdev(samples) / rounds**0.5) > critical, samples
+
+    sound = planted(rate / 4)
+    drawn = [draw(sound) for _ in range(TRIALS)]
+    failed = failures(
+        iter(drawn).__next__,
+        lambda holds, samples: verdict(holds, rate=rate, shown=Beyond(samples, sound), what="named"),
+    )
+    assert failed <= scipy.stats.binom.ppf(1 - 1e-6, TRIALS, rate), failed
+    plug_in = sum(Beyond(samples, sound).chance() > rate for _, samples in drawn)
+    assert plug_in > scipy.stats.binom.ppf(1 - 1e-6, TRIALS, 4 * rate), plug_in
+    weak = planted(0.3)
+    failed = failures(
+        lambda: draw(weak), lambda holds, samples: verdict(holds, rate=rate, shown=Beyond(samples, weak), what="named")
+    )
+    assert failed > scipy.stats.binom.ppf(1 - 1e-6, TRIALS, 0.3), failed
 
 
-def test_no_test_asserts_on_a_measured_figure_around_the_helper():
-    found = [line for name in suite_modules() if name != "test_chance.py" for line in bypasses(name)]
-    assert not found, "\n".join(found)
+# The scan (tests/chance_scan.py) on small suites of its own, one way around the helper each.
 
 
-def parametrizations(function: ast.FunctionDef) -> int | None:
-    count = 1
-    for decorator in function.decorator_list:
-        if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize":
-            values = decorator.args[1] if len(decorator.args) > 1 else None
-            if not isinstance(values, ast.List | ast.Tuple):
-                return None  # a list this scan cannot count
-            count *= len(values.elts)
-    return count
+def suite(tmp_path, **modules: str) -> chance_scan.Budget:
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    return chance_scan.read_suite(str(tmp_path))
 
 
-def stated_rates() -> list[tuple[str, float]]:
-    """Every check a test makes through chance.py, with its stated rate times how often it runs."""
-    rates = []
-    for name in suite_modules():
-        if name == "test_chance.py":
-            continue
-        with open(os.path.join(TESTS, name), encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-        imported = {
-            alias.asname or alias.name: alias.name
-            for node in tree.body
-            if isinstance(node, ast.ImportFrom) and node.module == "chance"
-            for alias in node.names
-        }
-        for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
-            runs = parametrizations(function) if function.name.startswith("test_") else 1
-            loops = [node for node in ast.walk(function) if isinstance(node, ast.For | ast.While | ast.comprehension)]
-            looped = {id(inner) for loop in loops for inner in ast.walk(loop)}
-            for call in (node for node in ast.walk(function) if isinstance(node, ast.Call)):
-                if isinstance(call.func, ast.Name) and call.func.id in imported:
-                    called = imported[call.func.id]
-                elif isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", None) == "chance":
-                    called = call.func.attr
-                else:
-                    continue
-                if called not in CHECKS:
-                    continue
-                if runs is None:
-                    raise AssertionError(f"{name}:{call.lineno}: parametrized over a list this scan cannot count")
-                if id(call) in looped:
-                    raise AssertionError(f"{name}:{call.lineno}: a check in a loop runs an uncounted number of times")
-                rate = next((k.value for k in call.keywords if k.arg == "rate"), None)
-                if called == "verdict" and rate is None:
-                    raise AssertionError(f"{name}:{call.lineno}: a verdict states its rate")
-                if rate is not None and not isinstance(rate, ast.Constant):
-                    raise AssertionError(f"{name}:{call.lineno}: a check's rate must be written as a number")
-                rates.append((f"{name}:{call.lineno}", (RATE if rate is None else rate.value) * runs))
-    return rates
+def flagged(budget: chance_scan.Budget) -> dict[str, str]:
+    """file:line -> what the scan said of it."""
+    return {problem.split(": ", 1)[0]: problem.split(": ", 1)[1] for problem in budget.problems}
+
+
+def test_the_scan_reads_every_test_that_starts_a_process_or_reads_a_clock(tmp_path):
+    budget = suite(
+        tmp_path,
+        conftest="""
+            import subprocess
+
+            def ddpbench_process(*args):
+                return subprocess.run(["ddpbench", *args])
+        """,
+        test_ways="""
+            import json
+            import time
+
+            import pytest
+            from conftest import ddpbench_process
+
+            @pytest.fixture(scope="module")
+            def slow_rank():
+                ddpbench_process("run")
+                return {"phase": "forward", "rank": 1, "named": True}
+
+            def same_rank(found):
+                assert found["rank"] == 1
+
+            def test_a_phase_through_the_modules_fixture(slow_rank):
+                straggler = slow_rank
+                assert straggler["phase"] == "forward"
+                same_rank(slow_rank)
+                assert slow_rank["named"]
+
+            def test_a_clock_read_without_the_launches_mark():
+                started = time.monotonic()
+                assert time.monotonic() - started < 30
+
+            def test_a_fixed_record_is_not_noise():
+                straggler = json.loads('{"phase": "forward"}')
+                assert straggler["phase"] == "forward"
+        """,
+        test_marked="""
+            import pytest
+
+            pytestmark = pytest.mark.launches
+
+            def test_the_gate(gate):
+                verdict = gate()
+                assert verdict == "regression"
+                assert gate.step_s > 0.5
+        """,
+    )
+    said = flagged(budget)
+    assert said.keys() == {
+        "test_ways.py:14",  # in a helper a noisy test calls
+        "test_ways.py:18",  # straggler["phase"] == "forward"
+        "test_ways.py:20",  # a straggler named
+        "test_ways.py:24",  # time.monotonic() - started < 30
+        "test_marked.py:8",  # verdict == "regression"
+        "test_marked.py:9",
+    }, budget.problems
+    assert said["test_ways.py:24"].startswith("an ordering assert on a clock read")
+    assert said["test_marked.py:8"].startswith("an equality on a decision reached against noise")
+    assert said["test_marked.py:9"].startswith("an ordering assert on a measured figure")
+
+
+def test_an_exemption_needs_a_reason_of_its_own_and_is_listed_with_it(tmp_path):
+    budget = suite(
+        tmp_path,
+        test_exempt="""
+            import subprocess
+
+            def test_exemptions():
+                run = subprocess.run(["true"])
+                # not chance:
+                assert run.rank == 1
+                assert run.named  # not chance: deterministic
+                assert run.phase == "forward"  # not chance: not noise
+                # not chance: the record's phase is written by the fixture's hand, never measured
+                assert run.phase == "forward"
+                count = 3  # not chance: three steps were asked for
+                # not chance: a reason may run on
+                # over the comment lines below it
+                assert run.rank == 1
+        """,
+    )
+    said = flagged(budget)
+    assert said.keys() == {"test_exempt.py:7", "test_exempt.py:8", "test_exempt.py:9", "test_exempt.py:12"}, said
+    assert "an empty reason" in said["test_exempt.py:7"]
+    assert "says nothing of this assert ('deterministic')" in said["test_exempt.py:8"]
+    assert "says nothing of this assert ('not noise')" in said["test_exempt.py:9"]
+    assert "on no assert" in said["test_exempt.py:12"]
+    assert budget.exemptions == [
+        chance_scan.Exemption(
+            "test_exempt.py:11",
+            "the record's phase is written by the fixture's hand, never measured",
+            'assert run.phase == "forward"',
+        ),
+        chance_scan.Exemption(
+            "test_exempt.py:15", "a reason may run on over the comment lines below it", "assert run.rank == 1"
+        ),
+    ]
+
+
+def test_a_check_inside_a_helper_counts_once_per_call_times_its_callers_parametrizations(tmp_path):
+    budget = suite(
+        tmp_path,
+        test_helpers="""
+            import pytest
+            from chance import mean_at_least
+
+            def wait_shown(samples):
+                mean_at_least(samples, 1.0, rate=1e-4)
+
+            def both_shown(samples):
+                wait_shown(samples)
+                wait_shown(samples)
+
+            @pytest.fixture
+            def checked():
+                mean_at_least([1.0, 2.0], 0.0, rate=2e-4)
+
+            def test_one():
+                wait_shown([1.0, 2.0])
+
+            @pytest.mark.parametrize("n", [1, 2])
+            def test_two(n, checked):
+                both_shown([1.0, 2.0])
+                mean_at_least([1.0, 2.0], 0.0, rate=3e-4)
+        """,
+        test_elsewhere="""
+            from test_helpers import wait_shown
+
+            def test_imported():
+                wait_shown([1.0, 2.0])
+        """,
+    )
+    rates = dict(budget.rates)
+    # wait_shown: test_one, test_two's two calls through both_shown at 2 parametrizations, test_imported.
+    assert rates["test_helpers.py:6"] == pytest.approx(6e-4)
+    assert rates["test_helpers.py:14"] == pytest.approx(4e-4)  # the fixture, for each of test_two's runs
+    assert rates["test_helpers.py:22"] == pytest.approx(6e-4)
+    assert budget.total == pytest.approx(1.6e-3)
+
+
+def test_a_helper_with_a_check_called_in_a_loop_and_a_verdict_without_samples_are_refused(tmp_path):
+    looped = """
+        from chance import mean_at_least
+
+        def wait_shown(samples):
+            mean_at_least(samples, 1.0)
+
+        def test_each():
+            for samples in ([1.0, 2.0], [2.0, 3.0]):
+                wait_shown(samples)
+    """
+    with pytest.raises(
+        AssertionError, match=r"test_loop.py:9: wait_shown makes a chance check and is called in a loop"
+    ):
+        suite(tmp_path, test_loop=looped)
+    (tmp_path / "test_loop.py").unlink()
+    bare = """
+        from chance import verdict
+
+        def test_named():
+            verdict(True, rate=1e-4, basis="a 10 ms sleep", what="rank 1 named")
+    """
+    with pytest.raises(AssertionError, match=r"test_bare.py:5: a verdict gives the decision's samples"):
+        suite(tmp_path, test_bare=bare)
+
+
+def test_the_scan_keeps_the_default_rate_of_the_checks():
+    assert chance_scan.RATE == RATE
+
+
+def test_no_test_asserts_on_noise_around_the_helper():
+    problems = chance_scan.read_suite().problems
+    assert not problems, "\n".join(problems)
 
 
 def test_the_stated_rates_sum_to_the_suites_budget():
-    rates = stated_rates()
-    assert rates, "no test uses tests/chance.py"
-    total = sum(rate for _, rate in rates)
-    assert total <= SUITE_RATE, f"{total:.4f} stated over {len(rates)} checks: " + ", ".join(
-        f"{where} {rate:g}" for where, rate in rates
+    budget = chance_scan.read_suite()
+    assert budget.rates, "no test uses tests/chance.py"
+    assert budget.total <= SUITE_RATE, f"{budget.total:.4f} stated over {len(budget.rates)} checks: " + ", ".join(
+        f"{where} {rate:g}" for where, rate in budget.rates
     )

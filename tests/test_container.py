@@ -64,6 +64,7 @@ def test_the_image_builds_on_an_offline_base_keeps_its_torch_and_runs_two_ranks(
     with open(tmp_path / "found.json", encoding="utf-8") as handle:
         found = json.load(handle)
     assert found["torch_unchanged"] and found["held_files_changed"] == []
+    # not chance: the torch version the image pins against the one installed, read from files
     assert found["held"]["image"]["torch"][0] == found["versions"]["torch"]
     assert found["help"].startswith("usage: ddpbench")
     output = found["run"]["output"]

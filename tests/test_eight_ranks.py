@@ -35,9 +35,11 @@ def test_every_figure_has_an_interval_at_eight_ranks(eight):
     assert found.rounds == 5 and found.in_process.has_interval, found.in_process
     for name, cause in found.causes.items():
         assert cause.seconds.has_interval and cause.points.has_interval, name
+    # not chance: a profiled DDP run has the ablation; its wait has an interval over 5 rounds
     assert found.straggler.source == "ablation" and found.straggler.wait.has_interval
     # The causes add up to the in-process loss, at eight ranks too.
     total = sum(cause.points.value for cause in found.causes.values())
+    # not chance: the causes add up to the in-process loss in every round, by construction
     assert total == pytest.approx(found.loss_points.value, abs=1e-9)
 
 

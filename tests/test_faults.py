@@ -185,8 +185,10 @@ def test_a_hang_inside_a_step_names_the_rank_and_where_it_is_stuck(hung, where, 
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
     # torchrun blames rank 0, whose collective timed out waiting; the collective counts point at rank 1.
+    # not chance: the injected hang never returns: the collective counts name rank 1, not a timing
     assert error["hung_ranks"] == [1] and error["hang"]["kind"] == "hung"
     assert error["message"].startswith(f"hang: rank 1 stuck in {stuck_in} of step 4 (")
+    # not chance: the step and place the fault was injected at, read from rank 1's hooks
     assert (error["hang"]["step"], error["hang"]["where"]) == (4, stuck_in)
     assert error["hang"]["waiting"]["0"].startswith("all_reduce #") and waits_in in error["hang"]["waiting"]["0"]
     evidence = error["hang"]["evidence"]
@@ -214,6 +216,7 @@ def test_a_rank_that_skips_an_all_reduce_is_named_as_out_of_step(hung):
     # The tiny MLP has one gradient bucket, so every later all-reduce pairs with the others' next
     # one and nothing hangs until rank 1 reaches the barrier after the last step with rank 0 one
     # collective behind it, still in backward.
+    # not chance: rank 1 skips an all-reduce by injection: the collective counts name it
     assert error["hung_ranks"] == [1] and error["hang"]["kind"] == "skipped"
     assert error["message"].startswith("out of step: rank 1 skipped a collective: its collective #")
     assert (
@@ -230,6 +233,7 @@ def test_a_users_workload_that_blocks_in_forward_is_named(hung):
     record = only_record(tmp_path)
     error = record["error"]
     assert done.returncode == 1 and record["status"] == "timeout", error["message"]
+    # not chance: the workload's lock never opens: the collective counts name rank 1, its hooks the phase and step
     assert error["message"].startswith("hang: rank 1 stuck in forward of step 6 (")
     assert error["hang"]["evidence"]["top_frames"]["1"][0].startswith(f"{REPO}/tests/fixtures/blocks_in_forward.py:")
     assert error["failed_ranks"] == [0]  # torchrun's root cause: the victim

@@ -7,6 +7,7 @@ import sys
 
 import msgspec
 import pytest
+from chance import Known
 from chance import verdict as holds
 from conftest import REPO, ddpbench, ddpbench_process
 from test_gate import SWEEP
@@ -151,8 +152,14 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
     # Unchanged code: a pass, or, where two rounds' noise makes B look slower than the threshold
     # without significance, inconclusive (exit 3, with its sentence); never a regression (exit 1 is
     # the family's false alarm, --family-alpha).
-    holds(done.returncode in (0, 3), rate=1e-4, basis="--family-alpha 0.0001", what=done.stdout + done.stderr)
+    holds(
+        done.returncode in (0, 3),
+        rate=1e-4,
+        shown=Known(1e-4, "--family-alpha 0.0001: the gate's false alarm on unchanged code, its comparisons together"),
+        what=done.stdout + done.stderr,
+    )
     if done.returncode == 3:
+        # not chance: exit 3 is the inconclusive verdict, which always prints its sentence
         assert "inconclusive: " in done.stdout and "rounds would decide it" in done.stdout, done.stdout
     lines = [line for line in done.stderr.splitlines() if line.startswith("round ")]
     assert [line.split(":")[0] for line in lines] == ["round 1/2 A", "round 1/2 B", "round 2/2 A", "round 2/2 B"]
@@ -164,6 +171,7 @@ def test_a_real_ab_job_alternates_and_gates(tmp_path):
     # Two rounds on a loaded machine may need more than 1000 rounds to see 5 %: then it says so.
     # not chance: the rule never asks for fewer rounds than it had
     assert throughput["runs_needed"] is None or throughput["runs_needed"] >= 2
+    # not chance: the sight names the rounds needed wherever the comparison does not see the target
     assert "rounds would be needed" in throughput["sight"] or throughput["sees_threshold"]
 
 

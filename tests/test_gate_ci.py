@@ -190,6 +190,7 @@ def test_python_m_ddpbench_cli_gate_writes_the_verdict_file_the_user_names(tmp_p
         env=cpu_environment(DDPBENCH_HISTORY=str(tmp_path / "none.sqlite")),
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # not chance: two sweeps of records written here alike: the gate's arithmetic on them is fixed
     assert json.loads((tmp_path / "mine.json").read_text())["verdict"] == "pass"
     assert done.stdout.strip().splitlines()[-1].startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; ")
 
@@ -246,6 +247,7 @@ def test_the_nightly_workflows_gate_line_writes_the_verdict_to_its_json_file(tmp
     candidate = repeated_sweep(work / "results" / "gate-123", 1.0)
     shutil.copytree(repeated_sweep(tmp_path / "base", 1.0), work / baseline_dir(candidate))
     line = workflow_gate_command().replace("${{ github.run_id }}", "123").replace("$baseline", "auto")
+    # not chance: the workflow file's own text, as written
     assert "--json-file gate-verdict.json" in line, line
     done = subprocess.run(
         ["bash", "--noprofile", "--norc", "-c", line],
@@ -257,9 +259,11 @@ def test_the_nightly_workflows_gate_line_writes_the_verdict_to_its_json_file(tmp
     )
     assert done.returncode == 0, done.stdout + done.stderr
     verdict = json.loads((work / "gate-verdict.json").read_text())
+    # not chance: two sweeps of records written here alike: the gate's arithmetic on them is fixed
     assert verdict["verdict"] == "pass" and verdict["comparisons"]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; "), last
+    # not chance: either wording holds, for any runs: the line says what each comparison sees
     assert re.search(r"comparisons? (cannot see|sees) 9\.75%", last), last
 
 
@@ -286,6 +290,7 @@ def test_a_pass_comes_through_as_0_with_its_meaning_as_the_last_line(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(f"ddpbench gate exited 0: {EXIT_MEANINGS[0]}; "), last
+    # not chance: either wording holds, for any runs: the line says what each comparison sees
     assert re.search(r"comparisons? (cannot see|sees) 9\.75%", last), last
 
 
@@ -346,7 +351,9 @@ def test_the_documented_ci_job_fails_with_the_gates_own_code(tmp_path, busy, cod
     )
     assert done.returncode == code, done.stdout + done.stderr
     assert outputs.read_text() == f"code={code}\n"
+    # not chance: the candidate's records are written here 1.6 times slower: the gate's arithmetic on them is fixed
     assert summary.read_text().startswith("## ddpbench gate: REGRESSION")
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(f"ddpbench gate exited {code}: {EXIT_MEANINGS[code]}; "), last
+    # not chance: either wording holds, for any runs: the line says what each comparison sees
     assert "runs per side" in last or "sees 9.75%" in last

@@ -232,6 +232,7 @@ def test_a_local_run_inside_a_torchrun_job_writes_its_record(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     [name] = os.listdir(tmp_path / "runs")
     record = json.load(open(tmp_path / "runs" / name))
+    # not chance: a run started with RANK=1 around it still numbers its own one rank 0
     assert record["status"] == "ok" and record["ranks"][0]["rank"] == 0
 
 

@@ -153,6 +153,7 @@ def test_a_writer_killed_in_the_middle_of_an_add_leaves_the_store_as_before(stor
     writer = subprocess.Popen([sys.executable, "-c", KILLED, store_url, str(ready), count], cwd=REPO)
     deadline = time.monotonic() + 120
     while not ready.exists():
+        # not chance: a two-minute deadline for a write of under a second: only a stuck writer crosses it
         assert writer.poll() is None and time.monotonic() < deadline, "the writer ended before it was killed"
         time.sleep(0.05)
     if store_url.startswith("sqlite"):

@@ -69,6 +69,7 @@ def test_the_first_screen_holds_every_workloads_verdict(seen):
         assert bottom <= HEIGHT, (workload, bottom)
         efficiency, _, cause, held, checks, advice = cells[1:]
         assert re.match(r"\d+\.\d % ± \d+\.\d \(3 runs\)", efficiency), efficiency
+        # not chance: the report of saved records fills each cell from them
         assert cause and held and advice and checks.startswith("passed"), cells
     assert seen["verdict_bottom"] <= HEIGHT
 
@@ -84,5 +85,7 @@ def test_nothing_about_communication_at_one_rank_and_dataparallel_is_no_rival(pa
     body = html.unescape(text[: text.index('<details class="appendix"')])
     assert "overlap" not in body.lower() and " x1:" not in body
     verdict = body[body.index('<section class="verdict"') : body.index("</section>")]
+    # not chance: the saved CPU suite has no DataParallel run, and the report says so
     assert "not run (on CPU: not comparable)" in verdict  # the CPU suite has no DataParallel
+    # not chance: the saved records are of 2 gloo processes on CPU, and the report says so
     assert "On CPU: 2 gloo processes share this machine's cores" in verdict

@@ -56,6 +56,7 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
         "env_vars",
     ):
         assert key in env
+    # not chance: each rank writes its own number into the record
     assert [r["rank"] for r in record["ranks"]] == list(range(world_size))
     for rank in record["ranks"]:
         assert len(rank["step_times_s"]) == timed_steps
@@ -66,10 +67,13 @@ def assert_valid_ok_record(record: dict, world_size: int, timed_steps: int) -> N
     # Every derived number is recomputed here from the raw per-rank step times.
     metrics = record["metrics"]
     iteration = np.max([r["step_times_s"] for r in record["ranks"]], axis=0)
+    # not chance: the record's percentile recomputed from its own step times
     assert metrics["iteration_time_s"]["p50"] == pytest.approx(np.percentile(iteration, 50))
+    # not chance: the record's percentile recomputed from its own step times
     assert metrics["iteration_time_s"]["p99"] == pytest.approx(np.percentile(iteration, 99))
     samples = record["spec"]["batch_size"] * world_size * timed_steps
     assert metrics["global_samples"] == samples
+    # not chance: the record's throughput recomputed from its own samples and window
     assert metrics["throughput_samples_per_s"] == pytest.approx(samples / metrics["window_s"])
     # The barrier-aligned window holds the timed steps: it cannot be shorter than their sum on
     # any rank (it also contains the final barrier).
@@ -110,9 +114,11 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     ]
     assert all(os.path.exists(p) for p in overlap["trace"]["paths"])
     for rank, view in enumerate(overlap["trace"]["by_rank"]):
+        # not chance: one trace view per rank, on CPU over gloo, of the 3 profiled steps asked for
         assert (view["rank"], view["kind"], view["backend"], view["steps_analysed"]) == (rank, "cpu", "gloo", 3)
         # not chance: a duration is positive, a share lies in 0-100
         assert view["comm_us"] > 0 and 0 <= view["overlap_pct"] <= 100
+        # not chance: exposed communication is communication less its overlap, by the view's formula
         assert view["exposed_comm_us"] == pytest.approx(view["comm_us"] - view["overlap_us"])
     assert len(overlap["no_sync"]["by_rank"]) == 2 and overlap["no_sync"]["by_rank"][0]["steps"] == 10
     assert all(len(r["no_sync_step_times_s"]) == 10 for r in record["ranks"])
@@ -144,6 +150,7 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
             # not chance: a measured duration is positive
             assert all(step["step_s"] > 0 for step in view[kind]), kind
         # Rung 0: this rank alone, in the blocks that were its turn.
+        # not chance: the rounds each rank steps alone follow the fixed schedule 0, 0, 1, 1, 0
         assert [step["block"] for step in view["alone"]] == ([0, 1, 4] if rank == 0 else [2, 3])
         probe = view["contention"]
         # Sized to last about as long as backward: between 64 KiB and 4 x the gradients' bytes.
@@ -210,6 +217,7 @@ def test_user_workload_file_with_ddp_knobs_and_compression_hook(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = only_record(tmp_path)
     assert_valid_ok_record(record, world_size=2, timed_steps=6)
+    # not chance: a file workload's run id is its stem and factory, here named regression
     assert record["run_id"].startswith("user_workload.regression-ddp-n2-")  # a file's workload: stem.factory
     assert record["spec"]["ddp"] == {
         "bucket_cap_mb": 1.0,

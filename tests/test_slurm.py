@@ -289,6 +289,7 @@ def test_sbatch_runs_a_two_node_sweep_through_srun_and_writes_the_report(cluster
     assert two["status"] == "ok" and two["spec"]["nnodes"] == 2 and two["spec"]["launcher"] == "slurm"
     assert two["launch"]["command"][:2] == ["srun", "--nodes=2"]
     assert "--nnodes=2" in two["launch"]["command"] and "--rdzv-backend=c10d" in two["launch"]["command"]
+    # not chance: each rank writes its own number into the record
     assert sorted(rank["rank"] for rank in two["ranks"]) == [0, 1]
     # two torchrun agents, one per SLURM node, under one step
     assert len(glob.glob(str(sweep_dir / "logs" / "mlp-ddp-n2" / "ranks" / "*"))) == 2

@@ -93,6 +93,7 @@ def test_printed_and_saved_table_match_the_records(sweep):
     for (strategy, world_size), row in table.iterrows():
         metrics = load_json(folder / "runs" / f"mlp-{strategy}-n{world_size}.json")["metrics"]
         x = metrics["global_samples"] / metrics["window_s"]
+        # not chance: E recomputed from the records' own throughputs, as the table computes it
         assert row["efficiency"] == pytest.approx(x / (world_size * x1))
         assert f"{x:,.1f}" in done.stdout  # the printed table shows the same throughput
     csv = (folder / "scaling.csv").read_text().splitlines()

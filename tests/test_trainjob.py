@@ -331,6 +331,7 @@ def run_two_pods(tmp_path, script: str) -> dict[tuple[str, int, str], float]:
     for rank, pod in zip((1, 0), pods):
         _, err = pod.communicate(timeout=60)
         # Every run ran on both; pod 1 ends failed, as one of its runs did.
+        # not chance: the stub fails pod 1's first run by its script, and the pod's exit says so
         assert (pod.returncode, err) == (1 if rank == 1 else 0, ""), err
     events = {}
     for line in log.read_text().splitlines():
@@ -356,6 +357,8 @@ def test_a_failed_run_on_one_pod_does_not_put_the_pods_a_run_apart(tmp_path):
     script = load(folder / "ddpbench-sync-n2.yaml")["spec"]["trainer"]["command"][2]
     started = time.monotonic()
     events = run_two_pods(tmp_path, script)
+    # not chance: pods in step take seconds (a 2 s sleep, two interpreters' starts); a barrier that
+    # waited out its timeout, minutes
     assert time.monotonic() - started < 30
     assert events[("start", 1, "mlp-ddp-n2-r2")] >= events[("end", 0, "mlp-ddp-n2-r1")]
     assert events[("start", 0, "mlp-ddp-n2-r2")] >= events[("end", 1, "mlp-ddp-n2-r1")]

@@ -79,6 +79,7 @@ def test_a_two_node_job_runs_across_the_link_with_a_host_name_per_node(sweeps):
     assert two["status"] == "ok" and two["checks"]["replicas_in_sync"]["ok"], two.get("error")
     assert two["spec"]["nnodes"] == 2 and two["spec"]["nproc"] == 1 and two["spec"]["world_size"] == 2
     # Every rank names the host it ran on: two distinct names, neither the machine's own.
+    # not chance: each node's namespace has the host name the test gave it
     assert {rank["rank"]: rank["hostname"] for rank in two["ranks"]} == {0: "node-0", 1: "node-1"}
     # The rendezvous is the one the runtime's variables name (pod 0 at PET_MASTER_ADDR:PET_MASTER_PORT).
     assert two["spec"]["rdzv_endpoint"] == "node-0:29500"
@@ -114,5 +115,7 @@ def test_a_rank_killed_in_one_run_does_not_desynchronise_the_next(killed_then_ne
     # The second run met both pods: ok, one rank on each host, in sync.
     second = record(folder, "mlp-ddp-n2-r2")
     assert second["status"] == "ok" and second["checks"]["replicas_in_sync"]["ok"], second.get("error")
+    # not chance: each node's namespace has the host name the test gave it
     assert {rank["rank"]: rank["hostname"] for rank in second["ranks"]} == {0: "node-0", 1: "node-1"}
+    # not chance: the fault the test injected in the first run's spec, none in the second's
     assert second["spec"]["fault"] is None and killed["spec"]["fault"]["rank"] == 1
