@@ -80,7 +80,8 @@ def largest_words(answer: Answer) -> str:
         first = cause_figure(answer, largest[0])
         if len(largest) == 1:
             return f"largest cause {first}"
-        others = " and ".join(LABELS[name] for name in largest[1:])
+        noisy = set(answer.rivals())
+        others = " and ".join(LABELS[name] + (" (within noise)" if name in noisy else "") for name in largest[1:])
         return f"largest cause {first}, tied with {others} (its lead would not hold in another sweep)"
     if not answer.in_place:
         return "its causes were not measured in place (no in-process ablation), so none is beyond noise"

@@ -185,22 +185,38 @@ class Answer:
             return None
         return ratio_of_means([d for d, _ in measured], [step for _, step in measured], "runs", 100.0)
 
+    def rivals(self) -> list[str]:
+        """Causes within noise that cost something by their estimate (positive, measured): none is
+        ever the largest, but one may be as large as the largest finding."""
+        found = self.findings()
+        return [
+            name
+            for name, cause in self.causes.items()
+            if name not in found
+            and cause.points is not None
+            and cause.points.over != "exact"
+            and cause.points.value > 0
+        ]
+
     def largest(self) -> list[str]:
-        """The largest cause, and every other finding tied with it: one whose lead the largest's
-        would not keep in another sweep of the same configuration on the same machine (`lead_holds`).
-        Empty where no cause is beyond noise."""
-        return ties(self.findings(), self.lead)
+        """The largest cause (a finding), and every other cause tied with it: one whose lead the
+        largest's would not keep in another sweep of the same configuration on the same machine
+        (`lead_holds`). A cause within noise is never the largest, but it is tied with it where the
+        largest's lead over it would not hold: naming a smaller finding alone beside a larger,
+        uncertain estimate would answer by chance. Empty where no cause is beyond noise."""
+        return ties(self.findings(), self.lead, self.rivals())
 
     def loss_within_noise(self) -> bool:
         loss = self.loss_points
         return loss is not None and loss.has_interval and loss.low <= 0 <= loss.high
 
 
-def ties(findings: list[str], lead) -> list[str]:
-    """The first finding (the largest) and every other one whose lead it would not keep."""
+def ties(findings: list[str], lead, rivals: list[str] = ()) -> list[str]:
+    """The first finding (the largest) and every other finding, or cause within noise costing
+    something (`rivals`), whose lead it would not keep."""
     if not findings:
         return []
-    return [findings[0]] + [name for name in findings[1:] if not lead_holds(lead(findings[0], name))]
+    return [findings[0]] + [name for name in [*findings[1:], *rivals] if not lead_holds(lead(findings[0], name))]
 
 
 def largest_in_rounds(rounds: dict[str, dict[int, float]]) -> list[str]:
@@ -212,7 +228,8 @@ def largest_in_rounds(rounds: dict[str, dict[int, float]]) -> list[str]:
         (name for name, value in points.items() if value.significant and value.value > 0),
         key=lambda name: -points[name].value,
     )
-    return ties(found, lambda first, second: rounds_lead(rounds, first, second))
+    rivals = [name for name, value in points.items() if name not in found and value.value > 0]
+    return ties(found, lambda first, second: rounds_lead(rounds, first, second), rivals)
 
 
 def lead_holds(lead: Estimate | None) -> bool:
