@@ -26,27 +26,20 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 from torch.utils.data.dataloader import default_collate
 
-from ddpbench.analysis.cpu_denied import judge_busy
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
-from ddpbench.config.channels import LAUNCHED_AT_ENV
 from ddpbench.config.spec import RunSpec
 from ddpbench.host.cpu_denied import CpuCounters, name_this_rank
 from ddpbench.host.facts import host_facts
-from ddpbench.host.load import busiest, tree_cpu_s
-from ddpbench.host.load import judge as judge_load
 from ddpbench.host.own_tree import check_own_tree
 from ddpbench.records.schema import (
     Check,
     CompileStats,
     HostSync,
-    MachineLoad,
     Metrics,
     Overlap,
-    RankResult,
     Record,
     RunError,
-    StartUp,
 )
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, compiling, model_state, phases, sharding
@@ -69,7 +62,7 @@ from ddpbench.worker.training import (
     wrap_data_parallel,
     wrap_ddp,
 )
-from ddpbench.worker.window_load import WindowLoad
+from ddpbench.worker.window_load import WindowLoad, add_ranks, start_up, window_cpu
 from ddpbench.worker.workload import build_workload
 
 
@@ -313,7 +306,7 @@ def measure(
         load = WindowLoad(rank.local_rank, rank.device, rank.devices, spec.threads_per_rank, spec.num_workers)
         load.start()  # before the barrier: the reading is no part of any rank's window
         counters.refresh()  # the DataLoader's workers and the collective library's threads exist now
-        started_up = start_up(spec, rank)
+        started_up = start_up(spec.rank_start, rank.local_rank, rank.distributed)
         before_window = compiling.counts() if compiled is not None else None
         # Nothing between this barrier and the first mark: the ranks' windows start together.
         window_edge(rank)
@@ -423,36 +416,6 @@ def measure(
         "compile": compiled,
     }
     return result, shared, replay
-
-
-def start_up(spec: RunSpec, rank: Rank) -> dict | None:
-    """What the run cost before its timed window (local rank 0 reads it, before the opening barrier):
-    the wall time since the launcher started its processes, and the CPU-seconds of the run's
-    processes on this node (under torchrun, its agent and every rank under it)."""
-    if rank.local_rank != 0:
-        return None
-    launched = os.environ.get(LAUNCHED_AT_ENV)
-    root = os.getppid() if rank.distributed else os.getpid()
-    return {
-        "rank_start": spec.rank_start,
-        "to_first_step_s": time.time() - float(launched) if launched else None,
-        "cpu_s": tree_cpu_s(root),
-    }
-
-
-def window_cpu(clock: StepClock, counters: CpuCounters) -> dict | None:
-    """The record's `cpu` of a rank: the kernel's counters per timed step; None where not read."""
-    steps = clock.cpu.per_step() if clock.cpu is not None else None
-    if steps is None:
-        return None
-    return {
-        **steps,
-        "threads": counters.counts["threads"],
-        "comm_threads": counters.counts["comm"],
-        "loader_processes": counters.counts["loader_processes"],
-        "quota_cores": counters.quota,
-        "cgroup": counters.cgroup,
-    }
 
 
 def data_wait(data_times_s: list[float]) -> dict:
@@ -572,27 +535,10 @@ def build_record(spec: RunSpec, results: list[dict], shared: dict, started_at: s
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.host_sync = msgspec.convert(shared["host_synchronisation"], HostSync)
-    record.ranks = [
-        msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
-    ]
-    # The busy mark from the ranks' own counters where they were read: other processes took a part
-    # of some rank's waiting for a core beyond noise (one rule, `ddpbench.analysis.cpu_denied`).
-    counted = judge_busy(record)
-    for r in results:
-        if r.get("machine_load") is not None and counted is not None:
-            why = counted.get(r["machine_load"]["hostname"])
-            r["machine_load"] = judge_load(r["machine_load"], why, counted=True)
-    record.ranks = [
-        msgspec.convert({key: value for key, value in r.items() if key in RANK_FIELDS}, RankResult) for r in results
-    ]
-    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
+    add_ranks(record, results)
     record.compile = msgspec.convert(shared["compile"], CompileStats | None)
-    record.start_up = msgspec.convert(results[0].get("start_up"), StartUp | None)
     record.overlap = overlap_estimates(spec, results, None)
     return record
-
-
-RANK_FIELDS = set(RankResult.__struct_fields__)
 
 
 def overlap_estimates(spec: RunSpec, results: list[dict], found: list[dict] | None) -> Overlap:

@@ -17,7 +17,7 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record as record_errors_for_torchrun
 
 from ddpbench.config.spec import RunSpec
-from ddpbench.host.cpu_denied import name_this_rank
+from ddpbench.host.cpu_denied import CpuCounters, name_this_rank
 from ddpbench.host.own_tree import check_own_tree
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
 from ddpbench.worker.script.ending import end_of_script
@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     name_this_rank(rank)
     beat = Heartbeat(os.environ.get(HEARTBEAT_ENV), rank, stall_after_s=spec.pg_timeout_s / 2)
     observer = Observer(spec.pg_timeout_s)
-    session = Session(spec, observer, beat)
+    # Built here, on the thread that runs the script: the kernel's counters it reads are this thread's.
+    session = Session(spec, observer, beat, CpuCounters())
     observer.on_step_end = session.step_ended
     observer.install()
     # The script sees what it would see run plainly: its path as argv[0], its folder on sys.path.

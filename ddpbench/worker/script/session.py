@@ -29,24 +29,27 @@ import torch.distributed as dist
 from ddpbench.analysis.metrics import run_metrics
 from ddpbench.analysis.peaks import model_flops_utilisation
 from ddpbench.config.spec import COMM_HOOKS, DDPKnobs, RunSpec
+from ddpbench.host.cpu_denied import CpuCounters
 from ddpbench.host.facts import host_facts
-from ddpbench.host.load import busiest
-from ddpbench.records.schema import Check, MachineLoad, Metrics, Overlap, RankResult, Record, RunError, ScriptRun
+from ddpbench.records.schema import Check, Metrics, Overlap, Record, RunError, ScriptRun
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.environment import tf32_allowed, torch_facts
 from ddpbench.worker.probe import process_probe
 from ddpbench.worker.script.observer import Observer, StopScript
-from ddpbench.worker.window_load import WindowLoad
+from ddpbench.worker.window_load import WindowLoad, add_ranks, start_up, window_cpu
 
 NOT_REPLAYED = "not measured for a script: its loop is its own, so ddpbench cannot replay its steps under no_sync()"
 NOT_RECOMPUTED = "a script's loss is its own, so ddpbench cannot recompute the local gradients"
 
 
 class Session:
-    def __init__(self, spec: RunSpec, observer: Observer, beat=None):
+    def __init__(self, spec: RunSpec, observer: Observer, beat=None, counters: CpuCounters | None = None):
         self.spec, self.observer, self.script, self.beat = spec, observer, spec.script, beat
+        self.counters = counters
+        """The kernel's counters of this rank's CPU (built on the thread that runs the script)."""
+        self.started_up: dict | None = None
         self.run_to_end = spec.script.run_to_end
         self.warmup = spec.warmup if spec.warmup is not None else 5
         self.started_at = utc_now()
@@ -105,7 +108,7 @@ class Session:
         empties). After: once the window has closed. A probe that fails (a GPU the script has
         filled) leaves that reading out; the run and its measurements go on."""
         try:
-            self.probe[when] = process_probe(self.observer.device())
+            self.probe[when] = process_probe(self.observer.device(), self.counters)
         except Exception:
             if self.observer.device().type == "cuda":
                 torch.cuda.empty_cache()
@@ -148,9 +151,13 @@ class Session:
         # The script's own threads; its loader workers, if any, are not known here.
         self.load = WindowLoad(int(os.environ.get("LOCAL_RANK", 0)), device, [device], torch.get_num_threads(), 0)
         self.load.start()  # before the barrier: no part of any rank's window
+        if self.counters is not None:
+            self.counters.refresh()  # the script's loader workers and the collective library's threads exist now
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.started_up = start_up(self.spec.rank_start, local_rank, True)
         self.observer.digesting = False  # the warm-up's gradient digests are the check's; timed steps pay nothing
         self._edge()
-        self.clock = StepClock(self.observer.device())
+        self.clock = StepClock(self.observer.device(), self.counters)
         self.observer.clock, self.observer.timing = self.clock, True
         self.window_start, self.window_cpu_start = time.perf_counter(), time.process_time()
         self.clock.mark()
@@ -191,6 +198,8 @@ class Session:
             "window_cpu_s": window_cpu_s,
             "window_s": self.window_s,
             "machine_load": self.machine_load,
+            "cpu": window_cpu(clock, self.counters),
+            "start_up": self.started_up,
             "probe": self.probe,
             "param_digest": checks.parameter_digest(observer.ddp.module),
             # read after the window: the digests stayed on the device through the warm-up
@@ -425,9 +434,7 @@ def build_record(spec: RunSpec, observer: Observer, results: list[dict], session
     record.metrics = msgspec.convert(metrics, Metrics)
     record.checks = msgspec.convert(run_checks, dict[str, Check])
     record.overlap = msgspec.convert({"trace": None, "no_sync": None, "reducer": None}, Overlap)
-    record.machine_load = msgspec.convert(busiest([r.get("machine_load") for r in results]), MachineLoad | None)
-    fields = set(RankResult.__struct_fields__)
-    record.ranks = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankResult) for r in results]
+    add_ranks(record, results)
     notes = [f"no_sync and reducer estimates {NOT_REPLAYED}"] + ([unit_note] if unit_note else [])
     if hook_note:
         notes.append(hook_note)
