@@ -91,6 +91,39 @@ def workload_modules(script_args: list[str]) -> list[str]:
     return [BUILTIN_WORKLOADS[spec["workload"]].partition(":")[0]]
 
 
+def no_driver_no_gpus() -> None:
+    """Where NVIDIA's driver is missing, GPUs are counted as none without asking the CUDA runtime.
+    torch asks the runtime once NVML cannot answer (torchrun's LaunchConfig asks whether an accelerator
+    is there), and asking it marks every process forked afterwards as unable to use CUDA: a rank whose
+    code then asks for a GPU would read "Cannot re-initialize CUDA in forked subprocess" instead of
+    the truth, that the machine has no driver."""
+    import torch
+
+    count = getattr(torch.cuda, "_device_count_nvml", None)
+    if count is not None and not os.path.exists("/proc/driver/nvidia/version") and count() < 0:
+        torch.cuda._device_count_nvml = lambda: 0
+
+
+def forked_ranks_can_use_cuda() -> bool:
+    """Whether a process forked from this one could still use CUDA, asked of a child forked to say so
+    (torch marks forks after CUDA was asked in ways NVML does not cover)."""
+    import torch
+
+    bad = getattr(torch._C, "_cuda_isInBadFork", None)
+    if bad is None:
+        return True
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child only answers and leaves, without the interpreter's finalization
+        os.write(writer, b"1" if bad() else b"0")
+        os._exit(0)
+    os.close(writer)
+    answer = os.read(reader, 1)
+    os.close(reader)
+    os.waitpid(child, 0)
+    return answer == b"0"
+
+
 def check_fork_safe() -> None:
     """Refuse to fork ranks from a process that initialised CUDA: a forked rank could not use it."""
     import torch
@@ -110,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     script_args = list(args.training_script_args)
     for name in (*PRELOAD, *workload_modules(script_args)):
         importlib.import_module(name)
+    no_driver_no_gpus()
     check_fork_safe()
     # As torchrun's own `run()` does: standalone is a c10d rendezvous on a free local port.
     if args.standalone or (
@@ -123,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
     config.start_method = "fork"
+    if not forked_ranks_can_use_cuda():
+        # Asking for the device count marked forks as unable to use CUDA (no NVML to ask instead):
+        # each rank is then a new Python again, as under torchrun, and the log says why.
+        print("ddpbench.worker.agent: this torch cannot give a forked rank CUDA here; starting ranks with spawn")
+        config.start_method = "spawn"
     elastic_launch(config=config, entrypoint=ENTRYPOINTS[args.training_script])(script_args)
     return 0
 
