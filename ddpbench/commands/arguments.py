@@ -13,7 +13,15 @@ import time
 import traceback
 
 from ddpbench.config.options import add_arguments, argument_options, comma_list, from_args, node_counts, positive_int
-from ddpbench.config.spec import CONFIGURATION_FIELDS, MEASUREMENT_FIELDS, DDPKnobs, RunSpec, ScriptSpec, SpecError
+from ddpbench.config.spec import (
+    CONFIGURATION_FIELDS,
+    MEASUREMENT_FIELDS,
+    DDPKnobs,
+    RunSpec,
+    ScriptSpec,
+    SpecError,
+    default_pg_timeout_s,
+)
 
 __all__ = ["comma_list", "node_counts", "positive_int"]  # argument types, kept importable from here
 
@@ -158,6 +166,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
     else:
         add_arguments(parser, RunSpec, ("workload",))
     add_arguments(parser, RunSpec, (*CONFIGURATION_FIELDS, "out_dir"))
+    # Not given: the default for the run's compile mode (`spec_from_args`), as a sweep's run gets.
+    parser.set_defaults(pg_timeout_s=None)
     parser.add_argument(
         "--run-timeout",
         type=float,
@@ -228,9 +238,12 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     if getattr(args, "run_id", None) not in (None, ""):
         check_id("--run-id", args.run_id, "--out")
     script = script_from_args(args)
+    given = {}
+    if getattr(args, "pg_timeout_s", 0) is None:
+        given["pg_timeout_s"] = default_pg_timeout_s(getattr(args, "compile", "off"))
     if script is None:
-        return from_args(RunSpec, args)
-    return from_args(RunSpec, args, workload=script.workload_name, script=script)
+        return from_args(RunSpec, args, **given)
+    return from_args(RunSpec, args, workload=script.workload_name, script=script, **given)
 
 
 def on_sweep_folder(sweep_dir: str, action):
