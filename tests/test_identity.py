@@ -129,6 +129,5 @@ def test_the_identity_keys_by_every_declared_option_that_sets_runs_apart():
             assert name in FIELD_NAMES, f"{option.flag} sets {field}, which the identity does not key by"
             covered.add(name)
     assert set(UNKEYED) <= {option.dest for option in CONFIGURATION_OPTIONS}
-    # Every part of the identity comes from a declared option (world_size from nproc and nodes),
-    # except the data folder, which `run --data-dir` sets and a sweep does not take.
-    assert set(FIELD_NAMES) - covered == {"data_dir"}, set(FIELD_NAMES) - covered
+    # Every part of the identity comes from a declared option (world_size from nproc and nodes).
+    assert set(FIELD_NAMES) - covered == set(), set(FIELD_NAMES) - covered

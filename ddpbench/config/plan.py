@@ -147,6 +147,8 @@ class SweepOptions:
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
     num_workers: int = same_flag(RunSpec, "num_workers")
     """DataLoader workers per rank, in every run (what explain's advice on data loading names)."""
+    data_dir: str | None = same_flag(RunSpec, "data_dir")
+    """An image folder every run reads instead of synthetic data (the image workloads)."""
     profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
     profile_active: int = same_flag(RunSpec, "profile_active")
@@ -292,6 +294,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         precision=options.precision or suite.precision,
         ddp=options.ddp,
         num_workers=options.num_workers,
+        data_dir=options.data_dir,
         profile=options.profile,
         profile_active=options.profile_active,
         out_dir=out_dir,

@@ -13,14 +13,12 @@ keeps the path as recorded and says so.
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
 
-from ddpbench.config.configuration import CONFIGURATION_OPTIONS, ConfigurationOption, spec_value
+from ddpbench.config.configuration import CONFIGURATION_OPTIONS, ConfigurationOption, flag_default, spec_value
 from ddpbench.config.plan import SUITES, world_sizes
 from ddpbench.config.secrets import HIDDEN
 from ddpbench.config.spec import RunSpec
@@ -83,29 +81,16 @@ def _sweep_options(candidate_dir: str) -> dict:
         return {}
 
 
-@functools.cache
-def _sweep_actions() -> dict:
-    """`ddpbench sweep`'s options by destination: their defaults and kinds, for the generic forms."""
-    from ddpbench.commands.sweep import add_sweep_arguments
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_sweep_arguments(parser)
-    actions: dict = {}
-    for action in parser._actions:
-        actions.setdefault(action.dest, action)  # the current spelling is declared first
-    return actions
-
-
 def _generic(option: ConfigurationOption, spec: RunSpec) -> list[str]:
     """`value` and `switch` options: the run's value where it is not the sweep option's default."""
     value = spec_value(spec, option.fields[0])
-    default = _sweep_actions()[option.dest].default
+    default, negatable = flag_default(option)
     if value is None:
         return []
     if option.form == "switch":
         if value == default:
             return []
-        if isinstance(_sweep_actions()[option.dest], argparse.BooleanOptionalAction) and not value:
+        if negatable and not value:
             return ["--no-" + option.flag[2:]]
         return [option.flag]
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
@@ -147,6 +132,26 @@ def _workloads(context: _Context) -> list[str]:
         return ["--workloads", workload]
     context.folder = folder
     return ["--workloads", f"{found}:{factory}"]
+
+
+def _data_dir(context: _Context) -> list[str]:
+    """An image folder, found as a workload file is: the run read it instead of synthetic data, so a
+    command without it would measure something else."""
+    data_dir = context.spec.data_dir
+    if not data_dir:
+        return []
+    folder, found = locate(data_dir, context.candidate_dir, context.cwd)
+    if found is None:
+        context.notes.append(
+            f"the data folder {data_dir} is not found from here nor above the candidate's folder: run the command "
+            "from the folder the sweep ran in"
+        )
+        return ["--data-dir", data_dir]
+    if context.folder is not None and folder != context.folder:
+        found = os.path.abspath(os.path.join(folder, found))  # the command runs from the workload's folder
+    else:
+        context.folder = folder
+    return ["--data-dir", found]
 
 
 def _script(context: _Context) -> list[str]:
@@ -200,6 +205,7 @@ OWN = {
     "batch_size": lambda c: _batch(c, "weak"),
     "global_batch": lambda c: _batch(c, "strong"),
     "threads_per_rank": _threads,
+    "data_dir": _data_dir,
 }
 """How the reproduce command writes the options declared `own` (ddpbench.config.configuration)."""
 
