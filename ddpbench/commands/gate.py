@@ -275,11 +275,21 @@ def gate_exit(
     )
     if args.summary_md:
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes, why))
-    if args.json:
-        write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
+    write_verdict(args, as_json(comparisons, settings, notes, env_notes, extra))
     if result != "pass" or drift:
         return EXIT_DRIFT if drift else EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
+
+
+def write_verdict(args: argparse.Namespace, document: dict) -> None:
+    """The verdict as JSON: to `--json-file`, and to the file the CI wrapper names in the environment
+    (`gate.ci.VERDICT_FILE_ENV`), which is how it tells a verdict from a crash."""
+    from ddpbench.gate.ci import VERDICT_FILE_ENV
+    from ddpbench.records.store import write_atomic
+
+    text = json.dumps(document, indent=1) + "\n"
+    for path in dict.fromkeys(path for path in (args.json, os.environ.get(VERDICT_FILE_ENV)) if path):
+        write_atomic(path, text)
 
 
 def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm, why=None) -> int:
@@ -316,11 +326,10 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
             "## ddpbench gate:", f"### Confirmation against {done.base}, {done.rounds} rounds:", 1
         )
         write_atomic(args.summary_md, f"## ddpbench gate: {result.upper()} ({answer})\n\n{second}\n{first}")
-    if args.json:
-        document = as_json(final, settings, done.notes, env_notes, extra)
-        document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
-        document["confirmation"] = confirmation
-        write_atomic(args.json, json.dumps(document, indent=1) + "\n")
+    document = as_json(final, settings, done.notes, env_notes, extra)
+    document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
+    document["confirmation"] = confirmation
+    write_verdict(args, document)
     if result != "pass":
         return EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
