@@ -224,8 +224,8 @@ def test_the_command_runs_as_given_and_its_verdict_comes_through_the_environment
     the wrapper's environment says (`VERDICT_FILE_ENV`)."""
     gate = tmp_path / "bin" / "ddpbench"
     gate.parent.mkdir()
-    said = "printf '%s\\n' \"$@\" > \"$(dirname \"$0\")/argv\""
-    verdict = f"echo '{{\"verdict\": \"regression\", \"comparisons\": []}}' > \"${VERDICT_FILE_ENV}\""
+    said = 'printf \'%s\\n\' "$@" > "$(dirname "$0")/argv"'
+    verdict = f'echo \'{{"verdict": "regression", "comparisons": []}}\' > "${VERDICT_FILE_ENV}"'
     gate.write_text(f"#!/bin/sh\n{said}\n{verdict}\nexit 1\n")
     gate.chmod(0o755)
     command = [str(gate), "ab", "a", "b", "--rounds", "3", "--", "--workload", "mlp"]

@@ -105,7 +105,8 @@ def add_gate_parser(commands) -> None:
         "(it says how many runs a side would decide); with --fail-underpowered also a comparison too weak to see "
         "its target",
         f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy), a run the speed "
-        "check flags, or a candidate machine so much faster that it could hide a slowdown beyond the threshold: "
+        "check flags, or a candidate machine so much faster that with its speed-up taken out the code is slower than "
+        "the threshold: "
         "rerun, or confirm with --confirm-with",
         BAD_INPUT,
         INTERRUPTED,
@@ -195,8 +196,8 @@ def gate_exit(
     comparable, 3 a comparison that looks slower than the threshold but not significantly
     (inconclusive), or (only with --fail-underpowered) one too weak to see its target, 4 a
     regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, a
-    pass or inconclusive verdict whose candidate machine ran faster by more than could hide the
-    threshold, or
+    pass or inconclusive verdict whose candidate machine ran faster by enough that, with the speed-up
+    taken out of its throughput, a comparison no longer passes (`drift.faster_machine`), or
     one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`), and
     any verdict on a configuration with a run the probe flags (`flagged`, `busy.probe_flagged`).
     `why` (`gate.why.Why`, one per configuration) says why each configuration that regressed did,
@@ -205,7 +206,7 @@ def gate_exit(
     has answered the drift question)."""
     from ddpbench.gate.busy import busy_regressions, busy_words, flagged_comparisons, flagged_words
     from ddpbench.gate.compare import overall_verdict, underpowered
-    from ddpbench.gate.drift import canary_json, canary_table, drift_words, hidden_slowdown, hidden_words, judge_drift
+    from ddpbench.gate.drift import canary_json, canary_table, drift_words, faster_machine, faster_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, inconclusive_lines, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
@@ -241,19 +242,24 @@ def gate_exit(
     if drift:
         # With --confirm-with given, the confirmation below is the answer: no advice to run one.
         notes = notes + [drift_words(canary, getattr(args, "confirm_with", False) is None)]
-    # A candidate machine that got faster could hide a slowdown: the gate says how large, and does
-    # not pass where it could hide more than the threshold (a regression stays one: the code is
-    # slower still).
-    hidden = hidden_slowdown(canary) if canary is not None else None
-    if hidden and result in ("pass", "inconclusive") and any(c.measure == "throughput" for c in comparisons):
-        no_pass = hidden.hidden > settings.max_regression
-        words = hidden_words(hidden, settings.max_regression, getattr(args, "confirm_with", False) is None)
+    # A candidate machine that got faster could hide a slowdown: its speed-up is taken out of every
+    # throughput ratio, and a comparison that passed but does not once corrected stops the pass (a
+    # regression stays one: the code is slower still).
+    faster = faster_machine(canary, comparisons, settings) if canary is not None else None
+    if faster and result in ("pass", "inconclusive") and faster.corrected:
+        words = faster_words(faster, settings.max_regression, getattr(args, "confirm_with", False) is None)
         notes = notes + [words]
-        if not no_pass:  # the notes above are printed; a no-pass note ends the verdict line instead
+        if not faster.no_pass:  # the notes above are printed; a no-pass note ends the verdict line instead
             print(f"note: {words}")
-        found = {"probe": hidden.fastest.probe, "slowdown": hidden.hidden, "no_pass": no_pass}
+        found = {
+            "probe": faster.fastest.probe,
+            "speedup": faster.speedup,
+            "slowdown": faster.hidden,
+            "no_pass": faster.no_pass,
+            "corrected": [one.as_dict() for one in faster.corrected],
+        }
         extra = {**(extra or {}), "hidden_slowdown": found}
-        drift = drift or no_pass  # exit 4, as for a machine that slowed
+        drift = drift or faster.no_pass  # exit 4, as for a machine that slowed
     loaded = busy_regressions(busy or {}, comparisons)
     if busy:
         extra = {**(extra or {}), "busy_runs": busy}
