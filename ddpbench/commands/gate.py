@@ -562,6 +562,20 @@ def why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, candid
         return None, [f"why it slowed could not be worked out ({type(exc).__name__}: {exc}); the verdict stands"]
 
 
+def ab_why(out_dir: str, comparisons, settings) -> tuple[list | None, list[str]]:
+    """Why B's rounds were slower than A's: the gate's comparison of causes (`why_it_slowed`) over
+    the two sides' records, each side's folder of its own; its runs are single DDP runs, so the
+    model's own compute is read from their in-process ablation. No reproducing sweep: the A/B is
+    its own reproduction."""
+    from ddpbench.records.store import read_records
+
+    sides = [read_records(os.path.join(out_dir, side))[0] for side in ("a", "b")]
+    found, notes = why_it_slowed(sides[0], sides[1], comparisons, settings, os.path.join(out_dir, "b"))
+    for why in found or []:
+        why.reproduce = None
+    return found, notes
+
+
 def command_ab(args: argparse.Namespace) -> int:
     from ddpbench.gate.ab import (
         HERE_REPO,
@@ -611,14 +625,16 @@ def command_ab(args: argparse.Namespace) -> int:
     comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
     if not comparisons:
         raise SpecError("; ".join(notes) or "no round produced records to compare")
+    why, more = ab_why(out_dir, comparisons, settings)
     return gate_exit(
         comparisons,
         settings,
-        notes,
+        notes + more,
         [],
         args,
         f"A {args.a}, B {args.b}, {args.rounds} rounds",
         {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]}, "out": out_dir},
+        why=why,
     )
 
 
