@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddpbench.analysis.configurations import is_measured, why_not_measured
 from ddpbench.gate import stats
 from ddpbench.gate.values import (
     MEASURE_LABELS,
@@ -118,16 +119,13 @@ def load_pairs(path: str) -> list[tuple[str, Record]]:
 
 
 def usable(record: Record) -> bool:
-    return record.status == "ok" and not record.failed_checks() and record.metrics is not None
+    """A run the gate compares: one that counts in its configuration's figures in every view
+    (`configurations.is_measured`)."""
+    return is_measured(record)
 
 
 def why_unusable(record: Record) -> str:
-    if record.status != "ok":
-        message = record.error.message if record.error else ""
-        return f"status {record.status}" + (f": {message}" if message else "")
-    if record.failed_checks():
-        return "failed correctness checks: " + ", ".join(record.failed_checks())
-    return "no metrics"
+    return why_not_measured(record)
 
 
 def env_differences(baseline: list[Record], candidate: list[Record]) -> list[str]:

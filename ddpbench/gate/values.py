@@ -102,24 +102,12 @@ def series_name(key: tuple) -> str:
 
 
 def local_key(record: Record) -> tuple:
-    """The key of the run that is X(1) for this run (a script's: its DDP x1 run): the same identity
-    but for the strategy, world size, nodes and DDP options, with the per-device batch (weak
-    scaling) or the global batch (strong scaling) and the threads of one device."""
-    from ddpbench.analysis.configurations import reference_batch, threads_per_device
+    """The key of the runs that are X(1) for this run, by the one rule every view divides by
+    (`configurations.reference_identity`: a compiled configuration's compiled local runs, a script's
+    DDP x1 runs with the same DDP options)."""
+    from ddpbench.analysis.configurations import reference_identity
 
-    found = identity(record.spec)
-    found.update(
-        strategy="local",
-        world_size=1,
-        nnodes=1,
-        ddp=None,
-        batch_size=reference_batch(record.spec),
-        threads_per_rank=threads_per_device(record.spec),
-    )
-    if record.spec.script is not None:
-        # A script has no run without DDP: its X(1) is its DDP run at world size 1 (`configurations`).
-        found.update(strategy="ddp", ddp=identity(record.spec)["ddp"])
-    return _key(found)
+    return _key(reference_identity(record.spec))
 
 
 def throughput(record: Record) -> float | None:
