@@ -154,7 +154,7 @@ def test_the_command_parses_and_runs_that_configuration_with_its_repeats_and_not
     finally:
         os.chdir(cwd)
     ran = {describe(run_key(record)) for record in load_side(CANDIDATE) if record.status == "ok"}
-    planned = {describe(run_key(SimpleNamespace(spec=spec))) for spec in plan}
+    planned = {describe(run_key(SimpleNamespace(spec=spec, metrics=None))) for spec in plan}
     assert planned == {configuration(PLANTED), configuration(PLANTED, "local", 1)} and planned <= ran
     assert sorted({spec.repeat for spec in plan}) == [1, 2, 3] and len(plan) == 6
     ddp = next(spec for spec in plan if spec.strategy == "ddp")

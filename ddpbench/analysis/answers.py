@@ -38,6 +38,7 @@ from ddpbench.analysis.configurations import (
     kept_references,
     reference_batch,
     reference_runs,
+    sample_unit,
 )
 from ddpbench.analysis.cpu_denied import ConfigurationCpu, configuration_cpu
 from ddpbench.analysis.estimates import (
@@ -412,7 +413,7 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
             reason = str(exc).removeprefix(f"{record.run_id}: ")
             refused.setdefault(reason, []).append(record.run_id)
             continue
-        key = configuration_key(record.spec)
+        key = configuration_key(record)
         grouped.setdefault(key, []).append(found)
         references.setdefault(key, {}).update({run.run_id: run for run in reference_runs(record, records)[0]})
     problems = [f"{', '.join(run_ids)}: {reason}" for reason, run_ids in refused.items()]
@@ -447,11 +448,11 @@ def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
         answers = answer_sweep(records)[0]
     except ExplainError:
         answers = []
-    by_key = {configuration_key(answer.record.spec): answer for answer in answers}
+    by_key = {configuration_key(answer.record): answer for answer in answers}
     groups: dict[tuple, list[Record]] = {}
     for _, record in records:
         if is_measured(record):
-            groups.setdefault(configuration_key(record.spec), []).append(record)
+            groups.setdefault(configuration_key(record), []).append(record)
     found = {}
     for key, runs in groups.items():
         kept = kept_runs(runs, flags)
@@ -475,7 +476,7 @@ def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
             len(runs) - len(kept),
             reference,
             used,
-            identity_id(runs[0].spec),
+            identity_id(runs[0].spec, sample_unit(runs[0])),
         )
         found.update({run.run_id: figures for run in runs})
     return found

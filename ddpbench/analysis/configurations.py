@@ -51,9 +51,19 @@ def reference_batch(spec: RunSpec) -> int | None:
     return spec.batch_size if spec.scaling == "weak" else spec.batch_size * spec.world_size
 
 
-def configuration_key(spec: RunSpec) -> tuple:
-    """The configuration's identity (`config.identity`): its runs are repeats of each other."""
-    return identity_key(spec)
+def sample_unit(record: Record) -> str | None:
+    """What the run's throughput counts, as its record says; None where it measured nothing."""
+    return record.metrics.sample_unit if record.metrics is not None else None
+
+
+def record_identity(record: Record) -> dict[str, object]:
+    """A run's configuration (`config.identity`), with the unit its throughput counts."""
+    return identity(record.spec, sample_unit(record))
+
+
+def configuration_key(record: Record) -> tuple:
+    """The configuration's identity (`config.identity`) as a key: its runs are repeats of each other."""
+    return identity_key(record.spec, sample_unit(record))
 
 
 def is_script(workload: str) -> bool:
@@ -83,11 +93,13 @@ def is_reference(spec: RunSpec) -> bool:
     return spec.strategy == "local"
 
 
-def reference_identity(spec: RunSpec) -> dict[str, object]:
+def reference_identity(record: Record) -> dict[str, object]:
     """The configuration identity (`config.identity`) of the runs that are this run's X(1): see the
-    module's docstring."""
-    found = identity(spec)
+    module's docstring. They count in the same unit; none steps the in-process ablation."""
+    spec = record.spec
+    found = record_identity(record)
     found.update(
+        ablation=False,
         world_size=1,
         nnodes=1,
         batch_size=reference_batch(spec),
@@ -99,31 +111,31 @@ def reference_identity(spec: RunSpec) -> dict[str, object]:
     return found
 
 
-def reference_name(spec: RunSpec) -> str:
+def reference_name(record: Record) -> str:
     """What the table calls the run X(1) is: `local`, `local+compile`, `DDP x1`."""
-    if is_script(spec.workload):
+    if is_script(record.spec.workload):
         return "DDP x1"
-    return str(reference_identity(spec)["strategy"])
+    return str(reference_identity(record)["strategy"])
 
 
 def reference_runs(record: Record, records: list[tuple[str, Record]]) -> tuple[list[Record], str]:
     """The sweep's measured runs that are X(1) for one run (`reference_identity`); an empty list
     with the reason without one."""
     spec = record.spec
-    wanted = reference_identity(spec)
+    wanted = reference_identity(record)
     batch = wanted["batch_size"]
     unbatched = {**wanted, "batch_size": None}
     found, near = [], []
     for _, other in records:
         if not is_measured(other) or not is_reference(other.spec):
             continue
-        theirs = identity(other.spec)
+        theirs = record_identity(other)
         if theirs == wanted:
             found.append(other)
         elif {**theirs, "batch_size": None} == unbatched:
             near.append(other)
     script = is_script(spec.workload)
-    kind = reference_name(spec)
+    kind = reference_name(record)
     if not found:
         options = " and the same DDP options" if script else ""
         threads = threads_per_device(spec)

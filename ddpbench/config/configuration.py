@@ -84,12 +84,10 @@ CONFIGURATION_OPTIONS: tuple[ConfigurationOption, ...] = (
 UNKEYED: dict[str, str] = {
     "steps": "how long the run is measured: runs of other lengths are repeats of one configuration",
     "warmup": "steps before the timed window, never counted",
-    "profile": "the profiled phase runs after the timed window",
     "profile_active": "how many steps the profiled phase holds",
     "slowdown": "planted work, a test of the gate: a slowed run is compared with its configuration's others",
     "launcher": "how the processes start (torchrun, srun), not what they run",
-    "sample_unit": "how a script's throughput is counted, which the record keeps beside it",
-    "units_per_sample": "how a script's throughput is counted, which the record keeps beside it",
+    "units_per_sample": "how many of the unit a sample holds, which the record keeps beside its throughput",
     "run_to_end": "whether a script's own loop runs on after the measured steps",
 }
 """Declared options that a reproduce command carries but that do not set runs apart: runs that differ

@@ -410,6 +410,15 @@ class RunSpec:
     script: ScriptSpec | None = None
     """A user's training script measured as it is, in place of a workload (whose name is then
     `script:<file name>`); None for workloads."""
+    started_in: str | None = None
+    """The folder the run was started in (absolute), from which its relative paths were given; None
+    in records made before it was kept (their loader infers it where the record's own folder says:
+    `ddpbench.records.store`)."""
+    files: dict[str, str] | None = None
+    """The user's files the run names (its workload file, script, data folder), as given -> what
+    each is wherever the record is read (`ddpbench.host.repository.located`: its path inside its git
+    repository and the repository's root commit, else its real path), fixed when the run starts;
+    None in records made before."""
     repeat: int = flag(
         "which round of its sweep this run is (sweeps and TrainJobs set it; default 1)",
         flags=("--round",),

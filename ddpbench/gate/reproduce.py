@@ -5,10 +5,10 @@ world size, batch, precision, steps, threads, loader workers, profiled steps and
 is written from that one declaration, in its current spelling. No torch.
 
 A user's workload file is named in the record as the sweep was given it, often relative to the
-folder the sweep ran in, which the record does not keep. So the command names a folder and gives
-the path as it works from there: the gate's own working folder when the file is found from it,
-else the first folder above the candidate sweep's that holds it. Where neither does, the command
-keeps the path as recorded and says so.
+folder the sweep ran in. So the command names a folder and gives the path as it works from there:
+the folder the run started in where the record keeps it and the file is there, else the gate's own
+working folder when the file is found from it, else the first folder above the candidate sweep's
+that holds it. Where none does, the command keeps the path as recorded and says so.
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def _folders(candidate_dir: str, cwd: str) -> list[str]:
             found.append(folder)
 
 
-def locate(path: str, candidate_dir: str, cwd: str) -> tuple[str | None, str | None]:
+def locate(path: str, candidate_dir: str, cwd: str, started_in: str | None = None) -> tuple[str | None, str | None]:
     """(the folder to run from, the path as it works from there); (None, None) where the file is
-    nowhere to be found."""
+    nowhere to be found. A relative path is tried first from the folder the run started in, where
+    the record says it (`spec.started_in`)."""
+    if started_in and not os.path.isabs(path) and os.path.exists(os.path.join(started_in, path)):
+        return started_in, path
     if os.path.isabs(path):
         if not os.path.exists(path):
             return None, None
@@ -123,7 +126,7 @@ def _workloads(context: _Context) -> list[str]:
     if not is_user_workload(workload):
         return ["--workloads", workload]
     path, _, factory = workload.rpartition(":")
-    folder, found = locate(path, context.candidate_dir, context.cwd)
+    folder, found = locate(path, context.candidate_dir, context.cwd, spec.started_in)
     if found is None:
         context.notes.append(
             f"the workload file {path} is not found from here nor above the candidate's folder: run the command "
@@ -140,7 +143,7 @@ def _data_dir(context: _Context) -> list[str]:
     data_dir = context.spec.data_dir
     if not data_dir:
         return []
-    folder, found = locate(data_dir, context.candidate_dir, context.cwd)
+    folder, found = locate(data_dir, context.candidate_dir, context.cwd, context.spec.started_in)
     if found is None:
         context.notes.append(
             f"the data folder {data_dir} is not found from here nor above the candidate's folder: run the command "
