@@ -8,6 +8,7 @@ laptop without it, and config and running must start fast.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 
 import pytest
@@ -58,6 +59,7 @@ def imports_of(path: str, top_level_only: bool) -> set[str]:
     return names
 
 
+@functools.cache
 def internal_graph(top_level_only: bool) -> dict[str, set[str]]:
     modules = package_modules()
     return {
