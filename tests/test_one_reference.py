@@ -15,6 +15,7 @@ from conftest import FIXTURES
 from msgspec.structs import replace
 
 from ddpbench.analysis.answers import answer_sweep
+from ddpbench.analysis.estimates import standard_error
 from ddpbench.analysis.frames import format_side_by_side, runs_frame, scaling_table
 from ddpbench.config.spec import ScriptSpec
 from ddpbench.gate.history import values_by_run
@@ -156,8 +157,7 @@ def test_e_over_one_local_run_gets_the_interval_its_ddp_runs_allow():
     x1 = next(r.metrics.throughput_units_per_s for _, r in records if r.spec.strategy == "local")
     assert efficiency.value == pytest.approx(statistics.fmean(x) / (2 * x1), rel=1e-12)
     # At least the DDP runs' own spread: their standard error over their mean.
-    relative = statistics.stdev(x) / math.sqrt(3) / statistics.fmean(x)
-    assert efficiency.se >= efficiency.value * relative
+    assert efficiency.se >= efficiency.value * standard_error(x) / statistics.fmean(x)
     assert "(1 runs)" not in percent(efficiency)
     table = scaling_table(runs_frame(records))
     row = table[table["strategy"] == "ddp"].iloc[0]
