@@ -26,7 +26,7 @@ from ddpbench.gate.values import (
     MEASURE_NAMES,
     by_start,
     describe,
-    earlier_key,
+    earlier_key_of,
     efficiencies,
     group_by_key,
     local_key,
@@ -220,14 +220,14 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
 
 def earlier_series(folder: str, record: Record) -> list[Series]:
     """The series in `folder` stored under a key an earlier ddpbench gave this run's configuration
-    (`values.earlier_key`)."""
+    (`values.earlier_key_of`)."""
     if not os.path.isdir(folder):
         return []
-    found = []
+    matches, found = earlier_key_of(record), []
     for name in sorted(os.listdir(folder)):
         if name.endswith(".csv"):
             series = read_series(os.path.join(folder, name))
-            if earlier_key(tuple(series.key), record):
+            if matches(tuple(series.key)):
                 found.append(series)
     return found
 
@@ -239,9 +239,10 @@ def with_current_keys(series: dict[tuple, Series], records: list[Record]) -> dic
     by_key = {}
     for record in records:
         by_key.setdefault(key_of(record), record)
+    earlier = {key: earlier_key_of(record) for key, record in by_key.items()}
     found: dict[tuple, Series] = {}
     for key, one in series.items():
-        targets = [k for k, record in by_key.items() if tuple(key) != k and earlier_key(tuple(key), record)]
+        targets = [k for k, matches in earlier.items() if tuple(key) != k and matches(tuple(key))]
         targets = targets or [tuple(key)]
         for target in targets:
             if target in found:

@@ -37,7 +37,7 @@ MEASURE_LABELS = {
 LEGACY_KEY_LENGTH = 8
 """Keys of before the one identity: (workload as written, size, strategy, world size, batch,
 precision, device, DDP options), without threads, scaling, data-loader workers, data folder, nodes
-or a script's path and arguments. History series stored under them still match (`earlier_key`)."""
+or a script's path and arguments. History series stored under them still match (`earlier_key_of`)."""
 DEFAULTS = {"script": None, "nnodes": 1, "scaling": "weak", "num_workers": 0, "data_dir": None}
 """What a legacy key's runs are taken to have had (ddpbench's defaults: the options it lacked)."""
 REST = (*DEFAULTS, "threads_per_rank", "sample_unit", "ablation")
@@ -98,12 +98,17 @@ def legacy_matches(legacy: tuple, key: tuple) -> bool:
     return same and all(rest.get(name) == value for name, value in DEFAULTS.items())
 
 
-def earlier_key(stored: tuple, record: Record) -> bool:
+def earlier_key_of(record: Record):
     """Whether a history series stored under a key of an earlier ddpbench (the previous form, or the
-    legacy eight parts) is this run's configuration: history series follow the key as it changes."""
-    stored = tuple(json.loads(json.dumps(list(stored))))
+    legacy eight parts) is this run's configuration, as a test of the stored key: history series
+    follow the key as it changes. The run's previous key is worked out once."""
     previous = tuple(json.loads(json.dumps(list(previous_key(record)))))
-    return stored == previous or legacy_matches(stored, previous)
+
+    def matches(stored: tuple) -> bool:
+        stored = tuple(json.loads(json.dumps(list(stored))))
+        return stored == previous or legacy_matches(stored, previous)
+
+    return matches
 
 
 def describe(key: tuple) -> str:

@@ -42,7 +42,7 @@ class HistoryRun:
     ended_at: str
     values: dict[str, float | None] = field(default_factory=dict)
     earlier: Callable[[tuple], bool] | None = field(default=None, compare=False, repr=False)
-    """Whether a key an earlier ddpbench stored is this run's configuration (`gate.values.earlier_key`):
+    """Whether a key an earlier ddpbench stored is this run's configuration (`gate.values.earlier_key_of`):
     adding the run moves such a series to its current key."""
 
     def row(self) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ddpbench.gate.baselines import machine_class, suite_of
 from ddpbench.gate.history import sweep_rows
-from ddpbench.gate.values import MEASURE_NAMES, describe, earlier_key, run_key
+from ddpbench.gate.values import MEASURE_NAMES, describe, earlier_key_of, run_key
 from ddpbench.history.store import HistoryRun
 
 
@@ -17,6 +17,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
     first_run = {}
     for record in good:
         first_run.setdefault(run_key(record), record)
+    earlier = {key: earlier_key_of(record) for key, record in first_run.items()}
     runs = [
         HistoryRun(
             machine,
@@ -28,7 +29,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
             row["git_sha"],
             row["ended_at"],
             {measure: row[measure] for measure in MEASURE_NAMES},
-            lambda stored, record=first_run[key]: earlier_key(stored, record),
+            earlier[key],
         )
         for key, row in rows
     ]
