@@ -141,7 +141,7 @@ def same_answer(a: Answer, b: Answer) -> bool:
 
 
 def by_key(answers: list[Answer]) -> dict:
-    return {configuration_key(answer.record.spec): answer for answer in answers}
+    return {configuration_key(answer.record): answer for answer in answers}
 
 
 def single(answer: Answer, repeat: int) -> Answer | None:

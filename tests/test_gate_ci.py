@@ -15,7 +15,7 @@ from conftest import FIXTURES, REPO, cpu_environment
 
 from ddpbench.commands.gate import EXIT_DRIFT, EXIT_FAIL, EXIT_UNDERPOWERED
 from ddpbench.gate.baselines import baseline_dir
-from ddpbench.gate.ci import EXIT_MEANINGS, exit_line, runs_words, with_verdict_file
+from ddpbench.gate.ci import EXIT_MEANINGS, VERDICT_FILE_ENV, exit_line, gate_arguments, runs_words
 
 SWEEP = os.path.join(FIXTURES, "sweeps", "cpu-mlp-with-failure")
 COULD_NOT_RUN = 70  # what CI reads: pinned here, so that a change of it is meant
@@ -170,10 +170,10 @@ def test_a_gate_that_crashes_could_not_run_and_is_never_read_as_a_regression(tmp
         ["python", "-m", "ddpbench.gate.base_env", "main", "--rounds", "5"],
     ],
 )
-def test_the_verdict_file_the_user_names_is_kept_in_any_spelling_the_gate_accepts(program, spelling):
-    """The gate's own parser reads the command: the wrapper adds no file of its own after the user's."""
+def test_the_gate_is_found_however_ddpbench_is_started_whatever_verdict_file_it_names(program, spelling):
+    """The wrapper finds the gate in the command (or refuses it); it never reads the gate's options."""
     command = [*program, *spelling, "--", "--workload", "mlp"]
-    assert with_verdict_file(command, "t.json") == (command, "v.json")
+    assert gate_arguments(command)[0] in ("gate", "ab")
 
 
 def test_python_m_ddpbench_cli_gate_writes_the_verdict_file_the_user_names(tmp_path):
@@ -219,14 +219,23 @@ def test_a_command_line_without_a_gate_it_can_read_is_refused_in_one_line(tmp_pa
     assert not (tmp_path / "ran").exists()  # nothing ran
 
 
-def test_a_verdict_file_is_added_before_the_run_options_where_none_is_named():
-    assert with_verdict_file(["ddpbench", "ab", "a", "b", "--", "--workload", "mlp"], "t.json")[0] == (
-        ["ddpbench", "ab", "a", "b", "--json-file", "t.json", "--", "--workload", "mlp"]
+def test_the_command_runs_as_given_and_its_verdict_comes_through_the_environment(tmp_path):
+    """The wrapper added a --json-file of its own, read from the gate's parser, which it imported from
+    the command line's modules. Now the command runs as given, and the gate writes its verdict where
+    the wrapper's environment says (`VERDICT_FILE_ENV`)."""
+    gate = tmp_path / "bin" / "ddpbench"
+    gate.parent.mkdir()
+    said = 'printf \'%s\\n\' "$@" > "$(dirname "$0")/argv"'
+    verdict = f'echo \'{{"verdict": "regression", "comparisons": []}}\' > "${VERDICT_FILE_ENV}"'
+    gate.write_text(f"#!/bin/sh\n{said}\n{verdict}\nexit 1\n")
+    gate.chmod(0o755)
+    command = [str(gate), "ab", "a", "b", "--rounds", "3", "--", "--workload", "mlp"]
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpbench.gate.ci", "--", *command], capture_output=True, text=True, timeout=60
     )
-    command = ["ddpbench", "gate", "--baseline", "b", "--candidate", "c"]
-    assert with_verdict_file(command, "t.json") == ([*command, "--json-file", "t.json"], "t.json")
-    # Arguments the gate refuses are left as they are: it says why, exit 2.
-    assert with_verdict_file(["ddpbench", "gate", "--bogus"], "t.json") == (["ddpbench", "gate", "--bogus"], None)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (tmp_path / "bin" / "argv").read_text().split("\n")[:-1] == command[1:]
+    assert done.stdout.strip().splitlines()[-1].startswith("ddpbench gate exited 1: a regression")
 
 
 def workflow_gate_command() -> str:

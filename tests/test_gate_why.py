@@ -154,7 +154,7 @@ def test_the_command_parses_and_runs_that_configuration_with_its_repeats_and_not
     finally:
         os.chdir(cwd)
     ran = {describe(run_key(record)) for record in load_side(CANDIDATE) if record.status == "ok"}
-    planned = {describe(run_key(SimpleNamespace(spec=spec))) for spec in plan}
+    planned = {describe(run_key(SimpleNamespace(spec=spec, metrics=None))) for spec in plan}
     assert planned == {configuration(PLANTED), configuration(PLANTED, "local", 1)} and planned <= ran
     assert sorted({spec.repeat for spec in plan}) == [1, 2, 3] and len(plan) == 6
     ddp = next(spec for spec in plan if spec.strategy == "ddp")
@@ -418,3 +418,85 @@ def test_the_models_own_compute_is_compared_over_the_local_runs_own_steps():
     assert len(steps) >= 2 and len(set(steps)) == len(steps)
     change, _ = _compute_change(answer, answer)
     assert change.seconds.value == 0 and change.seconds.se > 0 and change.seconds.low < 0 < change.seconds.high
+
+
+def slower_forward(record: dict, times: float = 20.0) -> None:
+    """The record as if its model's forward took `times` as long on every rank, in every step: the
+    ablation's steps of every kind (each step's forward longer, everything after it later by as
+    much) and the timed steps (longer by the rank's mean addition under DDP), its throughput from
+    the longer window. (Twenty times: these runs' one-device steps spread widely from run to run, and
+    two runs a side are kept, so the change must be large for its test at 0.6 % to see it.)"""
+    timed = []
+    for rank in record["timeline"]["by_rank"]:
+        for kind in ("alone", "unwrapped", "solo", "with_ddp", "without_allreduce"):
+            for step in rank.get(kind) or []:
+                if step.get("forward_end_s") is None or step.get("forward_start_s") is None:
+                    continue
+                added = (times - 1) * (step["forward_end_s"] - step["forward_start_s"])
+                for mark in ("forward_end_s", "backward_start_s", "optimizer_start_s", "optimizer_end_s", "step_s"):
+                    if step.get(mark) is not None:
+                        step[mark] += added
+                step["grad_ready_s"] = [None if t is None else t + added for t in step.get("grad_ready_s") or []]
+                if kind == "with_ddp":
+                    timed.append(added)
+    added = statistics.fmean(timed)
+    for rank in record["ranks"]:
+        rank["step_times_s"] = [t + added for t in rank["step_times_s"]]
+    metrics = record["metrics"]
+    longer = (metrics["window_s"] + added * metrics["timed_steps"]) / metrics["window_s"]
+    metrics["window_s"] *= longer
+    for field in ("throughput_units_per_s", "throughput_samples_per_s"):
+        metrics[field] /= longer
+
+
+def test_a_slower_model_is_named_from_the_ablations_one_device_step_without_local_runs(tmp_path):
+    """A model that got slower on every rank is the commonest regression, and without local runs
+    (bisect's and ab's rounds are single DDP runs) the gate said "would need: the single-device run's
+    slowdown was not compared: it needs each side's local runs", though every DDP run's in-process
+    ablation steps the model alone on one rank. It compares that one-device step now, run by run, and
+    names the model's own compute. Saved records of real runs, one planted change applied to them
+    alike: every figure is fixed (no false-failure rate)."""
+    steady = lambda run_id: "steady-ddp" in run_id  # noqa: E731
+    baseline = keep_runs(tmp_path, BASELINE, "b", steady)
+    candidate = keep_runs(tmp_path, BASELINE, "c", steady, edit=slower_forward)
+    done, verdict = gate(tmp_path, baseline, candidate, "--metrics", "throughput")
+    why = why_of(verdict, configuration(STEADY))
+    # The runs' own spread (24 % here) leaves the throughput's verdict short of a regression; the
+    # one-device step, measured inside each run, is compared all the same.
+    assert why["verdict"] in ("regression", "inconclusive"), done.stdout
+    assert why["named"] and why["named"][0] == COMPUTE and why["compute_leads"], why
+    compute = next(cause for cause in why["causes"] if cause["name"] == COMPUTE)
+    assert compute["source"] == "ablation" and compute["slowdown_pct"]["low"] > 0, compute
+    assert not any("local runs" in need for need in why["needs"]), why["needs"]
+    line = next(line for line in done.stdout.splitlines() if line.strip().startswith("1. the model's own compute"))
+    assert "one rank stepping the model alone in the in-process ablation slowed by" in line, line
+    assert "the model's own compute slowed, not its scaling" in done.stdout
+
+
+def test_ab_names_a_slower_model_from_the_ablation_of_its_rounds(tmp_path):
+    """`ab` said nothing of why B was slower. Its rounds are single DDP runs, A's and B's each in a
+    folder of their own: the same comparison of causes, the model's own compute read from each
+    run's in-process ablation, answers it. Saved records as rounds (A the runs as they were, B with
+    the planted change): fixed figures."""
+    from ddpbench.commands.gate import ab_why
+    from ddpbench.gate.ab import load_round, paired_comparisons
+    from ddpbench.records.store import record_path, write_record
+
+    runs = sorted(path for path in read_records(BASELINE)[0] if "steady-ddp" in path[1].run_id)
+    slower = keep_runs(tmp_path, BASELINE, "slower", lambda run_id: "steady-ddp" in run_id, edit=slower_forward)
+    changed = {record.run_id: record for _, record in read_records(slower)[0]}
+    out = tmp_path / "ab"
+    rounds = []
+    for index, (_, record) in enumerate(runs, start=1):
+        pair = []
+        for side, found in (("a", record), ("b", changed[record.run_id])):
+            run_id = f"{side}-r{index:02d}"
+            write_record(replace(found, run_id=run_id, spec=found.spec.replace(run_id=run_id)), str(out / side))
+            pair.append(load_round(record_path(str(out / side), run_id)))
+        rounds.append(tuple(pair))
+    comparisons, _ = paired_comparisons(rounds, GateSettings(), allow_failed=True)
+    found, notes = ab_why(str(out), comparisons, GateSettings())
+    assert notes == [] and len(found) == 1, (found, notes)
+    why = found[0]
+    assert why.compute is not None and why.compute.source == "ablation" and why.compute.grew, why.changes
+    assert why.reproduce is None  # the A/B is its own reproduction

@@ -35,7 +35,7 @@ def needs():
 
 # --- the process-group timeout ----------------------------------------------------------------
 def test_a_compiled_runs_process_group_timeout_leaves_room_for_ranks_compiling_apart():
-    from ddpbench.running.sweep import COMPILE_ALLOWANCE_S
+    from ddpbench.config.spec import COMPILE_ALLOWANCE_S
 
     reference = {"gpt2": 0.05}  # the eager local run's step: 50 steps are 2.5 s, 60 s the floor
     eager = RunSpec(workload="gpt2", device="cpu", nproc=8)
@@ -46,6 +46,25 @@ def test_a_compiled_runs_process_group_timeout_leaves_room_for_ranks_compiling_a
     # Before the local run gave a step time, the spec's own timeout, with the allowance too.
     assert pg_timeout_s(compiled, {}, None) == compiled.pg_timeout_s + COMPILE_ALLOWANCE_S
     assert pg_timeout_s(compiled, reference, 45.0) == 45.0  # --pg-timeout sets it outright
+
+
+def test_a_compiled_run_outside_a_sweep_gets_the_sweeps_allowance_too():
+    """`ddpbench run --compile` kept the 300 s process-group timeout where a sweep's compiled run gets
+    600 s more; ab's and bisect's rounds are `ddpbench run`s and kept it too. Given outright, the
+    timeout is what was given."""
+    from ddpbench.commands.arguments import OneLineErrorParser, add_run_arguments, spec_from_args
+
+    allowance = 600.0  # a sweep's compiled run's (config.spec.COMPILE_ALLOWANCE_S)
+    parser = OneLineErrorParser(prog="ddpbench run")
+    add_run_arguments(parser, script=True)
+
+    def timeout(*given: str) -> float:
+        return spec_from_args(parser.parse_args(["--workload", "mlp", "--device", "cpu", *given])).pg_timeout_s
+
+    assert timeout() == 300.0 and timeout("--compile", "off") == 300.0
+    assert timeout("--compile", "default") == 300.0 + allowance
+    assert timeout("--compile", "compiled-autograd", "--nproc", "2") == 300.0 + allowance
+    assert timeout("--compile", "default", "--pg-timeout", "300") == 300.0  # given outright
 
 
 def test_a_hang_says_how_to_give_the_ranks_longer(tmp_path):

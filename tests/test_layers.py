@@ -8,6 +8,7 @@ laptop without it, and config and running must start fast.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 
 import pytest
@@ -58,6 +59,7 @@ def imports_of(path: str, top_level_only: bool) -> set[str]:
     return names
 
 
+@functools.cache
 def internal_graph(top_level_only: bool) -> dict[str, set[str]]:
     modules = package_modules()
     return {
@@ -162,3 +164,20 @@ def test_the_command_line_starts_without_scipy_or_the_ab_runner():
     code = "import sys, ddpbench.cli; print(sorted(m for m in ('scipy', 'ddpbench.gate.ab') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+BELOW_THE_COMMANDS = ("ddpbench.records", "ddpbench.config", "ddpbench.host", "ddpbench.analysis", "ddpbench.gate")
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(name for name in package_modules() if name.startswith(BELOW_THE_COMMANDS)),
+)
+def test_no_layer_below_the_commands_reaches_up_into_them(module):
+    """The gate learnt what a configuration is from the command line: the reproduce command read
+    sweep's parser (`commands.sweep`), the CI wrapper the whole command line's (`cli`). What defines
+    a configuration is declared in `config`, where the commands, the reproduce command and the CI
+    wrapper read it. Lazy imports count."""
+    graph = internal_graph(top_level_only=False)
+    upward = sorted(dep for dep in graph[module] if dep.startswith(("ddpbench.commands", "ddpbench.cli")))
+    assert upward == []

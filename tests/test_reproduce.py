@@ -57,6 +57,7 @@ CASES = {
     "steps": [*BASE, "--steps", "40"],
     "warmup": [*BASE, "--warmup", "7"],
     "num_workers": [*BASE, "--num-workers", "2"],
+    "data_dir": [*BASE, "--data-dir", os.path.join(FIXTURES, "sweeps")],
     "threads_per_rank": [*BASE, "--threads-per-rank", "3"],
     "slowdown": [*BASE, "--slowdown", "0.25"],
     "profile": [*BASE, "--no-profile"],
@@ -129,7 +130,25 @@ def test_the_reproduce_command_plans_the_same_configuration_again(dest, tmp_path
     for field in configuration_fields():
         value, expected = spec_value(again[0], field), spec_value(original, field)
         if (
-            field == "script.path" and value is not None
+            field in ("script.path", "data_dir") and value is not None
         ):  # given from the folder the command runs in (`cd FOLDER && ...`)
             value = os.path.abspath(os.path.join(made.folder or os.getcwd(), value))
         assert value == expected, (dest, field, argv)
+
+
+def test_the_declared_defaults_are_sweeps_own():
+    """The reproduce command reads each option's default from the field that declares its flag
+    (`config.configuration.flag_default`), not from sweep's parser: the two are the same."""
+    import argparse
+
+    from ddpbench.config.configuration import flag_default
+
+    actions = {}
+    for action in sweep_parser()._actions:
+        actions.setdefault(action.dest, action)  # the current spelling is declared first
+    for option in CONFIGURATION_OPTIONS:
+        if option.form == "own":
+            continue
+        default, negatable = flag_default(option)
+        assert default == actions[option.dest].default, option.flag
+        assert negatable == isinstance(actions[option.dest], argparse.BooleanOptionalAction), option.flag

@@ -84,3 +84,22 @@ def test_many_ranks_get_the_summary_not_a_line_per_rank(job, tmp_path, monkeypat
     assert len(text.splitlines()) <= 15
     assert "rank-4.pt" in trace_job.format_job_summary(analyses, [], per_rank=True)
     assert PER_RANK_TABLE_LIMIT == 16
+
+
+def test_the_traces_exposed_communication_is_labelled_as_the_traces_own_with_its_definition(job):
+    """`trace analyze` printed "exposed comm ms/step" and "most exposed communication: rank ..." from
+    the trace's own definition, which is not explain's exposed communication (the slowest rank's
+    waits in the in-process ablation), without saying so: every figure it prints of it is named as
+    the trace's, and the output says once what that is (docs/concepts.md's cross-check)."""
+    done = ddpbench("trace", "analyze", "--jobs", "2", str(job))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = lines[0]
+    # The per-rank table's column, and every summary line that gives a figure of it.
+    assert "trace exposed ms" in header, header
+    said = [line for line in lines[1:] if "exposed" in line]
+    assert said and all("trace" in line for line in said), said
+    assert not any(line.startswith("most exposed communication") for line in lines), done.stdout
+    definition = "time inside the collectives' profiler events that no computation overlaps"
+    assert sum(definition in line for line in lines) == 1, done.stdout
+    assert "not explain's exposed communication" in done.stdout

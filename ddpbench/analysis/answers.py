@@ -15,6 +15,7 @@ the runs it left out. A reference run it flags is likewise not divided by.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from ddpbench.analysis.ablation import CAUSE_NAMES, NoAblation, read_ablation
@@ -32,10 +33,12 @@ from ddpbench.analysis.configurations import (
     SCRIPT_REFERENCE,
     configuration_key,
     efficiency_against,
+    is_measured,
     is_reference,
     kept_references,
     reference_batch,
     reference_runs,
+    sample_unit,
 )
 from ddpbench.analysis.cpu_denied import ConfigurationCpu, configuration_cpu
 from ddpbench.analysis.estimates import (
@@ -44,9 +47,12 @@ from ddpbench.analysis.estimates import (
     pool,
     ratio_of_independent_means,
     ratio_of_means,
+    ratio_over_one_run,
+    standard_error,
     t_975,
 )
 from ddpbench.analysis.probes import probe_flags
+from ddpbench.analysis.registry import record_iteration_times_s
 from ddpbench.analysis.straggler import Straggler, pooled
 from ddpbench.analysis.without_ablation import answer_without_ablation
 from ddpbench.config.identity import identity_id
@@ -265,7 +271,9 @@ def reference_throughput(record: Record, records: list[tuple[str, Record]]) -> t
 
 def pooled_efficiency(runs: list[Record], references: list[Record], flags) -> Estimate | None:
     """E(N) = X(N) / (N X(1)) of the pooled X of the same kept runs the table shows, with the delta
-    method's interval over the runs; measured once on either side, the one run's steps' interval
+    method's interval over the runs; over one reference run, the interval the DDP runs allow (their
+    run-to-run spread, and the reference run's own steps': X(1)'s spread from one run to the next
+    one run cannot give); measured once on both sides, the one run's steps' interval
     (`configurations.efficiency_against`), which covers that run only."""
     kept = [run for run in kept_runs(runs, flags) if run.metrics]
     refs = [run for run in kept_runs(references, flags) if run.metrics]
@@ -273,6 +281,10 @@ def pooled_efficiency(runs: list[Record], references: list[Record], flags) -> Es
         return None
     x_n = [run.metrics.throughput_units_per_s for run in kept]
     x_1 = [run.metrics.throughput_units_per_s for run in refs]
+    if len(refs) == 1 and len(kept) > 1:
+        steps = record_iteration_times_s(refs[0])
+        relative = standard_error(steps) / statistics.fmean(steps) if steps else math.inf
+        return ratio_over_one_run(x_n, x_1[0], relative, kept[0].spec.world_size)
     estimate = ratio_of_independent_means(x_n, x_1, kept[0].spec.world_size)
     if estimate.has_interval or len(kept) > 1:
         return estimate
@@ -392,16 +404,16 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
         record
         for _, record in records
         if record.spec.launched_by_torchrun
-        and record.status == "ok"
+        and is_measured(record)
         and not (record.spec.script and record.spec.world_size == 1)
     ]
     if not runs:
         torchrun = [record for _, record in records if record.spec.launched_by_torchrun]
-        failed = sorted(record.run_id for record in torchrun if record.status != "ok")
+        failed = sorted(record.run_id for record in torchrun if not is_measured(record))
         if failed:
             raise ExplainError(
-                f"no ok run of ddp, fsdp2 or replicate to explain: {', '.join(failed)} did not finish ok "
-                "(ddpbench table says why)"
+                f"no ok run of ddp, fsdp2 or replicate to explain: {', '.join(failed)} did not finish ok or failed a "
+                "correctness check (ddpbench table says why)"
             )
         if torchrun:
             raise ExplainError("no DDP run to explain: a script's DDP x1 run is its reference; sweep 2 or more ranks")
@@ -418,7 +430,7 @@ def answer_sweep(records: list[tuple[str, Record]], jobs: dict | None = None) ->
             reason = str(exc).removeprefix(f"{record.run_id}: ")
             refused.setdefault(reason, []).append(record.run_id)
             continue
-        key = configuration_key(record.spec)
+        key = configuration_key(record)
         grouped.setdefault(key, []).append(found)
         references.setdefault(key, {}).update({run.run_id: run for run in reference_runs(record, records)[0]})
     problems = [f"{', '.join(run_ids)}: {reason}" for reason, run_ids in refused.items()]
@@ -437,6 +449,8 @@ class Figures:
     left_out: int
     reference: str
     """Where E(N) is blank, why (no X(1) run in the sweep); else what X(1) is, where it needs saying."""
+    reference_runs: int
+    """The X(1) runs E(N) divides by (the speed check's flagged left out while others remain)."""
     configuration: str
     """The configuration's identity, as a short id (`config.identity.identity_id`)."""
 
@@ -451,11 +465,11 @@ def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
         answers = answer_sweep(records)[0]
     except ExplainError:
         answers = []
-    by_key = {configuration_key(answer.record.spec): answer for answer in answers}
+    by_key = {configuration_key(answer.record): answer for answer in answers}
     groups: dict[tuple, list[Record]] = {}
     for _, record in records:
-        if record.status == "ok" and record.metrics is not None:
-            groups.setdefault(configuration_key(record.spec), []).append(record)
+        if is_measured(record):
+            groups.setdefault(configuration_key(record), []).append(record)
     found = {}
     for key, runs in groups.items():
         kept = kept_runs(runs, flags)
@@ -470,8 +484,16 @@ def table_figures(records: list[tuple[str, Record]]) -> dict[str, Figures]:
             efficiency, in_process = Estimate.exact(1.0), None  # X(1) against itself, by definition
         else:
             efficiency, in_process = pooled_efficiency(runs, references, flags) if references else None, None
+        used = len(kept_references(references, set(flags))) if references and not is_reference(runs[0].spec) else 0
         figures = Figures(
-            throughput, efficiency, in_process, len(kept), len(runs) - len(kept), reference, identity_id(runs[0].spec)
+            throughput,
+            efficiency,
+            in_process,
+            len(kept),
+            len(runs) - len(kept),
+            reference,
+            used,
+            identity_id(runs[0].spec, sample_unit(runs[0])),
         )
         found.update({run.run_id: figures for run in runs})
     return found

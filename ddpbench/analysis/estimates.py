@@ -183,6 +183,19 @@ def ratio_of_independent_means(numerators: list[float], denominators: list[float
     return _interval(value, abs(value) * relative, samples, "runs")
 
 
+def ratio_over_one_run(
+    numerators: list[float], denominator: float, denominator_relative_se: float, divisor: float = 1.0
+) -> Estimate:
+    """mean(numerators) / (divisor x denominator), where the denominator was measured by one run: the
+    numerators' run-to-run spread and the one run's own standard error (relative, from its steps),
+    by the delta method, Student's t at K - 1 degrees of freedom. The spread of the denominator from
+    one run to the next is not in it: one run cannot show it."""
+    mean = statistics.fmean(numerators)
+    value = mean / (divisor * denominator)
+    relative = math.hypot(standard_error(numerators) / mean, denominator_relative_se)
+    return _interval(value, abs(value) * relative, len(numerators), "runs")
+
+
 def points_lost(efficiency: Estimate) -> Estimate:
     """An efficiency (a fraction) as the percentage points it lost, 100 x (1 - efficiency)."""
     low = None if efficiency.high is None else 100 * (1 - efficiency.high)

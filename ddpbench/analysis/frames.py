@@ -166,6 +166,7 @@ def runs_frame(records: list[tuple[str, Record]]) -> pd.DataFrame:
     frame["configuration_reference"] = [figures[r].reference if r in figures else "" for r in frame["run_id"]]
     frame["configuration_runs"] = [figures[r].runs if r in figures else None for r in frame["run_id"]]
     frame["configuration_left_out"] = [figures[r].left_out if r in figures else None for r in frame["run_id"]]
+    frame["configuration_reference_runs"] = [figures[r].reference_runs if r in figures else 0 for r in frame["run_id"]]
     return frame
 
 
@@ -211,12 +212,18 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         "runs",
         "runs_left_out",
         "reference",
+        "reference_runs",
         "oversubscribed",
         "busy",
     ]
-    ok = runs[runs["status"] == "ok"]
+    # The runs every view keeps (`configurations.is_measured`): ok, and no failed correctness check.
+    ok = runs[(runs["status"] == "ok") & (runs["checks_failed"].fillna("") == "")]
+    failed = runs[(runs["status"] == "ok") & (runs["checks_failed"].fillna("") != "")]
+    left_out = {row["run_id"]: f"failed correctness check: {row['checks_failed']}" for _, row in failed.iterrows()}
     if ok.empty:
-        return pd.DataFrame(columns=columns)
+        empty = pd.DataFrame(columns=columns)
+        empty.attrs["left_out"] = left_out
+        return empty
     # X, E(N) and the in-process efficiency are the configuration's, from the answers model; the
     # table's other metrics are the median of the runs.
     medians = [name for name in numeric if name != "throughput"]
@@ -231,6 +238,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         in_process_efficiency_high=("configuration_in_process_high", "first"),
         runs_left_out=("configuration_left_out", "first"),
         reference=("configuration_reference", "first"),
+        reference_runs=("configuration_reference_runs", "first"),
         strategy_label=("strategy_label", "first"),
         sample_unit=("sample_unit", "first"),
         runs=("run_id", "count"),
@@ -252,7 +260,9 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         ["workload", "size", "precision", "batch_size", "world_size", "strategy"],
         key=lambda c: c.map(strategy_order) if c.name == "strategy" else c,
     )
-    return table[columns].reset_index(drop=True)
+    table = table[columns].reset_index(drop=True)
+    table.attrs["left_out"] = left_out
+    return table
 
 
 def configuration_label(table: pd.DataFrame) -> pd.Series:
@@ -365,6 +375,14 @@ def format_side_by_side(table: pd.DataFrame) -> str:
         note += " dp on CPU = one process with N x the threads: nothing is replicated, not comparable with DDP."
     if (table["runs_left_out"] > 0).any():
         note += " Runs the speed check flagged (!! below) are left out of E."
+    once = table[(table["runs"] - table["runs_left_out"] > 1) & (table["reference_runs"] == 1)]
+    if once["efficiency"].notna().any():
+        note += (
+            " Where X(1) ran once and X(N) more often, E's ± holds the X(N) runs' spread and that X(1) run's own "
+            "steps', not how X(1) moves from one run to the next."
+        )
+    for run_id, why in table.attrs.get("left_out", {}).items():
+        note += f"\nleft out: {run_id} ({why})"
     if "oversubscribed" in wide:
         note += (
             "\noversubscribed: those strategies ran more threads than usable cores;"

@@ -26,6 +26,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ddpbench.analysis.configurations import is_measured
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
 
@@ -128,7 +129,7 @@ def probe_flags(records: list[Record]) -> list[ProbeFlag]:
     speeds = {
         record.run_id: (record, process_speeds(record), speed)
         for record in records
-        if record.status == "ok"
+        if is_measured(record)  # the runs every view keeps: the gate's and the table's flags agree
         if (speed := run_speed(record))
     }
     flags = []

@@ -18,7 +18,14 @@ import re
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 
-from ddpbench.analysis.traces import TraceAnalysis, TraceError, analyze_trace, format_trace_table, stragglers
+from ddpbench.analysis.traces import (
+    TRACE_EXPOSED,
+    TraceAnalysis,
+    TraceError,
+    analyze_trace,
+    format_trace_table,
+    stragglers,
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 DEFAULT_JOBS = 4
@@ -122,6 +129,8 @@ def format_job_summary(analyses: list[TraceAnalysis], errors: list[str], per_ran
         lines.append(format_trace_table(analyses))
     if len(analyses) > 1 or not lines:
         lines.append(_summary(analyses, per_rank))
+    if analyses:
+        lines.append(TRACE_EXPOSED)
     lines += [f"UNREADABLE: {message}" for message in errors]
     return "\n".join(line for line in lines if line)
 
@@ -149,7 +158,7 @@ def _summary(analyses: list[TraceAnalysis], per_rank: bool) -> str:
         f"  overlap %                 {_spread([s['overlap_pct'] for s in summaries if s['overlap_pct'] is not None])}"
     )
     for key, label in (
-        ("exposed_comm_us", "exposed comm ms/step"),
+        ("exposed_comm_us", "trace exposed ms/step"),
         ("comm_us", "comm ms/step"),
         ("compute_us", "compute ms/step"),
         ("idle_us", "idle ms/step"),
@@ -161,7 +170,7 @@ def _summary(analyses: list[TraceAnalysis], per_rank: bool) -> str:
     )[:RANKED]
     if worst:
         lines.append(
-            "most exposed communication: "
+            "trace exposed, most: "
             + ", ".join(f"rank {s['rank']} ({s['exposed_comm_us_per_step'] / 1000:.2f} ms/step)" for s in worst)
         )
     ranking = straggler_ranking(analyses)

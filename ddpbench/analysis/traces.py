@@ -456,6 +456,14 @@ def overlap_frame(analyses: list[TraceAnalysis]):
     return pd.DataFrame(rows)
 
 
+TRACE_EXPOSED = (
+    "trace exposed = the trace's own exposed communication: time inside the collectives' profiler events that no "
+    "computation overlaps, over whole profiler steps; a cross-check (docs/concepts.md), not explain's exposed "
+    "communication, which is the slowest rank's waits in the in-process ablation"
+)
+"""What `trace analyze` calls the exposed communication it reads from a trace, said once under its figures."""
+
+
 def format_trace_table(analyses: list[TraceAnalysis]) -> str:
     """The per-rank table that `ddpbench trace analyze` prints."""
 
@@ -464,7 +472,7 @@ def format_trace_table(analyses: list[TraceAnalysis]) -> str:
 
     lines = [
         f"{'rank':>6} {'kind':>4} {'steps':>5} {'comm ms':>9} {'compute ms':>10} {'overlap %':>9} "
-        f"{'exposed ms':>10} {'other ms':>9} {'idle ms':>9}  file"
+        f"{'trace exposed ms':>16} {'other ms':>9} {'idle ms':>9}  file"
     ]
     for analysis in analyses:
         summary = analysis.summary()
@@ -474,7 +482,7 @@ def format_trace_table(analyses: list[TraceAnalysis]) -> str:
         overlap = "n/a" if summary["overlap_pct"] is None else f"{summary['overlap_pct']:.2f}"
         lines.append(
             f"{rank:>6} {summary['kind']:>4} {summary['steps_analysed']:>5} {ms(summary['comm_us'])} "
-            f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>10} "
+            f"{ms(summary['compute_us']):>10} {overlap:>9} {ms(summary['exposed_comm_us']):>16} "
             f"{ms(summary['other_us'])} {ms(summary['idle_us'])}  {summary['path']}"
         )
         if summary["hta"]:

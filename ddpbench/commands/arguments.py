@@ -6,16 +6,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shlex
-import sys
-import tempfile
-import time
-import traceback
 
+from ddpbench.config.errors import COULD_NOT_RUN, could_not_run
 from ddpbench.config.options import add_arguments, argument_options, comma_list, from_args, node_counts, positive_int
-from ddpbench.config.spec import CONFIGURATION_FIELDS, MEASUREMENT_FIELDS, DDPKnobs, RunSpec, ScriptSpec, SpecError
+from ddpbench.config.spec import (
+    CONFIGURATION_FIELDS,
+    MEASUREMENT_FIELDS,
+    DDPKnobs,
+    RunSpec,
+    ScriptSpec,
+    SpecError,
+    default_pg_timeout_s,
+)
 
-__all__ = ["comma_list", "node_counts", "positive_int"]  # argument types, kept importable from here
+__all__ = ["COULD_NOT_RUN", "comma_list", "could_not_run", "node_counts", "positive_int"]  # kept importable from here
 
 USAGE_ERROR = 2
 
@@ -29,10 +33,6 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 BAD_INPUT = "2 bad input, one line on stderr, refused before anything starts or is written"
 INTERRUPTED = "130 interrupted (Ctrl-C), 143 terminated: runs in progress ended, finished records kept"
-COULD_NOT_RUN = 70
-"""What a command CI runs unattended (`bisect`, `ab`, the gate's wrapper) exits with on an error it
-did not expect: never a verdict's code, so a crash is never read as an answer (70 is sysexits'
-EX_SOFTWARE, a code no verdict of ddpbench uses)."""
 COULD_NOT_RUN_LINE = (
     f"{COULD_NOT_RUN} could not run: an error it did not expect, one line on stderr naming its log (the "
     "traceback); no verdict"
@@ -50,32 +50,6 @@ def exit_codes(parser: argparse.ArgumentParser, *codes: str) -> argparse.Argumen
         ordered.append((key, text))
     parser.epilog = "exit codes: " + "; ".join(text for _, text in sorted(ordered, key=lambda item: item[0]))
     return parser
-
-
-def could_not_run(program: str, argv: list[str], error: BaseException, log_folder: str | None) -> int:
-    """Say in one line that `program` (`ddpbench bisect`) could not run, keep the traceback in a
-    log (in `log_folder`, else the temporary folder), and return COULD_NOT_RUN. Secrets are hidden
-    in both, as everywhere ddpbench writes a command line down."""
-    from ddpbench.config.secrets import redact_text
-
-    text = redact_text(f"{program} {shlex.join(argv)}\n\n{''.join(traceback.format_exception(error))}")
-    stem = program.split()[-1].rpartition(".")[2]
-    name = f"{stem}-could-not-run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    log = None
-    for folder in filter(None, (log_folder, tempfile.gettempdir())):
-        try:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-                handle.write(text)
-            log = os.path.join(folder, name)
-            break
-        except OSError:
-            continue
-    said = (str(error).strip().splitlines() or [""])[0]
-    where = f"the traceback is in {log}" if log else "no log could be written"
-    line = f"{program}: could not run: {type(error).__name__}: {said} ({where})"
-    print(redact_text(line), file=sys.stderr, flush=True)
-    return COULD_NOT_RUN
 
 
 def unattended(handler, command: str, log_folder):
@@ -158,6 +132,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, script: bool = False) -> 
     else:
         add_arguments(parser, RunSpec, ("workload",))
     add_arguments(parser, RunSpec, (*CONFIGURATION_FIELDS, "out_dir"))
+    # Not given: the default for the run's compile mode (`spec_from_args`), as a sweep's run gets.
+    parser.set_defaults(pg_timeout_s=None)
     parser.add_argument(
         "--run-timeout",
         type=float,
@@ -228,9 +204,12 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     if getattr(args, "run_id", None) not in (None, ""):
         check_id("--run-id", args.run_id, "--out")
     script = script_from_args(args)
+    given = {}
+    if getattr(args, "pg_timeout_s", 0) is None:
+        given["pg_timeout_s"] = default_pg_timeout_s(getattr(args, "compile", "off"))
     if script is None:
-        return from_args(RunSpec, args)
-    return from_args(RunSpec, args, workload=script.workload_name, script=script)
+        return from_args(RunSpec, args, **given)
+    return from_args(RunSpec, args, workload=script.workload_name, script=script, **given)
 
 
 def on_sweep_folder(sweep_dir: str, action):

@@ -105,7 +105,8 @@ def add_gate_parser(commands) -> None:
         "(it says how many runs a side would decide); with --fail-underpowered also a comparison too weak to see "
         "its target",
         f"{EXIT_DRIFT} a regression the machine accounts for (its canary drifted, it was busy), a run the speed "
-        "check flags, or a candidate machine so much faster that it could hide a slowdown beyond the threshold: "
+        "check flags, or a candidate machine so much faster that with its speed-up taken out the code is slower than "
+        "the threshold: "
         "rerun, or confirm with --confirm-with",
         BAD_INPUT,
         INTERRUPTED,
@@ -195,8 +196,8 @@ def gate_exit(
     comparable, 3 a comparison that looks slower than the threshold but not significantly
     (inconclusive), or (only with --fail-underpowered) one too weak to see its target, 4 a
     regression that the machine's canary (a `drift.CanaryView`, printed when given) accounts for, a
-    pass or inconclusive verdict whose candidate machine ran faster by more than could hide the
-    threshold, or
+    pass or inconclusive verdict whose candidate machine ran faster by enough that, with the speed-up
+    taken out of its throughput, a comparison no longer passes (`drift.faster_machine`), or
     one whose every configuration had a run on a busy machine (`busy`, from `busy.busy_runs`), and
     any verdict on a configuration with a run the probe flags (`flagged`, `busy.probe_flagged`).
     `why` (`gate.why.Why`, one per configuration) says why each configuration that regressed did,
@@ -205,7 +206,7 @@ def gate_exit(
     has answered the drift question)."""
     from ddpbench.gate.busy import busy_regressions, busy_words, flagged_comparisons, flagged_words
     from ddpbench.gate.compare import overall_verdict, underpowered
-    from ddpbench.gate.drift import canary_json, canary_table, drift_words, hidden_slowdown, hidden_words, judge_drift
+    from ddpbench.gate.drift import canary_json, canary_table, drift_words, faster_machine, faster_words, judge_drift
     from ddpbench.gate.output import as_json, format_table, inconclusive_lines, markdown_summary, percent, sight_lines
     from ddpbench.records.store import write_atomic
 
@@ -241,19 +242,24 @@ def gate_exit(
     if drift:
         # With --confirm-with given, the confirmation below is the answer: no advice to run one.
         notes = notes + [drift_words(canary, getattr(args, "confirm_with", False) is None)]
-    # A candidate machine that got faster could hide a slowdown: the gate says how large, and does
-    # not pass where it could hide more than the threshold (a regression stays one: the code is
-    # slower still).
-    hidden = hidden_slowdown(canary) if canary is not None else None
-    if hidden and result in ("pass", "inconclusive") and any(c.measure == "throughput" for c in comparisons):
-        no_pass = hidden.hidden > settings.max_regression
-        words = hidden_words(hidden, settings.max_regression, getattr(args, "confirm_with", False) is None)
+    # A candidate machine that got faster could hide a slowdown: its speed-up is taken out of every
+    # throughput ratio, and a comparison that passed but does not once corrected stops the pass (a
+    # regression stays one: the code is slower still).
+    faster = faster_machine(canary, comparisons, settings) if canary is not None else None
+    if faster and result in ("pass", "inconclusive") and faster.corrected:
+        words = faster_words(faster, settings.max_regression, getattr(args, "confirm_with", False) is None)
         notes = notes + [words]
-        if not no_pass:  # the notes above are printed; a no-pass note ends the verdict line instead
+        if not faster.no_pass:  # the notes above are printed; a no-pass note ends the verdict line instead
             print(f"note: {words}")
-        found = {"probe": hidden.fastest.probe, "slowdown": hidden.hidden, "no_pass": no_pass}
+        found = {
+            "probe": faster.fastest.probe,
+            "speedup": faster.speedup,
+            "slowdown": faster.hidden,
+            "no_pass": faster.no_pass,
+            "corrected": [one.as_dict() for one in faster.corrected],
+        }
         extra = {**(extra or {}), "hidden_slowdown": found}
-        drift = drift or no_pass  # exit 4, as for a machine that slowed
+        drift = drift or faster.no_pass  # exit 4, as for a machine that slowed
     loaded = busy_regressions(busy or {}, comparisons)
     if busy:
         extra = {**(extra or {}), "busy_runs": busy}
@@ -275,11 +281,21 @@ def gate_exit(
     )
     if args.summary_md:
         write_atomic(args.summary_md, markdown_summary(comparisons, settings, notes, env_notes, why))
-    if args.json:
-        write_atomic(args.json, json.dumps(as_json(comparisons, settings, notes, env_notes, extra), indent=1) + "\n")
+    write_verdict(args, as_json(comparisons, settings, notes, env_notes, extra))
     if result != "pass" or drift:
         return EXIT_DRIFT if drift else EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
+
+
+def write_verdict(args: argparse.Namespace, document: dict) -> None:
+    """The verdict as JSON: to `--json-file`, and to the file the CI wrapper names in the environment
+    (`gate.ci.VERDICT_FILE_ENV`), which is how it tells a verdict from a crash."""
+    from ddpbench.gate.ci import VERDICT_FILE_ENV
+    from ddpbench.records.store import write_atomic
+
+    text = json.dumps(document, indent=1) + "\n"
+    for path in dict.fromkeys(path for path in (args.json, os.environ.get(VERDICT_FILE_ENV)) if path):
+        write_atomic(path, text)
 
 
 def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, extra, confirm, why=None) -> int:
@@ -316,11 +332,10 @@ def confirmed_exit(comparisons, settings, notes, env_notes, args, header: str, e
             "## ddpbench gate:", f"### Confirmation against {done.base}, {done.rounds} rounds:", 1
         )
         write_atomic(args.summary_md, f"## ddpbench gate: {result.upper()} ({answer})\n\n{second}\n{first}")
-    if args.json:
-        document = as_json(final, settings, done.notes, env_notes, extra)
-        document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
-        document["confirmation"] = confirmation
-        write_atomic(args.json, json.dumps(document, indent=1) + "\n")
+    document = as_json(final, settings, done.notes, env_notes, extra)
+    document["before_confirmation"] = as_json(comparisons, settings, notes, env_notes)
+    document["confirmation"] = confirmation
+    write_verdict(args, document)
     if result != "pass":
         return EXIT_UNDERPOWERED if result == "inconclusive" else EXIT_FAIL
     return EXIT_UNDERPOWERED if blind and args.fail_underpowered else 0
@@ -547,6 +562,20 @@ def why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, candid
         return None, [f"why it slowed could not be worked out ({type(exc).__name__}: {exc}); the verdict stands"]
 
 
+def ab_why(out_dir: str, comparisons, settings) -> tuple[list | None, list[str]]:
+    """Why B's rounds were slower than A's: the gate's comparison of causes (`why_it_slowed`) over
+    the two sides' records, each side's folder of its own; its runs are single DDP runs, so the
+    model's own compute is read from their in-process ablation. No reproducing sweep: the A/B is
+    its own reproduction."""
+    from ddpbench.records.store import read_records
+
+    sides = [read_records(os.path.join(out_dir, side))[0] for side in ("a", "b")]
+    found, notes = why_it_slowed(sides[0], sides[1], comparisons, settings, os.path.join(out_dir, "b"))
+    for why in found or []:
+        why.reproduce = None
+    return found, notes
+
+
 def command_ab(args: argparse.Namespace) -> int:
     from ddpbench.gate.ab import (
         HERE_REPO,
@@ -596,14 +625,16 @@ def command_ab(args: argparse.Namespace) -> int:
     comparisons, notes = paired_comparisons(rounds, settings, args.allow_failed_runs)
     if not comparisons:
         raise SpecError("; ".join(notes) or "no round produced records to compare")
+    why, more = ab_why(out_dir, comparisons, settings)
     return gate_exit(
         comparisons,
         settings,
-        notes,
+        notes + more,
         [],
         args,
         f"A {args.a}, B {args.b}, {args.rounds} rounds",
         {"a": {"given": args.a, "torch": versions[0]}, "b": {"given": args.b, "torch": versions[1]}, "out": out_dir},
+        why=why,
     )
 
 

@@ -94,7 +94,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             "precision",
         ),
     )
-    add_arguments(parser, SweepOptions, ("num_workers",))
+    add_arguments(parser, SweepOptions, ("num_workers", "data_dir"))
     parser.add_argument(
         "--threads-per-rank",
         type=positive_int,

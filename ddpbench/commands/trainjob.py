@@ -21,7 +21,7 @@ from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id
 from ddpbench.config.options import add_arguments, from_args, node_counts
 from ddpbench.config.plan import SUITES, SweepOptions
-from ddpbench.config.spec import DDPKnobs, RunSpec
+from ddpbench.config.spec import DDPKnobs, RunSpec, default_pg_timeout_s
 from ddpbench.running.trainjob import DEFAULT_RUN_TIMEOUT_S, MEMORY_PER_RANK_GI
 
 
@@ -160,7 +160,9 @@ def run_arguments(spec: RunSpec, run_timeout: float | None) -> list[str]:
             continue
         seen.add(name)
         value = values[name]
-        if value == action.default:
+        # A run not given --pg-timeout takes its compile mode's default (config.spec).
+        default = default_pg_timeout_s(spec.compile) if name == "pg_timeout_s" else action.default
+        if value == default:
             continue
         if name == "fault":
             raise SpecError("--inject-fault is a testing aid of local sweeps; a TrainJob does not carry it")

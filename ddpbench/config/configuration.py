@@ -60,6 +60,7 @@ CONFIGURATION_OPTIONS: tuple[ConfigurationOption, ...] = (
     ConfigurationOption("warmup", "--warmup", ("warmup",)),
     # The host side of a step.
     ConfigurationOption("num_workers", "--num-workers", ("num_workers",)),
+    ConfigurationOption("data_dir", "--data-dir", ("data_dir",), "own"),
     ConfigurationOption("threads_per_rank", "--threads-per-rank", ("threads_per_rank",), "own"),
     ConfigurationOption("slowdown", "--slowdown", ("slowdown",)),
     # The profiled phase runs after the timed steps, but its steps are steps of the run.
@@ -83,12 +84,10 @@ CONFIGURATION_OPTIONS: tuple[ConfigurationOption, ...] = (
 UNKEYED: dict[str, str] = {
     "steps": "how long the run is measured: runs of other lengths are repeats of one configuration",
     "warmup": "steps before the timed window, never counted",
-    "profile": "the profiled phase runs after the timed window",
     "profile_active": "how many steps the profiled phase holds",
     "slowdown": "planted work, a test of the gate: a slowed run is compared with its configuration's others",
     "launcher": "how the processes start (torchrun, srun), not what they run",
-    "sample_unit": "how a script's throughput is counted, which the record keeps beside it",
-    "units_per_sample": "how a script's throughput is counted, which the record keeps beside it",
+    "units_per_sample": "how many of the unit a sample holds, which the record keeps beside its throughput",
     "run_to_end": "whether a script's own loop runs on after the measured steps",
 }
 """Declared options that a reproduce command carries but that do not set runs apart: runs that differ
@@ -119,6 +118,26 @@ def spec_value(spec: Any, field: str) -> Any:
             return None
         value = getattr(value, part)
     return value
+
+
+def flag_default(option: ConfigurationOption) -> tuple[Any, bool]:
+    """(the option's default, whether it has a `--no-` form), from the dataclass field that declares
+    its flag (`config.options.flag`: `SweepOptions`, a script's `ScriptSpec` or `DDPKnobs`), which
+    `ddpbench sweep`'s parser is built from too: the reproduce command reads them here, not from the
+    command line's modules."""
+    import argparse
+    import dataclasses
+
+    from ddpbench.config.options import argument_options, flag_of
+    from ddpbench.config.plan import SweepOptions
+    from ddpbench.config.spec import DDPKnobs, ScriptSpec
+
+    for owner in (SweepOptions, ScriptSpec, DDPKnobs):
+        fields = {field.name: field for field in dataclasses.fields(owner)}
+        if option.dest in fields and flag_of(fields[option.dest]) is not None:
+            _, keywords = argument_options(owner, option.dest)
+            return keywords.get("default"), keywords.get("action") is argparse.BooleanOptionalAction
+    raise KeyError(f"{option.flag} is declared on no dataclass field")
 
 
 def configuration_fields() -> tuple[str, ...]:

@@ -133,7 +133,8 @@ class SweepOptions:
         default=("off",),
     )
     """torch.compile modes; every strategy runs in each mode it supports (dp only eager, fsdp2
-    not under compiled autograd). The local reference always runs eager too: it is X(1)."""
+    not under compiled autograd). The local reference runs eager too: the eager runs' X(1), as the
+    compiled local runs are the compiled runs' (docs/concepts.md, X(1))."""
     size: Size | None = flag("workload size for every workload (default: the suite's)", default=None)
     steps: int | None = flag("steps per run, warm-up included (default: the suite's)", default=None)
     warmup: int | None = flag("leading steps of every run never timed (default: the suite's)", default=None)
@@ -147,6 +148,8 @@ class SweepOptions:
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
     num_workers: int = same_flag(RunSpec, "num_workers")
     """DataLoader workers per rank, in every run (what explain's advice on data loading names)."""
+    data_dir: str | None = same_flag(RunSpec, "data_dir")
+    """An image folder every run reads instead of synthetic data (the image workloads)."""
     profile: bool = flag("skip the profiled phase of every run", flags=("--no-profile",), default=True)
     """Every run gets a profiled phase and writes traces."""
     profile_active: int = same_flag(RunSpec, "profile_active")
@@ -292,6 +295,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
         precision=options.precision or suite.precision,
         ddp=options.ddp,
         num_workers=options.num_workers,
+        data_dir=options.data_dir,
         profile=options.profile,
         profile_active=options.profile_active,
         out_dir=out_dir,
@@ -303,7 +307,7 @@ def plan_sweep(options: SweepOptions, out_dir: str) -> list[RunSpec]:
     configurations: list[RunSpec] = []
     for workload, default_batch in workloads.items():
         name = plain_name(short_workload_name(workload))  # a user's file may be named anything: ids are plain
-        # local is the reference X(1): eager always, compiled too where asked
+        # local is the reference X(1): eager always (dp's and eager runs'), compiled too where asked
         modes = [
             (s, m)
             for s in STRATEGIES

@@ -61,6 +61,23 @@ def default_warmup(strategy: str, device: str, steps: int) -> int:
 
 
 DDP_MIN_WARMUP = 2
+DEFAULT_PG_TIMEOUT_S = 300.0
+"""How long a collective may wait before the run fails, unless told."""
+# A compiled run's first collective waits for every rank to finish compiling, and ranks compiling at
+# once on one host's cores finish minutes apart (gpt2's inductor compile alone takes a minute or more
+# on a GPU node): its timeouts get this on top, in a sweep, a lone `ddpbench run` and the rounds of
+# ab and bisect alike. `--pg-timeout` and `--run-timeout` set them outright.
+COMPILE_ALLOWANCE_S = 600.0
+
+
+def compile_allowance_s(compile_mode: str) -> float:
+    """What a compile mode adds to a run's timeouts (`COMPILE_ALLOWANCE_S`), 0 for eager runs."""
+    return 0.0 if compile_mode == "off" else COMPILE_ALLOWANCE_S
+
+
+def default_pg_timeout_s(compile_mode: str) -> float:
+    """The process-group timeout of a run not given one: 300 s, plus the compile allowance."""
+    return DEFAULT_PG_TIMEOUT_S + compile_allowance_s(compile_mode)
 
 
 def check_launchable(spec: RunSpec) -> None:
@@ -309,7 +326,10 @@ class RunSpec:
     )
     """Seed for model initialisation and synthetic data; the same on every rank."""
     pg_timeout_s: float = flag(
-        "seconds a collective may wait before the run fails (default 300)", flags=("--pg-timeout",), default=300.0
+        f"seconds a collective may wait before the run fails (default {DEFAULT_PG_TIMEOUT_S:g}, plus "
+        f"{COMPILE_ALLOWANCE_S:g} with --compile)",
+        flags=("--pg-timeout",),
+        default=DEFAULT_PG_TIMEOUT_S,
     )
     """Process-group timeout: a collective that waits longer fails instead of hanging for 30 min."""
     ddp: DDPKnobs = field(default_factory=DDPKnobs)
@@ -390,6 +410,15 @@ class RunSpec:
     script: ScriptSpec | None = None
     """A user's training script measured as it is, in place of a workload (whose name is then
     `script:<file name>`); None for workloads."""
+    started_in: str | None = None
+    """The folder the run was started in (absolute), from which its relative paths were given; None
+    in records made before it was kept (their loader infers it where the record's own folder says:
+    `ddpbench.records.store`)."""
+    files: dict[str, str] | None = None
+    """The user's files the run names (its workload file, script, data folder), as given -> what
+    each is wherever the record is read (`ddpbench.host.repository.located`: its path inside its git
+    repository and the repository's root commit, else its real path), fixed when the run starts;
+    None in records made before."""
     repeat: int = flag(
         "which round of its sweep this run is (sweeps and TrainJobs set it; default 1)",
         flags=("--round",),

@@ -10,8 +10,11 @@ the weakest comparison would need to see the gate's target, and exits with the g
 3 and 4 as themselves.
 
 A code is a verdict only with the verdict behind it: Python exits 1 on an error nobody caught, so a
-command that exits 0, 1, 3 or 4 without writing its verdict file, or with a code that is none of
-the gate's (a signal, say), could not run: this exits 70, never a verdict's code. No torch.
+command that exits 0, 1, 3 or 4 without writing its verdict, or with a code that is none of the
+gate's (a signal, say), could not run: this exits 70, never a verdict's code. The gate writes its
+verdict to the file this names in its environment (VERDICT_FILE_ENV), beside any `--json-file` the
+user gives it: the command runs exactly as given, and the wrapper never reads the gate's command
+line (a layer below the commands, it does not know their options). No torch.
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
-from ddpbench.commands.arguments import COULD_NOT_RUN, could_not_run
+from ddpbench.config.errors import COULD_NOT_RUN, could_not_run
 
 EXIT_MEANINGS = {
     0: "pass",
@@ -46,6 +48,9 @@ EXIT_MEANINGS = {
 wrapper exits with them, and with 70 for any other ending of the command."""
 VERDICT_CODES = (0, 1, 3, 4)
 """The codes that are a verdict: the gate writes its verdict file before it exits with one of them."""
+VERDICT_FILE_ENV = "DDPBENCH_VERDICT_FILE"
+"""Where `ddpbench gate` and `ddpbench ab` also write their verdict (the `--json-file` document), when
+their environment names a file: how this wrapper tells a verdict from a crash."""
 PROGRAM = "python -m ddpbench.gate.ci"
 USAGE = f"usage: {PROGRAM} [--name NAME] -- COMMAND [ARGS ...]"
 
@@ -116,35 +121,6 @@ def gate_arguments(command: list[str]) -> tuple[str, list[str]]:
     return subcommand, head[after + 1 :]
 
 
-def named_verdict_file(command: list[str]) -> str | None | bool:
-    """The verdict file the wrapped gate command names, read by the gate's own parser, so that
-    every spelling it accepts counts (`--json-file X`, `--json-file=X`, an abbreviation, the old
-    `--json`); None where it names none; False where its arguments do not parse (the gate will say
-    why, exit 2). UnreadableCommand where it finds no gate in the command."""
-    from ddpbench.cli import build_parser
-
-    subcommand, arguments = gate_arguments(command)
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            args, _ = build_parser().parse_known_args([subcommand, *arguments])
-        except SystemExit:
-            return False
-    return getattr(args, "json", None)
-
-
-def with_verdict_file(command: list[str], path: str) -> tuple[list[str], str | None]:
-    """The command with a verdict file, and that file: the user's where the command names one in
-    any spelling, else `path`, added as `--json-file` before a `--` (whose tail belongs to
-    `ddpbench run`). A command whose arguments do not parse is left as it is (no file)."""
-    named = named_verdict_file(command)
-    if named is False:
-        return command, None
-    if named:
-        return command, named
-    cut = command.index("--") if "--" in command else len(command)
-    return [*command[:cut], "--json-file", path, *command[cut:]], path
-
-
 def runs_words(verdict: dict) -> str:
     """How many runs a side (rounds, for a paired A/B) the comparisons would need to see the target."""
     target = verdict.get("target_slowdown")
@@ -208,30 +184,28 @@ def wrap(argv: list[str]) -> int:
     if not argv:
         print(USAGE, file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="ddpbench-gate-") as scratch:
-        try:
-            command, verdict_path = with_verdict_file(argv, os.path.join(scratch, "verdict.json"))
-        except UnreadableCommand as exc:
-            from ddpbench.config.secrets import redact_text
+    try:
+        gate_arguments(argv)
+    except UnreadableCommand as exc:
+        from ddpbench.config.secrets import redact_text
 
-            print(redact_text(f"{PROGRAM}: error: {exc} (got: {shlex.join(argv)[:200]})"), file=sys.stderr)
-            return 2
-        started = time.time()
+        print(redact_text(f"{PROGRAM}: error: {exc} (got: {shlex.join(argv)[:200]})"), file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="ddpbench-gate-") as scratch:
+        verdict_path = os.path.join(scratch, "verdict.json")
         try:
-            code = subprocess.run(command).returncode
+            code = subprocess.run(argv, env={**os.environ, VERDICT_FILE_ENV: verdict_path}).returncode
         except OSError as exc:
-            print(f"{name}: cannot run {command[0]}: {exc}", file=sys.stderr)
+            print(f"{name}: cannot run {argv[0]}: {exc}", file=sys.stderr)
             code = 2
         verdict = None
-        try:
-            # A verdict file left by an earlier gate says nothing about this one (bad input writes none).
-            if verdict_path and os.path.getmtime(verdict_path) >= started - 1:
-                with open(verdict_path, encoding="utf-8") as handle:
-                    verdict = json.load(handle)
+        try:  # bad input writes none
+            with open(verdict_path, encoding="utf-8") as handle:
+                verdict = json.load(handle)
         except (OSError, ValueError):
             pass
     sys.stdout.flush()
-    if code in VERDICT_CODES and verdict_path and not isinstance(verdict, dict):
+    if code in VERDICT_CODES and not isinstance(verdict, dict):
         # Python exits 1 on an error nobody caught: a code of a verdict, with no verdict behind it.
         print(f"{name} exited {code} without writing its verdict: {EXIT_MEANINGS[COULD_NOT_RUN]}", flush=True)
         return COULD_NOT_RUN

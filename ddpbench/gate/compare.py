@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddpbench.analysis.configurations import is_measured, why_not_measured
+from ddpbench.config.identity import typed_paths
 from ddpbench.gate import stats
 from ddpbench.gate.values import (
     MEASURE_LABELS,
@@ -118,16 +120,13 @@ def load_pairs(path: str) -> list[tuple[str, Record]]:
 
 
 def usable(record: Record) -> bool:
-    return record.status == "ok" and not record.failed_checks() and record.metrics is not None
+    """A run the gate compares: one that counts in its configuration's figures in every view
+    (`configurations.is_measured`)."""
+    return is_measured(record)
 
 
 def why_unusable(record: Record) -> str:
-    if record.status != "ok":
-        message = record.error.message if record.error else ""
-        return f"status {record.status}" + (f": {message}" if message else "")
-    if record.failed_checks():
-        return "failed correctness checks: " + ", ".join(record.failed_checks())
-    return "no metrics"
+    return why_not_measured(record)
 
 
 def env_differences(baseline: list[Record], candidate: list[Record]) -> list[str]:
@@ -160,13 +159,35 @@ def comparability(
             notes.append(f"baseline run {record.run_id} left out: {why_unusable(record)}")
     if check_missing:
         present = {run_key(r) for r in candidate}
-        for key in sorted({run_key(r) for r in baseline if usable(r)} - present, key=describe):
+        # A run that measured nothing has no unit to key by: it stands for its configuration in any unit.
+        unmeasured = {_without_unit(run_key(r)) for r in candidate if r.metrics is None}
+        missing = {run_key(r) for r in baseline if usable(r)} - present
+        for key in sorted((k for k in missing if _without_unit(k) not in unmeasured), key=describe):
             reason = "in the baseline but missing from the candidate"
             if allow_missing:
                 notes.append(f"{describe(key)}: {reason} (allowed)")
             else:
                 failures.append(Comparison(describe(key), "run", "not comparable", note=reason))
     return failures, notes
+
+
+def _without_unit(key: tuple) -> tuple:
+    rest = json.loads(key[-1])
+    rest.pop("sample_unit", None)
+    return (*key[:-1], json.dumps(rest, sort_keys=True))
+
+
+def typed_notes(records: list[Record]) -> list[str]:
+    """Where records made before runs kept their files' places, and outside the folder they ran in,
+    could only be keyed by a user's path as typed (`config.identity.typed_paths`): a note."""
+    typed = {r.run_id: typed_paths(r.spec) for r in records if typed_paths(r.spec)}
+    if not typed:
+        return []
+    paths = sorted({path for found in typed.values() for path in found})
+    return [
+        f"{len(typed)} record(s) name {', '.join(paths)} without saying which folder they ran in (made before "
+        "ddpbench kept it, and no longer inside that folder's results): matched by the path as typed"
+    ]
 
 
 def _noise_groups(
@@ -236,7 +257,8 @@ def compare_values(
         raise GateError(
             "no configuration of the candidate matches one of the baseline (the same workload file or name, "
             "size, strategy, world size and nodes, batch, precision, device, threads per rank, scaling, "
-            "data-loader workers, data folder and DDP options; docs/concepts.md, Configuration)"
+            "data-loader workers, data folder, DDP options, sample unit and in-process ablation; "
+            "docs/concepts.md, Configuration)"
         )
     pending = []
     for key in matched:
@@ -310,6 +332,7 @@ def compare(
 ) -> tuple[list[Comparison], list[str]]:
     """Two sets of records: what cannot be compared, then every matched configuration and measure."""
     failures, notes = comparability(baseline, candidate, allow_failed, allow_missing)
+    notes += typed_notes(baseline + candidate)
     kept_b, kept_c = [r for r in baseline if usable(r)], [r for r in candidate if usable(r)]
     comparisons, more = compare_values(
         side_values(kept_b),

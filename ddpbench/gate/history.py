@@ -26,9 +26,9 @@ from ddpbench.gate.values import (
     MEASURE_NAMES,
     by_start,
     describe,
+    earlier_key_of,
     efficiencies,
     group_by_key,
-    legacy_matches,
     local_key,
     run_key,
     series_name,
@@ -192,12 +192,17 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
     by_key: dict[tuple, list[dict]] = {}
     for key, row in rows:
         by_key.setdefault(key, []).append(row)
+    first_run = {}
+    for record in good:
+        first_run.setdefault(run_key(record), record)
     updated, retired = [], []
     for key, new_rows in by_key.items():
         path = os.path.join(folder, series_name(key) + ".csv")
         series = read_series(path) if os.path.exists(path) else Series(path, describe(key), key)
-        # A history written before the one identity: its series move to the current name and key.
-        for legacy in legacy_series(folder, key):
+        # A history written by an earlier ddpbench: its series move to the current name and key.
+        for legacy in earlier_series(folder, first_run[key]):
+            if os.path.abspath(legacy.path) == os.path.abspath(path):
+                continue
             series.rows += legacy.rows
             retired.append(legacy.path)
         if tuple(series.key) != tuple(json.loads(json.dumps(list(key)))):
@@ -213,28 +218,32 @@ def add_sweep(sweep_dir: str, root: str = DEFAULT_HISTORY) -> tuple[str, list[st
     return folder, notes
 
 
-def legacy_series(folder: str, key: tuple) -> list[Series]:
-    """The series in `folder` stored under a legacy key that is this configuration's
-    (`values.legacy_matches`): a history written before the one identity."""
+def earlier_series(folder: str, record: Record) -> list[Series]:
+    """The series in `folder` stored under a key an earlier ddpbench gave this run's configuration
+    (`values.earlier_key_of`)."""
     if not os.path.isdir(folder):
         return []
-    found = []
+    matches, found = earlier_key_of(record), []
     for name in sorted(os.listdir(folder)):
         if name.endswith(".csv"):
             series = read_series(os.path.join(folder, name))
-            if legacy_matches(tuple(series.key), key):
+            if matches(tuple(series.key)):
                 found.append(series)
     return found
 
 
 def with_current_keys(series: dict[tuple, Series], records: list[Record]) -> dict[tuple, Series]:
-    """The series with those stored under a legacy key re-keyed to the configurations of `records`
-    they match (rows merged, oldest first, where the current key has a series of its own too); a
-    legacy series that matches none keeps its key."""
-    keys = {key_of(record) for record in records}
+    """The series with those stored under an earlier ddpbench's key re-keyed to the configurations
+    of `records` they are (rows merged, oldest first, where the current key has a series of its own
+    too); a series that matches none keeps its key."""
+    by_key = {}
+    for record in records:
+        by_key.setdefault(key_of(record), record)
+    earlier = {key: earlier_key_of(record) for key, record in by_key.items()}
     found: dict[tuple, Series] = {}
     for key, one in series.items():
-        targets = [k for k in keys if legacy_matches(tuple(key), k)] or [tuple(key)]
+        targets = [k for k, matches in earlier.items() if tuple(key) != k and matches(tuple(key))]
+        targets = targets or [tuple(key)]
         for target in targets:
             if target in found:
                 rows = sorted(

@@ -5,22 +5,20 @@ world size, batch, precision, steps, threads, loader workers, profiled steps and
 is written from that one declaration, in its current spelling. No torch.
 
 A user's workload file is named in the record as the sweep was given it, often relative to the
-folder the sweep ran in, which the record does not keep. So the command names a folder and gives
-the path as it works from there: the gate's own working folder when the file is found from it,
-else the first folder above the candidate sweep's that holds it. Where neither does, the command
-keeps the path as recorded and says so.
+folder the sweep ran in. So the command names a folder and gives the path as it works from there:
+the folder the run started in where the record keeps it and the file is there, else the gate's own
+working folder when the file is found from it, else the first folder above the candidate sweep's
+that holds it. Where none does, the command keeps the path as recorded and says so.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
 
-from ddpbench.config.configuration import CONFIGURATION_OPTIONS, ConfigurationOption, spec_value
+from ddpbench.config.configuration import CONFIGURATION_OPTIONS, ConfigurationOption, flag_default, spec_value
 from ddpbench.config.plan import SUITES, world_sizes
 from ddpbench.config.secrets import HIDDEN
 from ddpbench.config.spec import RunSpec
@@ -59,9 +57,12 @@ def _folders(candidate_dir: str, cwd: str) -> list[str]:
             found.append(folder)
 
 
-def locate(path: str, candidate_dir: str, cwd: str) -> tuple[str | None, str | None]:
+def locate(path: str, candidate_dir: str, cwd: str, started_in: str | None = None) -> tuple[str | None, str | None]:
     """(the folder to run from, the path as it works from there); (None, None) where the file is
-    nowhere to be found."""
+    nowhere to be found. A relative path is tried first from the folder the run started in, where
+    the record says it (`spec.started_in`)."""
+    if started_in and not os.path.isabs(path) and os.path.exists(os.path.join(started_in, path)):
+        return started_in, path
     if os.path.isabs(path):
         if not os.path.exists(path):
             return None, None
@@ -83,29 +84,16 @@ def _sweep_options(candidate_dir: str) -> dict:
         return {}
 
 
-@functools.cache
-def _sweep_actions() -> dict:
-    """`ddpbench sweep`'s options by destination: their defaults and kinds, for the generic forms."""
-    from ddpbench.commands.sweep import add_sweep_arguments
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_sweep_arguments(parser)
-    actions: dict = {}
-    for action in parser._actions:
-        actions.setdefault(action.dest, action)  # the current spelling is declared first
-    return actions
-
-
 def _generic(option: ConfigurationOption, spec: RunSpec) -> list[str]:
     """`value` and `switch` options: the run's value where it is not the sweep option's default."""
     value = spec_value(spec, option.fields[0])
-    default = _sweep_actions()[option.dest].default
+    default, negatable = flag_default(option)
     if value is None:
         return []
     if option.form == "switch":
         if value == default:
             return []
-        if isinstance(_sweep_actions()[option.dest], argparse.BooleanOptionalAction) and not value:
+        if negatable and not value:
             return ["--no-" + option.flag[2:]]
         return [option.flag]
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
@@ -138,7 +126,7 @@ def _workloads(context: _Context) -> list[str]:
     if not is_user_workload(workload):
         return ["--workloads", workload]
     path, _, factory = workload.rpartition(":")
-    folder, found = locate(path, context.candidate_dir, context.cwd)
+    folder, found = locate(path, context.candidate_dir, context.cwd, spec.started_in)
     if found is None:
         context.notes.append(
             f"the workload file {path} is not found from here nor above the candidate's folder: run the command "
@@ -147,6 +135,26 @@ def _workloads(context: _Context) -> list[str]:
         return ["--workloads", workload]
     context.folder = folder
     return ["--workloads", f"{found}:{factory}"]
+
+
+def _data_dir(context: _Context) -> list[str]:
+    """An image folder, found as a workload file is: the run read it instead of synthetic data, so a
+    command without it would measure something else."""
+    data_dir = context.spec.data_dir
+    if not data_dir:
+        return []
+    folder, found = locate(data_dir, context.candidate_dir, context.cwd, context.spec.started_in)
+    if found is None:
+        context.notes.append(
+            f"the data folder {data_dir} is not found from here nor above the candidate's folder: run the command "
+            "from the folder the sweep ran in"
+        )
+        return ["--data-dir", data_dir]
+    if context.folder is not None and folder != context.folder:
+        found = os.path.abspath(os.path.join(folder, found))  # the command runs from the workload's folder
+    else:
+        context.folder = folder
+    return ["--data-dir", found]
 
 
 def _script(context: _Context) -> list[str]:
@@ -200,6 +208,7 @@ OWN = {
     "batch_size": lambda c: _batch(c, "weak"),
     "global_batch": lambda c: _batch(c, "strong"),
     "threads_per_rank": _threads,
+    "data_dir": _data_dir,
 }
 """How the reproduce command writes the options declared `own` (ddpbench.config.configuration)."""
 

@@ -22,7 +22,8 @@ import math
 from collections.abc import Callable
 
 from ddpbench.analysis import registry
-from ddpbench.config.identity import canonical_workload, identity
+from ddpbench.config.identity import canonical_path, canonical_workload, shown_workload
+from ddpbench.host.repository import shown
 from ddpbench.records.schema import Record
 
 MEASURE_NAMES = ("throughput", "efficiency", "exposed_share")
@@ -36,14 +37,18 @@ MEASURE_LABELS = {
 LEGACY_KEY_LENGTH = 8
 """Keys of before the one identity: (workload as written, size, strategy, world size, batch,
 precision, device, DDP options), without threads, scaling, data-loader workers, data folder, nodes
-or a script's path and arguments. History series stored under them still match (`legacy_matches`)."""
+or a script's path and arguments. History series stored under them still match (`earlier_key_of`)."""
 DEFAULTS = {"script": None, "nnodes": 1, "scaling": "weak", "num_workers": 0, "data_dir": None}
 """What a legacy key's runs are taken to have had (ddpbench's defaults: the options it lacked)."""
+REST = (*DEFAULTS, "threads_per_rank", "sample_unit", "ablation")
+"""The identity's fields a key holds as sorted JSON in its last part."""
+PREVIOUS_REST = (*DEFAULTS, "threads_per_rank")
+"""The last part's fields of before the sample unit, the ablation and the files' places were keyed."""
 
 
-def _key(found: dict) -> tuple:
+def _key(found: dict, rest_fields: tuple[str, ...] = REST) -> tuple:
     ddp = json.dumps(found["ddp"], sort_keys=True) if found["ddp"] else ""
-    rest = {name: found[name] for name in (*DEFAULTS, "threads_per_rank")}
+    rest = {name: found[name] for name in rest_fields}
     return (
         found["workload"],
         found["size"],
@@ -59,15 +64,33 @@ def _key(found: dict) -> tuple:
 
 def run_key(record: Record) -> tuple:
     """What defines a configuration (`config.identity`, the table's and explain's too): runs with
-    equal keys are repeats of each other. The first eight parts are the legacy key's, in canonical
-    form; the last holds the rest of the identity as sorted JSON."""
-    return _key(identity(record.spec))
+    equal keys are repeats of each other. The first eight parts are the legacy key's, with a user's
+    file where it is (`config.identity`); the last holds the rest of the identity as sorted JSON."""
+    from ddpbench.analysis.configurations import record_identity
+
+    return _key(record_identity(record))
+
+
+def previous_key(record: Record, cwd: str | None = None) -> tuple:
+    """The key this run's configuration had before its files were keyed by where they are, and its
+    unit and ablation at all: a user's path relative to the folder the key was made from (`cwd`,
+    default this one, where `history add` ran) where it lay inside it, else absolute."""
+    from ddpbench.analysis.configurations import record_identity
+
+    spec = record.spec
+    found = record_identity(record)
+    found["workload"] = canonical_workload(spec.workload, cwd)
+    if spec.script is not None:
+        found["script"] = [canonical_path(spec.script.path, cwd), *spec.script.args]
+    found["data_dir"] = canonical_path(spec.data_dir, cwd) if spec.data_dir else None
+    return _key(found, PREVIOUS_REST)
 
 
 def legacy_matches(legacy: tuple, key: tuple) -> bool:
-    """Whether a series stored under a legacy key is this configuration's: the same eight parts
-    (its workload in canonical form) and ddpbench's defaults for what the legacy key lacked; any
-    threads per rank (a machine class and suite ran one)."""
+    """Whether a series stored under a legacy key is the configuration of `key`, a key in the
+    previous form (`previous_key`): the same eight parts (its workload in canonical form) and
+    ddpbench's defaults for what the legacy key lacked; any threads per rank (a machine class and
+    suite ran one)."""
     if len(legacy) != LEGACY_KEY_LENGTH or len(key) != LEGACY_KEY_LENGTH + 1:
         return False
     rest = json.loads(key[-1])
@@ -75,9 +98,22 @@ def legacy_matches(legacy: tuple, key: tuple) -> bool:
     return same and all(rest.get(name) == value for name, value in DEFAULTS.items())
 
 
+def earlier_key_of(record: Record):
+    """Whether a history series stored under a key of an earlier ddpbench (the previous form, or the
+    legacy eight parts) is this run's configuration, as a test of the stored key: history series
+    follow the key as it changes. The run's previous key is worked out once."""
+    previous = tuple(json.loads(json.dumps(list(previous_key(record)))))
+
+    def matches(stored: tuple) -> bool:
+        stored = tuple(json.loads(json.dumps(list(stored))))
+        return stored == previous or legacy_matches(stored, previous)
+
+    return matches
+
+
 def describe(key: tuple) -> str:
     workload, size, strategy, world_size, batch, precision, device = key[:7]
-    text = f"{workload}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
+    text = f"{shown_workload(str(workload))}/{size} {strategy} x{world_size} b{batch} {precision} {device}"
     if len(key) > LEGACY_KEY_LENGTH:
         # What else sets this configuration apart, where it is not ddpbench's default.
         rest = json.loads(key[-1])
@@ -90,36 +126,27 @@ def describe(key: tuple) -> str:
         if rest.get("num_workers"):
             text += f" {rest['num_workers']} loader workers"
         if rest.get("data_dir"):
-            text += f" data {rest['data_dir']}"
+            text += f" data {shown(rest['data_dir'])}"
+        if rest.get("ablation") is False and strategy == "ddp" and not rest.get("script"):
+            text += " --no-profile"  # eager DDP of a workload has the in-process ablation but for this
     return text
 
 
 def series_name(key: tuple) -> str:
     """A file name for a configuration's history: readable, and unique through a hash of the key."""
-    readable = "-".join(str(part) for part in key[:7]).replace("/", "_").replace(":", "_").replace(".py", "")
+    parts = (shown_workload(str(key[0])), *key[1:7])
+    readable = "-".join(str(part) for part in parts).replace("/", "_").replace(":", "_").replace(".py", "")
     digest = hashlib.sha1(json.dumps(list(key)).encode("utf-8")).hexdigest()[:8]
     return f"{readable}-{digest}"
 
 
 def local_key(record: Record) -> tuple:
-    """The key of the run that is X(1) for this run (a script's: its DDP x1 run): the same identity
-    but for the strategy, world size, nodes and DDP options, with the per-device batch (weak
-    scaling) or the global batch (strong scaling) and the threads of one device."""
-    from ddpbench.analysis.configurations import reference_batch, threads_per_device
+    """The key of the runs that are X(1) for this run, by the one rule every view divides by
+    (`configurations.reference_identity`: a compiled configuration's compiled local runs, a script's
+    DDP x1 runs with the same DDP options)."""
+    from ddpbench.analysis.configurations import reference_identity
 
-    found = identity(record.spec)
-    found.update(
-        strategy="local",
-        world_size=1,
-        nnodes=1,
-        ddp=None,
-        batch_size=reference_batch(record.spec),
-        threads_per_rank=threads_per_device(record.spec),
-    )
-    if record.spec.script is not None:
-        # A script has no run without DDP: its X(1) is its DDP run at world size 1 (`configurations`).
-        found.update(strategy="ddp", ddp=identity(record.spec)["ddp"])
-    return _key(found)
+    return _key(reference_identity(record))
 
 
 def throughput(record: Record) -> float | None:

@@ -18,7 +18,10 @@ A cause grew, and is named, when both hold:
   chase.
 The test is on milliseconds; the points shown are that change over the baseline's pooled DDP step
 (the answers model's), so they never differ from the milliseconds in sign.
-The compute's test is on the log of the single-device step, its growth the ms it added. Named causes
+The compute's test is on the log of the one-device step, its growth the ms it added: the step of the
+single-device `local` runs (each run's own, as X(1) pools them) where both sides have them, else
+the one-device step of each DDP run's in-process ablation (one rank stepping the model alone: what
+bisect's and ab's rounds, single DDP runs, measure of it). Named causes
 come largest first, by the ms they added per step. Where waiting for the slowest rank grew, the rank
 and the phase it was in are the candidate's straggler's (the in-process ablation's own steps, or the
 collectives matched across the ranks' traces). Where the single-device run slowed by at least half
@@ -50,6 +53,11 @@ from ddpbench.records.schema import Record
 
 COMPUTE = "compute"
 COMPUTE_LABEL = "the model's own compute"
+ONE_DEVICE = {
+    "local": "the single-device run",
+    "ablation": "one rank stepping the model alone in the in-process ablation",
+}
+"""Where the model's own compute was read, in words: the `local` runs, or the DDP runs' ablation."""
 CAUSE_FAMILY_ALPHA = 0.05
 """How often, at most, a configuration whose code did not change names a cause: split over the
 causes compared (Bonferroni)."""
@@ -71,7 +79,9 @@ class Change:
     """One-sided p-value of 'it did not grow' (its ms per step; the compute: its log step)."""
     grew: bool = False
     slowdown: Estimate | None = None
-    """The compute only: how much slower the single-device step became, percent."""
+    """The compute only: how much slower the one-device step became, percent."""
+    source: str | None = None
+    """The compute only: where its one-device step was read (`ONE_DEVICE`: local, ablation)."""
 
     @property
     def label(self) -> str:
@@ -86,6 +96,7 @@ class Change:
             "p_value": self.p_value,
             "grew": self.grew,
             **({"slowdown_pct": self.slowdown.as_dict()} if self.slowdown is not None else {}),
+            **({"source": self.source} if self.source is not None else {}),
         }
 
 
@@ -115,6 +126,10 @@ class Why:
     def named(self) -> list[Change]:
         """Causes (and the compute) that grew, largest first by ms per step."""
         return sorted((c for c in self.changes if c.grew), key=lambda c: -c.seconds.value)
+
+    @property
+    def compute(self) -> Change | None:
+        return next((change for change in self.changes if change.name == COMPUTE), None)
 
     @property
     def compute_leads(self) -> bool:
@@ -218,20 +233,31 @@ def _cause_changes(before: Answer, after: Answer) -> tuple[list[Change], list[st
     return changes, needs
 
 
+def one_device_steps(before: Answer, after: Answer) -> tuple[list[float], list[float], str] | None:
+    """Each side's one-device steps, one per run, and where they were read: the kept `local` runs'
+    own steps where both sides have them (every DDP run divides by the same pooled X(1), so per-DDP-run
+    copies of it would have no spread and make any change look certain); else the one-device step of
+    each DDP run's in-process ablation, where every run of both sides has one. None without either."""
+    if before.reference_steps_s and after.reference_steps_s:
+        return before.reference_steps_s, after.reference_steps_s, "local"
+    sides = [[run.bottom_step.value for run in side.runs if run.bottom_step is not None] for side in (before, after)]
+    if all(len(steps) == len(side.runs) and steps for steps, side in zip(sides, (before, after))):
+        return sides[0], sides[1], "ablation"
+    return None
+
+
 def _compute_change(before: Answer, after: Answer) -> tuple[Change | None, Estimate | None]:
-    """The single-device reference's step, candidate against baseline, and the DDP step's."""
+    """The one-device step (`one_device_steps`), candidate against baseline, and the DDP step's."""
     ddp = log_change([r.step_s for r in before.runs], [r.step_s for r in after.runs])
-    # The reference runs' own steps, one per run: every DDP run divides by the same pooled X(1), so
-    # per-DDP-run copies of it would have no spread and make any change look certain.
-    reference_b, reference_c = before.reference_steps_s, after.reference_steps_s
-    slowdown = log_change(reference_b, reference_c)
     ddp_pct = as_percent(ddp[0]) if ddp else None
+    found = one_device_steps(before, after)
+    slowdown = log_change(found[0], found[1]) if found else None
     if slowdown is None:
         return None, ddp_pct
-    seconds, _ = change_over_runs(reference_b, reference_c)
+    seconds, _ = change_over_runs(found[0], found[1])
     # Its points: what it added over the baseline's DDP step, the share a cause would hold.
     points = seconds.scaled(100 / before.step.value)
-    return Change(COMPUTE, seconds, points, slowdown[1], slowdown=as_percent(slowdown[0])), ddp_pct
+    return Change(COMPUTE, seconds, points, slowdown[1], slowdown=as_percent(slowdown[0]), source=found[2]), ddp_pct
 
 
 def compare_answers(before: Answer, after: Answer, why: Why, settings: GateSettings) -> None:
@@ -250,7 +276,10 @@ def compare_answers(before: Answer, after: Answer, why: Why, settings: GateSetti
     if compute is not None:
         changes.append(compute)
     else:
-        needs.append("the single-device run's slowdown was not compared: it needs each side's local runs")
+        needs.append(
+            "the model's own compute was not compared: it needs each side's local runs, or the in-process ablation "
+            "in every DDP run of both sides"
+        )
     why.needs += needs
     why.level = CAUSE_FAMILY_ALPHA / max(1, len(changes))
     why.min_seconds = settings.max_regression / 2 * before.step.value

@@ -8,7 +8,7 @@ beyond noise at the level `why` holds it to (said once, under the lines).
 from __future__ import annotations
 
 from ddpbench.analysis.estimates import Estimate
-from ddpbench.gate.why import COMPUTE, Change, Why
+from ddpbench.gate.why import COMPUTE, ONE_DEVICE, Change, Why
 
 SOURCES = {
     "ablation": "the in-process ablation's own steps",
@@ -47,7 +47,7 @@ def straggler_words(straggler: dict) -> str:
 def change_line(why: Why, change: Change) -> str:
     figures = f"{_ms(change.seconds)}, {_pp(change.points)}"
     if change.name == COMPUTE:
-        return f"{change.label}: the single-device run slowed by {_pct(change.slowdown)} too ({figures})"
+        return f"{change.label}: {ONE_DEVICE[change.source]} slowed by {_pct(change.slowdown)} too ({figures})"
     if change.name == "straggler_wait" and why.straggler is not None:
         return f"{change.label}: {figures}; {straggler_words(why.straggler)}"
     return f"{change.label}: {figures}"
@@ -60,7 +60,7 @@ def headline(why: Why) -> str:
     if why.compute_leads:
         return (
             f"the model's own compute slowed, not its scaling: the DDP step slowed by {_pct(why.ddp_slowdown)} and "
-            "the single-device run about as much"
+            f"{ONE_DEVICE[why.compute.source]} about as much"
         )
     if len(why.named) == 1:
         return f"{why.named[0].label} grew beyond noise"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -41,6 +41,9 @@ class HistoryRun:
     git_sha: str
     ended_at: str
     values: dict[str, float | None] = field(default_factory=dict)
+    earlier: Callable[[tuple], bool] | None = field(default=None, compare=False, repr=False)
+    """Whether a key an earlier ddpbench stored is this run's configuration (`gate.values.earlier_key_of`):
+    adding the run moves such a series to its current key."""
 
     def row(self) -> dict:
         """As a CSV series row (`ddpbench.gate.history`): ended_at, sweep, run_id, git_sha, measures."""
@@ -223,10 +226,35 @@ class Store:
         stored are left as they are. `runs` is read inside the transaction."""
         added = given = 0
         with self._guard("adding runs"), self._write():
+            stored: dict[tuple, set[str]] = {}
+            moved: set[tuple] = set()
             for run in runs:
+                if run.earlier is not None and (run.machine_class, run.suite, _key_text(run.key)) not in moved:
+                    moved.add((run.machine_class, run.suite, _key_text(run.key)))
+                    self._move_earlier(run, stored)
                 added += self._executemany(_INSERT, _checked(run, self.address)) > 0
                 given += 1
         return Added(added, given)
+
+    def _move_earlier(self, run: HistoryRun, stored: dict[tuple, set[str]]) -> None:
+        """Inside `add_sweep`'s transaction: the series an earlier ddpbench stored this run's
+        configuration under take its current key and name, so that the history keeps one series."""
+        place = (run.machine_class, run.suite)
+        if place not in stored:
+            found = self._execute(
+                f"SELECT DISTINCT configuration_key FROM {MEASUREMENTS} WHERE machine_class = ? AND suite = ?", place
+            ).fetchall()
+            stored[place] = {str(text) for (text,) in found}
+        current = _key_text(run.key)
+        for text in sorted(stored[place]):
+            if text != current and run.earlier(tuple(json.loads(text))):
+                self._execute(
+                    f"UPDATE {MEASUREMENTS} SET configuration_key = ?, configuration = ? "
+                    "WHERE machine_class = ? AND suite = ? AND configuration_key = ?",
+                    (current, run.configuration, *place, text),
+                )
+                stored[place].discard(text)
+        stored[place].add(current)
 
     def places(self) -> list[tuple[str, str]]:
         """The (machine class, suite) pairs that have runs."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ddpbench.gate.baselines import machine_class, suite_of
 from ddpbench.gate.history import sweep_rows
-from ddpbench.gate.values import MEASURE_NAMES, describe
+from ddpbench.gate.values import MEASURE_NAMES, describe, earlier_key_of, run_key
 from ddpbench.history.store import HistoryRun
 
 
@@ -14,6 +14,10 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
     (HistoryError where it has no run to add)."""
     good, rows, notes = sweep_rows(sweep_dir)
     machine, suite = machine_class(good[0]), suite_of(sweep_dir)
+    first_run = {}
+    for record in good:
+        first_run.setdefault(run_key(record), record)
+    earlier = {key: earlier_key_of(record) for key, record in first_run.items()}
     runs = [
         HistoryRun(
             machine,
@@ -25,6 +29,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
             row["git_sha"],
             row["ended_at"],
             {measure: row[measure] for measure in MEASURE_NAMES},
+            earlier[key],
         )
         for key, row in rows
     ]

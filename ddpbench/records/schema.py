@@ -62,7 +62,11 @@ from ddpbench.records.part import Part
 # steps' `cpu`, probes' `waited_s`; GPU memory beyond torch's allocated bytes: ranks'
 # `peak_memory_reserved_bytes`, `device_memory_used_bytes` and `device_memory_note`, phases'
 # `reserved_bytes` and `reserved_by_device`. All optional, so a schema-5 record reads as one that
-# did not measure them (from_schema_5).
+# did not measure them (from_schema_5). Later within 6, all optional: the spec's `started_in` and
+# `files` (where the run started, and what each of the user's files is: its path inside its git
+# repository and that repository's root commit, else its real path), which a record without them
+# reads as located from its own folder where that says (ddpbench.records.store.started_in), else by
+# its paths as typed.
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ddpbench.config.identity import typed_paths
 from ddpbench.config.secrets import redact_args, secret_positions
 from ddpbench.config.spec import RunSpec
 from ddpbench.records import sidecar
@@ -167,7 +168,30 @@ def load_record(path: str) -> Record:
         record = _convert(path, data)
     if record.step_times_sidecar is not None:
         _fill_step_times(path, record)
+    if typed_paths(record.spec):
+        folder = started_in(path, record.spec.out_dir)
+        if folder is not None:
+            record.spec = record.spec.replace(started_in=folder)
     return record
+
+
+def started_in(path: str, out_dir: str) -> str | None:
+    """The folder a record made before runs kept it was started in, from where the record lies: a
+    run wrote `<that folder>/<its out_dir>/runs/<run id>.json`, so a relative out_dir that the
+    record's own folder ends with gives it (its workload file's relative path then says which file
+    it ran, `config.identity`); None where out_dir is absolute or the records were moved."""
+    if not out_dir or os.path.isabs(out_dir):
+        return None
+    out = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    parts = [part for part in os.path.normpath(out_dir).split(os.sep) if part not in ("", os.curdir)]
+    if not parts or os.pardir in parts:
+        return None
+    folder = out
+    for part in reversed(parts):
+        if os.path.basename(folder) != part:
+            return None
+        folder = os.path.dirname(folder)
+    return folder
 
 
 def _fill_step_times(path: str, record: Record) -> None:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from datetime import datetime
 
+from ddpbench.config.identity import locate_files
 from ddpbench.config.ids import plain_name
 from ddpbench.config.spec import RunSpec, SpecError, check_launchable, resolve_device, threads_per_process
 from ddpbench.config.workloads import check_script, check_workload_name, short_workload_name
@@ -43,6 +44,9 @@ def resolve(spec: RunSpec, gpu_count: int | None = None, cores: int | None = Non
     if here:
         check_installed()
     spec = spec.replace(run_id=spec.run_id or make_run_id(spec))
+    # What the user's files are, fixed now: the record's configuration is then the same wherever it
+    # is read from (`config.identity`).
+    spec = locate_files(spec)
     if spec.launcher == "slurm":  # the allocation's nodes, not this one, say what a node has
         node_gpus, node_cores, rendezvous = slurm.placement(spec)
         gpu_count = node_gpus if gpu_count is None else gpu_count

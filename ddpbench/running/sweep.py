@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ddpbench.config.plan import script_for
 from ddpbench.config.secrets import has_hidden, redact_args, redact_spec_dict
-from ddpbench.config.spec import RunSpec, SpecError
+from ddpbench.config.spec import RunSpec, SpecError, compile_allowance_s
 from ddpbench.host.facts import host_facts
 from ddpbench.records.schema import Record, RunError
 from ddpbench.records.store import (
@@ -43,11 +43,9 @@ TIMEOUT_WITHOUT_REFERENCE_S = 1200.0
 # the expected step time (the first iteration and DDP's bucket rebuild are slower), never tiny.
 PG_TIMEOUT_STEPS = 50
 MIN_PG_TIMEOUT_S = 60.0
-# A compiled run's first collective waits for every rank to finish compiling: the reference step is
-# the eager `local` run's, and ranks compiling at once on one host's cores finish minutes apart (gpt2's
-# inductor compile alone takes a minute or more on a GPU node). Both timeouts get this on top, and
-# `--pg-timeout` / `--run-timeout` set them outright.
-COMPILE_ALLOWANCE_S = 600.0
+# A compiled run's timeouts get COMPILE_ALLOWANCE_S on top (config.spec, where a lone run's default
+# gets it too): the reference step is the eager `local` run's, and ranks compiling at once finish
+# minutes apart.
 
 
 def manifest_path(sweep_dir: str) -> str:
@@ -151,12 +149,8 @@ def run_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: floa
         return fixed
     step_s = expected_step_s(spec, reference_step_s)
     if step_s is None:
-        return TIMEOUT_WITHOUT_REFERENCE_S + compile_allowance_s(spec)
-    return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s + compile_allowance_s(spec)
-
-
-def compile_allowance_s(spec: RunSpec) -> float:
-    return 0.0 if spec.compile == "off" else COMPILE_ALLOWANCE_S
+        return TIMEOUT_WITHOUT_REFERENCE_S + compile_allowance_s(spec.compile)
+    return STARTUP_ALLOWANCE_S + STEP_TIME_HEADROOM * spec.steps * step_s + compile_allowance_s(spec.compile)
 
 
 def pg_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: float | None) -> float:
@@ -164,8 +158,8 @@ def pg_timeout_s(spec: RunSpec, reference_step_s: dict[str, float], fixed: float
         return fixed
     step_s = expected_step_s(spec, reference_step_s)
     if step_s is None:
-        return spec.pg_timeout_s + compile_allowance_s(spec)
-    return max(MIN_PG_TIMEOUT_S, PG_TIMEOUT_STEPS * step_s) + compile_allowance_s(spec)
+        return spec.pg_timeout_s + compile_allowance_s(spec.compile)
+    return max(MIN_PG_TIMEOUT_S, PG_TIMEOUT_STEPS * step_s) + compile_allowance_s(spec.compile)
 
 
 def _clock(seconds: float) -> str:
