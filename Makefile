@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 GPUS ?=
 BENCH_ARGS ?=
 
-.PHONY: install install-test bench test test-fast lint gate clean hta-venv otava-venv gpu-check gpu-check-one gpu-check-wheels docs
+.PHONY: install install-test bench test test-all test-fast lint gate clean hta-venv otava-venv gpu-check gpu-check-one gpu-check-wheels docs
 
 # setuptools boxes a notice about editable installs in asterisks; a newcomer reads it as an error.
 # It only says that folders named like the package take precedence over it, so it is filtered.
@@ -78,8 +78,14 @@ endif
 		$(if $(CONFIRM),--confirm-with "$$($(PY) -m ddpbench.gate.base_env '$(CONFIRM)' --prepare)") $(GATE_ARGS)
 endif
 
-# The whole suite; it ends with its 15 slowest tests, where to look first to make it quicker.
+# The suite within 10 minutes on a 2-core machine: every in-process test and at least one real
+# launch of each path; it ends with its 15 slowest tests, where to look first to make it quicker.
 test: install-test
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "not test_all" tests
+
+# Everything: make test's tests and the real launches of paths make test already launches once
+# (marked test_all), in one run; what CI runs.
+test-all: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The suite on saved records and traces only, in about 2 minutes: nothing marked `launches`

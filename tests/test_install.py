@@ -46,7 +46,7 @@ MAKE_ENVIRONMENT = {name: value for name, value in os.environ.items() if name !=
 def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_venv():
     python = "/opt/env/bin/python"
     planned = subprocess.run(
-        ["make", "-n", "-B", "bench", "test", "test-fast", "lint", f"USE_PYTHON={python}", "GPUS=8"],
+        ["make", "-n", "-B", "bench", "test", "test-all", "test-fast", "lint", f"USE_PYTHON={python}", "GPUS=8"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -55,12 +55,14 @@ def test_use_python_runs_every_target_with_the_interpreter_given_and_builds_no_v
     ).stdout.splitlines()
     assert not [line for line in planned if "venv" in line or ".installed-stamp" in line], planned
     prefix = f"PYTHONPATH={ROOT} {python} -m "
-    # bench installs what ddpbench needs to run; test, test-fast and lint the test tools too, once.
+    # bench installs what ddpbench needs to run; test, test-all, test-fast and lint the test tools too, once.
     assert [line for line in planned if "torch_env" in line] == [
         f"{prefix}ddpbench.host.torch_env --requirements . --quiet",
         f"{prefix}ddpbench.host.torch_env --requirements . --extra test --quiet",
     ]
     assert f"{prefix}ddpbench sweep --gpus 8" in [line.strip() for line in planned]
+    tiers = f'{prefix}pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "not test_all" tests'
+    assert tiers in planned  # make test: its tier
     assert f"{prefix}pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests" in planned
     assert f"{prefix}ruff check ." in planned
 
