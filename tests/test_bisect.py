@@ -755,6 +755,7 @@ def net(size, data_dir=None):
 
 @pytest.mark.launches
 @pytest.mark.alone  # two commits' runs compared: a neighbour would slow one side's rounds, not the other's
+@pytest.mark.test_all  # about 2.3 minutes holding the machine; make test bisects for real in the two tests above
 def test_a_commit_that_doubles_the_forward_on_every_rank_is_named_with_its_compute_from_the_ablation(tmp_path):
     """The commonest regression, a model slower on every rank: bisect named the commit and no cause
     ("would need: the single-device run's slowdown was not compared: it needs each side's local
