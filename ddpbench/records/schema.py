@@ -62,7 +62,11 @@ from ddpbench.records.part import Part
 # steps' `cpu`, probes' `waited_s`; GPU memory beyond torch's allocated bytes: ranks'
 # `peak_memory_reserved_bytes`, `device_memory_used_bytes` and `device_memory_note`, phases'
 # `reserved_bytes` and `reserved_by_device`. All optional, so a schema-5 record reads as one that
-# did not measure them (from_schema_5).
+# did not measure them (from_schema_5). Later, within 6: where each rank ran, ranks' `node_name`,
+# `node_rank`, `cpu_set`, `device_uuid`, `device_serial` and `device_pci_bus_id` (the history keeps
+# them per run and rank); optional, so a record without them reads as not recorded (the history's
+# "host not recorded" where `hostname` is missing too). A ddpbench of schema 6 from before them
+# refuses a record that has them (unknown fields), as it would any newer record.
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
@@ -253,7 +257,23 @@ class RankResult(Part):
     rank: int
     local_rank: int = 0
     hostname: str | None = None
+    node_name: str | None = None
+    """The machine as its scheduler names it, where that is not `hostname`: the Kubernetes node (a
+    pod's host name is the pod's) or the SLURM node; None outside a scheduler and in older records."""
+    node_rank: int | None = None
+    """The node rank torchrun's rendezvous gave this rank's node; None outside torchrun and in older
+    records."""
+    cpu_set: str | None = None
+    """The CPUs this rank's process could run on, as the kernel lists them (0-3,8); None off Linux and
+    in older records."""
     device: str | None = None
+    device_uuid: str | None = None
+    """GPU: the device's UUID (torch); None on CPU and in older records."""
+    device_serial: str | None = None
+    """GPU: the board's serial number, through NVML; None where NVML cannot say, on CPU and in older
+    records."""
+    device_pci_bus_id: str | None = None
+    """GPU: the device's PCI bus id (0000:41:00.0), through NVML; None where NVML cannot say."""
     threads: int | None = None
     """Intra-op threads this rank trained with."""
     probe: ProcessProbe | None = None
