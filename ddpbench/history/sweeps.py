@@ -1,11 +1,13 @@
 """A sweep folder's runs as the history store keeps them: the rows `ddpbench history add` writes
-to CSV series, with the machine class and suite that name the series' folder there. No torch."""
+to CSV series, with the machine class and suite that name the series' folder there, and each run's
+ranks (`ddpbench.history.ranks`). No torch."""
 
 from __future__ import annotations
 
 from ddpbench.gate.baselines import machine_class, suite_of
 from ddpbench.gate.history import sweep_rows
 from ddpbench.gate.values import MEASURE_NAMES, describe
+from ddpbench.history.ranks import rank_rows
 from ddpbench.history.store import HistoryRun
 
 
@@ -14,6 +16,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
     (HistoryError where it has no run to add)."""
     good, rows, notes = sweep_rows(sweep_dir)
     machine, suite = machine_class(good[0]), suite_of(sweep_dir)
+    ranks = {record.run_id: tuple(rank_rows(record)) for record in good}
     runs = [
         HistoryRun(
             machine,
@@ -25,6 +28,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
             row["git_sha"],
             row["ended_at"],
             {measure: row[measure] for measure in MEASURE_NAMES},
+            ranks.get(row["run_id"], ()),
         )
         for key, row in rows
     ]
