@@ -102,9 +102,7 @@ def test_the_gate_says_the_host_is_likely_where_the_history_names_it(tmp_path, c
     history(url, 12, also=("gate-why-backward",))
     done, verdict = gate(tmp_path, url, candidate)
     assert done.returncode in (1, 4), done.stdout + done.stderr
-    said = (
-        f"{PLANTED}: node-1 has been slowest in 12 of 13 sweeps: likely the host, not the code (rank 1 ran there; "
-    )
+    said = f"{PLANTED}: node-1 has been slowest in 12 of 13 sweeps: likely the host, not the code (rank 1 ran there; "
     assert said in done.stdout and "this sweep left out" in done.stdout, done.stdout
     assert "same-job A/B on other hosts" in done.stdout and "--avoid-hosts node-1" in done.stdout
     (found,) = verdict["suspect_hosts"]

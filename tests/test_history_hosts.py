@@ -116,7 +116,9 @@ def test_the_level_holds_exactly_for_two_hosts_that_share_every_job():
         rate = 2 * stats.binom.sf(needed - 1, n, 0.5)
         assert rate <= FAMILY_ALPHA
         for hits, named in ((needed, ["node-1"]), (needed - 1, [])):
-            outcomes = [sweep(i, alternating(i), alternating(i).index("node-1" if i < hits else "node-0")) for i in range(n)]
+            outcomes = [
+                sweep(i, alternating(i), alternating(i).index("node-1" if i < hits else "node-0")) for i in range(n)
+            ]
             assert [u.name for u in judge(outcomes).named("host")] == named
 
 
@@ -238,7 +240,9 @@ def test_a_stored_runs_straggler_is_the_records(slow_rank_store):
 
 def test_history_hosts_tells_a_slow_rank_from_a_slow_host(slow_rank_store, tmp_path):
     out = tmp_path / "hosts.json"
-    done = ddpbench("history", "hosts", "--store", slow_rank_store["alternating"], "--json-file", str(out), env=NO_OTAVA)
+    done = ddpbench(
+        "history", "hosts", "--store", slow_rank_store["alternating"], "--json-file", str(out), env=NO_OTAVA
+    )
     assert done.returncode == 0, done.stderr
     assert "rank 1: slowest in 15 of 15 sweeps" in done.stdout and "not a host" in done.stdout, done.stdout
     found = json.loads(out.read_text())
@@ -255,7 +259,7 @@ def test_history_hosts_tells_a_slow_rank_from_a_slow_host(slow_rank_store, tmp_p
     "arguments, message",
     [
         (["--since", "yesterday"], "--since takes a date such as 2026-12-01"),
-        (["--last", "0"], "must be a whole number of sweeps, 1 or more"),
+        (["--last", "0"], "must be a whole number >= 1"),
         (["--last", "3", "--since", "2026-12-01"], "not allowed with argument"),
         (["--family-alpha", "150"], "--family-alpha must be between 0 and 100 %"),
     ],

@@ -15,6 +15,7 @@ import sys
 
 from ddpbench.commands.arguments import exit_codes, on_sweep_folder, subcommands
 from ddpbench.config.errors import SpecError
+from ddpbench.config.options import positive_int
 
 STORE_HELP = (
     "history store: sqlite:///PATH, a file path, or postgresql://USER@HOST/DB (a password from PGPASSWORD "
@@ -110,7 +111,7 @@ def add_history_parser(commands) -> None:
     window = hosts.add_mutually_exclusive_group()
     window.add_argument(
         "--last",
-        type=positive_count,
+        type=positive_int,
         default=None,
         metavar="K",
         help="the window: the last K sweeps with runs of several ranks (default 30)",
@@ -124,16 +125,6 @@ def add_history_parser(commands) -> None:
     hosts.add_argument("--json-file", default=None, metavar="FILE", help="also write the answer as JSON to FILE")
     exit_codes(hosts, "0 read (with or without hosts named)")
     hosts.set_defaults(handler=command_history_hosts)
-
-
-def positive_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of sweeps, 1 or more; got {text!r}")
-    return value
 
 
 def add_baseline_save_arguments(parser: argparse.ArgumentParser) -> None:

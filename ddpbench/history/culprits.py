@@ -356,10 +356,12 @@ class HostsVerdict:
         return next((unit for unit in self.named("host") if unit.name == name), None)
 
 
-def judge(outcomes: list[SweepOutcome], window: Window = Window(), alpha: float = FAMILY_ALPHA) -> HostsVerdict:
-    """The test over the window's sweeps; the change points over every sweep given."""
+def judge(outcomes: list[SweepOutcome], window: Window | None = None, alpha: float = FAMILY_ALPHA) -> HostsVerdict:
+    """The test over the window's sweeps (default: the last DEFAULT_LAST); the change points over
+    every sweep given."""
     from ddpbench.gate.changepoints import change_points
 
+    window = window or Window()
     picked = window.pick(outcomes)
     voting = [one for one in picked if one.voted]
     families = {kind: tested_family(kind, voting, alpha) for kind in KINDS}
@@ -374,7 +376,7 @@ def judge(outcomes: list[SweepOutcome], window: Window = Window(), alpha: float 
 
 
 def store_verdict(
-    store, window: Window = Window(), alpha: float = FAMILY_ALPHA, leave_out: str | None = None
+    store, window: Window | None = None, alpha: float = FAMILY_ALPHA, leave_out: str | None = None
 ) -> HostsVerdict:
     """The verdict over a history store's ranks; `leave_out` a sweep (the gate's candidate: a sweep is
     no evidence about itself)."""

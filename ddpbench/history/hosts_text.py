@@ -39,7 +39,10 @@ def first_day(verdict: HostsVerdict) -> str:
 
 def device_words(verdict: HostsVerdict, uuid: str) -> str:
     known = verdict.devices.get(uuid) or {}
-    parts = [f"serial {known['serial']}" if known.get("serial") else "", f"bus {known['bus']}" if known.get("bus") else ""]
+    parts = [
+        f"serial {known['serial']}" if known.get("serial") else "",
+        f"bus {known['bus']}" if known.get("bus") else "",
+    ]
     said = ", ".join(part for part in parts if part)
     return f"{uuid} ({said})" if said else uuid
 

@@ -99,6 +99,7 @@ def straggler_of(rows: list[RankRow]) -> Straggler:
     """A stored run's straggler, from its rows; not measured (wait None) where none was stored."""
     # Here, not at the top: the store reads and writes rows without the analysis (numpy) loaded.
     from ddpbench.analysis.straggler import Straggler
+
     slowest = next((row for row in rows if row.slowest and row.straggler), None)
     if slowest is None:
         return Straggler(None, None, "none", why_not="not measured, or not stored")

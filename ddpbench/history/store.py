@@ -250,7 +250,14 @@ class Store:
             for run in runs:
                 added += self._executemany(_INSERT, _checked(run, self.address)) > 0
                 if run.ranks:
-                    place = (run.machine_class, run.suite, run.sweep, run.run_id, _key_text(run.key), run.ended_at or "")
+                    place = (
+                        run.machine_class,
+                        run.suite,
+                        run.sweep,
+                        run.run_id,
+                        _key_text(run.key),
+                        run.ended_at or "",
+                    )
                     self._executemany(_INSERT_RANK, [place + as_columns(rank) for rank in run.ranks])
                 given += 1
         return Added(added, given)
