@@ -277,3 +277,15 @@ def test_a_store_without_ranks_says_so(tmp_path):
     assert done.returncode == 0 and "nothing to test" in done.stdout and "add them again" in done.stdout
     with open_store(url, create=False) as store:
         assert hosts_json(store_verdict(store), store.shown)["sweeps"] == 0
+
+
+def test_the_history_page_has_a_hosts_section(slow_rank_store, tmp_path):
+    url = slow_rank_store["alternating"]
+    done = ddpbench("history", "report", "--store", url, "--out", str(tmp_path), env=NO_OTAVA)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "index.html").read_text()
+    hosts = page[page.index('<section id="hosts">') : page.index("<h2>Table</h2>")]
+    assert "rank 1: slowest in 15 of 15 sweeps" in hosts and "no host to keep out" in hosts
+    rows = hosts[hosts.index("<tbody>") :].split("<tr>")[1:]
+    assert sorted(row.split("</td>")[0][4:] for row in rows) == ["node-0", "node-1"]
+    assert all("within chance" in row and "1 in 2" in row for row in rows)

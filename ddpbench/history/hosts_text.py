@@ -4,6 +4,7 @@ beyond chance (`ddpbench.history.culprits`), and what to do about them. No torch
 from __future__ import annotations
 
 from fractions import Fraction
+from html import escape
 
 from ddpbench.history.culprits import Culprit, HostsVerdict, SweepOutcome
 
@@ -187,3 +188,38 @@ def hosts_json(verdict: HostsVerdict, shown: str) -> dict:
         "by_sweep": [_sweep(one) for one in verdict.sweeps],
         "lines": hosts_lines(verdict, shown),
     }
+
+
+def hosts_html(verdict: HostsVerdict, shown: str) -> str:
+    """The history page's hosts section: the answer's lines, then every host tested in a table."""
+    lines = hosts_lines(verdict, shown)
+    rows = []
+    for unit in verdict.families.get("host", []):
+        lead = _ms(unit.lead) if unit.lead is not None else ""
+        verdict_words = (
+            "named"
+            if unit.named
+            else f"goes with {unit.confounded_with}"
+            if unit.confounded_with
+            else "within chance"
+            if unit.corrected is not None
+            else "too few sweeps to tell"
+        )
+        cells = [
+            unit.name,
+            f"{unit.votes} of {unit.trials}",
+            chance_words(unit),
+            f"{unit.corrected:.2g}" if unit.corrected is not None else "not tested",
+            verdict_words,
+            lead + (f", in {unit.phase}" if unit.lead is not None and unit.phase else ""),
+            unit.since or "",
+        ]
+        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    table = (
+        "<table><thead><tr><th>host</th><th>slowest in (sweeps)</th><th>chance gives</th><th>p, corrected</th>"
+        "<th>verdict</th><th>lead</th><th>since sweep</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        if rows
+        else ""
+    )
+    said = "".join(f'<p class="note">{escape(line)}</p>' for line in lines)
+    return f'<section id="hosts"><h2>Hosts</h2>{said}{table}</section>'
