@@ -12,9 +12,10 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import pytest
-from conftest import FIXTURES, ddpbench
+from conftest import FIXTURES, REPO, ddpbench
 from scipy import stats
 
 from ddpbench.analysis.estimates import Estimate
@@ -289,3 +290,21 @@ def test_the_history_page_has_a_hosts_section(slow_rank_store, tmp_path):
     rows = hosts[hosts.index("<tbody>") :].split("<tr>")[1:]
     assert sorted(row.split("</td>")[0][4:] for row in rows) == ["node-0", "node-1"]
     assert all("within chance" in row and "1 in 2" in row for row in rows)
+
+
+def test_the_realistic_null_keeps_the_rank_bias_and_places_the_ranks_again():
+    """benchmarks/recurring_null.py on constructed null sweeps that favour rank 0 (12 of 15 votes):
+    alternating layouts spread the bias over both hosts and name none; a fixed layout makes node-0
+    look slow, and the host is said to go with rank 0 instead of being named. The draws are seeded."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import recurring_null
+
+    real = [sweep(i, TWO, 0 if i < 12 else 1) for i in range(15)] + [sweep(15, TWO, None)]
+    assert recurring_null.culprit_frequencies(real) == {"sweeps": 16, "no_vote": 1, "by_rank": {"0": 12, "1": 3}}
+    moved = recurring_null.placed(real[0], 1, "alternating")
+    assert moved.hosts == {0: "node-1", 1: "node-0"} and moved.host == "node-1" and moved.rank == 0
+    alternating_rate = recurring_null.synthetic_rate(real, 30, 200, "alternating", seed=1)
+    fixed_rate = recurring_null.synthetic_rate(real, 30, 200, "fixed", seed=1)
+    assert alternating_rate["named_host"] == 0 and alternating_rate["rank_recurs"] > 100
+    assert fixed_rate["named_host"] == 0 and fixed_rate["host_goes_with_rank"] == fixed_rate["rank_recurs"] > 100
+    assert recurring_null.upper_bound(0, 200) == pytest.approx(1 - 0.05 ** (1 / 200))
