@@ -308,3 +308,25 @@ def test_the_realistic_null_keeps_the_rank_bias_and_places_the_ranks_again():
     assert alternating_rate["named_host"] == 0 and alternating_rate["rank_recurs"] > 100
     assert fixed_rate["named_host"] == 0 and fixed_rate["host_goes_with_rank"] == fixed_rate["rank_recurs"] > 100
     assert recurring_null.upper_bound(0, 200) == pytest.approx(1 - 0.05 ** (1 / 200))
+
+
+def test_a_gpu_slowest_beyond_chance_is_named_with_its_serial_and_bus_and_its_host_avoided():
+    # 2 hosts of 4 GPUs; GPU-a3 on node-a is the slowest in 9 of 12 sweeps, where chance gives 1 in 8.
+    # Which local rank drives which GPU turns from sweep to sweep, so no rank goes with the GPU.
+    hosts = ["node-a"] * 4 + ["node-b"] * 4
+    outcomes = []
+    for number in range(12):
+        one = sweep(number, hosts, (3 - number) % 4 if number < 9 else 5 + number % 3)
+        one.devices = {rank: f"GPU-{'ab'[rank // 4]}{(rank + number) % 4}" for rank in range(8)}
+        outcomes.append(one)
+    verdict = judge(outcomes)
+    verdict.devices = {"GPU-a3": {"host": "node-a", "serial": "1652", "bus": "00000000:41:00.0"}}
+    (gpu,) = verdict.named("device")
+    assert (gpu.name, gpu.votes, gpu.trials, gpu.tested) == ("GPU-a3", 9, 12, 8)
+    assert gpu.p_value == pytest.approx(stats.binom.sf(8, 12, 1 / 8))
+    said = hosts_lines(verdict, "s")
+    assert any(
+        line.startswith("GPU-a3 (serial 1652, bus 00000000:41:00.0) on node-a: slowest in 9 of 12") for line in said
+    )
+    # node-a held half the ranks and 9 of 12 votes: within chance as a host; its GPU is what to avoid.
+    assert verdict.named("host") == [] and avoid_hosts(verdict) == ["node-a"]
