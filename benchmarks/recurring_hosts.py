@@ -13,8 +13,8 @@ also get DDPBENCH_NODE_NAME, as the manifests' downward API gives a pod its node
 The scenarios, each in a store of its own:
 - null: --sweeps sweeps with nothing planted;
 - planted: --before sweeps with nothing planted, then --sweeps sweeps in which node-1's pod (its agent
-  and rank) runs in a cgroup v1 `cpu` group held to half a core (cpu.cfs_quota_us 50000 of 100000),
-  which ddpbench is not told about. The last null and the last planted sweep also run their 1-node
+  and rank) runs in a cgroup v1 `cpu` group held to half a core (cpu.cfs_quota_us 1000 of 2000: see
+  QUOTA_US), which ddpbench is not told about. The last null and the last planted sweep also run their 1-node
   job (two `local` runs, on node-0, outside the quota), so that the gate can compare them: the gate,
   given the planted store, must say node-1 is likely the host, not the code;
 - slow rank: --sweeps sweeps of `slow_rank_one`, whose global rank 1 (node rank 1, on whichever node
@@ -59,11 +59,17 @@ MEASUREMENT = "measurement.json"
 PLANTED_FILE = os.path.join(REPO, "tests", "fixtures", "planted_causes.py")
 WORKLOADS = {"null": "steady_ranks", "planted": "steady_ranks", "slow-rank": "slow_rank_one"}
 SCENARIOS = ("null", "planted", "slow-rank")
-RUN_OPTIONS = ("--strategies", "local,ddp", "--repeat", "2", "--steps", "40", "--warmup", "8")
+RUN_OPTIONS = ("--strategies", "local,ddp", "--repeat", "2", "--steps", "40", "--warmup", "8", "--batch-size", "256")
 """Two DDP runs a sweep (the gate names a culprit from two runs a side), 40 steps of which 8 warm-up:
-enough rounds of the in-process ablation to name a straggler within one run."""
-QUOTA_US, PERIOD_US = 50000, 100000
-"""Half a core."""
+enough rounds of the in-process ablation to name a straggler within one run; batches of 256 samples,
+so that a rank's own compute, which a slow host slows, is a good part of its step (at the fixture's
+32 the step is mostly gloo's, whose threads a slow host slows on both sides alike)."""
+QUOTA_US, PERIOD_US = 1000, 2000
+"""Half a core, in periods shorter than a step. With the usual 100 ms period the rank runs at full
+speed for 50 ms and then stops for 50: a stall every tenth step or so, which doubled the mean step
+here but which the in-process ablation's rounds (medians of their steps) passed over, so no run named
+a straggler. In 2 ms periods every step is held back alike, as on a slow machine (1 ms is the least
+quota the kernel takes)."""
 CGROUP_ROOT = "/sys/fs/cgroup/cpu"
 POD_TIMEOUT_S = 900.0
 CHECK_ALPHA = 0.01
@@ -415,8 +421,8 @@ def page(measured: dict, analysed: dict, facts: dict) -> str:
         )
         + ".",
         f"- **Planted**: node-1's pod in a cgroup v1 cpu group at {measured['quota'][0]} of {measured['quota'][1]} "
-        "us (half a core), ddpbench not told. **Slow rank**: global rank 1 sleeps 10 ms in every training "
-        "forward, on whichever node holds it.",
+        "us (half a core, held back in every step), ddpbench not told. **Slow rank**: global rank 1 sleeps 10 ms "
+        "in every training forward, on whichever node holds it.",
         "",
         "| check | holds | seen |",
         "|---|---|---|",
@@ -441,8 +447,8 @@ def page(measured: dict, analysed: dict, facts: dict) -> str:
         "## The realistic null",
         "",
         f"The {frequencies['sweeps']} null sweeps' own culprits: "
-        + ", ".join(f"rank {rank} {n}" for rank, n in sorted(frequencies["by_rank"].items()))
-        + f", none beyond noise {frequencies['no_vote']}. Synthetic histories draw whole null sweeps at random "
+        + "".join(f"rank {rank} in {n}, " for rank, n in sorted(frequencies["by_rank"].items()))
+        + f"no rank beyond noise in {frequencies['no_vote']}. Synthetic histories draw whole null sweeps at random "
         "(their rank bias and the agreement of their runs kept) and place their ranks on the hosts again "
         "(benchmarks/recurring_null.py); each is judged as `history hosts` judges a store.",
         "",

@@ -330,3 +330,29 @@ def test_a_gpu_slowest_beyond_chance_is_named_with_its_serial_and_bus_and_its_ho
     )
     # node-a held half the ranks and 9 of 12 votes: within chance as a host; its GPU is what to avoid.
     assert verdict.named("host") == [] and avoid_hosts(verdict) == ["node-a"]
+
+
+def test_a_sweeps_straggler_is_the_rank_every_run_chose_with_its_wait_over_their_rounds():
+    from ddpbench.analysis.straggler import pooled
+    from ddpbench.history.culprits import sweep_straggler
+
+    def run(rank, wait_ms, se_ms, agree=True):
+        wait, se = wait_ms / 1e3, se_ms / 1e3
+        half = stats.t.ppf(0.975, 9) * se
+        return Straggler(Estimate(wait, wait - half, wait + half, 10, "rounds", se), rank, "ablation", agree, None, "h")
+
+    # Two runs that chose rank 1, each about 3.3 ms: beyond noise over their 20 rounds, while pooled
+    # over the two runs (t with 1 degree of freedom) it is not.
+    runs = [run(1, 3.71, 0.95), run(1, 2.95, 0.93)]
+    found = sweep_straggler(runs)
+    se = math.sqrt(0.95**2 + 0.93**2) / 2e3
+    assert found.named and found.rank == 1 and found.wait.value == pytest.approx(3.33e-3)
+    assert found.wait.half == pytest.approx(stats.t.ppf(0.975, 18) * se, rel=1e-3)
+    assert not pooled(runs).named
+    # Runs that chose different ranks, or one whose halves disagree, name none; an unmeasured run is
+    # left out; one run is its own answer.
+    assert not sweep_straggler([run(1, 3.7, 0.9), run(0, 3.0, 0.9)]).named
+    assert not sweep_straggler([run(1, 3.7, 0.9), run(1, 3.0, 0.9, agree=False)]).named
+    unmeasured = Straggler(None, None, "none")
+    assert sweep_straggler([runs[0], unmeasured]).wait == runs[0].wait
+    assert sweep_straggler([unmeasured]) is None

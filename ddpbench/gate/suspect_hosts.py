@@ -2,9 +2,10 @@
 store names as the slowest beyond chance (`ddpbench.history.culprits`), the gate says so, and how to
 confirm it. No torch.
 
-The culprit is the candidate's slowest rank beyond noise, pooled over the configuration's runs as
-`explain` pools it: where the gate compared the causes (a baseline sweep), only when waiting for the
-slowest rank is what grew; against the history (no causes compared), the candidate's own straggler.
+The culprit: where the gate compared the causes (a baseline sweep), the rank whose wait grew (the
+rank every candidate run chose, as the gate's why names it); against the history (no causes
+compared), the candidate's slowest rank beyond noise as a sweep's vote counts it
+(`ddpbench.history.culprits.sweep_straggler`).
 The candidate's own sweep is left out of the history's test: a sweep is no evidence about itself. The
 verdict never depends on this: where the store cannot be read, a note says so.
 """
@@ -16,7 +17,8 @@ from ddpbench.gate.values import describe, run_key
 
 def culprit(configuration: str, records: list, why=None) -> tuple[int, str] | None:
     """(rank, host) of the configuration's culprit in the candidate, or None where it has none."""
-    from ddpbench.analysis.straggler import pooled, run_straggler
+    from ddpbench.analysis.straggler import run_straggler
+    from ddpbench.history.culprits import sweep_straggler
     from ddpbench.history.ranks import host_of
 
     runs = [r for r in records if r.status == "ok" and describe(run_key(r)) == configuration and len(r.ranks) > 1]
@@ -29,8 +31,8 @@ def culprit(configuration: str, records: list, why=None) -> tuple[int, str] | No
             return None
         rank = found["rank"]
     else:
-        straggler = pooled([run_straggler(record) for record in runs])
-        if not straggler.named:
+        straggler = sweep_straggler([run_straggler(record) for record in runs])
+        if straggler is None or not straggler.named:
             return None
         rank = straggler.rank
     held = next((r for r in runs[0].ranks if r.rank == rank), None)

@@ -3,11 +3,21 @@ chance gives for the jobs' layouts? From the history store's ranks (`ddpbench.hi
 torch.
 
 What is counted. A sweep gives one vote: its runs of more than one rank, grouped by configuration
-and by which host held each rank, each group's straggler pooled over its runs as `explain` pools it
-(`ddpbench.analysis.straggler.pooled`, from the runs' stored stragglers); of the groups whose slowest
-rank held the others back beyond noise, the one with the longest wait gives the sweep's vote: that
-rank, its host and its device. A sweep that names no straggler gives none (it is counted as such);
-a vote whose rank's host was not recorded is counted apart and tests nothing.
+and by which host held each rank; in each group, the rank that every run's straggler analysis chose
+as the slowest (`ddpbench.analysis.straggler`, each run's stored straggler, both halves agreeing),
+where the wait for it over those runs' rounds is beyond noise (`sweep_straggler`); of the groups
+with such a rank, the one with the longest wait gives the sweep's vote: that rank, its host and its
+device. A sweep that names no straggler gives none (it is counted as such); a vote whose rank's host
+was not recorded is counted apart and tests nothing.
+
+Why over the runs' rounds, not pooled over the runs as a configuration's figures are (`pooled`, t
+over the runs): a vote asks whether this sweep's ranks had a straggler, not what the configuration's
+long-run wait is. Two runs pooled that way have one degree of freedom (t = 12.7), and on the two
+hosts a rank held to half a core was chosen as the slowest in every run, named by most runs alone,
+and by almost no pair of runs pooled. How often votes fall on a host by chance, with runs that agree
+more than independent ones would, is what the test's realistic null measures
+(docs/measurements/recurring-hosts.md). The lead shown for a host is pooled over its sweeps, t over
+the sweeps, as a figure should be.
 
 The test. Over a window of sweeps (the last K, or since a date), each host's votes are compared with
 what chance gives for the layouts it took part in: in a sweep whose voting job had `n` of its `N`
@@ -42,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ddpbench.analysis.estimates import Estimate, pool
-from ddpbench.analysis.straggler import PHASES, Straggler, lead_phase, pooled
+from ddpbench.analysis.straggler import PHASES, Straggler, lead_phase
 from ddpbench.history.ranks import RankRow, straggler_of
 
 FAMILY_ALPHA = 0.01
@@ -131,8 +141,7 @@ def sweep_outcomes(stored: list) -> list[SweepOutcome]:
             groups.setdefault((json.dumps(list(run.key)), layout), []).append(run)
         best = None
         for (key_text, _), members in groups.items():
-            measured = [s for s in (straggler_of(run.ranks) for run in members) if s.wait is not None]
-            found_here = pooled(measured) if measured else None
+            found_here = sweep_straggler([straggler_of(run.ranks) for run in members])
             size = len(members[0].ranks)
             score = (found_here is not None and found_here.named, found_here.wait.value if found_here else 0.0, size)
             if best is None or score > best[0]:
@@ -152,6 +161,46 @@ def sweep_outcomes(stored: list) -> list[SweepOutcome]:
             )
         )
     return sorted(found, key=lambda one: (one.ended_at, one.sweep))
+
+
+def over_the_rounds(estimates: list[Estimate]) -> Estimate:
+    """The mean of runs' figures with an interval over all their rounds: their standard errors
+    combined (the mean's), Student's t at the rounds' degrees of freedom summed."""
+    if len(estimates) == 1:
+        return estimates[0]
+    value = sum(e.value for e in estimates) / len(estimates)
+    if any(e.se is None or e.samples < 2 for e in estimates):
+        return Estimate(value, None, None, sum(e.samples for e in estimates), "rounds", None)
+    df = sum(e.samples - 1 for e in estimates)
+    return Estimate.combined(value, *(e.se / len(estimates) for e in estimates), df=df)
+
+
+def sweep_straggler(found: list[Straggler]) -> Straggler | None:
+    """One group's straggler in a sweep, from its runs' (see the module docstring): the rank every
+    measured run chose, both halves agreeing in each, and the wait for it over their rounds; None
+    where no run measured one."""
+    measured = [s for s in found if s.wait is not None and s.rank is not None]
+    if not measured:
+        return None
+    ranks = {s.rank for s in measured}
+    first = measured[0]
+    agree = len(ranks) == 1 and all(s.halves_agree for s in measured)
+    with_leads = [s.leads for s in measured if s.leads]
+    leads = {
+        phase: over_the_rounds([found[phase] for found in with_leads])
+        for phase in PHASES
+        if len(with_leads) == len(measured) and all(phase in found for found in with_leads)
+    }
+    sources = {s.source for s in measured}
+    return Straggler(
+        over_the_rounds([s.wait for s in measured]),
+        first.rank,
+        sources.pop() if len(sources) == 1 else "mixed",
+        agree,
+        lead_phase(leads),
+        first.host,
+        leads=leads or None,
+    )
 
 
 def _devices(rows: list[RankRow]) -> dict[int, str | None]:
