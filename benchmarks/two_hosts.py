@@ -135,6 +135,8 @@ class TwoHosts:
                 "PET_NODE_RANK": str(node),
                 "PET_MASTER_ADDR": HOSTNAMES[0],
                 "PET_MASTER_PORT": str(MASTER_PORT),
+                # What the manifests' downward API gives a pod: the node it runs on (spec.nodeName).
+                "DDPBENCH_NODE_NAME": HOSTNAMES[node],
             }
             pods.append(
                 subprocess.Popen(
@@ -227,7 +229,8 @@ def pod_environment(manifest: dict) -> dict:
     path, and the manifest's own variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
     env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO, DDPBENCH_CANARY="off")
-    env.update({item["name"]: item["value"] for item in manifest["spec"]["trainer"].get("env", [])})
+    # Variables the downward API fills in (valueFrom) are the runtime's: run_pods sets them per pod.
+    env.update({item["name"]: item["value"] for item in manifest["spec"]["trainer"].get("env", []) if "value" in item})
     return env
 
 

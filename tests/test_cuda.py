@@ -251,6 +251,8 @@ def test_peak_memory_in_the_record_is_the_timed_windows(gpt2_bf16_runs):
         assert rank["device_memory_note"] is None and len(rank["device_memory_used_bytes"]) >= 1
         # not chance: bytes on the device, not timed
         assert rank["device_memory_used_bytes"][0] > rank["peak_memory_reserved_bytes"]
+        # Which GPU it was, for the history's devices: torch's UUID, and NVML (read above) its PCI bus id.
+        assert rank["device_uuid"] and rank["device_pci_bus_id"]
         assert rank["data_wait_mean_s"] is not None  # read from CUDA events after the window, every strategy
 
 

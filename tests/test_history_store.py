@@ -203,7 +203,7 @@ def test_a_store_another_writer_creates_while_this_one_opens_it_is_not_taken_for
 
 def test_a_store_of_a_newer_schema_is_refused_with_its_version(store_url):
     set_version(store_url, 7)
-    with pytest.raises(StoreError, match=r"newer ddpbench \(schema version 7; this one reads up to 1\)"):
+    with pytest.raises(StoreError, match=r"newer ddpbench \(schema version 7; this one reads up to 2\)"):
         open_store(store_url)
     done = ddpbench("history", "add", SWEEP, "--store", store_url)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
@@ -213,18 +213,55 @@ def test_a_store_of_a_newer_schema_is_refused_with_its_version(store_url):
 def test_an_older_store_is_migrated_forward_once(store_url, monkeypatch):
     with open_store(store_url) as store:
         store.add_sweep([run("a")])
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 3)
     monkeypatch.setitem(
-        store_module.MIGRATIONS, 2, ["CREATE TABLE ddpbench_notes (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"]
+        store_module.MIGRATIONS, 3, ["CREATE TABLE ddpbench_notes (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"]
     )
     for _ in range(2):
         with open_store(store_url) as store:
-            assert store.schema_version == 2 and [r.run_id for r in store.runs()] == ["a"]
+            assert store.schema_version == 3 and [r.run_id for r in store.runs()] == ["a"]
             versions = store._execute("SELECT version FROM ddpbench_schema ORDER BY version").fetchall()
-            assert [v for (v,) in versions] == [1, 2]
+            assert [v for (v,) in versions] == [1, 2, 3]
     monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match="schema version 3"):
         open_store(store_url)
+
+
+def test_a_store_of_version_1_gains_ranks_and_its_old_runs_read_as_host_not_recorded(store_url, monkeypatch):
+    from ddpbench.history.ranks import RankRow
+
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)  # a store as the ddpbench before ranks made it
+    with open_store(store_url) as store:
+        store.add_sweep([run("old", sweep="s0")])
+        assert not store._has_table("ddpbench_ranks")
+    monkeypatch.undo()
+    ranks = (
+        RankRow(0, 2, host="node-0", node_rank=0, cpu_set="0-3", causes=()),
+        RankRow(
+            1,
+            2,
+            host="node-1",
+            node_rank=1,
+            device_uuid="GPU-1",
+            cpu_denied_share=0.4,
+            causes=("cpu_quota",),
+            slowest=True,
+            straggler={"wait": {"value": 0.012, "low": 0.01, "high": 0.014, "samples": 8, "over": "rounds"}},
+        ),
+    )
+    with open_store(store_url) as store:
+        assert store.schema_version == 2
+        # A run stored before ranks has no rows: its hosts read as not recorded.
+        assert store.ranks() == []
+        store.add_sweep([run("new", sweep="s1", ended_at="2026-12-02T00:00:00", ranks=ranks)])
+        (stored,) = store.ranks()
+        assert (stored.sweep, stored.run_id, stored.ended_at) == ("s1", "new", "2026-12-02T00:00:00")
+        assert tuple(stored.ranks) == ranks and stored.ranks[1].straggler == ranks[1].straggler
+        assert stored.ranks[1].lead_s == 0.012 and stored.ranks[0].lead_s is None
+        # The old run added again with its ranks: its measures stay as they were, its ranks are added.
+        again = store.add_sweep([run("old", sweep="s0", ranks=ranks[:1])])
+        assert again.runs == 0 and [r.run_id for r in store.ranks()] == ["old", "new"]
+        assert len(store.runs()) == 2
 
 
 def test_csv_series_import_and_export_round_trip(store_url, tmp_path):

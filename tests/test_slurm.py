@@ -156,6 +156,23 @@ def test_a_batch_script_reads_the_scripts_secrets_from_the_jobs_environment(tmp_
     assert missing.returncode != 0 and "export DDPBENCH_SECRET_1" in missing.stderr
 
 
+def test_sbatch_print_writes_the_hosts_to_avoid_as_slurms_exclude(tmp_path):
+    done = ddpbench(
+        "sbatch", "--print", "--device", "cpu", "--suite", "smoke", "--avoid-hosts", "node-1,gpu7.cluster",
+        "--out", str(tmp_path / "results"), "--sweep-id", "avoid", base=without_slurm(), cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\n#SBATCH --exclude=node-1,gpu7.cluster\n" in done.stdout
+    # The option is the job's, not the sweep's: the sweep the job runs never sees it.
+    assert (
+        "--avoid-hosts" not in done.stdout and "gpu7" not in done.stdout.split("#SBATCH --exclude")[1].split("\n", 1)[1]
+    )
+    for bad, message in (("node[1-3]", "got 'node[1-3]'"), ("/etc/hosts", "got '/etc/hosts'"), ("", "got ''")):
+        refused = ddpbench("sbatch", "--print", "--avoid-hosts", bad, "--out", str(tmp_path / "r"), cwd=str(tmp_path))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "--avoid-hosts: takes host names separated by commas" in refused.stderr and message in refused.stderr
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -249,6 +266,31 @@ def test_bad_slurm_input_is_one_line_exit_2_and_starts_nothing(cluster, tmp_path
     assert too_many.returncode == 2 and too_many.stderr.count("\n") == 1, too_many.stderr
     assert "SLURM would refuse the job" in too_many.stderr
     assert not glob.glob(os.path.join(out, "*", "manifest.json"))
+    queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True)
+    assert queue.stdout.strip() == ""
+
+
+@pytest.mark.launches
+def test_the_hosts_to_avoid_are_excluded_by_slurm_itself(cluster, tmp_path):
+    """The batch script's --exclude as SLURM reads it: `sbatch --test-only` places a one-node job on the
+    node not excluded; with both excluded SLURM refuses it, and ddpbench sbatch says so in one line."""
+    env, out = cluster.env(), str(tmp_path / "results")
+    common = ("--device", "cpu", "--suite", "smoke", "--out", out)
+    done = ddpbench_process(
+        "sbatch", "--print", *common, "--sweep-id", "off-node1", "--avoid-hosts", "node1",
+        base=this_checkout(env), cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0 and "#SBATCH --exclude=node1\n" in done.stdout, done.stderr
+    placed = subprocess.run(
+        ["sbatch", "--test-only", os.path.join(out, "off-node1", "sbatch.sh")], env=env, capture_output=True, text=True
+    )
+    assert placed.returncode == 0 and "on nodes node2 " in placed.stderr, placed.stderr
+    refused = ddpbench_process(
+        "sbatch", *common, "--sweep-id", "off-both", "--avoid-hosts", "node1,node2",
+        base=this_checkout(env), cwd=str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "SLURM would refuse the job: " in refused.stderr and "node configuration is not available" in refused.stderr
     queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True)
     assert queue.stdout.strip() == ""
 

@@ -121,7 +121,13 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
         longest = f"{name}-node-0-{nodes - 1}-abcde"
         assert re.fullmatch(pattern, longest) and len(longest) <= limit
         set_names = {item["name"] for item in trainer.get("env", []) + container.get("env", [])}
-        assert set_names == {"NCCL_SOCKET_IFNAME"} and not set_names & set(trainjob.RESERVED_VARIABLES)
+        assert set_names == {"NCCL_SOCKET_IFNAME", "DDPBENCH_NODE_NAME"}
+        assert not set_names & set(trainjob.RESERVED_VARIABLES)
+        # The node each pod runs on, from the downward API, for every rank's record.
+        assert trainer["env"][-1] == {
+            "name": "DDPBENCH_NODE_NAME",
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        }
         script = trainer["command"][2]
         assert not re.search(r"(?m)(^|;|&&|\benv)\s*(export\s+)?PET_\w+=", script), "the script assigns a PET_ variable"
         # Every run has a timeout by default, and the barrier waits that long and 10 minutes more.
@@ -145,6 +151,29 @@ def test_manifests_for_1_2_4_nodes_of_8_gpus_pass_the_crd_schema(tmp_path, crd, 
     pod["template"]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ] = "x"
+    assert any("'x' is not of type 'array'" in error.message for error in check.iter_errors(broken))
+
+
+def test_avoid_hosts_keeps_the_pods_off_those_nodes_and_passes_the_crd_schema(tmp_path, crd):
+    manifests = write_manifests(tmp_path, "--avoid-hosts", "gpu-node-7,node-1,gpu-node-7")
+    check, _ = validator(crd)
+    keep_off = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-node-7", "node-1"]}]}
+    for nodes, manifest in manifests.items():
+        errors = sorted(check.iter_errors(manifest), key=str)
+        assert not errors, f"{nodes} nodes: {errors[0].message} at {list(errors[0].absolute_path)}"
+        patch = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        affinity = patch["template"]["spec"]["template"]["spec"]["affinity"]
+        # By node name, the name spec.nodeName gives (the records' node_name): no pod on either node.
+        assert affinity["nodeAffinity"] == {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [keep_off]}
+        }
+        # One pod per machine still holds for several nodes.
+        assert ("podAntiAffinity" in affinity) == (nodes > 1)
+    # The check can fail: a term the API server would refuse is refused here.
+    broken = manifests[2]
+    patch = broken["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    terms = patch["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] = "x"
     assert any("'x' is not of type 'array'" in error.message for error in check.iter_errors(broken))
 
 
@@ -250,6 +279,11 @@ def pet8() -> dict[str, str]:
         (["--memory-per-node", "lots"], "--memory-per-node takes a Kubernetes quantity"),
         (["--run-timeout", "0"], "--run-timeout must be a number of seconds > 0"),
         (["--cpus-per-node", "4"], "--cpus-per-node 4 is fewer than the 8 ranks of a node"),
+        (["--env", "DDPBENCH_NODE_NAME=x"], "ddpbench sets it in every pod to the pod's node"),
+        (["--avoid-hosts", "node[1-3]"], "--avoid-hosts: takes host names separated by commas"),
+        (["--avoid-hosts", "node-1,../etc"], "got '../etc'"),
+        (["--avoid-hosts", ","], "--avoid-hosts: takes host names"),
+        (["--avoid-hosts", "n" * 64], "at most 63"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, arguments, message):

@@ -81,6 +81,14 @@ def test_a_two_node_job_runs_across_the_link_with_a_host_name_per_node(sweeps):
     # Every rank names the host it ran on: two distinct names, neither the machine's own.
     # not chance: each node's namespace has the host name the test gave it
     assert {rank["rank"]: rank["hostname"] for rank in two["ranks"]} == {0: "node-0", 1: "node-1"}
+    # Where each rank ran, as the history keeps it: the node the downward API names, its node rank
+    # and CPU set (no GPU).
+    # not chance: the pods' node names and ranks are the ones the test's TrainJob variables give them
+    assert {rank["rank"]: (rank["node_name"], rank["node_rank"]) for rank in two["ranks"]} == {
+        0: ("node-0", 0),
+        1: ("node-1", 1),
+    }
+    assert all(rank["cpu_set"] and rank["device_uuid"] is None for rank in two["ranks"])
     # The rendezvous is the one the runtime's variables name (pod 0 at PET_MASTER_ADDR:PET_MASTER_PORT).
     assert two["spec"]["rdzv_endpoint"] == "node-0:29500"
     recorded = two["env"]["env_vars"]

@@ -530,6 +530,12 @@ def command_gate(args: argparse.Namespace) -> int:
         flagged.setdefault(configuration, []).extend(lines)
     why, more = why_it_slowed(baseline_pairs, candidate_pairs, comparisons, settings, args.candidate)
     notes = notes + more
+    from ddpbench.gate.suspect_hosts import suspect_hosts
+
+    # The history's hosts: where a regression's culprit rank ran on a host it names (the store the
+    # gate reads, or the default one where it exists).
+    suspects, more = suspect_hosts(store, candidate, comparisons, why, sweep_id(args.candidate))
+    notes = notes + more
 
     return gate_exit(
         comparisons,
@@ -543,6 +549,7 @@ def command_gate(args: argparse.Namespace) -> int:
         busy=busy_runs(candidate),
         flagged=flagged,
         why=why,
+        extra={"suspect_hosts": suspects} if suspects else None,
     )
 
 

@@ -15,6 +15,7 @@ import sys
 
 from ddpbench.commands.arguments import exit_codes, on_sweep_folder, subcommands
 from ddpbench.config.errors import SpecError
+from ddpbench.config.options import positive_int
 
 STORE_HELP = (
     "history store: sqlite:///PATH, a file path, or postgresql://USER@HOST/DB (a password from PGPASSWORD "
@@ -97,6 +98,33 @@ def add_history_parser(commands) -> None:
     )
     exit_codes(page, "0 written")
     page.set_defaults(handler=command_history_report)
+    hosts = history_commands.add_parser(
+        "hosts",
+        help="the hosts and GPUs that were the slowest again and again, beyond chance, and how to keep them out of "
+        "the next jobs",
+        description="The hosts and devices (GPUs) that held the slowest rank in more of the stored sweeps than "
+        "chance gives for the jobs' layouts (one vote per sweep; an exact binomial test corrected over the hosts "
+        "tested), with the wait for each and its phase, and the ranks that were; then what to do: --exclude for "
+        "SLURM, a node anti-affinity for TrainJobs (--avoid-hosts of ddpbench sbatch and ddpbench trainjob).",
+    )
+    add_store_argument(hosts)
+    window = hosts.add_mutually_exclusive_group()
+    window.add_argument(
+        "--last",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="the window: the last K sweeps with runs of several ranks (default 30)",
+    )
+    window.add_argument("--since", default=None, metavar="DATE", help="the window: the sweeps since DATE (2026-12-01)")
+    hosts.add_argument(
+        "--family-alpha",
+        default="1%",
+        help="how often a window with no slow host names one, at most (default 1%%; each of hosts, devices, ranks)",
+    )
+    hosts.add_argument("--json-file", default=None, metavar="FILE", help="also write the answer as JSON to FILE")
+    exit_codes(hosts, "0 read (with or without hosts named)")
+    hosts.set_defaults(handler=command_history_hosts)
 
 
 def add_baseline_save_arguments(parser: argparse.ArgumentParser) -> None:
@@ -330,4 +358,45 @@ def command_history_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecError(f"{args.out}: cannot write the history page: {exc.strerror or exc}") from None
     print(f"history page: {path}")
+    return 0
+
+
+def since_date(text: str | None) -> str | None:
+    """--since as an ISO date, or SpecError."""
+    import datetime
+
+    if text is None:
+        return None
+    try:
+        return datetime.date.fromisoformat(text.strip()).isoformat()
+    except ValueError:
+        raise SpecError(f"--since takes a date such as 2026-12-01 (YYYY-MM-DD); got {text!r}") from None
+
+
+def command_history_hosts(args: argparse.Namespace) -> int:
+    import json
+
+    from ddpbench.gate.stats import parse_fraction
+    from ddpbench.history import DEFAULT_STORE, StoreError, chosen_address, open_store
+    from ddpbench.history.culprits import DEFAULT_LAST, Window, store_verdict
+    from ddpbench.history.hosts_text import hosts_json, hosts_lines
+    from ddpbench.records.store import write_atomic
+
+    try:
+        alpha = parse_fraction(args.family_alpha, "--family-alpha")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    window = Window(args.last or DEFAULT_LAST, since_date(args.since))
+    try:
+        with open_store(chosen_address(args.store) or DEFAULT_STORE, create=False) as store:
+            verdict, shown = store_verdict(store, window, alpha), store.shown
+    except StoreError as exc:
+        raise SpecError(str(exc)) from None
+    for line in hosts_lines(verdict, shown):
+        print(line)
+    if args.json_file:
+        try:
+            write_atomic(args.json_file, json.dumps(hosts_json(verdict, shown), indent=1) + "\n")
+        except OSError as exc:
+            raise SpecError(f"{args.json_file}: cannot write: {exc.strerror or exc}") from None
     return 0

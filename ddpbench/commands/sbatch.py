@@ -11,6 +11,7 @@ from ddpbench.commands.arguments import exit_codes
 from ddpbench.commands.sweep import add_sweep_arguments, sweep_options_from_args
 from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id
+from ddpbench.config.options import host_names
 
 
 def add_sbatch_parser(commands) -> None:
@@ -40,6 +41,7 @@ SBATCH_ONLY_OPTIONS = {
     "--sbatch-option": 1,
     "--wait": 0,
     "--print": 0,
+    "--avoid-hosts": 1,
 }
 
 
@@ -55,6 +57,14 @@ def add_sbatch_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="OPTION",
         help="one more #SBATCH line, e.g. --sbatch-option=--qos=high (repeatable)",
+    )
+    group.add_argument(
+        "--avoid-hosts",
+        type=host_names,
+        default=(),
+        metavar="HOSTS",
+        help="keep the job off these nodes, e.g. node-1,node-7 (as ddpbench history hosts names them): #SBATCH "
+        "--exclude",
     )
     group.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
     group.add_argument("--print", action="store_true", help="write and print the batch script, submit nothing")
@@ -93,7 +103,7 @@ def command_sbatch(args: argparse.Namespace) -> int:
         f"--{name}={slurm.directive_word(value, '--' + name)}"
         for name, value in (("partition", args.partition), ("time", args.time), ("account", args.account))
         if value
-    ]
+    ] + slurm.exclude_options(args.avoid_hosts)
     # A script's secret arguments: the batch script reads them from the job's environment.
     sweep_argv, words, secrets = hide_in_batch_script(sweep_argv)
     script = slurm.sbatch_script(

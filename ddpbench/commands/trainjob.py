@@ -19,7 +19,7 @@ from ddpbench.commands.arguments import (
 )
 from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id
-from ddpbench.config.options import add_arguments, from_args, node_counts
+from ddpbench.config.options import add_arguments, from_args, host_names, node_counts
 from ddpbench.config.plan import SUITES, SweepOptions
 from ddpbench.config.spec import DDPKnobs, RunSpec, default_pg_timeout_s
 from ddpbench.running.trainjob import DEFAULT_RUN_TIMEOUT_S, MEMORY_PER_RANK_GI
@@ -130,6 +130,14 @@ def add_trainjob_arguments(parser: argparse.ArgumentParser) -> None:
     pods.add_argument("--suspend", action="store_true", help="create the jobs suspended (spec.suspend)")
     pods.add_argument("--namespace", default=None, help="namespace of the jobs (default: kubectl's)")
     pods.add_argument(
+        "--avoid-hosts",
+        type=host_names,
+        default=(),
+        metavar="HOSTS",
+        help="keep the pods off these nodes, e.g. node-1,node-7 (as ddpbench history hosts names them): a required "
+        "node affinity, metadata.name NotIn HOSTS",
+    )
+    pods.add_argument(
         "--manifests",
         default=None,
         help="folder the manifests are written to, here (default trainjobs/<sweep-id>)",
@@ -207,6 +215,7 @@ def command_trainjob(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         env=tuple(trainjob.parse_env(text) for text in args.env),
         python=args.python,
+        avoid_hosts=args.avoid_hosts,
     )
     out = args.out or args.mount_path
     trainjob.check_out_on_volume(out, args.mount_path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -179,3 +180,21 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 def node_counts(text: str) -> tuple[int, ...]:
     return tuple(positive_int(item) for item in comma_list(text))
+
+
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+"""A machine's name as `ddpbench history hosts` prints it and a scheduler takes it as it is: at most
+63 letters, digits, '.', '-' and '_', a letter or digit at each end (a Kubernetes label value; never a
+SLURM hostlist range such as node[1-3], nor a path, which SLURM's --exclude would read as a file)."""
+
+
+def host_names(text: str) -> tuple[str, ...]:
+    """Host names separated by commas (`--avoid-hosts node-1,node-7`)."""
+    names = comma_list(text)
+    bad = [name for name in names if not HOST_NAME.fullmatch(name)]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"takes host names separated by commas (node-1,node-7: letters, digits, '.', '-' and '_', at most 63, "
+            f"as ddpbench history hosts prints them); got {(bad[0] if bad else text)!r}"
+        )
+    return tuple(dict.fromkeys(names))

@@ -6,7 +6,8 @@ pins numpy, so it cannot share ddpbench's). It is called as a subprocess with th
 on stdin. `DDPBENCH_OTAVA_PYTHON` names another interpreter that has it.
 
 Without Otava a simple rule stands in, and every caller is told which one ran:
-binary segmentation of the log values; a split is accepted where Welch's t-test between the two
+binary segmentation of the log values (of the values themselves for a series that may hold zeros,
+`log=False`: a host's wait for it, sweep by sweep); a split is accepted where Welch's t-test between the two
 sides gives p < FALLBACK_PVALUE divided by the number of splits tried (Bonferroni), with at least
 MIN_SEGMENT points on each side, then each side is split again.
 """
@@ -69,13 +70,13 @@ def _otava(series: dict, python: str) -> dict:
     return {name: list(found[str(i)]) for i, name in enumerate(names)}
 
 
-def fallback_change_points(values: list[float]) -> list[int]:
+def fallback_change_points(values: list[float], log: bool = True) -> list[int]:
     """The documented stand-in (see the module docstring): indices where a new segment starts."""
     # Here, not at the top: scipy.stats takes about a second to import, and with Otava the gate
     # never needs it (measured in docs/measurements/history-speed.md).
     from scipy import stats as scipy_stats
 
-    logs = np.log(np.asarray(values, dtype=float))
+    logs = np.log(np.asarray(values, dtype=float)) if log else np.asarray(values, dtype=float)
 
     def split(start: int, end: int) -> list[int]:
         candidates = range(start + MIN_SEGMENT, end - MIN_SEGMENT + 1)
@@ -97,9 +98,10 @@ def fallback_change_points(values: list[float]) -> list[int]:
     return split(0, len(logs))
 
 
-def change_points(series: dict[str, list[float]]) -> tuple[dict[str, list[int]], str]:
+def change_points(series: dict[str, list[float]], log: bool = True) -> tuple[dict[str, list[int]], str]:
     """Change points (indices where a new segment starts) of every series long enough to have
-    them, and which method found them, in words."""
+    them, and which method found them, in words. `log`: the fallback splits the log values (speeds);
+    False for series that may hold zeros (Otava takes the values as they are either way)."""
     long_enough = {name: [float(v) for v in values] for name, values in series.items() if len(values) >= MIN_POINTS}
     found = {name: [] for name in series}
     if not long_enough:
@@ -114,9 +116,10 @@ def change_points(series: dict[str, list[float]]) -> tuple[dict[str, list[int]],
     else:
         reason = "Otava is not installed: make otava-venv"
     for name, values in long_enough.items():
-        found[name] = fallback_change_points(values)
+        found[name] = fallback_change_points(values, log)
     return found, (
-        f"fallback rule: binary segmentation, Welch t-test p < {FALLBACK_PVALUE} (Bonferroni over "
+        f"fallback rule: binary segmentation{'' if log else ' of the values'}, Welch t-test p < {FALLBACK_PVALUE} "
+        "(Bonferroni over "
         f"splits), at least {MIN_SEGMENT} points a side ({reason})"
     )
 

@@ -7,7 +7,9 @@ from anywhere (CSS, script and charts are inline). No torch.
 Change points are those of the throughput series (`ddpbench.gate.changepoints`, as in `history
 changes` and `gate --baseline history`); the efficiency chart marks the same ones, since the gate
 takes every measure since the throughput's last change point. The store keeps no gate verdicts, and
-the page says so rather than guess them.
+the page says so rather than guess them. Before the table, the hosts section: the hosts and devices
+that held the slowest rank beyond chance (`ddpbench history hosts`, over its default window), with
+every host tested.
 """
 
 from __future__ import annotations
@@ -114,7 +116,11 @@ class Page:
     """The page's parts for a list of configurations; `results_link` is the relative link from the
     page's folder to the folder holding the sweeps."""
 
-    def __init__(self, configurations: list[Configuration], method: str, shown: str, results_link: str):
+    def __init__(
+        self, configurations: list[Configuration], method: str, shown: str, results_link: str, hosts: str = ""
+    ):
+        self.hosts = hosts
+        """The hosts section's HTML (`hosts_text.hosts_html`), before the table."""
         self.configurations = configurations
         self.method = method
         self.shown = shown
@@ -243,6 +249,7 @@ class Page:
             "</form>"
             f'<div id="nothing" class="note" hidden>No configuration matches the filter.</div>'
             + "".join(self.card(one) for one in self.configurations)
+            + self.hosts
             + f"<h2>Table</h2><table><thead>{head}</thead><tbody>"
             + "".join(self.row(one) for one in self.configurations)
             + f"</tbody></table><script>{SCRIPT}</script></body></html>"
@@ -251,9 +258,13 @@ class Page:
 
 def history_page(store: Store, out_dir: str) -> str:
     """The page's HTML for a store, its links relative to `out_dir` (where it will be written)."""
+    from ddpbench.history.culprits import store_verdict
+    from ddpbench.history.hosts_text import hosts_html
+
     configurations, method = read_configurations(store)
     results = os.path.relpath(os.path.abspath(RESULTS), os.path.abspath(out_dir)).replace(os.sep, "/")
-    return Page(configurations, method, store.shown, results).html()
+    hosts = hosts_html(store_verdict(store), store.shown)
+    return Page(configurations, method, store.shown, results, hosts).html()
 
 
 def write_history_page(url: str, out_dir: str = DEFAULT_OUT) -> str:

@@ -3,7 +3,8 @@ backends sharing all of their SQL here. No torch.
 
 Adding a sweep is one transaction, all of it or nothing, and adding it again adds nothing: the
 database's UNIQUE constraint on (machine class, suite, sweep, run, measure) decides, through
-INSERT ... ON CONFLICT DO NOTHING, so concurrent writers cannot add a run twice.
+INSERT ... ON CONFLICT DO NOTHING, so concurrent writers cannot add a run twice. A run's ranks
+(`ddpbench.history.ranks`) go in the same transaction under the same rule, per (run, rank).
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from dataclasses import dataclass, field
 
 from ddpbench.gate.values import MEASURE_NAMES
 from ddpbench.history.address import NoHistoryYet, StoreAddress
+from ddpbench.history.ranks import COLUMNS as RANK_COLUMNS
+from ddpbench.history.ranks import RankRow, as_columns, from_columns
 from ddpbench.history.schema import MIGRATIONS, SCHEMA_VERSION
 
 SCHEMA_TABLE = "ddpbench_schema"
 MEASUREMENTS = "ddpbench_measurements"
+RANKS = "ddpbench_ranks"
+_RUN_COLUMNS = "machine_class, suite, sweep, run_id, configuration_key, ended_at"
+_INSERT_RANK = (
+    f"INSERT INTO {RANKS} ({_RUN_COLUMNS}, {RANK_COLUMNS}) VALUES ({', '.join(['?'] * 21)}) "
+    "ON CONFLICT (machine_class, suite, sweep, run_id, rank) DO NOTHING"
+)
 _COLUMNS = "machine_class, suite, sweep, run_id, configuration_key, configuration, git_sha, ended_at, measure, value"
 _INSERT = (
     f"INSERT INTO {MEASUREMENTS} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -41,6 +50,8 @@ class HistoryRun:
     git_sha: str
     ended_at: str
     values: dict[str, float | None] = field(default_factory=dict)
+    ranks: tuple[RankRow, ...] = ()
+    """Its ranks (`ddpbench.history.ranks`); none where they were not recorded (CSV series)."""
     earlier: Callable[[tuple], bool] | None = field(default=None, compare=False, repr=False)
     """Whether a key an earlier ddpbench stored is this run's configuration (`gate.values.earlier_key_of`):
     adding the run moves such a series to its current key."""
@@ -73,6 +84,19 @@ class StoredSeries:
             for run in self.runs
             if run.values.get(measure) is not None
         ]
+
+
+@dataclass(frozen=True)
+class StoredRanks:
+    """One stored run's ranks, with what places the run in time and in its sweep."""
+
+    machine_class: str
+    suite: str
+    sweep: str
+    run_id: str
+    key: tuple
+    ended_at: str
+    ranks: list[RankRow]
 
 
 @dataclass(frozen=True)
@@ -233,6 +257,16 @@ class Store:
                     moved.add((run.machine_class, run.suite, _key_text(run.key)))
                     self._move_earlier(run, stored)
                 added += self._executemany(_INSERT, _checked(run, self.address)) > 0
+                if run.ranks:
+                    place = (
+                        run.machine_class,
+                        run.suite,
+                        run.sweep,
+                        run.run_id,
+                        _key_text(run.key),
+                        run.ended_at or "",
+                    )
+                    self._executemany(_INSERT_RANK, [place + as_columns(rank) for rank in run.ranks])
                 given += 1
         return Added(added, given)
 
@@ -253,8 +287,29 @@ class Store:
                     "WHERE machine_class = ? AND suite = ? AND configuration_key = ?",
                     (current, run.configuration, *place, text),
                 )
+                # The run's ranks were stored under the same key: they follow their series.
+                self._execute(
+                    f"UPDATE {RANKS} SET configuration_key = ? "
+                    "WHERE machine_class = ? AND suite = ? AND configuration_key = ?",
+                    (current, *place, text),
+                )
                 stored[place].discard(text)
         stored[place].add(current)
+
+    def ranks(self) -> list[StoredRanks]:
+        """Every stored run's ranks, oldest run first (runs stored without ranks are not listed)."""
+        with self._guard("reading ranks"):
+            found = self._execute(f"SELECT {_RUN_COLUMNS}, {RANK_COLUMNS} FROM {RANKS}").fetchall()
+        runs: dict[tuple, StoredRanks] = {}
+        for machine, suite, sweep, run_id, key_text, ended_at, *values in found:
+            ident = (machine, suite, sweep, run_id)
+            if ident not in runs:
+                runs[ident] = StoredRanks(machine, suite, sweep, run_id, tuple(json.loads(key_text)), ended_at, [])
+            runs[ident].ranks.append(from_columns(tuple(values)))
+        for run in runs.values():
+            run.ranks.sort(key=lambda row: row.rank)
+        # Sorted here, not by the database: PostgreSQL's text order follows its locale.
+        return sorted(runs.values(), key=lambda r: (r.ended_at, r.machine_class, r.suite, r.sweep, r.run_id))
 
     def places(self) -> list[tuple[str, str]]:
         """The (machine class, suite) pairs that have runs."""

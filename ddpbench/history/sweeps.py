@@ -1,11 +1,13 @@
 """A sweep folder's runs as the history store keeps them: the rows `ddpbench history add` writes
-to CSV series, with the machine class and suite that name the series' folder there. No torch."""
+to CSV series, with the machine class and suite that name the series' folder there, and each run's
+ranks (`ddpbench.history.ranks`). No torch."""
 
 from __future__ import annotations
 
 from ddpbench.gate.baselines import machine_class, suite_of
 from ddpbench.gate.history import sweep_rows
 from ddpbench.gate.values import MEASURE_NAMES, describe, earlier_key_of, run_key
+from ddpbench.history.ranks import rank_rows
 from ddpbench.history.store import HistoryRun
 
 
@@ -18,6 +20,7 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
     for record in good:
         first_run.setdefault(run_key(record), record)
     earlier = {key: earlier_key_of(record) for key, record in first_run.items()}
+    ranks = {record.run_id: tuple(rank_rows(record)) for record in good}
     runs = [
         HistoryRun(
             machine,
@@ -29,7 +32,8 @@ def sweep_runs(sweep_dir: str) -> tuple[str, str, list[HistoryRun], list[str]]:
             row["git_sha"],
             row["ended_at"],
             {measure: row[measure] for measure in MEASURE_NAMES},
-            earlier[key],
+            ranks=ranks.get(row["run_id"], ()),
+            earlier=earlier[key],
         )
         for key, row in rows
     ]

@@ -173,9 +173,14 @@ def gpu_readings(uuids: dict[int, str], own_pids: set[int], own_per_gpu: int = 1
     return readings, ("partly read: " + "; ".join(problems)) if problems else None
 
 
-def _read_gpu(pynvml, index: int, uuid: str, own_pids: set[int], own_per_gpu: int) -> dict:
+def nvml_handle(pynvml, uuid: str):
+    """NVML's handle of the GPU torch names by `uuid`."""
     # torch gives the bare UUID of a GPU and "MIG-..." for a MIG slice; NVML wants the prefix.
-    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+
+
+def _read_gpu(pynvml, index: int, uuid: str, own_pids: set[int], own_per_gpu: int) -> dict:
+    handle = nvml_handle(pynvml, uuid)
     reading = GpuReading(index)
     pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
     if any(pid in own_pids for pid in pids):
@@ -217,7 +222,7 @@ def gpu_memory_used(uuids: list[str]) -> tuple[list[int] | None, str | None]:
     try:
         used = []
         for uuid in uuids:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+            handle = nvml_handle(pynvml, uuid)
             used.append(int(pynvml.nvmlDeviceGetMemoryInfo(handle).used))
         return used, None
     except Exception as exc:  # an old driver, a MIG slice NVML cannot see

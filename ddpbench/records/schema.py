@@ -62,11 +62,13 @@ from ddpbench.records.part import Part
 # steps' `cpu`, probes' `waited_s`; GPU memory beyond torch's allocated bytes: ranks'
 # `peak_memory_reserved_bytes`, `device_memory_used_bytes` and `device_memory_note`, phases'
 # `reserved_bytes` and `reserved_by_device`. All optional, so a schema-5 record reads as one that
-# did not measure them (from_schema_5). Later within 6, all optional: the spec's `started_in` and
+# did not measure them (from_schema_5). Also within 6, all optional: the spec's `started_in` and
 # `files` (where the run started, and what each of the user's files is: its path inside its git
 # repository and that repository's root commit, else its real path), which a record without them
 # reads as located from its own folder where that says (ddpbench.records.store.started_in), else by
-# its paths as typed.
+# its paths as typed; where each rank ran, ranks' `node_name`, `node_rank`, `cpu_set`, `device_uuid`,
+# `device_serial` and `device_pci_bus_id` (the history keeps them per run and rank), which a record
+# without them reads as not recorded.
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 Status = Literal["ok", "failed", "timeout", "oom", "skipped"]
@@ -269,7 +271,23 @@ class RankResult(Part):
     rank: int
     local_rank: int = 0
     hostname: str | None = None
+    node_name: str | None = None
+    """The machine as its scheduler names it, where that is not `hostname`: the Kubernetes node (a
+    pod's host name is the pod's) or the SLURM node; None outside a scheduler and in older records."""
+    node_rank: int | None = None
+    """The node rank torchrun's rendezvous gave this rank's node; None outside torchrun and in older
+    records."""
+    cpu_set: str | None = None
+    """The CPUs this rank's process could run on, as the kernel lists them (0-3,8); None off Linux and
+    in older records."""
     device: str | None = None
+    device_uuid: str | None = None
+    """GPU: the device's UUID (torch); None on CPU and in older records."""
+    device_serial: str | None = None
+    """GPU: the board's serial number, through NVML; None where NVML cannot say, on CPU and in older
+    records."""
+    device_pci_bus_id: str | None = None
+    """GPU: the device's PCI bus id (0000:41:00.0), through NVML; None where NVML cannot say."""
     threads: int | None = None
     """Intra-op threads this rank trained with."""
     probe: ProcessProbe | None = None

@@ -231,6 +231,13 @@ def directive_word(value: str, what: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def exclude_options(hosts: tuple[str, ...]) -> list[str]:
+    """`--exclude=node-1,node-7`: the nodes the job must not be given (SLURM's own option, which
+    sbatch, salloc and srun share; the names are plain host names, `config.options.host_names`, so
+    SLURM reads them as node names, never as a hostlist range or a file)."""
+    return [f"--exclude={','.join(hosts)}"] if hosts else []
+
+
 def check_directive(option: str) -> str:
     """A whole #SBATCH line the user gave (--sbatch-option): one line, as it is."""
     if any(character in option for character in "\n\r\0"):

@@ -11,6 +11,10 @@ What keeps a multi-node figure honest on a real cluster:
 - one pod per node: a required pod anti-affinity on the job's own pod label, so two pods of a
   2-node job never share a machine (its figure would be measured on one host), and CPU and memory
   requests by default, so the scheduler places each pod where its ranks fit;
+- the node each rank ran on, in its record: the downward API puts the pod's `spec.nodeName` in
+  DDPBENCH_NODE_NAME (a pod's own host name is the pod's, new in every job), which is the name the
+  history's hosts go by and `--avoid-hosts` keeps the pods off, through a required node affinity on
+  the nodes' `metadata.name`;
 - a barrier before every run (`pod_barrier`): no pod starts run K before every pod has finished
   run K-1, failed or not, so one pod's failed run never leaves the pods a run apart;
 - a run timeout by default, so every run ends on every pod and the barrier's wait is bounded;
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 
 from ddpbench.config.errors import SpecError
 from ddpbench.config.ids import check_id, short_hash
+from ddpbench.host.placement import NODE_NAME_VARIABLE
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 MINIMUM_TRAINER = "v2.2.1"
@@ -103,6 +108,8 @@ class ClusterOptions:
     """More variables for the pods, e.g. NCCL_SOCKET_IFNAME=eth0."""
     python: str = "python"
     """The image's Python, which the pods' script starts ddpbench with."""
+    avoid_hosts: tuple[str, ...] = ()
+    """Nodes the pods must not be placed on (`ddpbench history hosts` names them)."""
 
     def __post_init__(self) -> None:
         if not self.image or not self.image.strip():
@@ -116,6 +123,8 @@ class ClusterOptions:
                 f"--memory-per-node takes a Kubernetes quantity such as 16Gi or 512Mi; got {self.memory_per_node!r}"
             )
         for name, _ in self.env:
+            if name == NODE_NAME_VARIABLE:
+                raise SpecError(f"--env {name}: ddpbench sets it in every pod to the pod's node (spec.nodeName)")
             if name in RESERVED_VARIABLES:
                 raise SpecError(f"--env {name}: the TrainJob controller sets {name} itself (reserved)")
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -244,12 +253,23 @@ def one_pod_per_node(name: str) -> dict:
     return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
+def not_on(hosts: tuple[str, ...]) -> dict:
+    """A required node affinity that keeps the pods off these nodes (by node name: the name
+    `spec.nodeName` gives, which the records keep)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(hosts)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def pods_patch(cluster: ClusterOptions, name: str, nodes: int) -> dict:
     """The runtime patch of the `node` pods: the shared results volume, a larger /dev/shm, the
-    job's own label, and with several nodes one pod per machine."""
+    job's own label, with several nodes one pod per machine, and no pod on a node to avoid."""
     pod_spec: dict = {}
-    if nodes > 1:
-        pod_spec["affinity"] = one_pod_per_node(name)
+    affinity = {
+        **(one_pod_per_node(name) if nodes > 1 else {}),
+        **(not_on(cluster.avoid_hosts) if cluster.avoid_hosts else {}),
+    }
+    if affinity:
+        pod_spec["affinity"] = affinity
     pod_spec |= {
         "volumes": [
             {"name": RESULTS_VOLUME, "persistentVolumeClaim": {"claimName": cluster.volume_claim}},
@@ -293,8 +313,9 @@ def trainjob_manifest(
         "image": cluster.image,
         "command": ["sh", "-c", script],
     }
-    if cluster.env:
-        trainer["env"] = [{"name": key, "value": value} for key, value in cluster.env]
+    # The node the pod runs on, for every rank's record (ddpbench.host.placement).
+    node = {"name": NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    trainer["env"] = [{"name": key, "value": value} for key, value in cluster.env] + [node]
     if resources(cluster):
         trainer["resourcesPerNode"] = resources(cluster)
     spec: dict = {}

@@ -1,5 +1,5 @@
-"""The software facts of a run that only torch can tell: versions, GPUs, NCCL, and the math
-settings that change GPU speed (TF32, cuDNN autotuning)."""
+"""The software facts of a run that only torch can tell: versions, GPUs, NCCL, the math settings
+that change GPU speed (TF32, cuDNN autotuning), and which GPU a rank drove."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import re
 import sys
 
 import torch
+
+from ddpbench.host.placement import rank_placement
 
 
 def tf32_allowed() -> dict:
@@ -82,3 +84,10 @@ def torch_facts() -> dict:
         except (AttributeError, RuntimeError):
             pass
     return facts
+
+
+def where_this_rank_ran(device: torch.device) -> dict:
+    """The rank's placement fields (`ddpbench.host.placement`): its scheduler node, node rank, CPU
+    set and, on a GPU, the device's UUID (torch's) with its serial and PCI bus id (NVML's)."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else None
+    return rank_placement(uuid)

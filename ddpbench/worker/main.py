@@ -46,7 +46,7 @@ from ddpbench.worker import checks, compiling, model_state, phases, sharding
 from ddpbench.worker.ablation import ablation_rounds
 from ddpbench.worker.clock import StepClock
 from ddpbench.worker.data import RecordingSampler, endless_batches, make_loader
-from ddpbench.worker.environment import tf32_allowed, torch_facts
+from ddpbench.worker.environment import tf32_allowed, torch_facts, where_this_rank_ran
 from ddpbench.worker.faults import install_in_step_fault, maybe_inject
 from ddpbench.worker.grad_timeline import timeline_phase, timeline_record
 from ddpbench.worker.heartbeat import HEARTBEAT_ENV, Heartbeat
@@ -348,6 +348,7 @@ def measure(
         "rank": rank.rank,
         "local_rank": rank.local_rank,
         "hostname": socket.gethostname(),
+        **where_this_rank_ran(rank.device),
         "device": str(rank.device),
         "threads": torch.get_num_threads(),
         "probe": probe,

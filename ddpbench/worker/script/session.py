@@ -35,7 +35,7 @@ from ddpbench.records.schema import Check, Metrics, Overlap, Record, RunError, S
 from ddpbench.records.store import new_record, utc_now, write_record
 from ddpbench.worker import checks, phases
 from ddpbench.worker.clock import StepClock
-from ddpbench.worker.environment import tf32_allowed, torch_facts
+from ddpbench.worker.environment import tf32_allowed, torch_facts, where_this_rank_ran
 from ddpbench.worker.probe import process_probe
 from ddpbench.worker.script.observer import Observer, StopScript
 from ddpbench.worker.window_load import WindowLoad, add_ranks, start_up, window_cpu
@@ -190,6 +190,7 @@ class Session:
             "rank": dist.get_rank(),
             "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
             "hostname": socket.gethostname(),
+            **where_this_rank_ran(observer.device()),
             "device": str(observer.device()),
             "threads": torch.get_num_threads(),
             "step_times_s": clock.step_times_s(),
