@@ -241,14 +241,14 @@ class CpuCounters:
         self.counts = {"threads": len(threads), "comm": len(comm), "loader_processes": len(children)}
         for handle in self.throttle:
             handle.close()
-        folders = [folder for folder in cgroup_cpu_dirs() if quota_cores(folder) is not None]
-        self.throttle = []
-        for folder in folders:
+        # The tightest quota of the rank's cgroup and its ancestors is the one that holds it back:
+        # its throttled time is read (one counter, so differences of readings stay its own).
+        quotas = [(quota, folder) for folder in cgroup_cpu_dirs() if (quota := quota_cores(folder)) is not None]
+        self.throttle, self.quota, self.cgroup = [], None, None
+        if quotas:
+            self.quota, self.cgroup = min(quotas)
             with contextlib.suppress(OSError):
-                self.throttle.append(_File(os.path.join(folder, "cpu.stat")))
-        quotas = [quota_cores(folder) for folder in folders]
-        self.quota = min(quotas) if quotas else None
-        self.cgroup = folders[0] if folders else None
+                self.throttle.append(_File(os.path.join(self.cgroup, "cpu.stat")))
 
     def read(self) -> tuple[int | None, ...] | None:
         """One reading, ns, in FIELDS' order (cumulative: differences of two readings are the
@@ -262,9 +262,7 @@ class CpuCounters:
         throttled = None
         for handle in self.throttle:
             raw = handle.read()
-            value = throttled_ns(raw) if raw else None
-            if value is not None:
-                throttled = value if throttled is None else max(throttled, value)
+            throttled = throttled_ns(raw) if raw else None
         raw = self.pressure.read() if self.pressure else None
         found += [throttled, pressure_ns(raw) if raw else None]
         return tuple(found)
