@@ -24,6 +24,11 @@ during a round hits every kind alike, and each round is one paired sample of eve
 
 With one rank there is nothing to share and no network: `alone` is `unwrapped` and `solo` is
 `with_ddp`, so neither runs.
+
+Every marked step also carries what the kernel counted of the rank's CPU over it
+(`ddpbench.host.cpu_denied`): host contention's waiting for a core is read from it. And where the
+base rounds leave the run's largest cause undecided (`lead_decided`: no cause, or several whose lead
+would not hold), the run adds rounds, EXTRA_STEP at a time, up to as many again.
 """
 
 from __future__ import annotations
