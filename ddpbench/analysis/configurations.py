@@ -107,7 +107,7 @@ def reference_identity(record: Record) -> dict[str, object]:
     )
     if spec.script is None:
         mode = spec.compile if compile_fits("local", spec.compile) else "off"
-        found.update(strategy=strategy_name("local", mode), rank_start="exec", ddp=None)
+        found.update(strategy=strategy_name("local", mode), ddp=None)
     return found
 
 

@@ -87,6 +87,8 @@ UNKEYED: dict[str, str] = {
     "profile_active": "how many steps the profiled phase holds",
     "slowdown": "planted work, a test of the gate: a slowed run is compared with its configuration's others",
     "launcher": "how the processes start (torchrun, srun), not what they run",
+    "rank_start": "how torchrun's agent starts the ranks (fork or exec): their step times are equivalent within 3 % "
+    "(docs/measurements/start-up.md), so runs started either way are repeats",
     "units_per_sample": "how many of the unit a sample holds, which the record keeps beside its throughput",
     "run_to_end": "whether a script's own loop runs on after the measured steps",
 }

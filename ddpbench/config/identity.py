@@ -36,11 +36,6 @@ IDENTITY_FIELDS = (
     ("strategy", "local, ddp, dp, fsdp2, replicate, with the compile mode (`ddp+compile`)"),
     ("world_size", "devices in the job"),
     ("nnodes", "nodes of the job: the same world size over more hosts crosses a network"),
-    (
-        "rank_start",
-        "fork or exec, how torchrun's agent started the ranks (exec in records from before the choice): two "
-        "configurations until their step times are shown equivalent",
-    ),
     ("batch_size", "samples per device per step"),
     ("precision", "fp32, bf16, fp16"),
     ("device", "cpu or cuda"),
@@ -141,7 +136,6 @@ def identity(spec: RunSpec, sample_unit: str | None = None) -> dict[str, object]
         "strategy": spec.strategy_name,
         "world_size": spec.world_size,
         "nnodes": spec.nnodes,
-        "rank_start": (spec.rank_start or "exec") if spec.launched_by_torchrun else "exec",
         "batch_size": spec.batch_size,
         "precision": spec.precision,
         "device": spec.device,
