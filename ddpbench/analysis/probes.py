@@ -9,10 +9,12 @@ reads as a scaling result or a regression. The probe sees it: the same fixed wor
 each process.
 
 A run's probe speed is its slowest process's (the slowest rank sets the pace), the geometric mean
-of its before and after readings, per kind of work, each on a core: where the kernel counted the
-probe's waiting for a core, that waiting is taken out (`on_core`), so a run the scheduler shows
-unharmed is not flagged for a moment of contention its probe alone met; its window's waiting is
-judged from its own counters (`ddpbench.analysis.cpu_denied`, the busy mark). It is compared with every process of the
+of its before and after readings, per kind of work. Where the kernel counted the probe's waiting
+for a core and the process's own window shows no waiting beyond noise, that waiting is taken out
+(`on_core`): a run the scheduler shows unharmed is not flagged for a moment of contention its probe
+alone met. Where the window waited too (a CPU quota, a hog there all along), the probe's reading
+stands as it came: the timed steps met the same denial, and the run's X is not the machine's. It is
+compared with every process of the
 sweep's other runs on the same device kind and thread count, whatever their strategy or world size
 (the memory copy only with processes that shared their host alike, since ranks probe at once):
 a run is flagged when its speed lies further from their median than FLAG_FACTOR times their spread
@@ -27,6 +29,7 @@ import statistics
 from dataclasses import dataclass
 
 from ddpbench.analysis.configurations import is_measured
+from ddpbench.analysis.cpu_denied import rank_cpu
 from ddpbench.config.workloads import short_workload_name
 from ddpbench.records.schema import Record
 
@@ -54,16 +57,18 @@ def on_core(reading, kind: str) -> float:
 
 
 def process_speeds(record: Record) -> list[dict[str, float]]:
-    """Per process, per kind of work, its speed on a core (`on_core`): the geometric mean of its
-    readings before the warm-up and after the window (one reading moved up to 1.9x within a process
-    on a quiet sweep here; the mean of the two halves that)."""
+    """Per process, per kind of work, the geometric mean of its readings before the warm-up and after
+    the window (one reading moved up to 1.9x within a process on a quiet sweep here; the mean of the
+    two halves that), each on a core (`on_core`) unless the process's window waited beyond noise."""
     found = []
     for rank in record.ranks:
         readings = [r for r in ((rank.probe.before, rank.probe.after) if rank.probe else ()) if r is not None]
-        if readings:
-            found.append(
-                {kind: math.exp(statistics.fmean(math.log(on_core(r, kind)) for r in readings)) for kind in KINDS}
-            )
+        if not readings:
+            continue
+        cpu = rank_cpu(record, rank)
+        window_waited = cpu is not None and (cpu.beyond_noise or cpu.throttled)
+        speed = (lambda r, kind: getattr(r, kind)) if window_waited else on_core
+        found.append({kind: math.exp(statistics.fmean(math.log(speed(r, kind)) for r in readings)) for kind in KINDS})
     return found
 
 
