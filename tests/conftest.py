@@ -136,7 +136,9 @@ def ddpbench(
 # worker's next shared one. The wait is outside the test's phases, so --durations does not count it.
 @contextlib.contextmanager
 def _machine_share(item):
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    # This pytest's own xdist worker id, not the environment's: a pytest a test starts (gpu-check's
+    # CUDA tests) inherits PYTEST_XDIST_TESTRUNUID, and would wait for the lock its parent holds.
+    run = getattr(item.config, "workerinput", {}).get("testrunuid")
     if not run:  # one pytest process: the tests run one after another anyway
         yield
         return
