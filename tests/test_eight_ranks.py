@@ -10,6 +10,7 @@ from conftest import cpu_environment, ddpbench
 
 from ddpbench.analysis.answers import answer_run
 from ddpbench.records.store import load_record
+from ddpbench.worker.ablation import EXTRA_STEP, extra_rounds
 
 pytestmark = pytest.mark.launches
 
@@ -29,10 +30,12 @@ def eight(tmp_path_factory):
 def test_every_figure_has_an_interval_at_eight_ranks(eight):
     _, record = eight
     ladder = record.timeline.ladder
-    # 24 timed steps: 5 rounds, the floor that leaves each run 4 degrees of freedom.
-    assert ladder.blocks == 5 and set(ladder.alone_rank_by_block) == {0, 1, 2, 3, 4}
+    # 24 timed steps: 5 rounds, the floor that leaves each run 4 degrees of freedom, then EXTRA_STEP
+    # more at a time while they leave the largest cause undecided, up to extra_rounds(5).
+    assert ladder.blocks - ladder.extra_blocks == 5 and ladder.extra_blocks in range(0, extra_rounds(5) + 1, EXTRA_STEP)
+    assert ladder.alone_rank_by_block == [block % 8 for block in range(ladder.blocks)]
     found = answer_run(record, [("eight.json", record)])
-    assert found.rounds == 5 and found.in_process.has_interval, found.in_process
+    assert found.rounds == ladder.blocks and found.in_process.has_interval, found.in_process
     for name, cause in found.causes.items():
         assert cause.seconds.has_interval and cause.points.has_interval, name
     # not chance: a profiled DDP run has the ablation; its wait has an interval over 5 rounds
