@@ -126,7 +126,9 @@ def test_threads_are_grouped_by_what_their_waiting_costs():
         # The gloo-named thread is a Python thread: the harness's threads are left out unless
         # named as the collective library's.
         assert counters.counts["comm"] == 1, counters.counts
-        assert counters.counts["loader_processes"] == 1, counters.counts
+        # The child is read as a DataLoader worker; the test's process may hold others (pytest's).
+        assert counters.counts["loader_processes"] >= 1, counters.counts
+        assert any(path.startswith(f"/proc/{child.pid}/task/") for path in counters.loader.files), counters.counts
         clock = StepCounters(counters)
         clock.mark()
         clock.mark()

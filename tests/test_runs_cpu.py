@@ -100,7 +100,11 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
     assert checks["shards_cover_dataset"]["details"]["covered"] == 400
     assert checks["reshuffled_each_epoch"]["ok"] is True  # the batch after the window starts epoch 1: set_epoch ran
     assert record["ranks"][0]["epochs_started"] == 2
-    assert "torch.distributed.run" in record["launch"]["command"] and "--standalone" in record["launch"]["command"]
+    # Ranks forked from ddpbench's agent (the default): the record keeps torchrun's own equivalent command.
+    launch = record["launch"]
+    assert "ddpbench.worker.agent" in launch["command"] and "--standalone" in launch["command"]
+    assert "torch.distributed.run" in launch["torchrun_command"] and "--standalone" in launch["torchrun_command"]
+    assert "--nproc-per-node=2" in launch["torchrun_command"]
     # not chance: counted from the model, not timed
     assert record["metrics"]["flops_per_sample"] > 0
     assert "throughput" in done.stdout and "replicas_in_sync ok" in done.stdout
