@@ -157,6 +157,7 @@ def _timeline_calls(rank, store_path, world_size, results):
         )
         results["calls"] = calls
         results["ladder_blocks"] = found["ladder"]["blocks"]
+        results["lead_decided"] = found["ladder"]["lead_decided"]
         results["marked"] = {kind: len(found.get(kind, [])) for kind in LADDER_KINDS}
         results["blocks"] = {kind: [step["block"] for step in found.get(kind, [])] for kind in LADDER_KINDS}
         record = grad_timeline.timeline_record([{"rank": 0, "timeline": found}])
@@ -200,14 +201,15 @@ def test_the_ladder_runs_blocks_of_segments_each_after_a_barrier_with_a_lead_in(
     block (`ablation.alone_rank`: at 2 ranks each rank two blocks in a row, so rank 0 here steps
     alone in both); with one rank neither `alone` nor `solo` runs. The process group has one rank;
     world_size is what the phase is told. The record says the steps had the lead-in and holds the
-    unwrapped steps, fully marked. Told of 2 ranks, the ladder may add EXTRA_STEP blocks where its
-    two leave the largest cause undecided (here a one-rank group's steps decide nothing)."""
-    from ddpbench.worker.ablation import EXTRA_STEP, alone_rank, extra_rounds
+    unwrapped steps, fully marked. Told of 2 ranks, the ladder adds rounds while its two leave the
+    largest cause undecided: here the group has one rank, so a look gathers one rank's steps of two,
+    never decides, and the ladder runs to its cap (tests/test_extra_rounds.py: a decided look stops it)."""
+    from ddpbench.worker.ablation import alone_rank, extra_rounds
 
     results = results_of(phase_results, f"timeline-{world_size}")
     blocks = results["ladder_blocks"]
-    allowed = {2} if world_size == 1 else set(range(2, 2 + extra_rounds(2) + 1, EXTRA_STEP))
-    assert blocks in allowed, (blocks, allowed)
+    assert blocks == (2 if world_size == 1 else 2 + extra_rounds(2)), blocks
+    assert results["lead_decided"] is (None if world_size == 1 else False)
     gather = ["barrier"] if world_size > 1 else []
     kinds = LADDER_KINDS if world_size > 1 else ("unwrapped", "with_ddp", "without_allreduce")
     expected = []

@@ -28,7 +28,11 @@ With one rank there is nothing to share and no network: `alone` is `unwrapped` a
 Every marked step also carries what the kernel counted of the rank's CPU over it
 (`ddpbench.host.cpu_denied`): host contention's waiting for a core is read from it. And where the
 base rounds leave the run's largest cause undecided (`lead_decided`: no cause, or several whose lead
-would not hold), the run adds rounds, EXTRA_STEP at a time, up to as many again.
+would not hold), the run adds rounds, EXTRA_STEP at a time, up to `extra_rounds`. The look is the
+run's own (its rounds paired, the rule explain applies to a configuration of one run), at that rule's
+level each time, uncorrected for the repeated looks: it only decides when to stop adding rounds.
+What a configuration answers is computed afterwards over all its runs' rounds
+(`ddpbench.analysis.answers`), where a stop that came early costs rounds, never a wrong name.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ LEAD_IN_PER_SEGMENT = 1
 
 
 EXTRA_STEP = 4
-"""Rounds added at a time while the largest cause is undecided: four keep the two halves the slowest
-rank is chosen and read on balanced (`ddpbench.analysis.ablation.split_rounds`)."""
+"""Rounds added at a time while the largest cause is undecided: four, the period of `alone_rank` at
+2 ranks (0, 0, 1, 1) and of `ddpbench.analysis.ablation.split_rounds`' halves (rounds 0 and 3 of every
+four against 1 and 2), so added rounds leave each rank's turns alone and the halves as even as the
+base rounds left them (an odd base, 5, leaves one more for rank 0 however many are added)."""
 
 SETTLE_S = 0.02
 """Before an alone segment its rank sleeps this long after the barrier: the waiting ranks' runtime
@@ -68,8 +74,9 @@ def ablation_rounds(timed_steps: int) -> int:
 
 
 def extra_rounds(blocks: int) -> int:
-    """At most this many rounds more while the largest cause is undecided: as many as the base rounds,
-    in steps of EXTRA_STEP (so the ablation at most about doubles)."""
+    """At most this many rounds more while the largest cause is undecided: the base rounds rounded up
+    to a multiple of EXTRA_STEP. For the 5-8 base rounds of `ablation_rounds` that is 8: the ablation
+    grows at most 2.6 times (5 rounds to 13), 2 times at 8."""
     return EXTRA_STEP * -(-blocks // EXTRA_STEP)
 
 
@@ -158,10 +165,12 @@ def run_ablation(
         for block in range(done, planned):
             _run_block(timeline, kinds, batches, block, rank, world_size, counters, found)
         done = planned
-        if world_size < 2 or planned >= blocks + extra_blocks:
-            break
+        if world_size < 2 or extra_blocks <= 0:
+            break  # nothing may be added: no look
+        # Looked at after the base rounds and after each addition, the last included: the record
+        # says whether the rounds it holds decided the run's lead.
         decided = lead_decided(found, rank, world_size, planned)
-        if decided:
+        if decided or planned >= blocks + extra_blocks:
             break
         planned = min(planned + EXTRA_STEP, blocks + extra_blocks)
     if world_size > 1:
