@@ -41,14 +41,17 @@ def records():
     return found
 
 
-def _with_cpu(record, waited: dict[int, list[float]], quota: dict[int, float] | None = None, others=0.5):
+def _with_cpu(
+    record, waited: dict[int, list[float]], quota: dict[int, float] | None = None, others=0.5, throttled_s=0.002
+):
     """The record with each rank's counters: its waiting per step as given, its cgroup's quota and
-    throttling where given, and a machine load on rank 0 where other processes used `others` cores."""
+    throttling (`throttled_s` a step) where given, and a machine load on rank 0 where other processes
+    used `others` cores."""
     ranks = []
     for rank in record.ranks:
         steps = len(rank.step_times_s)
         values = waited[rank.rank]
-        throttled = [0.002] * steps if quota and rank.rank in quota else [None] * steps
+        throttled = [throttled_s] * steps if quota and rank.rank in quota else [None] * steps
         cpu = CpuWindow(
             cpu_s=[0.003] * steps,
             waited_s=values,
@@ -130,6 +133,13 @@ def test_a_cpu_quota_that_throttled_a_rank_names_that_rank(records):
     found = run_cpu(_with_cpu(base, {0: [0.0] * steps, 1: [0.0] * steps}, quota={1: 0.5}))
     assert [rank.rank for rank in found.throttled] == [1]
     assert "rank 1's CPU quota (0.50 cores) held it back 2.00 ms per step" in found.sentence()
+    # A quota that throttled a rank for a moment (well under MATERIAL_SHARE of its step) names no rank.
+    step_s = min(statistics.fmean(rank.step_times_s) for rank in base.ranks)
+    brief = 0.2 * MATERIAL_SHARE * step_s
+    barely = run_cpu(_with_cpu(base, {0: [0.0] * steps, 1: [0.0] * steps}, quota={1: 0.5}, throttled_s=brief))
+    assert barely.throttled == [] and "quota" not in barely.sentence()
+    pooled = configuration_cpu([_with_cpu(base, {0: [0.0] * steps, 1: [0.0] * steps}, quota={1: 0.5})] * 2)
+    assert pooled.throttled_ranks() == [1] and "rank 1's CPU quota" in pooled.words()
 
 
 def test_a_configuration_pools_its_runs_waiting_over_the_runs(records):
@@ -194,4 +204,12 @@ def test_the_speed_check_takes_a_probe_s_waiting_out(records):
     assert probe_flags(runs) == []
     slow = [probed(base[0], 20.0, 0.0), *runs[1:]]
     assert [flag.run_id for flag in probe_flags(slow)] == [base[0].run_id]
+    # Where the process's timed steps waited too (its quota throttled it all along), its probe's
+    # waiting is the run's: the reading stands as it came, and the run is flagged.
+    steps = {rank.rank: len(rank.step_times_s) for rank in base[0].ranks}
+    held = _with_cpu(base[0], {r: [0.0] * n for r, n in steps.items()}, quota=dict.fromkeys(steps, 0.25),
+                     throttled_s=0.5 * min(statistics.fmean(rank.step_times_s) for rank in base[0].ranks))  # fmt: skip
+    assert all(rank.throttled for rank in run_cpu(held).ranks)
+    throttled = [probed(held, 20.0, 0.05), *runs[1:]]
+    assert [flag.run_id for flag in probe_flags(throttled)] == [base[0].run_id]
     assert msgspec.json.decode(msgspec.json.encode(reading), type=ProbeReading) == reading

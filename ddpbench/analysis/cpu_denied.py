@@ -98,7 +98,9 @@ class RankCpu:
 
     @property
     def throttled(self) -> bool:
-        return self.throttled_s is not None and self.throttled_s > 0 and self.quota_cores is not None
+        """Its CPU quota held it back more than MATERIAL_SHARE of its step (the mean over the steps): a
+        pod's limit that throttles it now and then for a moment names no rank."""
+        return throttled_beyond(self.throttled_s if self.quota_cores is not None else None, self.step_s)
 
     def words(self) -> str:
         """`rank 1 waited for a core 12 % of its step (4.1 ms); other processes took about 9 of those 12`."""
@@ -136,6 +138,11 @@ class RankCpu:
         }
 
 
+def throttled_beyond(throttled_s: float | None, step_s: float | None) -> bool:
+    """Throttled per step beyond MATERIAL_SHARE of the step: the one rule for a rank and a configuration."""
+    return throttled_s is not None and bool(step_s) and throttled_s / step_s > MATERIAL_SHARE
+
+
 def _node_loads(record: Record) -> dict[str, MachineLoad]:
     """Host name -> the load its local rank 0 read over the window."""
     found = {}
@@ -161,8 +168,8 @@ def others_share(load: MachineLoad | None, rank_cores: float | None) -> float | 
 def rank_cpu(record: Record, rank: RankResult, loads: dict[str, MachineLoad] | None = None) -> RankCpu | None:
     """One rank's CPU over its window; None where the kernel's counters were not read."""
     cpu = rank.cpu
-    if cpu is None or not cpu.waited_s or any(value is None for value in cpu.waited_s):
-        return None
+    if cpu is None or not cpu.waited_s or any(value is None for value in cpu.waited_s) or not rank.step_times_s:
+        return None  # no counters, or no timed step to divide by
     loads = _node_loads(record) if loads is None else loads
     host = rank.hostname or record.env.hostname or "?"
     load = loads.get(host) or (next(iter(loads.values())) if len(loads) == 1 else None)
@@ -218,7 +225,8 @@ class RunCpu:
         if waited:
             said.append(max(waited, key=lambda rank: rank.share.value).words())
             if len(waited) > 1:
-                said[-1] += f" (and {len(waited) - 1} other rank(s) beyond noise)"
+                more = len(waited) - 1
+                said[-1] += f" (and {more} other {'rank' if more == 1 else 'ranks'} beyond noise)"
         for rank in self.throttled:
             if rank not in waited[:1]:
                 said.append(
@@ -304,6 +312,8 @@ class ConfigurationCpu:
     """Rank -> seconds per step its CPU quota throttled it, mean over the runs that had a quota."""
     quota_cores: dict[int, float]
     hosts: dict[int, str]
+    step_s: dict[int, float]
+    """Rank -> its mean step over the runs, seconds."""
 
     def beyond_noise(self, rank: int) -> bool:
         share = self.shares[rank]
@@ -312,32 +322,48 @@ class ConfigurationCpu:
     def ranks_beyond_noise(self) -> list[int]:
         return [rank for rank in sorted(self.shares) if self.beyond_noise(rank)]
 
+    def most_waiting(self) -> tuple[int, Estimate, float | None] | None:
+        """The rank that waited most beyond noise, its share of its step, and of that share what other
+        processes took (an estimate; None where the machine's load was not read); None where no rank
+        waited beyond noise. What every output says of the configuration's waiting."""
+        waited = self.ranks_beyond_noise()
+        if not waited:
+            return None
+        rank = max(waited, key=lambda r: self.shares[r].value)
+        share = self.shares[rank]
+        others = self.others_shares.get(rank)
+        return rank, share, None if others is None else share.value * others
+
+    def throttled_ranks(self) -> list[int]:
+        """Ranks whose CPU quota held them back beyond MATERIAL_SHARE of their step."""
+        held = self.throttled_s
+        return [rank for rank in sorted(held) if throttled_beyond(held[rank], self.step_s.get(rank))]
+
     def words(self) -> str | None:
         """`rank 1 waited for a core 12 % ± 3 of its step (3 runs); other processes took about 9 of
         those 12 (an estimate)`, for the rank that waited most beyond noise, and any quota that held a
         rank back; None where neither."""
         said = []
-        waited = self.ranks_beyond_noise()
-        if waited:
-            rank = max(waited, key=lambda r: self.shares[r].value)
-            share = self.shares[rank]
+        most = self.most_waiting()
+        if most is not None:
+            rank, share, others = most
             runs = f"{self.runs} runs" if self.runs > 1 else "1 run"
             text = (
                 f"rank {rank} waited for a core {100 * share.value:.0f} % ± {100 * (share.half or 0):.0f} of its "
                 f"step ({1e3 * self.waited_s[rank].value:.2f} ms, {runs})"
             )
-            if rank in self.others_shares:
-                took = 100 * share.value * self.others_shares[rank]
-                text += f"; other processes took about {took:.0f} of those {100 * share.value:.0f} (an estimate)"
-            if len(waited) > 1:
-                text += f"; {len(waited) - 1} other rank(s) waited beyond noise too"
+            if others is not None:
+                took, of = 100 * others, 100 * share.value
+                text += f"; other processes took about {took:.0f} of those {of:.0f} (an estimate)"
+            more = len(self.ranks_beyond_noise()) - 1
+            if more:
+                text += f"; {more} other {'rank' if more == 1 else 'ranks'} waited beyond noise too"
             said.append(text)
-        for rank, seconds in sorted(self.throttled_s.items()):
-            if seconds > 0:
-                said.append(
-                    f"rank {rank}'s CPU quota ({self.quota_cores[rank]:.2f} cores) held it back "
-                    f"{1e3 * seconds:.2f} ms per step"
-                )
+        for rank in self.throttled_ranks():
+            said.append(
+                f"rank {rank}'s CPU quota ({self.quota_cores[rank]:.2f} cores) held it back "
+                f"{1e3 * self.throttled_s[rank]:.2f} ms per step"
+            )
         return "; ".join(said) or None
 
     def as_dict(self) -> dict:
@@ -368,7 +394,7 @@ def configuration_cpu(records: list[Record]) -> ConfigurationCpu | None:
     for run in runs:
         for rank in run.ranks:
             by_rank.setdefault(rank.rank, []).append(rank)
-    shares, waited, others, throttled, quotas, hosts = {}, {}, {}, {}, {}, {}
+    shares, waited, others, throttled, quotas, hosts, steps = {}, {}, {}, {}, {}, {}, {}
     for rank, found in by_rank.items():
         if len(found) == 1:
             shares[rank], waited[rank] = found[0].share, found[0].waited
@@ -383,7 +409,8 @@ def configuration_cpu(records: list[Record]) -> ConfigurationCpu | None:
             throttled[rank] = statistics.fmean(item.throttled_s or 0.0 for item in quota)
             quotas[rank] = min(item.quota_cores for item in quota)
         hosts[rank] = found[0].host
-    return ConfigurationCpu(len(runs), shares, waited, others, throttled, quotas, hosts)
+        steps[rank] = statistics.fmean(item.step_s for item in found)
+    return ConfigurationCpu(len(runs), shares, waited, others, throttled, quotas, hosts, steps)
 
 
 def iteration_waiting(record: Record) -> Estimate | None:

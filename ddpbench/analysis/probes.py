@@ -10,10 +10,11 @@ each process.
 
 A run's probe speed is its slowest process's (the slowest rank sets the pace), the geometric mean
 of its before and after readings, per kind of work. Where the kernel counted the probe's waiting
-for a core and the process's own window shows no waiting beyond noise, that waiting is taken out
-(`on_core`): a run the scheduler shows unharmed is not flagged for a moment of contention its probe
-alone met. Where the window waited too (a CPU quota, a hog there all along), the probe's reading
-stands as it came: the timed steps met the same denial, and the run's X is not the machine's. It is
+for a core, that waiting is taken out (`on_core`): a run the scheduler shows unharmed is not flagged
+for a moment of contention its probe alone met. But where the process's timed steps were held back
+too, by other processes beyond noise or by its CPU quota (`ddpbench.analysis.cpu_denied`), the
+probe's reading stands as it came: the steps met the same denial, and the run's X is not the
+machine's. (Its own job's waiting, two ranks and their threads on few cores, decides nothing.) It is
 compared with every process of the
 sweep's other runs on the same device kind and thread count, whatever their strategy or world size
 (the memory copy only with processes that shared their host alike, since ranks probe at once):
@@ -66,7 +67,9 @@ def process_speeds(record: Record) -> list[dict[str, float]]:
         if not readings:
             continue
         cpu = rank_cpu(record, rank)
-        window_waited = cpu is not None and (cpu.beyond_noise or cpu.throttled)
+        # Other processes' share of its waiting, or its quota, beyond noise: the steps met it too. Its
+        # own job's waiting (two ranks and their threads on few cores) does not decide this.
+        window_waited = cpu is not None and (cpu.harmed_by_others or cpu.throttled)
         speed = (lambda r, kind: getattr(r, kind)) if window_waited else on_core
         found.append({kind: math.exp(statistics.fmean(math.log(speed(r, kind)) for r in readings)) for kind in KINDS})
     return found

@@ -85,17 +85,15 @@ def _cpu_denied(answer: Answer) -> str:
     cpu = answer.cpu
     if cpu is None:
         return "not measured"
-    waited = cpu.ranks_beyond_noise()
-    throttled = [rank for rank, seconds in cpu.throttled_s.items() if seconds > 0]
-    if not waited and not throttled:
+    most, throttled = cpu.most_waiting(), cpu.throttled_ranks()
+    if most is None and not throttled:
         return "no rank beyond noise"
     said = []
-    if waited:
-        rank = max(waited, key=lambda r: cpu.shares[r].value)
-        share = cpu.shares[rank].value
-        said.append(f"rank {rank}, {100 * share:.0f} % of its step")
-        if rank in cpu.others_shares:
-            said[-1] += f" (other processes about {100 * share * cpu.others_shares[rank]:.0f})"
+    if most is not None:
+        rank, share, others = most
+        said.append(f"rank {rank}, {100 * share.value:.0f} % of its step")
+        if others is not None:
+            said[-1] += f" (other processes about {100 * others:.0f})"
     said += [f"rank {rank} throttled by its CPU quota" for rank in throttled]
     return "; ".join(said)
 
