@@ -53,6 +53,7 @@ from ddpbench.analysis.configurations import configuration_key  # noqa: E402
 from ddpbench.analysis.estimates import Estimate  # noqa: E402
 from ddpbench.host.facts import host_facts  # noqa: E402
 from ddpbench.records.store import read_records  # noqa: E402
+from ddpbench.worker.ablation import extra_rounds as extra_rounds_of  # noqa: E402
 
 PAGE = os.path.join(REPO, "docs", "measurements", "coverage.md")
 MEASUREMENT = "measurement.json"
@@ -142,6 +143,16 @@ def same_answer(a: Answer, b: Answer) -> bool:
     return (not left and not right) or bool(left & right)
 
 
+def same_top(a: Answer, b: Answer) -> bool:
+    """Stricter than `same_answer`: each sweep's largest (its first-named cause) lies among the other
+    sweep's largest and its ties, or both within noise. Wider ties cannot make two sweeps agree here
+    unless each side's own largest is among them."""
+    left, right = a.largest(), b.largest()
+    if not left or not right:
+        return not left and not right
+    return left[0] in right and right[0] in left
+
+
 def by_key(answers: list[Answer]) -> dict:
     return {configuration_key(answer.record): answer for answer in answers}
 
@@ -186,7 +197,7 @@ def compare(out: str, names: list[str]) -> dict:
                     rows.append({"pair": f"{first}/{second}", "configuration": a.name, "figure": figure,
                                  "agree": found, "halved": agree(value, other, shrink=0.5)})  # fmt: skip
             same.append({"pair": f"{first}/{second}", "configuration": a.name, "same": same_answer(a, b),
-                         "left": a.largest(), "right": b.largest()})  # fmt: skip
+                         "same_top": same_top(a, b), "left": a.largest(), "right": b.largest()})  # fmt: skip
             for repeat in (1, 2, 3):
                 one, two = single(a, repeat), single(b, repeat)
                 if one is None or two is None:
@@ -215,19 +226,21 @@ def extra_rounds(answers: dict) -> dict[str, dict]:
     """Per sweep: the seconds its runs spent in rounds the ablation added because the base rounds left
     the largest cause undecided (each run's rounds took about as long as each other: its ablation's wall
     time times its added rounds over all its rounds), how many runs added any, and how many of those
-    ended decided."""
+    stopped before the cap (a look found the lead decided)."""
     found = {}
     for name, configurations in answers.items():
         seconds, added, decided, runs = 0.0, 0, 0, 0
         for answer in configurations.values():
             for run in answer.every_run:
                 ladder = run.record.timeline.ladder if run.record.timeline else None
-                if ladder is None or not ladder.blocks:
-                    continue
+                if ladder is None or not ladder.blocks or run.record.spec.world_size < 2:
+                    continue  # one rank adds no rounds
                 runs += 1
                 if ladder.extra_blocks:
                     added += 1
-                    decided += bool(ladder.lead_decided)
+                    # Stopped before the cap: a look decided the lead (the record's lead_decided is the
+                    # last look's; before 2026-12-07 no look was taken at the cap).
+                    decided += ladder.extra_blocks < extra_rounds_of(ladder.blocks - ladder.extra_blocks)
                     seconds += ladder.wall_s * ladder.extra_blocks / ladder.blocks
         found[name] = {"seconds": seconds, "added": added, "decided": decided, "runs": runs}
     return found
@@ -317,6 +330,9 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
     )
     same_count = sum(1 for row in found["same"] if row["same"])
     naming = sum(1 for row in found["same"] for side in ("left", "right") if row[side])
+    named_sets = [row[side] for row in found["same"] for side in ("left", "right") if row[side]]
+    alone = sum(1 for causes in named_sets if len(causes) == 1)
+    tie_size = statistics.fmean(len(causes) for causes in named_sets) if named_sets else math.nan
     lines += [
         "",
         "## The same answer twice",
@@ -326,6 +342,11 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         f"{100 * lower_bound(same_count, len(found['same'])):.1f} %. A cause is tied with the largest where the",
         "largest's lead over it would not hold in another sweep ([Concepts](../concepts.md)); the floor against",
         f"answering by silence: {naming} of {2 * len(found['same'])} sweeps' configurations name a largest cause.",
+        "",
+        "Ties can make two sweeps agree by naming more causes, so how wide they were stands beside it: of the",
+        f"{naming} sides that name a largest cause, {alone} name it alone; a side names {tie_size:.2f} causes on",
+        "average. Counted the stricter way, where each sweep's own largest must lie among the other's causes",
+        f"(or both within noise): {share(found['same'], 'same_top')}.",
         "",
         "| pair | configuration | same | first sweep | second sweep |",
         "|---|---|---|---|---|",
@@ -349,7 +370,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
         lines += [
             "",
             f"Rounds added where a run's base rounds left its largest cause undecided: {added} of {runs} DDP runs "
-            f"added some, {decided} of them ended decided"
+            f"added some, {decided} of them stopped before the cap, decided"
             + (
                 f"; they made each sweep {100 * min(shares):.0f}-{100 * max(shares):.0f} % longer than it would have "
                 f"been without them (mean {100 * statistics.fmean(shares):.0f} %, the limit {100 * EXTRA_LIMIT:.0f} %)."
@@ -415,7 +436,7 @@ def page(found: dict, measured: dict | None, analysed: dict, names: list[str]) -
             bool(shares) and statistics.fmean(shares) <= EXTRA_LIMIT,
         ),
         (
-            f"a largest cause named in at least {FLOOR_NAMED} of 30 of the sweeps' configurations (the page before: "
+            f"a largest cause named in at least {FLOOR_NAMED} in 30 of the sweeps' configurations (the page before: "
             f"28 of 30; here {naming} of {2 * len(found['same'])})",
             bool(found["same"]) and naming * 30 >= FLOOR_NAMED * 2 * len(found["same"]),
         ),

@@ -237,7 +237,10 @@ def measure(out: str, repeats: int, steps: int, warmup: int, command: str) -> di
 
 
 def welch(a: Estimate, b: Estimate) -> tuple[float, float]:
-    """(the difference's standard error, Student's t at Welch's degrees of freedom, 95 %)."""
+    """(the difference's standard error, Student's t at Welch's degrees of freedom, 95 %). Each side
+    needs 2 or more samples and a standard error (the callers keep sides of fewer out)."""
+    if a.se is None or b.se is None or a.samples < 2 or b.samples < 2:
+        raise ValueError("Welch's t needs two or more samples a side")
     se = math.hypot(a.se, b.se)
     df = se**4 / (a.se**4 / (a.samples - 1) + b.se**4 / (b.samples - 1))
     return se, float(student_t.ppf(0.975, df))
@@ -266,7 +269,9 @@ def _window_cpu_ms(records: list, field: str) -> float | None:
 
 
 def judge_hog(out: str, suffix: str) -> dict:
-    quiet, hog = _ok_records(out, f"quiet{suffix}-"), _ok_records(out, f"hog{suffix}-")
+    # Runs whose counters were not read (not Linux) have no waiting to compare: left out.
+    quiet = [r for r in _ok_records(out, f"quiet{suffix}-") if iteration_waiting(r) is not None]
+    hog = [r for r in _ok_records(out, f"hog{suffix}-") if iteration_waiting(r) is not None]
     if len(quiet) < 2 or len(hog) < 2:
         return {}
     sides = (("quiet", quiet), ("hog", hog))
@@ -282,6 +287,7 @@ def judge_hog(out: str, suffix: str) -> dict:
         "slowdown": slowdown,
         "added": added,
         "runs": (len(quiet), len(hog)),
+        "busy": {name: sum(bool(r.machine_load and r.machine_load.busy) for r in runs) for name, runs in sides},
         "ok": abs(added.value - slowdown.value) <= HOG_TOLERANCE * abs(slowdown.value)
         and added.half <= HOG_TOLERANCE * abs(added.value),
     }
@@ -301,6 +307,8 @@ def judge_greedy(out: str, suffix: str) -> dict:
     if not answers or len(alone) < 2 or len(pairs) < 2:
         return {}
     contention = answers[0].causes["contention"].seconds
+    if contention.se is None or contention.samples < 2:
+        return {}  # one DDP run with too few rounds: no interval to judge
     together = Estimate.of_runs(pairs)
     lost = Estimate(together.value - statistics.fmean(alone), None, None, together.samples, "runs",
                     math.hypot(together.se, statistics.stdev(alone) / math.sqrt(len(alone))))  # fmt: skip
@@ -377,8 +385,8 @@ def hog_lines(hog: dict, planted: list[dict]) -> list[str]:
         "less without it; both ± 95 %, Welch's t over the runs.",
         "",
         "| batch | runs (quiet, hog) | iteration ms (quiet, hog) | the slowdown | waiting ms (quiet, hog) "
-        "| the waiting added | gloo threads' waiting ms (quiet, hog) |",
-        "|---|---|---|---|---|---|---|",
+        "| the waiting added | gloo threads' waiting ms (quiet, hog) | runs marked busy (quiet, hog) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for suffix in HOG_BATCHES:
         case = hog.get(suffix)
@@ -388,14 +396,16 @@ def hog_lines(hog: dict, planted: list[dict]) -> list[str]:
         lines.append(
             f"| {case['batch']} | {case['runs'][0]}, {case['runs'][1]} | {case['iteration_ms']['quiet']:.2f}, "
             f"{case['iteration_ms']['hog']:.2f} | {ms(case['slowdown'])} | {case['waiting_ms']['quiet']:.2f}, "
-            f"{case['waiting_ms']['hog']:.2f} | {ms(case['added'])} | {comm['quiet']:.2f}, {comm['hog']:.2f} |"
+            f"{case['waiting_ms']['hog']:.2f} | {ms(case['added'])} | {comm['quiet']:.2f}, {comm['hog']:.2f} | "
+            f"{case['busy']['quiet']}, {case['busy']['hog']} |"
         )
     lines += [
         "",
         f"At batch {HOG_BATCHES[JUDGED_HOG]} a step is mostly compute on the training thread, the step's critical "
         "path, and the criterion is judged there. At batch 32 a step is mostly the wait for the all-reduce: the "
         "hog takes the core while a rank would wait on its collective anyway, so the waiting it adds need not "
-        "lengthen the step; the rank's waiting is still what the kernel counted, and the run is still marked busy.",
+        "lengthen the step; the rank's waiting is still what the kernel counted, and the busy mark (last column) "
+        "reads it.",
         "",
     ]
     return lines
@@ -476,6 +486,10 @@ def page(out: str, measured: dict | None, analysed: dict, found: dict) -> str:
                 (f"hog, batch {judged['batch']}: the waiting added within {HOG_TOLERANCE:.0%} of the slowdown, its "
                  f"half-width within {HOG_TOLERANCE:.0%} (ratio {ratio:.2f}, half-width {width:.0%})", judged["ok"])
             )  # fmt: skip
+        cases = [case for case in hog.values() if case.get("busy")]
+        if cases:
+            criteria.append(("hog: every run beside the hog marked busy, at both batches",
+                             all(case["busy"]["hog"] == case["runs"][1] for case in cases)))  # fmt: skip
     quota = found.get("quota") or []
     if quota:
         lines += ["## One rank held to half a core by a CPU quota", "",
