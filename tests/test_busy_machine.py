@@ -26,7 +26,11 @@ from ddpbench.running.canary import run_canary, sweep_shape
 pytestmark = [pytest.mark.launches, pytest.mark.alone]
 
 ONE_READING = "one reading of /proc/stat before the run and one over its window, not samples with a spread"
-HOG = f"{ONE_READING}. A hog spins a whole core; the rule reads half a core as busy"
+HOG = (
+    f"{ONE_READING}, and each rank's waiting for a core over its steps. A hog spins a whole core of two: "
+    "the ranks wait for a core a large part of their steps, other processes' share of it far above the "
+    "2 % the busy mark needs"
+)
 QUIET = f"{ONE_READING}. The test holds the machine (alone): the run's processes are all that run"
 HOGS = (
     "each canary is one pair of processes, whose repeats share what the process met; one canary a side. Two "
