@@ -78,8 +78,7 @@ def _rounds(costs: dict[str, list[float]], step_s: float = 0.1) -> dict[str, dic
 
 
 def test_a_lead_that_holds_in_every_round_is_named_alone_and_a_close_one_is_tied():
-    # not chance: fixed rounds, drawn from a seeded generator
-    draw = random.Random(7)
+    draw = random.Random(7)  # fixed rounds, drawn from a seeded generator: the same every run
     clear = _rounds(
         {
             "exposed_comm": [0.030 + draw.gauss(0, 0.001) for _ in range(8)],
