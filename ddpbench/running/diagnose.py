@@ -19,6 +19,15 @@ from ddpbench.running.heartbeats import find_hang, read_heartbeats
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+RANK_EXIT_LINE = "ddpbench.worker.agent: rank {rank} (local_rank: {local_rank}) ended with exit code {code}"
+"""What ddpbench's agent prints for every failed rank of a forked group once it is closed, where
+torchrun's summary names only one (`ddpbench.worker.agent.report_rank_exits`)."""
+_AGENT_RANK_EXIT = re.compile(
+    re.escape(RANK_EXIT_LINE.format(rank="RANK", local_rank="LOCAL", code="CODE"))
+    .replace("RANK", r"(\d+)", 1)
+    .replace("LOCAL", r"(\d+)")
+    .replace("CODE", r"(-?\d+)")
+)
 _RANK_ERROR_FILE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:[^\n]*\n[^\n]*\n\s*error_file\s*:\s*(\S+)")
 _COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective", re.IGNORECASE)
 # What a rank reports when *another* rank died or stopped: the consequence, not the cause.
@@ -92,8 +101,10 @@ def root_cause(errors: dict[int, dict]) -> int:
 
 
 def exits_by_rank(output: str) -> dict[int, int]:
-    """Global rank -> exit code, from torchrun's failure summary (negative: killed by that signal)."""
-    return {int(rank): int(code) for rank, _, code in _RANK_EXIT.findall(output)}
+    """Global rank -> exit code (negative: killed by that signal), from torchrun's failure summary
+    and from ddpbench's agent's line for each failed rank."""
+    found = _RANK_EXIT.findall(output) + _AGENT_RANK_EXIT.findall(output)
+    return {int(rank): int(code) for rank, _, code in found}
 
 
 def signal_name(exit_code: int) -> str | None:

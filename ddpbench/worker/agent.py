@@ -132,6 +132,39 @@ def check_fork_safe() -> None:
         raise RuntimeError("ddpbench.worker.agent: CUDA was initialised before the ranks were forked")
 
 
+def report_rank_exits() -> None:
+    """Have the elastic agent's group of forked ranks print every failed rank's exit once it is closed.
+
+    torchrun's summary names one failed rank of a forked group: the first that multiprocessing's join
+    finds among those already ended. A rank killed by a signal and its peer that then lost the
+    connection often end within one of the agent's polls (0.1 s), and the peer, found first, hides
+    the signal (seen once in three runs of a rank killed at step 3 on 2 cores). A group of ranks
+    started as new processes is summarised with every rank ended by the poll; this gives the forked
+    group the same. Where this torch has no such group, nothing changes: the summary is read alone."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    from ddpbench.running.diagnose import RANK_EXIT_LINE
+
+    group = getattr(api, "MultiprocessContext", None)
+    close = getattr(group, "close", None)
+    if close is None or getattr(close, "reports_rank_exits", False):
+        return
+
+    def close_and_report(self, *args, **kwargs):
+        close(self, *args, **kwargs)
+        if getattr(self, "_ddpbench_exits_reported", False):
+            return  # the agent closes a group more than once (after its failure, then on shutdown)
+        self._ddpbench_exits_reported = True
+        processes = getattr(getattr(self, "_pc", None), "processes", None) or []
+        for local_rank, process in enumerate(processes):
+            if process.exitcode:  # None while alive (a bounded join gave up), 0 for a clean exit
+                rank = (self.envs.get(local_rank) or {}).get("RANK", local_rank)
+                print(RANK_EXIT_LINE.format(rank=rank, local_rank=local_rank, code=process.exitcode), flush=True)
+
+    close_and_report.reports_rank_exits = True
+    group.close = close_and_report
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, parse_args, parse_min_max_nnodes
@@ -162,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         # each rank is then a new Python again, as under torchrun, and the log says why.
         print("ddpbench.worker.agent: this torch cannot give a forked rank CUDA here; starting ranks with spawn")
         config.start_method = "spawn"
+    report_rank_exits()
     elastic_launch(config=config, entrypoint=ENTRYPOINTS[args.training_script])(script_args)
     return 0
 
