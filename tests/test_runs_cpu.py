@@ -137,25 +137,30 @@ def test_two_rank_gloo_ddp_run_is_textbook_ddp(tmp_path):
         assert view["num_buckets"] >= 1 and view["backward_comm_time_s"] > 0 and view["has_rebuilt_buckets"]
     # The gradient timeline, run as the ladder's blocks (22 timed steps: the minimum of 5 blocks),
     # one marked step of each kind per block on every rank, and the rank stepping alone two blocks
-    # in a row (0, 0, 1, 1, 0: the order of the kinds alternates every block); then its contention
+    # in a row (0, 0, 1, 1, 0, ...: the order of the kinds alternates every block); then its contention
     # probe: every round measured on every rank, over a buffer the
     # size of all gradients.
     timeline = record["timeline"]
     # not chance: a measured duration is positive
     assert timeline["cast_cost"]["scaled_copy_s_per_byte"] > 0
     ladder = timeline["ladder"]
+    # Whether rounds were added depends on what the base rounds measured (the lead undecided: 4 at
+    # a time, up to 8); which were run, and why the adding stopped, does not.
+    blocks, extra = ladder["blocks"], ladder["extra_blocks"]
+    assert blocks - extra == 5 and extra in (0, 4, 8) and (ladder["lead_decided"] or extra == 8), ladder
+    assert ladder["alone_rank_by_block"] == [(block // 2) % 2 for block in range(blocks)]
     # not chance: a measured duration is positive
-    assert ladder["blocks"] == 5 and ladder["alone_rank_by_block"] == [0, 0, 1, 1, 0] and ladder["wall_s"] > 0
+    assert ladder["wall_s"] > 0
     for rank, view in enumerate(timeline["by_rank"]):
         # not chance: a measured duration is positive
         assert view["rank"] == rank and view["ladder_wall_s"] > 0
         for kind in ("with_ddp", "without_allreduce", "solo", "unwrapped"):
-            assert [step["block"] for step in view[kind]] == [0, 1, 2, 3, 4], kind
+            assert [step["block"] for step in view[kind]] == list(range(blocks)), kind
             # not chance: a measured duration is positive
             assert all(step["step_s"] > 0 for step in view[kind]), kind
         # Rung 0: this rank alone, in the blocks that were its turn.
-        # not chance: the rounds each rank steps alone follow the fixed schedule 0, 0, 1, 1, 0
-        assert [step["block"] for step in view["alone"]] == ([0, 1, 4] if rank == 0 else [2, 3])
+        # not chance: the rounds each rank steps alone follow the fixed schedule 0, 0, 1, 1, 0, ...
+        assert [step["block"] for step in view["alone"]] == [b for b in range(blocks) if (b // 2) % 2 == rank]
         probe = view["contention"]
         # Sized to last about as long as backward: between 64 KiB and 4 x the gradients' bytes.
         # not chance: sizes chosen from the model, not timed
