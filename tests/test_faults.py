@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import REPO, cpu_environment, ddpbench_process
 
+from ddpbench.config.channels import RANK_EXIT_LINE
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
-from ddpbench.running.diagnose import RANK_EXIT_LINE, diagnose
+from ddpbench.running.diagnose import diagnose
 from ddpbench.running.hang_evidence import ANALYZER_TIMEOUT_S
 
 pytestmark = pytest.mark.launches

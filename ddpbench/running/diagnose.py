@@ -14,14 +14,13 @@ import os
 import re
 import signal
 
+from ddpbench.config.channels import RANK_EXIT_LINE
 from ddpbench.running import hang_evidence
 from ddpbench.running.heartbeats import find_hang, read_heartbeats
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([\w.]+(?:Error|Exception|Interrupt)\b.*)$")
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
-RANK_EXIT_LINE = "ddpbench.worker.agent: rank {rank} (local_rank: {local_rank}) ended with exit code {code}"
-"""What ddpbench's agent prints for every failed rank of a forked group once it is closed, where
-torchrun's summary names only one (`ddpbench.worker.agent.report_rank_exits`)."""
+# The same, as ddpbench's agent prints it for every failed rank of a forked group.
 _AGENT_RANK_EXIT = re.compile(
     re.escape(RANK_EXIT_LINE.format(rank="RANK", local_rank="LOCAL", code="CODE"))
     .replace("RANK", r"(\d+)", 1)

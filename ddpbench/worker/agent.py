@@ -143,7 +143,7 @@ def report_rank_exits() -> None:
     group the same. Where this torch has no such group, nothing changes: the summary is read alone."""
     from torch.distributed.elastic.multiprocessing import api
 
-    from ddpbench.running.diagnose import RANK_EXIT_LINE
+    from ddpbench.config.channels import RANK_EXIT_LINE
 
     group = getattr(api, "MultiprocessContext", None)
     close = getattr(group, "close", None)
