@@ -422,6 +422,7 @@ def files_holding(folder, text: str) -> list[str]:
     ]
 
 
+@pytest.mark.test_all  # make test bisects a script for real above; two at once run in make test-all
 @pytest.mark.launches
 def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_secret(tmp_path):
     """`bisect -- --script train.py`: real runs of an unmodified training script under torchrun,

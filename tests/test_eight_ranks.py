@@ -12,7 +12,11 @@ from ddpbench.analysis.answers import answer_run
 from ddpbench.records.store import load_record
 from ddpbench.worker.ablation import EXTRA_STEP, extra_rounds
 
-pytestmark = pytest.mark.launches
+# make test-all only: eight ranks on two cores, about 40 s: make test runs the same path at two ranks
+pytestmark = [
+    pytest.mark.launches,
+    pytest.mark.test_all,
+]
 
 
 @pytest.fixture(scope="module")

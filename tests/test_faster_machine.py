@@ -21,7 +21,12 @@ import pytest
 from chance import verdict as holds
 from conftest import cpu_environment, ddpbench
 
-pytestmark = [pytest.mark.launches, pytest.mark.alone]
+# make test-all only: holds the machine alone about 30 s; the rule is checked on fixture records in test_gate_base
+pytestmark = [
+    pytest.mark.launches,
+    pytest.mark.alone,
+    pytest.mark.test_all,
+]
 
 CPU_CGROUP = "/sys/fs/cgroup/cpu"
 SWEEP = ["sweep", "--suite", "smoke", "--workloads", "mlp", "--strategies", "local", "--device", "cpu"]

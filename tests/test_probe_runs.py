@@ -14,7 +14,12 @@ import pytest
 from chance import verdict
 from conftest import cpu_environment, ddpbench
 
-pytestmark = [pytest.mark.launches, pytest.mark.alone]
+# make test-all only: holds the machine alone about 25 s; make test runs the probes in every sweep
+pytestmark = [
+    pytest.mark.launches,
+    pytest.mark.alone,
+    pytest.mark.test_all,
+]
 
 CPU_CGROUP = "/sys/fs/cgroup/cpu"
 """The cgroup v1 cpu controller (a quota per group: cfs_quota_us of every cfs_period_us)."""

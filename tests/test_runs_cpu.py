@@ -292,6 +292,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.test_all  # make test joins agents on two hosts in test_two_hosts and test_slurm
 def test_two_agents_on_loopback_form_one_two_rank_job(tmp_path):
     """Multi-node pass-through: the same command on each 'node', joined by a c10d rendezvous,
     writing to one folder as nodes sharing a file system do (same run id, as in a sweep)."""

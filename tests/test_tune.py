@@ -174,6 +174,7 @@ def test_without_the_run_as_given_there_is_nothing_to_project_from():
     assert "projected: unavailable: the run as given did not finish" in tune.format_tune(found)
 
 
+@pytest.mark.test_all  # its variants are sweeps, as test_sweep_cpu's in make test; advice is checked below
 @pytest.mark.launches
 def test_tune_runs_every_variant_and_ends_with_advice(tmp_path):
     result = ddpbench_process("tune", *QUICK, "--repeat", "1", "--no-profile", "--out", str(tmp_path))

@@ -112,6 +112,7 @@ def test_the_report_groups_the_ranks_by_host(sweeps, tmp_path):
     assert table.count("<tr") == 3 and "node-0" in table and "node-1" in table
 
 
+@pytest.mark.test_all  # make test runs the two-node job in the tests above, and kills a rank in test_faults
 def test_a_rank_killed_in_one_run_does_not_desynchronise_the_next(killed_then_next):
     folder, results = killed_then_next
     # Each pod ran both runs and ended failed, for the first; neither gave up at a barrier.
