@@ -1,12 +1,16 @@
 """`make test` as a newcomer meets it, measured: each run is a fresh clone of this repository at a
-commit, where `make test` builds its own .venv (the install is inside the wall time) and runs the
-whole suite. While it runs, /proc is read every quarter second to count the real launches: torchrun
-jobs and the worker processes that ran training (started by torchrun or on their own).
-Writes docs/measurements/test-suite.md from every run saved in --out, with the suite's chance
-budget as tests/chance_scan.py reads it: the checks' summed stated rate and every `# not chance:`
-exemption with its reason.
+commit, where `make test` builds its own .venv (the install is inside the wall time) and runs its
+tier of the suite. While it runs, /proc is read every quarter second to count the real launches:
+torchrun jobs and the worker processes that ran training (started by torchrun or on their own), and
+the CPU time of everything it started is summed (the children's rusage). `--target test-all` times
+the whole suite (`make test-all`, what CI runs) the same way.
+Writes docs/measurements/test-suite.md from every run saved in --out, with what each tier covers (the
+tests marked `test_all`, each with why make test leaves it), and the suite's chance budget as
+tests/chance_scan.py reads it: the checks' summed stated rate and every `# not chance:` exemption with
+its reason.
 
     python benchmarks/test_suite.py --runs 3                    # three fresh clones of HEAD
+    python benchmarks/test_suite.py --runs 1 --target test-all  # the whole suite, once
     python benchmarks/test_suite.py --runs 1 --ref ecc3b3e --label before   # an earlier commit, for comparison
     python benchmarks/test_suite.py --analyse-only              # the page from the runs in --out
 
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -112,20 +117,26 @@ def parse_output(output: str) -> dict:
     return {"counts": counts, "pytest_s": seconds, "slowest": slowest[:15]}
 
 
-def one_run(ref: str, folder: str) -> dict:
+def children_cpu_s() -> float:
+    """User and system CPU seconds of every finished process this one waited for, and theirs."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def one_run(ref: str, folder: str, target: str = "test") -> dict:
     clone = os.path.join(folder, "clone")
     shutil.rmtree(clone, ignore_errors=True)
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", REPO, clone], check=True)
     git("checkout", "--quiet", ref, cwd=clone)
     commit = git("rev-parse", "HEAD", cwd=clone)
     counter = LaunchCounter()
-    load_before, started_at, started = load_average(), utc_now(), time.monotonic()
+    load_before, started_at, started, cpu_before = load_average(), utc_now(), time.monotonic(), children_cpu_s()
     counter.start()
     # Each check of tests/chance.py writes its figures and power here (DDPBENCH_CHANCE_LOG).
     checks = os.path.join(folder, "chance.log")
     environment = {**os.environ, "DDPBENCH_CHANCE_LOG": checks}
-    done = subprocess.run(["make", "test"], cwd=clone, capture_output=True, text=True, env=environment)
-    wall_s = time.monotonic() - started
+    done = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True, env=environment)
+    wall_s, cpu_s = time.monotonic() - started, children_cpu_s() - cpu_before
     counter.stop.set()
     counter.join()
     output = done.stdout + done.stderr
@@ -134,7 +145,9 @@ def one_run(ref: str, folder: str) -> dict:
     shutil.rmtree(clone, ignore_errors=True)
     return {
         "ref": ref,
+        "target": target,
         "commit": commit,
+        "cpu_s": cpu_s,
         "started_at": started_at,
         "wall_s": wall_s,
         "exit_code": done.returncode,
@@ -265,6 +278,62 @@ def minutes(seconds: float | None) -> str:
     return "not read" if seconds is None else f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
 
 
+def tier_marks() -> list[tuple[str, str]]:
+    """Each `test_all` mark in tests/ with the reason its comment gives: (where, reason); a mark on a
+    file's `pytestmark` has its reason on the comment line above (`# make test-all only: ...`)."""
+    found = []
+    for name in sorted(os.listdir(os.path.join(REPO, "tests"))):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        with open(os.path.join(REPO, "tests", name), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+        for index, line in enumerate(lines):
+            if line.startswith("@pytest.mark.test_all"):
+                test = next((m[1] for m in (re.match(r"def (\w+)", x) for x in lines[index + 1 :]) if m), "?")
+                found.append((f"{name}::{test}", line.partition("#")[2].strip()))
+            elif line.startswith("# make test-all only:"):
+                found.append((f"{name} (every test in it)", line.partition(":")[2].strip()))
+    return found
+
+
+def collected(expression: str) -> int:
+    """How many tests pytest collects under a marker expression (parametrizations counted)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", expression, "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    return sum("::" in line for line in done.stdout.splitlines())
+
+
+def tiers_section() -> list[str]:
+    """What each tier covers: the counts, and every test make test leaves to make test-all, with why."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for where, reason in tier_marks():
+        file, _, test = where.partition("::")
+        grouped.setdefault((file, reason), []).append(test)
+    lines = [
+        "## The two tiers",
+        "",
+        f"`make test` runs {collected('not test_all')} tests: every in-process test and at least one real launch of "
+        f"each path. `make test-all` (what `.ci/run` runs) adds the {collected('test_all')} marked `test_all`, each a "
+        "further launch of a path make test already launches. No assertion is left out of make test-all. "
+        "Each mark says where make test launches the same path:",
+        "",
+        "| make test-all only | why make test can leave it |",
+        "|---|---|",
+    ]
+    for (file, reason), tests in grouped.items():
+        if not tests[0]:  # a whole file
+            shown = f"`{file.removesuffix(' (every test in it)')}`, every test in it"
+        else:
+            shown = f"`{file}::{tests[0]}`" if len(tests) == 1 else f"`{file}`: {len(tests)} tests"
+        lines.append(f"| {shown} | {cell(reason)} |")
+    lines.append("")
+    return lines
+
+
 def page(runs: list[dict], head: str, command: str, out: str) -> str:
     before = [run for run in runs if run.get("label") == "before"]
     after = [run for run in runs if run.get("label") != "before"]
@@ -274,33 +343,45 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
         f"Written by `{command}` on {utc_now()}, at commit {head[:7]}.",
         f"Machine: {machine()}.",
         "",
-        "Each run is a fresh `git clone` of the repository at the commit named; `make test` there builds its own",
-        "`.venv` from the machine's package cache (inside the wall time) and runs the whole suite on two pytest",
-        "workers. Launches are counted by reading /proc every quarter second: torchrun jobs (torchrun's agent or",
-        "ddpbench's, which forks its ranks), processes with the worker's command line (a rank started as a new",
+        "Each run is a fresh `git clone` of the repository at the commit named; `make test` (or `make test-all`)",
+        "there builds its own `.venv` from the machine's package cache (inside the wall time) and runs its tier of",
+        "the suite on two pytest workers. CPU time is that of every process the run started (their rusage, user",
+        "and system). Launches are counted by reading /proc every quarter second: torchrun jobs (torchrun's agent",
+        "or ddpbench's, which forks its ranks), processes with the worker's command line (a rank started as a new",
         "Python, or a run started without torchrun, and the DataLoader workers they fork), and forked ranks (each",
-        "with its DataLoader workers). The target is 10 minutes including the install.",
+        "with its DataLoader workers). The target is 10 minutes for `make test`, including the install.",
         "",
-        "| run | commit | started | wall time (install included) | pytest's own time | passed | failed | skipped "
-        "| torchrun jobs | worker processes | forked ranks | load before / after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | target | commit | started | wall time (install included) | pytest's own time | CPU time "
+        "| passed | failed | skipped | torchrun jobs | worker processes | forked ranks | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for index, run in enumerate(before + after, 1):
-        counts = run["counts"]
+        counts, target = run["counts"], run.get("target", "test")
+        over = target == "test" and run["wall_s"] > TARGET_S
+        cpu = f"{run['cpu_s'] / 60:.1f} CPU-min" if run.get("cpu_s") is not None else "not read"
         lines.append(
-            f"| {index}{' (before)' if run in before else ''} | {run['commit'][:7]} | {run['started_at']} "
-            f"| {minutes(run['wall_s'])}{'' if run['wall_s'] <= TARGET_S else ' (over 10 min)'} "
-            f"| {minutes(run['pytest_s'])} | {counts.get('passed', 0)} | {counts.get('failed', 0)} "
+            f"| {index}{' (before)' if run in before else ''} | make {target} | {run['commit'][:7]} "
+            f"| {run['started_at']} | {minutes(run['wall_s'])}{' (over 10 min)' if over else ''} "
+            f"| {minutes(run['pytest_s'])} | {cpu} | {counts.get('passed', 0)} | {counts.get('failed', 0)} "
             f"| {counts.get('skipped', 0)} | {run['torchrun_jobs']} | {run['worker_processes']} "
             f"| {run.get('forked_workers', 0)} | {run['load_before']} / {run['load_after']} |"
         )
     lines.append("")
-    if after:
-        green = [run for run in after if run["exit_code"] == 0 and not run["counts"].get("failed")]
-        within = [run for run in green if run["wall_s"] <= TARGET_S]
+    green_of = lambda runs: [r for r in runs if r["exit_code"] == 0 and not r["counts"].get("failed")]  # noqa: E731
+    tests = [run for run in after if run.get("target", "test") == "test"]
+    if tests:
+        within = [run for run in green_of(tests) if run["wall_s"] <= TARGET_S]
         lines += [
-            f"After: {len(green)} of {len(after)} runs green, {len(within)} of them within 10 minutes "
-            f"including the install.",
+            f"`make test`: {len(green_of(tests))} of {len(tests)} runs green, {len(within)} of them within 10 "
+            "minutes including the install.",
+            "",
+        ]
+    whole = [run for run in after if run.get("target") == "test-all"]
+    if whole:
+        lines += [
+            f"`make test-all`: {len(green_of(whole))} of {len(whole)} runs green, in "
+            + ", ".join(minutes(run["wall_s"]) for run in whole)
+            + " including the install.",
             "",
         ]
     if before and after:
@@ -312,11 +393,12 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
             f"{mean(after, 'worker_processes'):.0f} at {after[0]['commit'][:7]} (means over the runs of each commit).",
             "",
         ]
+    lines += tiers_section()
     measured = sorted({run["commit"][:7] for run in after} - {head[:7]})
     lines += chance_section(read_suite(), head, measured, powers(out), verdict_chances(out))
     for index, run in enumerate(before + after, 1):
         lines += [
-            f"## Run {index}: the 15 slowest ({run['commit'][:7]})",
+            f"## Run {index}: the 15 slowest (make {run.get('target', 'test')}, {run['commit'][:7]})",
             "",
             "| seconds | phase | test |",
             "|---|---|---|",
@@ -331,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="fresh clones to run `make test` in (default 3)")
     parser.add_argument("--ref", default="HEAD", help="the commit to clone (default HEAD)")
     parser.add_argument(
+        "--target", choices=("test", "test-all"), default="test", help="the make target each run runs (default test)"
+    )
+    parser.add_argument(
         "--label", choices=("before", "after"), default="after", help="what the page calls these runs (default after)"
     )
     parser.add_argument("--out", default="/tmp/ddpbench-test-suite", help="where each run's output and figures go")
@@ -343,11 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             folder = os.path.join(args.out, time.strftime("%Y%m%dT%H%M%S"))
             os.makedirs(folder)
-            run = {"label": args.label, **one_run(ref, folder)}
+            run = {"label": args.label, **one_run(ref, folder, args.target)}
             with open(os.path.join(folder, "run.json"), "w") as handle:
                 json.dump(run, handle, indent=1)
             print(
-                f"{run['commit'][:7]}: exit {run['exit_code']}, {minutes(run['wall_s'])}, {run['counts']}, "
+                f"{run['commit'][:7]}: make {args.target}: exit {run['exit_code']}, {minutes(run['wall_s'])}, "
+                f"{run['cpu_s'] / 60:.1f} CPU-min, {run['counts']}, "
                 f"{run['torchrun_jobs']} torchrun jobs, {run['worker_processes']} workers",
                 file=sys.stderr,
             )
