@@ -228,6 +228,20 @@ def dash(value) -> str:
     return "-" if value is None else str(value)
 
 
+OPTIONS_SHOWN = ("report_ms", "steps", "rounds", "max_rounds", "threshold")
+"""The options the page states, kept with the answers for --analyse-only."""
+
+
+def per_run(result: dict) -> str:
+    """The trial's minutes of bisection over the runs it started: start-up, steps and judging."""
+    return f"{60 * result['minutes'] / result['new_runs']:.1f}" if result["new_runs"] else "-"
+
+
+def seconds_per_run(results: list[dict]) -> str:
+    runs = sum(r["new_runs"] for r in results)
+    return f"{60 * sum(r['minutes'] for r in results) / runs:.1f} s" if runs else "no run"
+
+
 def page(results: list[dict], args, facts: dict) -> str:
     planted = [r for r in results if r["planted"]]
     null = [r for r in results if not r["planted"]]
@@ -249,24 +263,32 @@ def page(results: list[dict], args, facts: dict) -> str:
         f"{args.max_rounds} --threshold {args.threshold}` (the margin about halfway between no change and a 30 % "
         "slowdown on the log scale), the default error rate (1 % a step), records of its own.",
         "",
-        "| trial | repository | exit | first bad commit | steps | new runs | minutes | slowdown "
+        "| trial | repository | exit | first bad commit | steps | new runs | minutes | seconds per new run | slowdown "
         "| first cause named | rank that held the other back | its phase | as expected |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in results:
         slowdown = f"{100 * r['slowdown']:.1f} %" if r["slowdown"] is not None else "-"
         lines.append(
             f"| {r['name']} | {'planted' if r['planted'] else 'null'} | {r['exit']} | "
             f"{r['first_bad'] if r['first_bad'] is not None else '-'} | {r['steps']} | {r['new_runs']} | "
-            f"{r['minutes']:.1f} | {slowdown} | {(r['named'] or ['-'])[0]} | {dash(r['rank'])} | {dash(r['phase'])} | "
+            f"{r['minutes']:.1f} | {per_run(r)} | {slowdown} | {(r['named'] or ['-'])[0]} | {dash(r['rank'])} | "
+            f"{dash(r['phase'])} | "
             f"{'yes' if r['ok'] else 'no'} |"
         )
     lines += [
         "",
         f"- Planted: {sum(r['ok'] for r in planted)} of {len(planted)} trials named commit {PLANTED_COMMIT} and "
         "waiting for the slowest rank first, with rank 0 the one that held the other back, in at most "
-        f"{MAX_STEPS} steps.",
-        f"- Null: {sum(r['ok'] for r in null)} of {len(null)} trials ended \"no commit slower beyond noise\" (exit 1).",
+        f"{MAX_STEPS} steps, in {seconds_per_run(planted)} of bisection per new run over the trials.",
+        *(
+            [
+                f"- Null: {sum(r['ok'] for r in null)} of {len(null)} trials ended \"no commit slower beyond noise\" "
+                "(exit 1)."
+            ]
+            if null
+            else ["- Null: not bisected in this measurement (`--only planted`)."]
+        ),
         "",
     ]
     for r in results:
@@ -291,18 +313,31 @@ def main(argv: list[str] | None = None) -> int:
         help="bisect's margin (default 15%%: about halfway between no change and the planted 30%% on the log scale)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke check: 1 trial, 12 steps, 2-4 rounds")
+    parser.add_argument(
+        "--analyse-only", action="store_true", help="write the page from the answers kept in --out (results.json)"
+    )
     add_page_options(parser, PAGE)
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.steps, args.rounds, args.max_rounds = 1, 12, 2, 4
-    facts = {**project_git(), "command": command_line("bisect_commits.py", argv)}
-    kinds = [kind for kind in (True, False) if args.only in (None, "planted" if kind else "null")]
-    results = []
-    with bench_lock():
-        for number in range(1, args.trials + 1):
-            for plant in kinds:
-                name = f"{'planted' if plant else 'null'}-{number}"
-                results.append(trial(args.out, name, plant, args))
+    saved = os.path.join(args.out, "results.json")
+    if args.analyse_only:  # the page again from a measurement's answers (its commit and command kept)
+        with open(saved, encoding="utf-8") as handle:
+            kept = json.load(handle)
+        results, facts = kept["results"], kept["facts"]
+        vars(args).update(kept["options"])
+    else:
+        facts = {**project_git(), "command": command_line("bisect_commits.py", argv)}
+        kinds = [kind for kind in (True, False) if args.only in (None, "planted" if kind else "null")]
+        results = []
+        with bench_lock():
+            for number in range(1, args.trials + 1):
+                for plant in kinds:
+                    name = f"{'planted' if plant else 'null'}-{number}"
+                    results.append(trial(args.out, name, plant, args))
+                    with open(saved, "w", encoding="utf-8") as handle:  # kept after every trial
+                        options = {key: getattr(args, key) for key in OPTIONS_SHOWN}
+                        json.dump({"results": results, "facts": facts, "options": options}, handle, indent=1)
     text = page(results, args, facts)
     print(text)
     if not args.quick:
