@@ -2,10 +2,13 @@
 store names as the slowest beyond chance (`ddpbench.history.culprits`), the gate says so, and how to
 confirm it. No torch.
 
-The culprit: where the gate compared the causes (a baseline sweep), the rank whose wait grew (the
-rank every candidate run chose, as the gate's why names it); against the history (no causes
-compared), the candidate's slowest rank beyond noise as a sweep's vote counts it
-(`ddpbench.history.culprits.sweep_straggler`).
+The culprit: where the gate compared the causes (a baseline sweep) and waiting for the slowest rank
+grew beyond noise, the rank whose wait grew (the rank every candidate run chose, as the gate's why
+names it); otherwise (against the history, or a wait whose growth two runs a side cannot show) the
+candidate's slowest rank beyond noise as a sweep's vote counts it
+(`ddpbench.history.culprits.sweep_straggler`). The second matters on a slow host: a host held to half
+a core was its sweeps' slowest beyond noise in 14 of 14 planted sweeps, while the growth of the wait
+for it, over two runs a side, was not beyond noise (docs/measurements/recurring-hosts.md).
 The candidate's own sweep is left out of the history's test: a sweep is no evidence about itself. The
 verdict never depends on this: where the store cannot be read, a note says so.
 """
@@ -25,11 +28,9 @@ def culprit(configuration: str, records: list, why=None) -> tuple[int, str] | No
     if not runs:
         return None
     compared = next((one for one in why or [] if one.configuration == configuration and one.changes), None)
-    if compared is not None:
-        found = compared.straggler  # set only where waiting for the slowest rank grew
-        if not found or not found["named"] or found["rank"] is None:
-            return None
-        rank = found["rank"]
+    grew = compared.straggler if compared is not None else None  # set only where the wait grew
+    if grew and grew["named"] and grew["rank"] is not None:
+        rank = grew["rank"]
     else:
         straggler = sweep_straggler([run_straggler(record) for record in runs])
         if straggler is None or not straggler.named:
