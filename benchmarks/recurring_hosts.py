@@ -409,7 +409,8 @@ def page(measured: dict, analysed: dict, facts: dict) -> str:
         "",
         f"- **Command**: `{measured['command']}`, at commit {commit}, {measured['started_at']} to "
         f"{measured.get('ended_at', '?')} ({measured.get('seconds', 0) / 60:.0f} min), lock held by "
-        f"{measured['locked_by']}; page written by `{facts['command']}` on {facts['date']}.",
+        f"{measured['locked_by']}; page written by `{facts['command']}` on {facts['date']}, the analysis (`history "
+        f"hosts`, the gate, the synthetic histories) at commit {commit_of(facts['git_sha'], facts['git_dirty'])}.",
         f"- **Machine**: {measured['cpu_model']}, {measured['cores']} cores, {measured['kernel']}; load "
         f"{measured['load_before']:.2f} before, {measured.get('load_after', 0):.2f} after.",
         "- **Sweeps**: two namespaces `node-0` and `node-1` joined by a veth, one rank each (gloo), each sweep "
