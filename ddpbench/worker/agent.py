@@ -7,7 +7,9 @@ torchrun's elastic agent's, unchanged. The one difference: torchrun starts each 
 that imports torch, the worker and torch._dynamo again (about 3.2 CPU-seconds a rank on the 2-core
 development VM, 5 with torchvision), while this agent imports them once and hands the elastic agent a
 Python function as its entrypoint, which starts the ranks through multiprocessing with `fork`
-(`LaunchConfig.start_method`). docs/measurements/start-up.md measures what that saves.
+(`LaunchConfig.start_method`). docs/measurements/start-up.md measures what that saves. Once a failed
+group is closed it also prints every failed rank's exit (`report_rank_exits`), which torchrun's
+summary of a forked group does not.
 
 Before the fork this process runs no torch operation and makes no CUDA call: it only imports
 (`check_fork_safe` refuses to fork after CUDA was initialised). Each rank then sets its own thread
