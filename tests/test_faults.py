@@ -15,7 +15,6 @@ from conftest import REPO, cpu_environment, ddpbench_process
 from ddpbench.config.channels import RANK_EXIT_LINE
 from ddpbench.config.faults import parse_fault
 from ddpbench.config.spec import SpecError
-from ddpbench.running.diagnose import diagnose
 from ddpbench.running.hang_evidence import ANALYZER_TIMEOUT_S
 
 pytestmark = pytest.mark.launches
@@ -128,22 +127,6 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path):
     output = open(os.path.join(record["launch"]["logs"], "output.log"), encoding="utf-8").read()
     assert output.count(RANK_EXIT_LINE.format(rank=1, local_rank=1, code=-signal.SIGKILL)) == 1
     assert processes_mentioning(str(tmp_path)) == []
-
-
-def test_a_killed_rank_hidden_by_its_peer_in_torchruns_summary_is_still_named(tmp_path):
-    """The evidence of the race, as a forked group leaves it: torchrun's summary names rank 0, which
-    lost its peer; the agent's lines give both exits."""
-    peer = "RuntimeError: [pair.cc:545] Read error [127.0.0.1]:31133: Connection reset by peer."
-    error_file = tmp_path / "ranks" / "x" / "attempt_0" / "0" / "error.json"
-    os.makedirs(error_file.parent)
-    error_file.write_text(json.dumps({"message": {"message": peer, "extraInfo": {"timestamp": "1"}}}))
-    summary = "  host      : h\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 7)\n"
-    agent = [RANK_EXIT_LINE.format(rank=0, local_rank=0, code=1), RANK_EXIT_LINE.format(rank=1, local_rank=1, code=-9)]
-    (tmp_path / "output.log").write_text("\n".join(agent) + "\n" + summary)
-    status, error = diagnose(1, False, None, str(tmp_path), nproc=2)
-    assert (status, error["message"], error["signals"]) == ("failed", "rank 1 was killed by SIGKILL", {"1": "SIGKILL"})
-    (tmp_path / "output.log").write_text(summary)  # the summary alone: the peer's error is all there is
-    assert diagnose(1, False, None, str(tmp_path), nproc=2)[1]["message"] == f"rank 0 raised {peer}"
 
 
 def hang_named_within(folder, record_path, hung_rank):

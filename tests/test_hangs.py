@@ -9,6 +9,7 @@ import time
 
 from conftest import FIXTURES
 
+from ddpbench.config.channels import RANK_EXIT_LINE
 from ddpbench.running import hang_evidence
 from ddpbench.running.diagnose import diagnose
 from ddpbench.running.heartbeats import find_hang, place
@@ -151,3 +152,19 @@ def test_a_rank_behind_that_raised_its_own_error_failed_rather_than_hung(tmp_pat
     error_file.write_text(json.dumps({"message": {"message": "RuntimeError: bad batch", "extraInfo": {}}}))
     status, error = diagnose(1, False, None, str(tmp_path), nproc=2)
     assert status == "failed" and error["message"] == "rank 1 raised RuntimeError: bad batch"
+
+
+def test_a_killed_rank_hidden_by_its_peer_in_torchruns_summary_is_still_named(tmp_path):
+    """The evidence of the race, as a forked group leaves it: torchrun's summary names rank 0, which
+    lost its peer; the agent's lines give both exits."""
+    peer = "RuntimeError: [pair.cc:545] Read error [127.0.0.1]:31133: Connection reset by peer."
+    error_file = tmp_path / "ranks" / "x" / "attempt_0" / "0" / "error.json"
+    os.makedirs(error_file.parent)
+    error_file.write_text(json.dumps({"message": {"message": peer, "extraInfo": {"timestamp": "1"}}}))
+    summary = "  host      : h\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 7)\n"
+    agent = [RANK_EXIT_LINE.format(rank=0, local_rank=0, code=1), RANK_EXIT_LINE.format(rank=1, local_rank=1, code=-9)]
+    (tmp_path / "output.log").write_text("\n".join(agent) + "\n" + summary)
+    status, error = diagnose(1, False, None, str(tmp_path), nproc=2)
+    assert (status, error["message"], error["signals"]) == ("failed", "rank 1 was killed by SIGKILL", {"1": "SIGKILL"})
+    (tmp_path / "output.log").write_text(summary)  # the summary alone: the peer's error is all there is
+    assert diagnose(1, False, None, str(tmp_path), nproc=2)[1]["message"] == f"rank 0 raised {peer}"

@@ -8,5 +8,6 @@ HEARTBEAT_ENV = "DDPBENCH_HEARTBEAT_DIR"
 HANG_DUMPS_FOLDER = "hang-dumps"
 """Beside `heartbeats/` in the run's log folder: the stacks and Flight Recorder dumps of a hang."""
 RANK_EXIT_LINE = "ddpbench.worker.agent: rank {rank} (local_rank: {local_rank}) ended with exit code {code}"
-"""What ddpbench's agent prints in the run's output for every failed rank of a forked group once it
-is closed, where torchrun's summary names only one (`ddpbench.worker.agent.report_rank_exits`)."""
+"""What ddpbench's agent prints in the run's output for every rank of a forked group that had failed
+when the failure was found, where torchrun's summary names only one
+(`ddpbench.worker.agent.report_rank_exits`)."""

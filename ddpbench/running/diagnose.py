@@ -23,9 +23,9 @@ _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exit
 # The same, as ddpbench's agent prints it for every failed rank of a forked group.
 _AGENT_RANK_EXIT = re.compile(
     re.escape(RANK_EXIT_LINE.format(rank="RANK", local_rank="LOCAL", code="CODE"))
-    .replace("RANK", r"(\d+)", 1)
-    .replace("LOCAL", r"(\d+)")
-    .replace("CODE", r"(-?\d+)")
+    .replace("RANK", r"(?P<rank>\d+)", 1)
+    .replace("LOCAL", r"(?P<local_rank>\d+)")
+    .replace("CODE", r"(?P<code>-?\d+)")
 )
 _RANK_ERROR_FILE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:[^\n]*\n[^\n]*\n\s*error_file\s*:\s*(\S+)")
 _COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|Watchdog caught collective", re.IGNORECASE)
@@ -102,8 +102,10 @@ def root_cause(errors: dict[int, dict]) -> int:
 def exits_by_rank(output: str) -> dict[int, int]:
     """Global rank -> exit code (negative: killed by that signal), from torchrun's failure summary
     and from ddpbench's agent's line for each failed rank."""
-    found = _RANK_EXIT.findall(output) + _AGENT_RANK_EXIT.findall(output)
-    return {int(rank): int(code) for rank, _, code in found}
+    found = {int(rank): int(code) for rank, _, code in _RANK_EXIT.findall(output)}
+    for line in _AGENT_RANK_EXIT.finditer(output):
+        found[int(line["rank"])] = int(line["code"])
+    return found
 
 
 def signal_name(exit_code: int) -> str | None:

@@ -7,9 +7,9 @@ torchrun's elastic agent's, unchanged. The one difference: torchrun starts each 
 that imports torch, the worker and torch._dynamo again (about 3.2 CPU-seconds a rank on the 2-core
 development VM, 5 with torchvision), while this agent imports them once and hands the elastic agent a
 Python function as its entrypoint, which starts the ranks through multiprocessing with `fork`
-(`LaunchConfig.start_method`). docs/measurements/start-up.md measures what that saves. Once a failed
-group is closed it also prints every failed rank's exit (`report_rank_exits`), which torchrun's
-summary of a forked group does not.
+(`LaunchConfig.start_method`). docs/measurements/start-up.md measures what that saves. When a rank
+fails it also prints the exit of every rank that had failed by then (`report_rank_exits`), which
+torchrun's summary of a forked group does not.
 
 Before the fork this process runs no torch operation and makes no CUDA call: it only imports
 (`check_fork_safe` refuses to fork after CUDA was initialised). Each rank then sets its own thread
@@ -135,36 +135,44 @@ def check_fork_safe() -> None:
 
 
 def report_rank_exits() -> None:
-    """Have the elastic agent's group of forked ranks print every failed rank's exit once it is closed.
+    """Have the elastic agent's group of forked ranks print the exit of every rank that had failed
+    when the agent found the failure.
 
     torchrun's summary names one failed rank of a forked group: the first that multiprocessing's join
     finds among those already ended. A rank killed by a signal and its peer that then lost the
     connection often end within one of the agent's polls (0.1 s), and the peer, found first, hides
     the signal (seen once in three runs of a rank killed at step 3 on 2 cores). A group of ranks
     started as new processes is summarised with every rank ended by the poll; this gives the forked
-    group the same. Where this torch has no such group, nothing changes: the summary is read alone."""
+    group the same. The ranks are read as the poll starts, before the agent ends the others: a rank
+    the agent itself ends (SIGTERM, or SIGKILL 30 s later where the rank would not stop) is not
+    printed, so it cannot read as a cause. Where this torch has no such group, nothing changes: the
+    summary is read alone."""
     from torch.distributed.elastic.multiprocessing import api
 
     from ddpbench.config.channels import RANK_EXIT_LINE
 
     group = getattr(api, "MultiprocessContext", None)
-    close = getattr(group, "close", None)
-    if close is None or getattr(close, "reports_rank_exits", False):
+    poll = getattr(group, "_poll", None)
+    if poll is None or getattr(poll, "reports_rank_exits", False):
         return
 
-    def close_and_report(self, *args, **kwargs):
-        close(self, *args, **kwargs)
-        if getattr(self, "_ddpbench_exits_reported", False):
-            return  # the agent closes a group more than once (after its failure, then on shutdown)
-        self._ddpbench_exits_reported = True
+    def poll_and_report(self):
         processes = getattr(getattr(self, "_pc", None), "processes", None) or []
-        for local_rank, process in enumerate(processes):
-            if process.exitcode:  # None while alive (a bounded join gave up), 0 for a clean exit
-                rank = (self.envs.get(local_rank) or {}).get("RANK", local_rank)
-                print(RANK_EXIT_LINE.format(rank=rank, local_rank=local_rank, code=process.exitcode), flush=True)
+        ended = {local_rank: process.exitcode for local_rank, process in enumerate(processes)}
+        result = poll(self)
+        failures = getattr(result, "failures", None)
+        if failures and not getattr(self, "_ddpbench_exits_reported", False):
+            self._ddpbench_exits_reported = True
+            # The rank the poll found (it may have ended just after the reading above) is one of them.
+            ended.update({local_rank: failure.exitcode for local_rank, failure in failures.items()})
+            for local_rank, code in sorted(ended.items()):
+                if code:  # None: still running at the poll; 0: a clean exit
+                    rank = (self.envs.get(local_rank) or {}).get("RANK", local_rank)
+                    print(RANK_EXIT_LINE.format(rank=rank, local_rank=local_rank, code=code), flush=True)
+        return result
 
-    close_and_report.reports_rank_exits = True
-    group.close = close_and_report
+    poll_and_report.reports_rank_exits = True
+    group._poll = poll_and_report
 
 
 def main(argv: list[str] | None = None) -> int:
