@@ -422,7 +422,6 @@ def files_holding(folder, text: str) -> list[str]:
     ]
 
 
-@pytest.mark.test_all  # make test bisects a script for real above; two at once run in make test-all
 @pytest.mark.launches
 def test_two_script_bisections_at_once_each_find_their_own_commit_and_keep_no_secret(tmp_path):
     """`bisect -- --script train.py`: real runs of an unmodified training script under torchrun,
@@ -608,7 +607,7 @@ def net(size, data_dir=None):
 
 @pytest.mark.launches
 @pytest.mark.alone  # two commits' runs compared: a neighbour would slow one side's rounds, not the other's
-@pytest.mark.test_all  # about 2.3 minutes holding the machine; make test bisects for real in the two tests above
+@pytest.mark.test_all  # about 2.3 minutes holding the machine; make test bisects a workload file and scripts above
 def test_a_commit_that_doubles_the_forward_on_every_rank_is_named_with_its_compute_from_the_ablation(tmp_path):
     """The commonest regression, a model slower on every rank: bisect named the commit and no cause
     ("would need: the single-device run's slowdown was not compared: it needs each side's local

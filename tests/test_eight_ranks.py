@@ -12,7 +12,7 @@ from ddpbench.analysis.answers import answer_run
 from ddpbench.records.store import load_record
 from ddpbench.worker.ablation import EXTRA_STEP, extra_rounds
 
-# make test-all only: eight ranks on two cores, about 40 s: make test runs the same path at two ranks
+# make test-all only: eight ranks on two cores, about 40 s; make test runs three profiled ranks (test_terminal_output)
 pytestmark = [
     pytest.mark.launches,
     pytest.mark.test_all,

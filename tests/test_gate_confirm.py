@@ -112,7 +112,7 @@ def confirmed_rounds(folder: str) -> list[float]:
     return [math.log(throughput(load_record(a)) / throughput(load_record(b))) for a, b in zip(*sides)]
 
 
-@pytest.mark.test_all  # 70 s holding a core alone; make test gates real sweeps in test_gate_ab and test_gate_ci
+@pytest.mark.test_all  # 70 s holding a core alone: its reruns are sweeps (test_sweep_cpu), its verdict logic is below
 # The unchanged configuration must pass its paired rounds, run one process at a time: a test that
 # launches processes beside them would blur them; an in-process test takes the other core.
 @pytest.mark.launches

@@ -192,7 +192,7 @@ def runtime_closure(site: str) -> set[str]:
     return found
 
 
-@pytest.mark.test_all  # make test installs beside an environment's torch in the test below
+@pytest.mark.test_all  # make test installs beside a torch below; USE_PYTHON's commands are checked above
 # First in this file: its environment then holds torch and torchvision only (the pip install below
 # adds ddpbench's requirements to the same environment).
 @pytest.mark.launches  # it installs, and sweeps

@@ -427,7 +427,7 @@ def test_a_script_sweep_refuses_what_does_not_apply(tmp_path):
         assert done.returncode == 2 and message in done.stderr, (options, done.stderr)
 
 
-@pytest.mark.test_all  # make test names a hung rank's phase in test_faults
+@pytest.mark.test_all  # hangs: test_faults in make test; a script's phases: the sleeping-forward sweep above
 @pytest.mark.launches
 def test_a_hang_inside_a_scripts_forward_names_the_rank_and_the_phase(tmp_path_factory):
     # The script sets no timeout: the run's --pg-timeout applies, and the hooks tell the phase.

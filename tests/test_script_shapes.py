@@ -32,7 +32,7 @@ def run_script(tmp_path, name: str, *options: str, script_args: tuple[str, ...] 
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_a_peek_at_the_loader_before_set_epoch_is_no_epoch(tmp_path):
     done, record, _ = run_script(tmp_path, "peeks_before_set_epoch")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -42,7 +42,7 @@ def test_a_peek_at_the_loader_before_set_epoch_is_no_epoch(tmp_path):
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_a_loop_that_never_sets_the_epoch_still_fails_the_reshuffle_check(tmp_path):
     done, record, _ = run_script(tmp_path, "never_sets_epoch")
     assert done.returncode == 1
@@ -51,7 +51,7 @@ def test_a_loop_that_never_sets_the_epoch_still_fails_the_reshuffle_check(tmp_pa
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_evaluation_forwards_are_not_training_batch(tmp_path):
     done, record, _ = run_script(tmp_path, "evaluates_on_rank_0")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -63,7 +63,7 @@ def test_evaluation_forwards_are_not_training_batch(tmp_path):
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_a_script_that_trains_without_ddp_is_stopped_within_seconds(tmp_path):
     done, record, _ = run_script(tmp_path, "trains_without_ddp_forever")
     assert done.returncode == 5, done.stdout + done.stderr
@@ -78,7 +78,7 @@ def test_a_script_that_trains_without_ddp_is_stopped_within_seconds(tmp_path):
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_token_ids_are_counted_when_asked_and_secrets_never_written(tmp_path):
     done, record, path = run_script(
         tmp_path, "language_model", "--sample-unit", "tokens", script_args=("--context", "24", "--hf-token", TOKEN)
@@ -94,7 +94,7 @@ def test_token_ids_are_counted_when_asked_and_secrets_never_written(tmp_path):
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_token_ids_counted_as_samples_are_named(tmp_path):
     done, record, _ = run_script(tmp_path, "language_model")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -110,7 +110,7 @@ def test_a_sweep_fills_the_world_size_into_the_scripts_arguments():
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_an_accelerate_loop_is_checked_from_the_indices_its_loader_drew(tmp_path):
     pytest.importorskip("accelerate")
     done, record, _ = run_script(tmp_path, "accelerate_loop")
@@ -125,7 +125,7 @@ def test_an_accelerate_loop_is_checked_from_the_indices_its_loader_drew(tmp_path
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_an_accelerate_epoch_longer_than_the_run_is_checked_for_overlap_on_the_indices_drawn(tmp_path):
     pytest.importorskip("accelerate")
     done, record, _ = run_script(tmp_path, "accelerate_loop", script_args=("--samples", "20000"))
@@ -138,7 +138,6 @@ def test_an_accelerate_epoch_longer_than_the_run_is_checked_for_overlap_on_the_i
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
 def test_a_loop_without_the_sampler_fails_the_shard_check_before_any_pass_ends(tmp_path):
     done, record, _ = run_script(tmp_path, "forgets_the_sampler")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -154,7 +153,7 @@ def test_a_loop_without_the_sampler_fails_the_shard_check_before_any_pass_ends(t
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_zero_redundancy_steps_once_per_step_after_its_broadcast(tmp_path):
     done, record, _ = run_script(tmp_path, "zero_redundancy")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -166,7 +165,7 @@ def test_zero_redundancy_steps_once_per_step_after_its_broadcast(tmp_path):
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_gradients_changed_on_one_rank_after_the_all_reduce_fail_gradients_in_sync(tmp_path):
     done, record, _ = run_script(tmp_path, "clips_on_rank_0")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -184,7 +183,7 @@ def test_gradients_changed_on_one_rank_after_the_all_reduce_fail_gradients_in_sy
     ids=["shards", "forgets-to-shard"],
 )
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_a_custom_sampler_is_checked_and_its_overlap_fails(tmp_path, args, failed):
     done, record, _ = run_script(tmp_path, "custom_sampler", script_args=args)
     checks = record["checks"]
@@ -196,7 +195,7 @@ def test_a_custom_sampler_is_checked_and_its_overlap_fails(tmp_path, args, faile
 
 
 @pytest.mark.launches
-@pytest.mark.test_all  # script shapes: make test runs scripts through the same path in test_script_runs
+@pytest.mark.test_all  # this shape's checks; make test launches scripts in test_script_runs, one failing here
 def test_repeated_augmentation_is_named_not_failed(tmp_path):
     done, record, _ = run_script(tmp_path, "repeated_augmentation")
     assert done.returncode == 0, done.stdout + done.stderr
