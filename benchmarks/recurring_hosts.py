@@ -388,11 +388,12 @@ def checks(measured: dict, analysed: dict, sweeps_needed: int) -> list[tuple[str
                 )
             )
     counts = [len([s for s in measured["sweeps"][k] if not s["error"]]) for k in ("null", "slow-rank")]
+    unplanted = len([s for s in measured["sweeps"]["planted"] if not s["error"] and not s["planted"]])
     found.append(
         (
             f"at least {sweeps_needed} sweeps in each scenario",
             min(counts + [planted_sweeps]) >= sweeps_needed,
-            f"null {counts[0]}, planted {planted_sweeps} (+ the unplanted first), slow rank {counts[1]}",
+            f"null {counts[0]}, planted {planted_sweeps} (+ {unplanted} unplanted before them), slow rank {counts[1]}",
         )
     )
     return found

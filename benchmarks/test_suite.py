@@ -304,11 +304,14 @@ def collected(expression: str) -> int:
         capture_output=True,
         text=True,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"test_suite.py: pytest could not collect the tests: {done.stdout[-500:]}{done.stderr[-500:]}")
     return sum("::" in line for line in done.stdout.splitlines())
 
 
-def tiers_section() -> list[str]:
-    """What each tier covers: the counts, and every test make test leaves to make test-all, with why."""
+def tiers_section(head: str) -> list[str]:
+    """What each tier covers at `head` (this checkout): the counts, and every test make test leaves to
+    make test-all, with why."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for where, reason in tier_marks():
         file, _, test = where.partition("::")
@@ -316,10 +319,10 @@ def tiers_section() -> list[str]:
     lines = [
         "## The two tiers",
         "",
-        f"`make test` runs {collected('not test_all')} tests: every in-process test and at least one real launch of "
-        f"each path. `make test-all` (what `.ci/run` runs) adds the {collected('test_all')} marked `test_all`, each a "
-        "further launch of a path make test already launches. No assertion is left out of make test-all. "
-        "Each mark says where make test launches the same path:",
+        f"At {head[:7]}, `make test` runs {collected('not test_all')} tests: every in-process test and at least one "
+        f"real launch of each path. `make test-all` (what `.ci/run` runs) adds the {collected('test_all')} marked "
+        "`test_all`, each a further launch of a path make test already launches. Each mark says where make test "
+        "launches the same path:",
         "",
         "| make test-all only | why make test can leave it |",
         "|---|---|",
@@ -345,8 +348,9 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
         "",
         "Each run is a fresh `git clone` of the repository at the commit named; `make test` (or `make test-all`)",
         "there builds its own `.venv` from the machine's package cache (inside the wall time) and runs its tier of",
-        "the suite on two pytest workers. CPU time is that of every process the run started (their rusage, user",
-        "and system). Launches are counted by reading /proc every quarter second: torchrun jobs (torchrun's agent",
+        "the suite on two pytest workers. CPU time is user and system time of the processes the run started that",
+        "were waited for (the children's rusage: a lower bound, as a process no parent waited for is left out).",
+        "Launches are counted by reading /proc every quarter second: torchrun jobs (torchrun's agent",
         "or ddpbench's, which forks its ranks), processes with the worker's command line (a rank started as a new",
         "Python, or a run started without torchrun, and the DataLoader workers they fork), and forked ranks (each",
         "with its DataLoader workers). The target is 10 minutes for `make test`, including the install.",
@@ -384,16 +388,18 @@ def page(runs: list[dict], head: str, command: str, out: str) -> str:
             + " including the install.",
             "",
         ]
-    if before and after:
+    tests_before = [run for run in before if run.get("target", "test") == "test"]
+    if tests_before and tests:
         mean = lambda runs, key: sum(run[key] for run in runs) / len(runs)  # noqa: E731
         lines += [
-            "Launches, before and after: "
-            f"{mean(before, 'torchrun_jobs'):.0f} torchrun jobs and {mean(before, 'worker_processes'):.0f} worker "
-            f"processes at {before[0]['commit'][:7]}; {mean(after, 'torchrun_jobs'):.0f} and "
-            f"{mean(after, 'worker_processes'):.0f} at {after[0]['commit'][:7]} (means over the runs of each commit).",
+            "Launches of `make test`, before and after: "
+            f"{mean(tests_before, 'torchrun_jobs'):.0f} torchrun jobs and "
+            f"{mean(tests_before, 'worker_processes'):.0f} worker processes at {tests_before[0]['commit'][:7]}; "
+            f"{mean(tests, 'torchrun_jobs'):.0f} and {mean(tests, 'worker_processes'):.0f} at "
+            f"{tests[0]['commit'][:7]} (means over the runs of each commit).",
             "",
         ]
-    lines += tiers_section()
+    lines += tiers_section(head)
     measured = sorted({run["commit"][:7] for run in after} - {head[:7]})
     lines += chance_section(read_suite(), head, measured, powers(out), verdict_chances(out))
     for index, run in enumerate(before + after, 1):
