@@ -292,7 +292,13 @@ def tier_marks() -> list[tuple[str, str]]:
                 test = next((m[1] for m in (re.match(r"def (\w+)", x) for x in lines[index + 1 :]) if m), "?")
                 found.append((f"{name}::{test}", line.partition("#")[2].strip()))
             elif line.startswith("# make test-all only:"):
-                found.append((f"{name} (every test in it)", line.partition(":")[2].strip()))
+                more = []  # the reason's continuation lines, up to the mark itself
+                for following in lines[index + 1 :]:
+                    if not following.startswith("# "):
+                        break
+                    more.append(following[2:].strip())
+                reason = " ".join([line.partition(":")[2].strip(), *more])
+                found.append((f"{name} (every test in it)", reason))
     return found
 
 
